@@ -5,6 +5,9 @@
 //! the SDK at compile time); the reach comes from the import section, which is
 //! fact: a program can call nothing it does not import. [`Manifest::check`]
 //! holds the two against the export section.
+//!
+//! A crate of its own so that the CLI, the registry client and the index can
+//! read manifests without linking a WebAssembly compiler.
 
 use std::collections::BTreeSet;
 
