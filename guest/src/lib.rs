@@ -105,7 +105,10 @@ mod tests {
         let ok: Args = parse_args(br#"{"message":"hi"}"#).unwrap();
         assert_eq!(ok.message, "hi");
         let err = parse_args::<Args>(br#"{"mesage":"hi"}"#).unwrap_err();
-        assert!(err.starts_with("invalid arguments: unknown field `mesage`"), "{err}");
+        assert!(
+            err.starts_with("invalid arguments: unknown field `mesage`"),
+            "{err}"
+        );
         let err = parse_args::<Args>(b"").unwrap_err();
         assert!(err.contains("missing field `message`"), "{err}");
     }
