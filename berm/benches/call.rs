@@ -38,11 +38,9 @@ fn calls(c: &mut Criterion) {
         wasmtime::PoolingAllocationConfig::default(),
     ));
     let raw_engine = wasmtime::Engine::new(&config).unwrap();
-    let module = wasmtime::Module::new(
-        &raw_engine,
-        r#"(module (memory (export "memory") 1) (func (export "f")))"#,
-    )
-    .unwrap();
+    let empty =
+        wat::parse_str(r#"(module (memory (export "memory") 1) (func (export "f")))"#).unwrap();
+    let module = wasmtime::Module::new(&raw_engine, empty).unwrap();
     let pre = wasmtime::Linker::<()>::new(&raw_engine)
         .instantiate_pre(&module)
         .unwrap();

@@ -30,8 +30,14 @@
 
 pub use berm_guest_macros::program;
 
+#[cfg(all(target_arch = "wasm32", feature = "arena"))]
+mod arena;
 #[cfg(target_arch = "wasm32")]
 mod host;
+
+#[cfg(all(target_arch = "wasm32", feature = "arena"))]
+#[global_allocator]
+static ALLOCATOR: arena::CallAllocator = arena::CallAllocator;
 #[cfg(target_arch = "wasm32")]
 mod sys;
 #[cfg(target_arch = "wasm32")]
