@@ -146,6 +146,18 @@ impl RegistryError {
                     cause: format!("HTTP {code}: {}", message.trim()),
                 },
             },
+            OciDistributionError::RequestError(e)
+                if matches!(e.status().map(|s| s.as_u16()), Some(401 | 403)) =>
+            {
+                unauthorized(format!("HTTP {}", e.status().map_or(0, |s| s.as_u16())))
+            }
+            OciDistributionError::RequestError(e) if e.status().is_some_and(|s| s.as_u16() == 404) => {
+                RegistryError::NotFound {
+                    registry,
+                    reference,
+                    detail: "HTTP 404".into(),
+                }
+            }
             OciDistributionError::RequestError(e) if e.is_connect() || e.is_timeout() => {
                 RegistryError::Unreachable {
                     registry,
