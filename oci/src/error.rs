@@ -151,7 +151,9 @@ impl RegistryError {
             {
                 unauthorized(format!("HTTP {}", e.status().map_or(0, |s| s.as_u16())))
             }
-            OciDistributionError::RequestError(e) if e.status().is_some_and(|s| s.as_u16() == 404) => {
+            OciDistributionError::RequestError(e)
+                if e.status().is_some_and(|s| s.as_u16() == 404) =>
+            {
                 RegistryError::NotFound {
                     registry,
                     reference,

@@ -232,12 +232,16 @@ fn parse_manifest(name: &str, body: &[u8]) -> Result<OciImageManifest, PullError
         return Err(PullError::LayerCount {
             reference: name.to_string(),
             count: image.layers.len(),
-            media_types: image
-                .layers
-                .iter()
-                .map(|l| l.media_type.as_str())
-                .collect::<Vec<_>>()
-                .join(", "),
+            media_types: if image.layers.is_empty() {
+                "none".to_string()
+            } else {
+                image
+                    .layers
+                    .iter()
+                    .map(|l| l.media_type.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            },
         });
     }
     if image.layers[0].media_type != LAYER_MEDIA_TYPE {

@@ -23,9 +23,14 @@ async fn round_trip_by_tag_and_by_digest() {
     let registry = TestRegistry::start();
     let (path, bytes) = program("echo");
     let reference = registry.reference("berm/echo:v1");
-    let pushed = berm_oci::push(&reference, &bytes, &path.display().to_string(), &anonymous())
-        .await
-        .unwrap();
+    let pushed = berm_oci::push(
+        &reference,
+        &bytes,
+        &path.display().to_string(),
+        &anonymous(),
+    )
+    .await
+    .unwrap();
     // The layer digest is the program's digest: what `berm ls` prints.
     assert_eq!(pushed.digest, Digest::of(&bytes));
     assert_eq!(pushed.size, bytes.len() as u64);
@@ -48,9 +53,14 @@ async fn round_trip_by_tag_and_by_digest() {
     assert_eq!(described.digest, pushed.digest);
 
     // Pushing the same module again yields the same manifest digest.
-    let again = berm_oci::push(&registry.reference("berm/echo:v2"), &bytes, &path.display().to_string(), &anonymous())
-        .await
-        .unwrap();
+    let again = berm_oci::push(
+        &registry.reference("berm/echo:v2"),
+        &bytes,
+        &path.display().to_string(),
+        &anonymous(),
+    )
+    .await
+    .unwrap();
     assert_eq!(again.manifest_digest, pushed.manifest_digest);
 }
 
@@ -59,7 +69,9 @@ async fn pull_writes_the_file_atomically() {
     let registry = TestRegistry::start();
     let (_, bytes) = program("echo");
     let reference = registry.reference("berm/echo:v1");
-    berm_oci::push(&reference, &bytes, "echo.wasm", &anonymous()).await.unwrap();
+    berm_oci::push(&reference, &bytes, "echo.wasm", &anonymous())
+        .await
+        .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let output = dir.path().join("echo.wasm");
     std::fs::write(&output, b"previous").unwrap();
@@ -71,7 +83,11 @@ async fn pull_writes_the_file_atomically() {
     let pulled = berm_oci::cli::pull(&args).await.unwrap();
     assert_eq!(std::fs::read(&output).unwrap(), bytes);
     assert!(pulled.to_string().contains(&Digest::of(&bytes).to_string()));
-    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1, "no temporaries left");
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        1,
+        "no temporaries left"
+    );
 }
 
 #[tokio::test]
@@ -79,7 +95,9 @@ async fn tampered_layer_is_refused_and_nothing_is_written() {
     let registry = TestRegistry::start();
     let (_, bytes) = program("echo");
     let reference = registry.reference("berm/echo:v1");
-    let pushed = berm_oci::push(&reference, &bytes, "echo.wasm", &anonymous()).await.unwrap();
+    let pushed = berm_oci::push(&reference, &bytes, "echo.wasm", &anonymous())
+        .await
+        .unwrap();
 
     // Corrupt the stored layer on disk, keeping its size.
     let blob = registry.blob_path(&pushed.digest.to_string());
@@ -98,14 +116,22 @@ async fn tampered_layer_is_refused_and_nothing_is_written() {
         };
         let err = berm_oci::cli::pull(&args).await.unwrap_err();
         match &err {
-            PullError::DigestMismatch { what, expected, actual, .. } => {
+            PullError::DigestMismatch {
+                what,
+                expected,
+                actual,
+                ..
+            } => {
                 assert_eq!(*what, "layer");
                 assert_eq!(expected, &pushed.digest.to_string());
                 assert_eq!(actual, &Digest::of(&stored).to_string());
             }
             other => panic!("expected a digest mismatch, got {other:?}"),
         }
-        assert!(err.to_string().contains("does not match its digest"), "{err}");
+        assert!(
+            err.to_string().contains("does not match its digest"),
+            "{err}"
+        );
         assert!(!output.exists(), "nothing may be written");
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
     }
@@ -115,9 +141,14 @@ async fn tampered_layer_is_refused_and_nothing_is_written() {
 async fn missing_tag_repository_and_digest_are_not_found() {
     let registry = TestRegistry::start();
     let (_, bytes) = program("echo");
-    berm_oci::push(&registry.reference("berm/echo:v1"), &bytes, "echo.wasm", &anonymous())
-        .await
-        .unwrap();
+    berm_oci::push(
+        &registry.reference("berm/echo:v1"),
+        &bytes,
+        "echo.wasm",
+        &anonymous(),
+    )
+    .await
+    .unwrap();
     let absent_digest = format!("sha256:{}", "0".repeat(64));
     for reference in [
         registry.reference("berm/echo:nope"),
@@ -139,7 +170,9 @@ async fn unreachable_registry_is_named() {
     let reference = format!("127.0.0.1:{port}/berm/echo:v1");
     let err = berm_oci::pull(&reference, &anonymous()).await.unwrap_err();
     match &err {
-        PullError::Registry(RegistryError::Unreachable { registry, scheme, .. }) => {
+        PullError::Registry(RegistryError::Unreachable {
+            registry, scheme, ..
+        }) => {
             assert_eq!(registry, &format!("127.0.0.1:{port}"));
             assert_eq!(*scheme, "http");
         }
@@ -147,22 +180,33 @@ async fn unreachable_registry_is_named() {
     }
     assert!(err.to_string().contains("cannot reach registry"), "{err}");
     let (_, bytes) = program("echo");
-    let err = berm_oci::push(&reference, &bytes, "echo.wasm", &anonymous()).await.unwrap_err();
-    assert!(matches!(err, PushError::Registry(RegistryError::Unreachable { .. })), "{err:?}");
+    let err = berm_oci::push(&reference, &bytes, "echo.wasm", &anonymous())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, PushError::Registry(RegistryError::Unreachable { .. })),
+        "{err:?}"
+    );
 }
 
 #[tokio::test]
 async fn plain_http_off_loopback_needs_insecure() {
     let Some(ip) = non_loopback_ip() else {
-        eprintln!("SKIPPED: plain_http_off_loopback_needs_insecure: this machine has no non-loopback address");
+        eprintln!(
+            "SKIPPED: plain_http_off_loopback_needs_insecure: this machine has no non-loopback address"
+        );
         return;
     };
     let registry = TestRegistry::start_on(&ip);
     let (_, bytes) = program("echo");
     let reference = registry.reference("berm/echo:v1");
-    let err = berm_oci::push(&reference, &bytes, "echo.wasm", &anonymous()).await.unwrap_err();
+    let err = berm_oci::push(&reference, &bytes, "echo.wasm", &anonymous())
+        .await
+        .unwrap_err();
     match &err {
-        PushError::Registry(RegistryError::Unreachable { scheme, .. }) => assert_eq!(*scheme, "https"),
+        PushError::Registry(RegistryError::Unreachable { scheme, .. }) => {
+            assert_eq!(*scheme, "https")
+        }
         other => panic!("expected https to fail, got {other:?}"),
     }
     assert!(err.to_string().contains("--insecure"), "{err}");
@@ -173,8 +217,13 @@ async fn plain_http_off_loopback_needs_insecure() {
         insecure: true,
         ..RegistryOptions::default()
     };
-    berm_oci::push(&reference, &bytes, "echo.wasm", &insecure).await.unwrap();
-    assert_eq!(berm_oci::pull(&reference, &insecure).await.unwrap().bytes, bytes);
+    berm_oci::push(&reference, &bytes, "echo.wasm", &insecure)
+        .await
+        .unwrap();
+    assert_eq!(
+        berm_oci::pull(&reference, &insecure).await.unwrap().bytes,
+        bytes
+    );
 }
 
 fn with(user: &str, password: &str) -> RegistryOptions {
@@ -194,14 +243,18 @@ async fn basic_auth_success_and_failure() {
     let (_, bytes) = program("echo");
     let reference = registry.reference("berm/echo:v1");
 
-    let err = berm_oci::push(&reference, &bytes, "echo.wasm", &anonymous()).await.unwrap_err();
+    let err = berm_oci::push(&reference, &bytes, "echo.wasm", &anonymous())
+        .await
+        .unwrap_err();
     match &err {
         PushError::Registry(RegistryError::Unauthorized { hint, .. }) => {
             assert!(hint.contains("needs credentials"), "{err}")
         }
         other => panic!("expected unauthorized, got {other:?}"),
     }
-    let err = berm_oci::push(&reference, &bytes, "echo.wasm", &with("alice", "wrong")).await.unwrap_err();
+    let err = berm_oci::push(&reference, &bytes, "echo.wasm", &with("alice", "wrong"))
+        .await
+        .unwrap_err();
     match &err {
         PushError::Registry(RegistryError::Unauthorized { hint, .. }) => {
             assert!(hint.contains("check the user and password"), "{err}")
@@ -209,22 +262,45 @@ async fn basic_auth_success_and_failure() {
         other => panic!("expected unauthorized, got {other:?}"),
     }
 
-    let pushed = berm_oci::push(&reference, &bytes, "echo.wasm", &with("alice", "correct horse"))
-        .await
-        .unwrap();
+    let pushed = berm_oci::push(
+        &reference,
+        &bytes,
+        "echo.wasm",
+        &with("alice", "correct horse"),
+    )
+    .await
+    .unwrap();
     assert_eq!(pushed.digest, Digest::of(&bytes));
 
     let err = berm_oci::pull(&reference, &anonymous()).await.unwrap_err();
-    assert!(matches!(err, PullError::Registry(RegistryError::Unauthorized { .. })), "{err:?}");
-    let err = berm_oci::pull(&reference, &with("mallory", "correct horse")).await.unwrap_err();
-    assert!(matches!(err, PullError::Registry(RegistryError::Unauthorized { .. })), "{err:?}");
-    assert_eq!(berm_oci::pull(&reference, &with("alice", "correct horse")).await.unwrap().bytes, bytes);
+    assert!(
+        matches!(err, PullError::Registry(RegistryError::Unauthorized { .. })),
+        "{err:?}"
+    );
+    let err = berm_oci::pull(&reference, &with("mallory", "correct horse"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, PullError::Registry(RegistryError::Unauthorized { .. })),
+        "{err:?}"
+    );
+    assert_eq!(
+        berm_oci::pull(&reference, &with("alice", "correct horse"))
+            .await
+            .unwrap()
+            .bytes,
+        bytes
+    );
 
     // The same credentials from a Docker config file.
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("config.json");
     let auth = base64::engine::general_purpose::STANDARD.encode("alice:correct horse");
-    std::fs::write(&config, format!(r#"{{"auths":{{"{}":{{"auth":"{auth}"}}}}}}"#, registry.addr)).unwrap();
+    std::fs::write(
+        &config,
+        format!(r#"{{"auths":{{"{}":{{"auth":"{auth}"}}}}}}"#, registry.addr),
+    )
+    .unwrap();
     let from_file = RegistryOptions {
         insecure: false,
         credentials: CredentialSource {
@@ -232,7 +308,10 @@ async fn basic_auth_success_and_failure() {
             ..CredentialSource::default()
         },
     };
-    assert_eq!(berm_oci::pull(&reference, &from_file).await.unwrap().bytes, bytes);
+    assert_eq!(
+        berm_oci::pull(&reference, &from_file).await.unwrap().bytes,
+        bytes
+    );
 }
 
 #[tokio::test]
@@ -240,10 +319,14 @@ async fn push_refuses_a_module_that_would_not_deploy_before_sending_anything() {
     // Nothing listens here: a refusal must come before any connection.
     let reference = format!("127.0.0.1:{}/berm/bad:v1", free_port("127.0.0.1"));
     let empty_module = b"\0asm\x01\0\0\0";
-    let err = berm_oci::push(&reference, empty_module, "empty.wasm", &anonymous()).await.unwrap_err();
+    let err = berm_oci::push(&reference, empty_module, "empty.wasm", &anonymous())
+        .await
+        .unwrap_err();
     assert!(matches!(err, PushError::WouldNotDeploy { .. }), "{err:?}");
     assert!(err.to_string().contains("empty.wasm"), "{err}");
-    let err = berm_oci::push(&reference, b"not wasm", "junk.wasm", &anonymous()).await.unwrap_err();
+    let err = berm_oci::push(&reference, b"not wasm", "junk.wasm", &anonymous())
+        .await
+        .unwrap_err();
     assert!(matches!(err, PushError::WouldNotDeploy { .. }), "{err:?}");
 }
 
@@ -287,7 +370,9 @@ impl Raw {
     }
 
     async fn image(&self, name: &str, config_type: &str, layers: &[(&str, &[u8])]) {
-        let mut config = self.blob(name, br#"{"architecture":"wasm","os":"wasip1"}"#).await;
+        let mut config = self
+            .blob(name, br#"{"architecture":"wasm","os":"wasip1"}"#)
+            .await;
         config.media_type = config_type.to_string();
         let mut descriptors = Vec::new();
         for (media_type, data) in layers {
@@ -319,19 +404,42 @@ async fn manifests_that_are_not_a_program_are_refused_saying_what_was_found() {
     let wasm = wasm.as_slice();
     let wasm_config = berm_oci::CONFIG_MEDIA_TYPE;
 
-    raw.image("bad/two:v1", wasm_config, &[("application/wasm", wasm), ("text/plain", b"readme")]).await;
-    raw.image("bad/tar:v1", wasm_config, &[("application/vnd.oci.image.layer.v1.tar", wasm)]).await;
-    raw.image("bad/config:v1", "application/vnd.oci.image.config.v1+json", &[("application/wasm", wasm)])
-        .await;
+    raw.image(
+        "bad/two:v1",
+        wasm_config,
+        &[("application/wasm", wasm), ("text/plain", b"readme")],
+    )
+    .await;
+    raw.image(
+        "bad/tar:v1",
+        wasm_config,
+        &[("application/vnd.oci.image.layer.v1.tar", wasm)],
+    )
+    .await;
+    raw.image(
+        "bad/config:v1",
+        "application/vnd.oci.image.config.v1+json",
+        &[("application/wasm", wasm)],
+    )
+    .await;
     raw.image("bad/none:v1", wasm_config, &[]).await;
 
     // An index pointing at a real berm program, in the same repository.
-    let pushed = berm_oci::push(&registry.reference("good/echo:v1"), wasm, "echo.wasm", &anonymous())
-        .await
-        .unwrap();
+    let pushed = berm_oci::push(
+        &registry.reference("good/echo:v1"),
+        wasm,
+        "echo.wasm",
+        &anonymous(),
+    )
+    .await
+    .unwrap();
     let (manifest_body, _) = raw
         .client
-        .pull_manifest_raw(&raw.reference("good/echo:v1"), &RegistryAuth::Anonymous, &[berm_oci::MANIFEST_MEDIA_TYPE])
+        .pull_manifest_raw(
+            &raw.reference("good/echo:v1"),
+            &RegistryAuth::Anonymous,
+            &[berm_oci::MANIFEST_MEDIA_TYPE],
+        )
         .await
         .unwrap();
     let index = OciImageIndex {
@@ -349,30 +457,49 @@ async fn manifests_that_are_not_a_program_are_refused_saying_what_was_found() {
         annotations: None,
     };
     raw.client
-        .push_manifest(&raw.reference("good/echo:index"), &OciManifest::ImageIndex(index))
+        .push_manifest(
+            &raw.reference("good/echo:index"),
+            &OciManifest::ImageIndex(index),
+        )
         .await
         .unwrap();
 
     let cases: [(&str, &str, Expect); 5] = [
-        ("bad/two:v1", "2 layers (application/wasm, text/plain)", |e| {
-            matches!(e, PullError::LayerCount { count: 2, .. })
+        (
+            "bad/two:v1",
+            "2 layers (application/wasm, text/plain)",
+            |e| matches!(e, PullError::LayerCount { count: 2, .. }),
+        ),
+        ("bad/none:v1", "0 layers (none)", |e| {
+            matches!(e, PullError::LayerCount { count: 0, .. })
         }),
-        ("bad/none:v1", "0 layers", |e| matches!(e, PullError::LayerCount { count: 0, .. })),
-        ("bad/tar:v1", "`application/vnd.oci.image.layer.v1.tar`", |e| {
-            matches!(e, PullError::LayerMediaType { .. })
-        }),
-        ("bad/config:v1", "`application/vnd.oci.image.config.v1+json`", |e| {
-            matches!(e, PullError::ConfigMediaType { .. })
-        }),
-        ("good/echo:index", "image index (application/vnd.oci.image.index.v1+json)", |e| {
-            matches!(e, PullError::Index { .. })
-        }),
+        (
+            "bad/tar:v1",
+            "`application/vnd.oci.image.layer.v1.tar`",
+            |e| matches!(e, PullError::LayerMediaType { .. }),
+        ),
+        (
+            "bad/config:v1",
+            "`application/vnd.oci.image.config.v1+json`",
+            |e| matches!(e, PullError::ConfigMediaType { .. }),
+        ),
+        (
+            "good/echo:index",
+            "image index (application/vnd.oci.image.index.v1+json)",
+            |e| matches!(e, PullError::Index { .. }),
+        ),
     ];
     for (name, found, is_expected) in cases {
-        let err = berm_oci::pull(&registry.reference(name), &anonymous()).await.unwrap_err();
+        let err = berm_oci::pull(&registry.reference(name), &anonymous())
+            .await
+            .unwrap_err();
         assert!(is_expected(&err), "{name}: {err:?}");
         assert!(err.to_string().contains(found), "{name}: {err}");
         // describe (what `berm index add` reads) refuses the same.
-        assert!(berm_oci::describe(&registry.reference(name), &anonymous()).await.is_err());
+        assert!(
+            berm_oci::describe(&registry.reference(name), &anonymous())
+                .await
+                .is_err()
+        );
     }
 }

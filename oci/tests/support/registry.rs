@@ -41,7 +41,11 @@ impl TestRegistry {
     fn start_with(ip: &str, basic: Option<(&str, &str)>) -> TestRegistry {
         let dir = tempfile::tempdir().expect("temporary directory");
         let port = free_port(ip);
-        let addr = if ip.contains(':') { format!("[{ip}]:{port}") } else { format!("{ip}:{port}") };
+        let addr = if ip.contains(':') {
+            format!("[{ip}]:{port}")
+        } else {
+            format!("{ip}:{port}")
+        };
         let storage = dir.path().join("storage");
         let auth = match basic {
             None => String::new(),
@@ -94,7 +98,11 @@ impl TestRegistry {
                     return;
                 }
             }
-            assert!(Instant::now() < deadline, "docker-registry did not start:\n{}", self.log());
+            assert!(
+                Instant::now() < deadline,
+                "docker-registry did not start:\n{}",
+                self.log()
+            );
             std::thread::sleep(Duration::from_millis(25));
         }
     }
@@ -149,7 +157,10 @@ pub fn program(name: &str) -> (PathBuf, Vec<u8>) {
         .join("../target/wasm32-unknown-unknown/release")
         .join(format!("{name}.wasm"));
     let bytes = std::fs::read(&path).unwrap_or_else(|e| {
-        panic!("cannot read {} ({e}): run scripts/build-apps.sh (scripts/test-dist does)", path.display())
+        panic!(
+            "cannot read {} ({e}): run scripts/build-apps.sh (scripts/test-dist does)",
+            path.display()
+        )
     });
     (path, bytes)
 }
