@@ -108,7 +108,8 @@ pub fn search(args: &SearchArgs) -> Result<(String, Vec<String>), LoadError> {
         let e = &index.entries[hit.entry];
         let tools: Vec<&str> = e.tools.iter().map(|t| t.name.as_str()).collect();
         // Writing to a String cannot fail.
-        let _ = writeln!(out, "{}  {}  ({:.2})", e.name, e.description, hit.score);
+        let summary = e.description.lines().next().unwrap_or_default();
+        let _ = writeln!(out, "{}  {summary}  ({:.2})", e.name, hit.score);
         let _ = writeln!(out, "    tools: {}  by {}", tools.join(", "), e.publisher);
         let _ = writeln!(out, "    berm deploy {} {}", e.name, e.reference);
     }
