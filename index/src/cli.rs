@@ -107,16 +107,31 @@ pub fn search(args: &SearchArgs) -> Result<(String, Vec<String>), LoadError> {
     for hit in searcher.search(&query, args.limit) {
         let e = &index.entries[hit.entry];
         let tools: Vec<&str> = e.tools.iter().map(|t| t.name.as_str()).collect();
+        let summary = printable(e.description.lines().next().unwrap_or_default());
+        let (tools, publisher) = (printable(&tools.join(", ")), printable(&e.publisher));
         // Writing to a String cannot fail.
-        let summary = e.description.lines().next().unwrap_or_default();
         let _ = writeln!(out, "{}  {summary}  ({:.2})", e.name, hit.score);
-        let _ = writeln!(out, "    tools: {}  by {}", tools.join(", "), e.publisher);
-        let _ = writeln!(out, "    berm deploy {} {}", e.name, e.reference);
+        let _ = writeln!(out, "    tools: {tools}  by {publisher}");
+        let _ = writeln!(
+            out,
+            "    berm deploy {} {}",
+            e.name,
+            printable(&e.reference)
+        );
     }
     if out.is_empty() {
         out = format!("no program matches \"{query}\"\n");
     }
     Ok((out, warnings))
+}
+
+/// `text` with control characters replaced by `?`: entries come from
+/// other people's commits, and must not drive the terminal (escape
+/// sequences) when printed. Names are already restricted to `[a-z0-9_-]`.
+fn printable(text: &str) -> String {
+    text.chars()
+        .map(|c| if c.is_control() { '?' } else { c })
+        .collect()
 }
 
 /// Runs `berm index update`.
@@ -140,4 +155,15 @@ pub async fn add(args: &AddArgs) -> Result<Added, AddError> {
         &args.registry.options(),
     )
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn printed_entries_cannot_drive_the_terminal() {
+        assert_eq!(
+            super::printable("ok \u{1b}[2Jcleared\u{7}"),
+            "ok ?[2Jcleared?"
+        );
+    }
 }

@@ -95,7 +95,9 @@ impl Entry {
                 entry.digest
             ));
         }
-        if !entry.reference.contains("@sha256:") {
+        if !entry.reference.contains("@sha256:")
+            || berm_oci::parse_reference(&entry.reference).is_err()
+        {
             return Err(format!(
                 "reference `{}` is not pinned by digest (`host/repo@sha256:<hex>`)",
                 entry.reference
