@@ -370,9 +370,23 @@ impl Raw {
     }
 
     async fn image(&self, name: &str, config_type: &str, layers: &[(&str, &[u8])]) {
-        let mut config = self
-            .blob(name, br#"{"architecture":"wasm","os":"wasip1"}"#)
-            .await;
+        self.image_with_config(
+            name,
+            config_type,
+            br#"{"architecture":"wasm","os":"wasip1"}"#,
+            layers,
+        )
+        .await
+    }
+
+    async fn image_with_config(
+        &self,
+        name: &str,
+        config_type: &str,
+        config: &[u8],
+        layers: &[(&str, &[u8])],
+    ) {
+        let mut config = self.blob(name, config).await;
         config.media_type = config_type.to_string();
         let mut descriptors = Vec::new();
         for (media_type, data) in layers {
@@ -502,4 +516,68 @@ async fn manifests_that_are_not_a_program_are_refused_saying_what_was_found() {
                 .is_err()
         );
     }
+}
+
+#[tokio::test]
+async fn a_config_that_misdescribes_the_module_is_refused() {
+    let registry = TestRegistry::start();
+    let raw = Raw::new(&registry);
+    let (_, echo) = program("echo");
+    let (_, compose) = program("compose");
+    let echo_digest = Digest::of(&echo).to_string();
+    let config = |manifest: &berm_oci::Manifest, layer_digest: &str| {
+        serde_json::to_vec(&serde_json::json!({
+            "created": "1970-01-01T00:00:00Z",
+            "architecture": "wasm",
+            "os": "wasip1",
+            "layerDigests": [layer_digest],
+            "berm": manifest,
+        }))
+        .unwrap()
+    };
+    let compose_manifest = berm_oci::Manifest::from_image(&compose).unwrap();
+    let echo_manifest = berm_oci::Manifest::from_image(&echo).unwrap();
+
+    // The config claims compose's tools for echo's bytes.
+    raw.image_with_config(
+        "lie/tools:v1",
+        berm_oci::CONFIG_MEDIA_TYPE,
+        &config(&compose_manifest, &echo_digest),
+        &[("application/wasm", &echo)],
+    )
+    .await;
+    let err = berm_oci::pull(&registry.reference("lie/tools:v1"), &anonymous())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, PullError::ConfigDisagrees { .. }), "{err:?}");
+    assert!(err.to_string().contains("disagrees"), "{err}");
+
+    // The config names another layer.
+    let other = format!("sha256:{}", "e".repeat(64));
+    raw.image_with_config(
+        "lie/layers:v1",
+        berm_oci::CONFIG_MEDIA_TYPE,
+        &config(&echo_manifest, &other),
+        &[("application/wasm", &echo)],
+    )
+    .await;
+    let err = berm_oci::pull(&registry.reference("lie/layers:v1"), &anonymous())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, PullError::Config { .. }), "{err:?}");
+    assert!(err.to_string().contains("layerDigests"), "{err}");
+
+    // A layer that is not a deployable module, correctly described by digest.
+    let junk = b"\0asm\x01\0\0\0".to_vec();
+    raw.image_with_config(
+        "lie/junk:v1",
+        berm_oci::CONFIG_MEDIA_TYPE,
+        &config(&echo_manifest, &Digest::of(&junk).to_string()),
+        &[("application/wasm", &junk)],
+    )
+    .await;
+    let err = berm_oci::pull(&registry.reference("lie/junk:v1"), &anonymous())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, PullError::WouldNotDeploy { .. }), "{err:?}");
 }
