@@ -88,9 +88,18 @@ fn generate(n: usize) -> Vec<Entry> {
             .wrapping_add(1_442_695_040_888_963_407);
         ((state >> 33) as usize) % m
     };
+    // Half the words from a small common vocabulary, half from 2,500 rarer
+    // compounds of it: a vocabulary shaped more like real descriptions than
+    // 50 words repeated.
     let sentence = |len: usize, next: &mut dyn FnMut(usize) -> usize| {
         (0..len)
-            .map(|_| WORDS[next(WORDS.len())])
+            .map(|_| {
+                if next(2) == 0 {
+                    WORDS[next(WORDS.len())].to_string()
+                } else {
+                    format!("{}{}", WORDS[next(WORDS.len())], WORDS[next(WORDS.len())])
+                }
+            })
             .collect::<Vec<_>>()
             .join(" ")
     };
@@ -212,6 +221,7 @@ fn search_figures() {
         "parse json",
         "send email calendar event",
         "regex",
+        "jsonparse csvtable",
     ];
     let mut answers = Vec::new();
     for _ in 0..200 {

@@ -2,16 +2,22 @@
 //!
 //! Each entry is one document made of all its fields; the name counts three
 //! times and tool names twice, so that a query naming a program or a tool
-//! puts it first. Terms are lowercase runs of letters and digits. Scores are
-//! BM25 with k1 = 1.2, b = 0.75 (common English stop words dropped) and the usual `ln(1 + (N - n + 0.5) / (n +
-//! 0.5))` idf; ties are broken by name so results are stable.
+//! puts it first. Terms are lowercase runs of letters and digits, common
+//! English stop words dropped. Scores are BM25 with k1 = 1.2, b = 0.75 and
+//! the usual `ln(1 + (N - n + 0.5) / (n + 0.5))` idf; ties are broken by
+//! name so results are stable.
 
+use std::cmp::Ordering;
 use std::collections::HashMap;
 
 use crate::entry::Entry;
 
 const K1: f64 = 1.2;
 const B: f64 = 0.75;
+
+/// How many times each field counts towards a term's frequency.
+const NAME_WEIGHT: u32 = 3;
+const TOOL_NAME_WEIGHT: u32 = 2;
 
 /// One result: the entry's position in the searched slice, and its score.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -23,12 +29,14 @@ pub struct Hit {
 }
 
 /// An inverted index over a slice of entries, built once per search command
-/// (5,000 entries index in milliseconds; see docs/perf-dist.md).
+/// (see docs/perf-dist.md for 5,000 entries).
 #[derive(Debug)]
 pub struct Searcher<'a> {
     entries: &'a [Entry],
-    /// term → (document, term frequency in it).
-    postings: HashMap<String, Vec<(usize, u32)>>,
+    /// term → its id, an index into `postings`.
+    ids: HashMap<String, usize>,
+    /// id → (document, weighted term frequency in it).
+    postings: Vec<Vec<(u32, u32)>>,
     lengths: Vec<u32>,
     average_length: f64,
 }
@@ -40,53 +48,79 @@ const STOP_WORDS: &[&str] = &[
     "on", "or", "that", "the", "this", "to", "with",
 ];
 
-/// Splits text into lowercase terms of letters and digits, without stop
-/// words.
-pub fn terms(text: &str) -> impl Iterator<Item = String> + '_ {
-    text.split(|c: char| !c.is_alphanumeric())
-        .filter(|t| !t.is_empty())
-        .map(str::to_lowercase)
-        .filter(|t| !STOP_WORDS.contains(&t.as_str()))
+/// Calls `f` with each term of `text`: a lowercase run of letters and digits
+/// that is not a stop word. `buf` is reused so that known terms cost no
+/// allocation.
+fn each_term(text: &str, buf: &mut String, mut f: impl FnMut(&str)) {
+    for word in text
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+    {
+        buf.clear();
+        buf.extend(word.chars().flat_map(char::to_lowercase));
+        if !STOP_WORDS.contains(&buf.as_str()) {
+            f(buf);
+        }
+    }
 }
 
-/// All of an entry's searchable text, with the name and tool names boosted
-/// by repetition.
-fn document(entry: &Entry) -> String {
-    let mut text = format!(
-        "{0} {0} {0} {1} {2} {3}",
-        entry.name, entry.description, entry.usage, entry.publisher
-    );
-    for tool in &entry.tools {
-        text.push_str(&format!(" {0} {0} {1}", tool.name, tool.description));
-    }
-    text
+/// An entry's fields with their weights.
+fn fields(entry: &Entry) -> impl Iterator<Item = (&str, u32)> {
+    [
+        (entry.name.as_str(), NAME_WEIGHT),
+        (entry.description.as_str(), 1),
+        (entry.usage.as_str(), 1),
+        (entry.publisher.as_str(), 1),
+    ]
+    .into_iter()
+    .chain(entry.tools.iter().flat_map(|t| {
+        [
+            (t.name.as_str(), TOOL_NAME_WEIGHT),
+            (t.description.as_str(), 1),
+        ]
+    }))
 }
 
 impl<'a> Searcher<'a> {
     /// Indexes `entries`.
     pub fn new(entries: &'a [Entry]) -> Searcher<'a> {
-        let mut postings: HashMap<String, Vec<(usize, u32)>> = HashMap::new();
+        let mut ids: HashMap<String, usize> = HashMap::new();
+        let mut postings: Vec<Vec<(u32, u32)>> = Vec::new();
         let mut lengths = Vec::with_capacity(entries.len());
+        let mut counts: HashMap<usize, u32> = HashMap::new();
+        let mut buf = String::new();
         for (doc, entry) in entries.iter().enumerate() {
-            let mut counts: HashMap<String, u32> = HashMap::new();
             let mut length = 0;
-            for term in terms(&document(entry)) {
-                *counts.entry(term).or_default() += 1;
-                length += 1;
+            for (text, weight) in fields(entry) {
+                each_term(text, &mut buf, |term| {
+                    let id = match ids.get(term) {
+                        Some(&id) => id,
+                        None => {
+                            ids.insert(term.to_string(), postings.len());
+                            postings.push(Vec::new());
+                            postings.len() - 1
+                        }
+                    };
+                    *counts.entry(id).or_default() += weight;
+                    length += weight;
+                });
             }
             lengths.push(length);
-            for (term, tf) in counts {
-                postings.entry(term).or_default().push((doc, tf));
+            // Entries are counted in u32 everywhere: 4 billion is far beyond an index.
+            let doc = u32::try_from(doc).unwrap_or(u32::MAX);
+            for (id, tf) in counts.drain() {
+                postings[id].push((doc, tf));
             }
         }
         let total: u64 = lengths.iter().map(|&l| u64::from(l)).sum();
-        let average_length = if entries.is_empty() {
+        let average_length = if entries.is_empty() || total == 0 {
             1.0
         } else {
             total as f64 / entries.len() as f64
         };
         Searcher {
             entries,
+            ids,
             postings,
             lengths,
             average_length,
@@ -97,33 +131,49 @@ impl<'a> Searcher<'a> {
     /// no term with the query are not returned.
     pub fn search(&self, query: &str, limit: usize) -> Vec<Hit> {
         let n = self.entries.len() as f64;
-        let mut scores: HashMap<usize, f64> = HashMap::new();
-        let mut seen = std::collections::HashSet::new();
-        for term in terms(query) {
-            if !seen.insert(term.clone()) {
-                continue;
+        let mut query_ids = Vec::new();
+        each_term(query, &mut String::new(), |term| {
+            if let Some(&id) = self.ids.get(term)
+                && !query_ids.contains(&id)
+            {
+                query_ids.push(id);
             }
-            let Some(list) = self.postings.get(&term) else {
-                continue;
-            };
+        });
+        let mut scores = vec![0.0f64; self.entries.len()];
+        let mut touched = Vec::new();
+        for id in query_ids {
+            let list = &self.postings[id];
             let df = list.len() as f64;
             let idf = (1.0 + (n - df + 0.5) / (df + 0.5)).ln();
             for &(doc, tf) in list {
+                let doc = doc as usize;
                 let tf = f64::from(tf);
                 let norm = 1.0 - B + B * f64::from(self.lengths[doc]) / self.average_length;
-                *scores.entry(doc).or_default() += idf * tf * (K1 + 1.0) / (tf + K1 * norm);
+                // Every contribution is positive (idf > 0, tf > 0), so a
+                // zero score means the entry was not reached yet.
+                if scores[doc] == 0.0 {
+                    touched.push(doc);
+                }
+                scores[doc] += idf * tf * (K1 + 1.0) / (tf + K1 * norm);
             }
         }
-        let mut hits: Vec<Hit> = scores
+        let mut hits: Vec<Hit> = touched
             .into_iter()
-            .map(|(entry, score)| Hit { entry, score })
+            .map(|entry| Hit {
+                entry,
+                score: scores[entry],
+            })
             .collect();
-        hits.sort_by(|a, b| {
+        let order = |a: &Hit, b: &Hit| -> Ordering {
             b.score
                 .total_cmp(&a.score)
                 .then_with(|| self.entries[a.entry].name.cmp(&self.entries[b.entry].name))
-        });
+        };
+        if hits.len() > limit && limit > 0 {
+            hits.select_nth_unstable_by(limit - 1, order);
+        }
         hits.truncate(limit);
+        hits.sort_by(order);
         hits
     }
 }
