@@ -350,6 +350,19 @@ pub enum PullError {
         /// What came.
         actual: u64,
     },
+    /// The registry sent more bytes than the descriptor announced; the rest
+    /// was not read.
+    #[error(
+        "`{reference}`: the registry sent more than the {announced} bytes the {what}'s descriptor announces; refused"
+    )]
+    Overlong {
+        /// The reference.
+        reference: String,
+        /// `layer` or `config`.
+        what: &'static str,
+        /// The descriptor's size.
+        announced: u64,
+    },
     /// The config is not the wasm config berm writes.
     #[error("`{reference}`: the config is not a berm program config: {message}")]
     Config {

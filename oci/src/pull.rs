@@ -289,11 +289,10 @@ async fn fetch_blob(
         .pull_blob(&remote.reference, descriptor, &mut sink)
         .await;
     if sink.overflowed {
-        return Err(PullError::SizeMismatch {
+        return Err(PullError::Overlong {
             reference: name.to_string(),
             what,
-            expected: announced,
-            actual: announced + 1,
+            announced,
         });
     }
     match fetched {

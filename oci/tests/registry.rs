@@ -386,12 +386,27 @@ impl Raw {
         config: &[u8],
         layers: &[(&str, &[u8])],
     ) {
+        self.image_with_sizes(name, config_type, config, layers, 0)
+            .await
+    }
+
+    /// Like `image_with_config`, with every layer's announced size off by
+    /// `delta` from the truth.
+    async fn image_with_sizes(
+        &self,
+        name: &str,
+        config_type: &str,
+        config: &[u8],
+        layers: &[(&str, &[u8])],
+        delta: i64,
+    ) {
         let mut config = self.blob(name, config).await;
         config.media_type = config_type.to_string();
         let mut descriptors = Vec::new();
         for (media_type, data) in layers {
             let mut d = self.blob(name, data).await;
             d.media_type = media_type.to_string();
+            d.size += delta;
             descriptors.push(d);
         }
         let manifest = OciImageManifest {
@@ -566,6 +581,20 @@ async fn a_config_that_misdescribes_the_module_is_refused() {
         .unwrap_err();
     assert!(matches!(err, PullError::Config { .. }), "{err:?}");
     assert!(err.to_string().contains("layerDigests"), "{err}");
+
+    // A descriptor that announces fewer bytes than the registry sends.
+    raw.image_with_sizes(
+        "lie/size:v1",
+        berm_oci::CONFIG_MEDIA_TYPE,
+        &config(&echo_manifest, &echo_digest),
+        &[("application/wasm", &echo)],
+        -1,
+    )
+    .await;
+    let err = berm_oci::pull(&registry.reference("lie/size:v1"), &anonymous())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, PullError::Overlong { .. }), "{err:?}");
 
     // A layer that is not a deployable module, correctly described by digest.
     let junk = b"\0asm\x01\0\0\0".to_vec();
