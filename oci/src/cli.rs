@@ -116,10 +116,16 @@ pub async fn fetch_for_deploy(
 }
 
 /// Whether `berm deploy NAME ARG` means a registry reference rather than a
-/// file: an existing path is always a file; otherwise anything with a `/`
-/// that parses as a reference is one (`echo.wasm` alone is a missing file).
+/// file. An existing path is always a file, and so is anything that looks
+/// like one (starts with `.` or `/`, ends with `.wasm`), so that a mistyped
+/// path is reported as a missing file rather than looked up on Docker Hub;
+/// otherwise anything with a `/` that parses as a reference is one.
 pub fn is_reference(arg: &str) -> bool {
-    !std::path::Path::new(arg).exists() && arg.contains('/') && parse_reference(arg).is_ok()
+    let looks_like_a_path = arg.starts_with(['.', '/']) || arg.ends_with(".wasm");
+    !looks_like_a_path
+        && !std::path::Path::new(arg).exists()
+        && arg.contains('/')
+        && parse_reference(arg).is_ok()
 }
 
 #[cfg(test)]
@@ -152,7 +158,18 @@ mod tests {
     fn references_and_files() {
         assert!(is_reference("127.0.0.1:5000/echo:v1"));
         assert!(is_reference("ghcr.io/org/echo:v1"));
-        assert!(!is_reference("echo.wasm"));
+        assert!(is_reference(&format!(
+            "127.0.0.1:5000/echo@sha256:{}",
+            "a".repeat(64)
+        )));
+        for path in [
+            "echo.wasm",
+            "./missing",
+            "/abs/missing",
+            "target/missing/echo.wasm",
+        ] {
+            assert!(!is_reference(path), "{path}");
+        }
         let dir = tempfile::tempdir().unwrap();
         let f = dir.path().join("a.wasm");
         std::fs::write(&f, b"").unwrap();
