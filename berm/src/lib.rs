@@ -31,7 +31,6 @@
 
 mod cache;
 pub mod call;
-mod digest;
 mod engine;
 mod error;
 mod linker;
@@ -40,9 +39,8 @@ mod sys;
 pub mod syscall;
 
 pub use berm_abi as abi;
-pub use berm_manifest::{self as manifest, Manifest, ManifestError};
+pub use berm_manifest::{self as manifest, Digest, DigestParseError, Manifest, ManifestError};
 pub use call::{Berm, CallOptions};
-pub use digest::{Digest, DigestParseError};
 pub use engine::{Engine, EngineConfig, EngineError, Limits};
 pub use error::{DeployError, Error, Failure};
 pub use program::{CompileSource, DeployOptions, Deployed, Grants, ProgramInfo};

@@ -7,7 +7,11 @@
 //! holds the two against the export section.
 //!
 //! A crate of its own so that the CLI, the registry client and the index can
-//! read manifests without linking a WebAssembly compiler.
+//! read manifests without linking a WebAssembly compiler. [`Digest`] lives
+//! here for the same reason: `berm ls`, the registry client and the index
+//! must print a program's identity from one definition.
+
+mod digest;
 
 use std::collections::BTreeSet;
 
@@ -17,6 +21,8 @@ use berm_abi::{
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use wasmparser::{ExternalKind, Parser, Payload, TypeRef};
+
+pub use digest::{Digest, DigestParseError};
 
 /// Largest manifest section accepted; a bigger one is refused, not parsed.
 pub const MAX_MANIFEST_BYTES: usize = 1 << 20;

@@ -1,0 +1,44 @@
+//! Moves berm programs through OCI registries.
+//!
+//! A program is one WebAssembly module, so it travels as an OCI artifact with
+//! exactly one layer, and that layer **is** the module: no tarball, no
+//! compression. The registry therefore addresses the layer by the same
+//! `sha256:<hex>` that `berm ls` prints, and a pull can be checked against
+//! the program's identity, not just against the transport.
+//!
+//! The layout follows the CNCF wasm OCI artifact layout where it fits
+//! (`application/wasm` layer, `application/vnd.wasm.config.v0+json` config);
+//! berm's own manifest (description, usage, tools with schemas, calls,
+//! syscalls) rides in the config under the key `berm`, and the description
+//! and tool names are repeated as manifest annotations, so a registry listing
+//! or `berm index add` describes a program without downloading the layer.
+//!
+//! Nothing pulled is trusted: the manifest is parsed strictly (an index,
+//! several layers or a foreign media type are refused, naming what was
+//! found), every blob is size-capped and hashed against its descriptor
+//! before it is returned, and the module must hold a manifest that would
+//! deploy. bermd never talks to a registry; the CLI pulls with this crate and
+//! hands bermd the verified bytes.
+
+#![forbid(unsafe_code)]
+
+mod artifact;
+mod auth;
+pub mod cli;
+mod error;
+mod file;
+mod pull;
+mod push;
+mod registry;
+
+pub use artifact::{
+    BERM_CONFIG_KEY, CONFIG_MEDIA_TYPE, LAYER_MEDIA_TYPE, MANIFEST_MEDIA_TYPE, MAX_CONFIG_BYTES,
+    MAX_MANIFEST_BYTES, MAX_PROGRAM_BYTES, WasmConfig,
+};
+pub use auth::CredentialSource;
+pub use berm_manifest::{Digest, Manifest};
+pub use error::{PullError, PushError, RegistryError};
+pub use file::write_atomic;
+pub use pull::{Described, Pulled, describe, pull};
+pub use push::{Pushed, push};
+pub use registry::{RegistryOptions, is_loopback_host, parse_reference};

@@ -1,0 +1,166 @@
+//! A real registry for tests: Debian's `docker-registry` (distribution
+//! 2.8), started on a free port with filesystem storage in a temporary
+//! directory, killed when dropped. Shared by berm-oci's and berm-index's
+//! tests through `#[path]`.
+
+#![allow(dead_code)]
+
+use std::io::Write;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A running `docker-registry` serving `addr`.
+pub struct TestRegistry {
+    child: Child,
+    /// `host:port`, as it goes into a reference.
+    pub addr: String,
+    dir: tempfile::TempDir,
+}
+
+/// The binary Debian's `docker-registry` package installs.
+const BINARY: &str = "docker-registry";
+
+impl TestRegistry {
+    /// A registry on 127.0.0.1 with anonymous access.
+    pub fn start() -> TestRegistry {
+        TestRegistry::start_with("127.0.0.1", None)
+    }
+
+    /// A registry on `ip` (which must be an address of this machine).
+    pub fn start_on(ip: &str) -> TestRegistry {
+        TestRegistry::start_with(ip, None)
+    }
+
+    /// A registry on 127.0.0.1 that requires HTTP basic auth as `user`.
+    pub fn start_with_basic_auth(user: &str, password: &str) -> TestRegistry {
+        TestRegistry::start_with("127.0.0.1", Some((user, password)))
+    }
+
+    fn start_with(ip: &str, basic: Option<(&str, &str)>) -> TestRegistry {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let port = free_port(ip);
+        let addr = if ip.contains(':') {
+            format!("[{ip}]:{port}")
+        } else {
+            format!("{ip}:{port}")
+        };
+        let storage = dir.path().join("storage");
+        let auth = match basic {
+            None => String::new(),
+            Some((user, password)) => {
+                let hash = bcrypt::hash_with_result(password, 4)
+                    .expect("bcrypt")
+                    .format_for_version(bcrypt::Version::TwoY);
+                let htpasswd = dir.path().join("htpasswd");
+                std::fs::write(&htpasswd, format!("{user}:{hash}\n")).expect("htpasswd");
+                format!(
+                    "auth:\n  htpasswd:\n    realm: berm-test\n    path: {}\n",
+                    htpasswd.display()
+                )
+            }
+        };
+        let config = format!(
+            "version: 0.1\nlog:\n  level: warn\n  accesslog:\n    disabled: true\nstorage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\nhttp:\n  addr: {addr}\n  secret: berm-test-secret\n{auth}",
+            storage.display()
+        );
+        let config_path = dir.path().join("config.yml");
+        std::fs::write(&config_path, config).expect("registry config");
+        let log = std::fs::File::create(dir.path().join("registry.log")).expect("log file");
+        let child = Command::new(BINARY)
+            .arg("serve")
+            .arg(&config_path)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log file"))
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!("cannot start `{BINARY}` ({e}): install it with scripts/test-dist (apt-get install docker-registry)")
+            });
+        let mut registry = TestRegistry { child, addr, dir };
+        registry.wait_ready(ip, port);
+        registry
+    }
+
+    fn wait_ready(&mut self, ip: &str, port: u16) {
+        let target = SocketAddr::new(ip.parse().expect("ip"), port);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!("docker-registry exited with {status}:\n{}", self.log());
+            }
+            if let Ok(mut s) = TcpStream::connect_timeout(&target, Duration::from_millis(200)) {
+                // A full HTTP exchange, so the server is really serving.
+                let _ = s.write_all(b"GET /v2/ HTTP/1.0\r\n\r\n");
+                let mut buf = [0u8; 12];
+                if std::io::Read::read(&mut s, &mut buf).is_ok_and(|n| n > 0) {
+                    return;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "docker-registry did not start:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(25));
+        }
+    }
+
+    /// What the registry wrote to stdout and stderr.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("registry.log")).unwrap_or_default()
+    }
+
+    /// The file the registry keeps the blob `sha256:<hex>` in.
+    pub fn blob_path(&self, digest: &str) -> PathBuf {
+        let hex = digest.strip_prefix("sha256:").expect("sha256 digest");
+        self.dir
+            .path()
+            .join("storage/docker/registry/v2/blobs/sha256")
+            .join(&hex[..2])
+            .join(hex)
+            .join("data")
+    }
+
+    /// A reference to `repo:tag` on this registry.
+    pub fn reference(&self, repo_and_tag: &str) -> String {
+        format!("{}/{repo_and_tag}", self.addr)
+    }
+}
+
+impl Drop for TestRegistry {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A port nothing listens on right now (the kernel's pick, released).
+pub fn free_port(ip: &str) -> u16 {
+    let listener = TcpListener::bind((ip, 0)).expect("bind a free port");
+    listener.local_addr().expect("local addr").port()
+}
+
+/// This machine's address on its default route, if it has one that is not
+/// loopback: found by routing a UDP socket (no packet is sent).
+pub fn non_loopback_ip() -> Option<String> {
+    let socket = std::net::UdpSocket::bind("0.0.0.0:0").ok()?;
+    socket.connect("198.51.100.1:9").ok()?;
+    let ip = socket.local_addr().ok()?.ip();
+    (!ip.is_loopback() && !ip.is_unspecified()).then(|| ip.to_string())
+}
+
+/// The example program `echo`, built by scripts/build-apps.sh.
+pub fn program(name: &str) -> (PathBuf, Vec<u8>) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../target/wasm32-unknown-unknown/release")
+        .join(format!("{name}.wasm"));
+    let bytes = std::fs::read(&path).unwrap_or_else(|e| {
+        panic!(
+            "cannot read {} ({e}): run scripts/build-apps.sh (scripts/test-dist does)",
+            path.display()
+        )
+    });
+    (path, bytes)
+}
