@@ -65,8 +65,10 @@ where
         }
         Err(e) => tracing::debug!("mcp session ended before it began: {e}"),
     }
+    // The session has dropped its end of the pipe, so the relay drains what
+    // rmcp wrote and then ends; the client gets every answer.
     inbound.abort();
-    outbound.abort();
+    let _ = outbound.await;
 }
 
 /// Reads bounded lines from the client; forwards whole JSON lines to rmcp and
