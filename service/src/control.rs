@@ -112,6 +112,6 @@ async fn call(
         Ok(Err(failed)) => ok(CallResponse { outcome: CallOutcome::Failed, text: failed.message }),
         Err(e @ CallError::NoSuchTool(_)) => failure(StatusCode::NOT_FOUND, e.to_string()),
         Err(e @ CallError::InvalidArguments { .. }) => failure(StatusCode::BAD_REQUEST, e.to_string()),
-        Err(e @ CallError::Host(_)) => failure(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+        Err(e @ (CallError::Host(_) | CallError::Lost(_))) => failure(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
     }
 }

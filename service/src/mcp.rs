@@ -139,7 +139,7 @@ fn call_result(
         Err(error @ (CallError::NoSuchTool(_) | CallError::InvalidArguments { .. })) => {
             Err(McpError::invalid_params(error.to_string(), None))
         }
-        Err(CallError::Host(error)) => {
+        Err(error @ (CallError::Host(_) | CallError::Lost(_))) => {
             tracing::warn!("tools/call: {error}");
             Err(McpError::internal_error(error.to_string(), None))
         }

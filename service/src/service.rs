@@ -48,6 +48,9 @@ pub enum OpenError {
     /// The engine could not be built.
     #[error(transparent)]
     Engine(#[from] berm::EngineError),
+    /// The threads that run calls could not be started.
+    #[error("could not start the call threads")]
+    CallThreads(#[source] std::io::Error),
 }
 
 /// Why a deploy was refused; nothing changed.
@@ -125,6 +128,10 @@ pub enum CallError {
     /// The runtime stopped or refused the call (trap, deadline, memory cap…).
     #[error(transparent)]
     Host(#[from] berm::Error),
+    /// The task running the call ended without an answer (bermd is
+    /// shutting down, or the runtime panicked).
+    #[error("the call was lost: {0}")]
+    Lost(String),
 }
 
 /// What a restart brought back.
@@ -136,6 +143,37 @@ pub struct RestoreReport {
     pub skipped: Vec<String>,
 }
 
+/// The threads programs run on, apart from the ones serving sockets: a
+/// program that spins until its deadline keeps a call thread busy (yielding
+/// every epoch tick), never the threads that read requests and write answers.
+struct CallThreads(Option<tokio::runtime::Runtime>);
+
+impl CallThreads {
+    fn start() -> std::io::Result<CallThreads> {
+        let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(threads)
+            .thread_name("berm-call")
+            .enable_time()
+            .build()
+            .map(|runtime| CallThreads(Some(runtime)))
+    }
+
+    fn handle(&self) -> Option<&tokio::runtime::Handle> {
+        self.0.as_ref().map(|r| r.handle())
+    }
+}
+
+impl Drop for CallThreads {
+    fn drop(&mut self) {
+        // A runtime may not be dropped from async code, which is where the
+        // last reference to the service can go away.
+        if let Some(runtime) = self.0.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
 struct Deployment {
     record: Record,
     source: CompileSource,
@@ -144,6 +182,7 @@ struct Deployment {
 /// Programs by name, persisted under `$BERM_HOME`.
 pub struct Service {
     berm: Berm,
+    calls: CallThreads,
     home: Home,
     store: Store,
     kv_caps: KvCaps,
@@ -178,6 +217,7 @@ impl Service {
         let (changes, _) = broadcast::channel(16);
         let service = Arc::new(Service {
             berm,
+            calls: CallThreads::start().map_err(OpenError::CallThreads)?,
             store: Store::new(home.clone()),
             home,
             kv_caps: config.kv_caps,
@@ -341,7 +381,13 @@ impl Service {
         validate(&name, entry, args)?;
         // Serializing a Value cannot fail.
         let bytes = serde_json::to_vec(args).unwrap_or_default();
-        Ok(self.berm.call(None, &entry.program, &entry.tool, bytes).await?)
+        let (berm, program, tool) = (self.berm.clone(), entry.program.clone(), entry.tool.clone());
+        let run = async move { berm.call(None, &program, &tool, bytes).await };
+        let outcome = match self.calls.handle() {
+            Some(calls) => calls.spawn(run).await.map_err(|e| CallError::Lost(e.to_string()))?,
+            None => run.await,
+        };
+        Ok(outcome?)
     }
 
     fn write_deployments(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<String, Deployment>> {
