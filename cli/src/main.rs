@@ -28,7 +28,12 @@ pub enum Exit {
 
 /// The berm command line: deploy, list, call and inspect programs on bermd.
 #[derive(Parser)]
-#[command(name = "berm", version, about, after_help = "Exit codes: 0 done, 1 the program failed (call), 2 host or usage error.")]
+#[command(
+    name = "berm",
+    version,
+    about,
+    after_help = "Exit codes: 0 done, 1 the program failed (call), 2 host or usage error."
+)]
 struct Cli {
     /// bermd's data directory (default ~/.berm).
     #[arg(long, global = true, env = "BERM_HOME")]
@@ -60,11 +65,18 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(e) => {
             let _ = e.print();
-            return ExitCode::from(if e.use_stderr() { Exit::Error as u8 } else { Exit::Ok as u8 });
+            return ExitCode::from(if e.use_stderr() {
+                Exit::Error as u8
+            } else {
+                Exit::Ok as u8
+            });
         }
     };
     let home = cli.home.unwrap_or_else(berm_control::home::berm_home);
-    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
         Ok(runtime) => runtime,
         Err(e) => {
             eprintln!("berm: could not start the async runtime: {e}");

@@ -28,7 +28,11 @@ impl Bermd {
         // The bermd binary belongs to berm-service; `cargo test --workspace`
         // builds it next to this one.
         let bermd = Path::new(env!("CARGO_BIN_EXE_berm")).with_file_name("bermd");
-        assert!(bermd.exists(), "{} is not built: run cargo build -p berm-service", bermd.display());
+        assert!(
+            bermd.exists(),
+            "{} is not built: run cargo build -p berm-service",
+            bermd.display()
+        );
         let child = Command::new(bermd)
             .env("BERM_HOME", &home)
             .env("BERM_LOG", "warn")
@@ -41,7 +45,11 @@ impl Bermd {
             assert!(Instant::now() < deadline, "bermd did not come up");
             std::thread::sleep(Duration::from_millis(20));
         }
-        Bermd { child, home, _dir: dir }
+        Bermd {
+            child,
+            home,
+            _dir: dir,
+        }
     }
 
     fn berm(&self, args: &[&str]) -> Output {
@@ -67,7 +75,12 @@ fn berm_in(home: &Path, args: &[&str], stdin: Option<&str>) -> Output {
         .unwrap();
     if let Some(text) = stdin {
         use std::io::Write;
-        child.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(text.as_bytes())
+            .unwrap();
     }
     drop(child.stdin.take());
     child.wait_with_output().unwrap()
@@ -93,8 +106,14 @@ fn every_command_says_when_bermd_is_not_running() {
         let out = berm_in(dir.path(), &args, None);
         assert_eq!(out.status.code(), Some(2), "{args:?}");
         let stderr = text(&out.stderr);
-        assert!(stderr.contains("bermd is not running"), "{args:?}: {stderr}");
-        assert!(stderr.contains("start it with `bermd &`"), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("bermd is not running"),
+            "{args:?}: {stderr}"
+        );
+        assert!(
+            stderr.contains("start it with `bermd &`"),
+            "{args:?}: {stderr}"
+        );
     }
     // Inspecting a file needs no bermd.
     let out = berm_in(dir.path(), &["inspect", echo], None);
@@ -112,22 +131,61 @@ fn deploy_ls_call_inspect_rm_with_their_exit_codes() {
     let out = bermd.berm(&["deploy", "echo", wasm("echo").to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert!(text(&out.stdout).starts_with("deployed echo sha256:"));
-    let out = bermd.berm(&["deploy", "files", wasm("files").to_str().unwrap(), "--grant", &grant, "--grant", "log"]);
+    let out = bermd.berm(&[
+        "deploy",
+        "files",
+        wasm("files").to_str().unwrap(),
+        "--grant",
+        &grant,
+        "--grant",
+        "log",
+    ]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    let out = bermd.berm(&["deploy", "bad", wasm("echo").to_str().unwrap(), "--grant", "net"]);
+    let out = bermd.berm(&[
+        "deploy",
+        "bad",
+        wasm("echo").to_str().unwrap(),
+        "--grant",
+        "net",
+    ]);
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out.stderr).contains("unknown grant `net`"));
 
     let ls = text(&bermd.berm(&["ls"]).stdout);
     let files_line = ls.lines().find(|l| l.starts_with("files")).unwrap();
-    assert!(files_line.contains("read_file,write_file,list_dir,grep"), "{ls}");
-    assert!(files_line.contains(&format!("log,fs={}:ro", std::fs::canonicalize(data.path()).unwrap().display())), "{ls}");
-    assert!(ls.lines().find(|l| l.starts_with("echo")).unwrap().ends_with("none"), "{ls}");
+    assert!(
+        files_line.contains("read_file,write_file,list_dir,grep"),
+        "{ls}"
+    );
+    assert!(
+        files_line.contains(&format!(
+            "log,fs={}:ro",
+            std::fs::canonicalize(data.path()).unwrap().display()
+        )),
+        "{ls}"
+    );
+    assert!(
+        ls.lines()
+            .find(|l| l.starts_with("echo"))
+            .unwrap()
+            .ends_with("none"),
+        "{ls}"
+    );
 
     let out = bermd.berm(&["call", "echo.reverse", r#"{"message":"abc"}"#]);
-    assert_eq!((out.status.code(), text(&out.stdout)), (Some(0), "cba\n".into()));
-    let out = berm_in(&bermd.home, &["call", "files.read_file", "-"], Some(r#"{"path":"hello.txt"}"#));
-    assert_eq!((out.status.code(), text(&out.stdout)), (Some(0), "hello from disk\n\n".into()));
+    assert_eq!(
+        (out.status.code(), text(&out.stdout)),
+        (Some(0), "cba\n".into())
+    );
+    let out = berm_in(
+        &bermd.home,
+        &["call", "files.read_file", "-"],
+        Some(r#"{"path":"hello.txt"}"#),
+    );
+    assert_eq!(
+        (out.status.code(), text(&out.stdout)),
+        (Some(0), "hello from disk\n\n".into())
+    );
     let out = bermd.berm(&["call", "echo.fail", r#"{"message":"nope"}"#]);
     assert_eq!(out.status.code(), Some(1));
     assert_eq!(text(&out.stderr), "echo.fail failed: nope\n");
@@ -145,17 +203,32 @@ fn deploy_ls_call_inspect_rm_with_their_exit_codes() {
 
     let out = bermd.berm(&["inspect", "files"]);
     let inspect = text(&out.stdout);
-    assert!(inspect.contains("syscalls imported: fs.list, fs.read, fs.write"), "{inspect}");
-    assert!(inspect.contains(&format!("grants (files): log,fs=")), "{inspect}");
-    assert!(inspect.contains("read_file — Read a UTF-8 text file."), "{inspect}");
+    assert!(
+        inspect.contains("syscalls imported: fs.list, fs.read, fs.write"),
+        "{inspect}"
+    );
+    assert!(
+        inspect.contains(&format!("grants (files): log,fs=")),
+        "{inspect}"
+    );
+    assert!(
+        inspect.contains("read_file — Read a UTF-8 text file."),
+        "{inspect}"
+    );
     assert!(inspect.contains(r#""required":["path"]"#), "{inspect}");
     let out = bermd.berm(&["inspect", wasm("compose").to_str().unwrap()]);
     let inspect = text(&out.stdout);
     assert!(inspect.contains("programs called: echo"), "{inspect}");
-    assert!(inspect.contains("syscalls imported: berm.call"), "{inspect}");
+    assert!(
+        inspect.contains("syscalls imported: berm.call"),
+        "{inspect}"
+    );
     let out = bermd.berm(&["inspect", wasm("notes").to_str().unwrap(), "--json"]);
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(json["syscalls"], serde_json::json!(["kv.delete", "kv.get", "kv.list", "kv.put"]));
+    assert_eq!(
+        json["syscalls"],
+        serde_json::json!(["kv.delete", "kv.get", "kv.list", "kv.put"])
+    );
 
     let out = bermd.berm(&["rm", "echo"]);
     assert_eq!(out.status.code(), Some(0));
@@ -178,8 +251,14 @@ fn the_mcp_bridge_carries_a_session() {
     let out = berm_in(&bermd.home, &["mcp"], Some(&input));
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let stdout = text(&out.stdout);
-    let answers: Vec<serde_json::Value> = stdout.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
-    let call = answers.iter().find(|a| a["id"] == 2).unwrap_or_else(|| panic!("{stdout}"));
+    let answers: Vec<serde_json::Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let call = answers
+        .iter()
+        .find(|a| a["id"] == 2)
+        .unwrap_or_else(|| panic!("{stdout}"));
     assert_eq!(call["result"]["content"][0]["text"], "through the bridge");
 }
 
@@ -208,6 +287,9 @@ fn berm_new_scaffolds_a_program_that_builds_and_deploys_as_is() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let out = bermd.berm(&["call", "greeter.hello", r#"{"name":"berm"}"#]);
     assert_eq!(text(&out.stdout), "hello, berm\n");
-    let out = Command::new(env!("CARGO_BIN_EXE_berm")).args(["new", "Bad.Name"]).output().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_berm"))
+        .args(["new", "Bad.Name"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
 }

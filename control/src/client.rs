@@ -134,19 +134,20 @@ impl Client {
         uri: String,
         body: Option<Vec<u8>>,
     ) -> Result<T, ClientError> {
-        let stream = UnixStream::connect(&self.socket).await.map_err(|source| {
-            match source.kind() {
-                std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused => {
-                    ClientError::NotRunning {
-                        path: self.socket.clone(),
+        let stream =
+            UnixStream::connect(&self.socket)
+                .await
+                .map_err(|source| match source.kind() {
+                    std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused => {
+                        ClientError::NotRunning {
+                            path: self.socket.clone(),
+                        }
                     }
-                }
-                _ => ClientError::Connect {
-                    path: self.socket.clone(),
-                    source,
-                },
-            }
-        })?;
+                    _ => ClientError::Connect {
+                        path: self.socket.clone(),
+                        source,
+                    },
+                })?;
         let http = |message: String| ClientError::Http {
             method: method.to_string(),
             uri: uri.clone(),
@@ -178,7 +179,10 @@ impl Client {
         if status != StatusCode::OK {
             let message = match serde_json::from_slice::<ErrorBody>(&bytes) {
                 Ok(body) => body.error,
-                Err(_) => format!("bermd answered {status}: {}", String::from_utf8_lossy(&bytes)),
+                Err(_) => format!(
+                    "bermd answered {status}: {}",
+                    String::from_utf8_lossy(&bytes)
+                ),
             };
             return Err(ClientError::Api {
                 status: status.as_u16(),

@@ -127,25 +127,50 @@ mod tests {
 
     #[test]
     fn grants_round_trip_through_text() {
-        for text in ["log", "clock", "random", "kv", "fs=/srv/data:ro", "fs=/srv/data:rw"] {
+        for text in [
+            "log",
+            "clock",
+            "random",
+            "kv",
+            "fs=/srv/data:ro",
+            "fs=/srv/data:rw",
+        ] {
             let grant: Grant = text.parse().unwrap();
             assert_eq!(grant.to_string(), text);
         }
         assert_eq!(
             "fs=/tmp/x".parse::<Grant>().unwrap(),
-            Grant::Fs { dir: "/tmp/x".into(), read_only: false }
+            Grant::Fs {
+                dir: "/tmp/x".into(),
+                read_only: false
+            }
         );
         assert_eq!(
             "fs=/a:b:ro".parse::<Grant>().unwrap(),
-            Grant::Fs { dir: "/a:b".into(), read_only: true }
+            Grant::Fs {
+                dir: "/a:b".into(),
+                read_only: true
+            }
         );
     }
 
     #[test]
     fn bad_grants_are_refused_with_the_reason() {
-        assert_eq!("net".parse::<Grant>(), Err(GrantParseError::Unknown("net".into())));
-        assert_eq!("fs".parse::<Grant>(), Err(GrantParseError::FsWithoutDir("fs".into())));
-        assert_eq!("fs=:ro".parse::<Grant>(), Err(GrantParseError::FsWithoutDir("fs=:ro".into())));
-        assert_eq!("kv=1".parse::<Grant>(), Err(GrantParseError::UnexpectedValue("kv=1".into())));
+        assert_eq!(
+            "net".parse::<Grant>(),
+            Err(GrantParseError::Unknown("net".into()))
+        );
+        assert_eq!(
+            "fs".parse::<Grant>(),
+            Err(GrantParseError::FsWithoutDir("fs".into()))
+        );
+        assert_eq!(
+            "fs=:ro".parse::<Grant>(),
+            Err(GrantParseError::FsWithoutDir("fs=:ro".into()))
+        );
+        assert_eq!(
+            "kv=1".parse::<Grant>(),
+            Err(GrantParseError::UnexpectedValue("kv=1".into()))
+        );
     }
 }

@@ -74,8 +74,12 @@ impl Catalog {
 /// not validate against.
 pub fn check_schemas(manifest: &berm::Manifest) -> Result<(), String> {
     for tool in &manifest.tools {
-        jsonschema::validator_for(&tool.input_schema)
-            .map_err(|e| format!("tool `{}`: input_schema is not a valid JSON Schema: {e}", tool.name))?;
+        jsonschema::validator_for(&tool.input_schema).map_err(|e| {
+            format!(
+                "tool `{}`: input_schema is not a valid JSON Schema: {e}",
+                tool.name
+            )
+        })?;
     }
     Ok(())
 }

@@ -24,7 +24,12 @@ pub fn router(service: Arc<Service>) -> Router {
         .route("/programs", get(list))
         .route("/programs/{name}", get(show).put(deploy).delete(remove))
         .route("/programs/{name}/tools/{tool}", post(call))
-        .fallback(|| async { failure(StatusCode::NOT_FOUND, "no such route; see docs/service.md".into()) })
+        .fallback(|| async {
+            failure(
+                StatusCode::NOT_FOUND,
+                "no such route; see docs/service.md".into(),
+            )
+        })
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(service)
 }
@@ -49,7 +54,10 @@ async fn list(State(service): State<Arc<Service>>) -> Response {
 async fn show(State(service): State<Arc<Service>>, Path(name): Path<String>) -> Response {
     match service.view(&name) {
         Some(view) => ok(view),
-        None => failure(StatusCode::NOT_FOUND, format!("no program named `{name}` is deployed")),
+        None => failure(
+            StatusCode::NOT_FOUND,
+            format!("no program named `{name}` is deployed"),
+        ),
     }
 }
 
@@ -60,11 +68,21 @@ async fn deploy(
 ) -> Response {
     let request: DeployRequest = match serde_json::from_slice(&body) {
         Ok(request) => request,
-        Err(e) => return failure(StatusCode::BAD_REQUEST, format!("deploy request is not valid: {e}")),
+        Err(e) => {
+            return failure(
+                StatusCode::BAD_REQUEST,
+                format!("deploy request is not valid: {e}"),
+            );
+        }
     };
     let image = match request.image_bytes() {
         Ok(image) => image,
-        Err(e) => return failure(StatusCode::BAD_REQUEST, format!("image is not valid base64: {e}")),
+        Err(e) => {
+            return failure(
+                StatusCode::BAD_REQUEST,
+                format!("image is not valid base64: {e}"),
+            );
+        }
     };
     // Deploying may compile for a while; keep it off the async workers.
     let outcome = tokio::task::spawn_blocking(move || {
@@ -82,7 +100,10 @@ async fn deploy(
             };
             failure(status, error_chain(&e))
         }
-        Err(e) => failure(StatusCode::INTERNAL_SERVER_ERROR, format!("deploy task failed: {e}")),
+        Err(e) => failure(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("deploy task failed: {e}"),
+        ),
     }
 }
 
@@ -104,14 +125,29 @@ async fn call(
     } else {
         match serde_json::from_slice(&body) {
             Ok(args) => args,
-            Err(e) => return failure(StatusCode::BAD_REQUEST, format!("arguments are not valid JSON: {e}")),
+            Err(e) => {
+                return failure(
+                    StatusCode::BAD_REQUEST,
+                    format!("arguments are not valid JSON: {e}"),
+                );
+            }
         }
     };
     match service.call(&name, &tool, &args).await {
-        Ok(Ok(text)) => ok(CallResponse { outcome: CallOutcome::Done, text }),
-        Ok(Err(failed)) => ok(CallResponse { outcome: CallOutcome::Failed, text: failed.message }),
+        Ok(Ok(text)) => ok(CallResponse {
+            outcome: CallOutcome::Done,
+            text,
+        }),
+        Ok(Err(failed)) => ok(CallResponse {
+            outcome: CallOutcome::Failed,
+            text: failed.message,
+        }),
         Err(e @ CallError::NoSuchTool(_)) => failure(StatusCode::NOT_FOUND, e.to_string()),
-        Err(e @ CallError::InvalidArguments { .. }) => failure(StatusCode::BAD_REQUEST, e.to_string()),
-        Err(e @ (CallError::Host(_) | CallError::Lost(_))) => failure(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+        Err(e @ CallError::InvalidArguments { .. }) => {
+            failure(StatusCode::BAD_REQUEST, e.to_string())
+        }
+        Err(e @ (CallError::Host(_) | CallError::Lost(_))) => {
+            failure(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
+        }
     }
 }

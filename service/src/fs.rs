@@ -43,10 +43,16 @@ impl FsError {
     fn from_errno(path: &str, errno: Errno) -> FsError {
         let (code, what) = match errno {
             Errno::XDEV => (ErrorCode::Denied, "leaves the granted directory"),
-            Errno::LOOP => (ErrorCode::Denied, "goes through too many or forbidden symlinks"),
+            Errno::LOOP => (
+                ErrorCode::Denied,
+                "goes through too many or forbidden symlinks",
+            ),
             Errno::NOENT => (ErrorCode::NotFound, "does not exist"),
             Errno::ISDIR => (ErrorCode::Conflict, "is a directory"),
-            Errno::NOTDIR => (ErrorCode::Conflict, "has a component that is not a directory"),
+            Errno::NOTDIR => (
+                ErrorCode::Conflict,
+                "has a component that is not a directory",
+            ),
             Errno::NOTEMPTY => (ErrorCode::Conflict, "is a non-empty directory"),
             Errno::EXIST => (ErrorCode::Conflict, "already exists"),
             Errno::ACCESS | Errno::PERM => (ErrorCode::Denied, "is not accessible to bermd"),
@@ -109,8 +115,14 @@ impl FsRoot {
 
     fn open_beneath(&self, path: &str, flags: OFlags) -> Result<OwnedFd, FsError> {
         let target = if path.is_empty() { "." } else { path };
-        rustix::fs::openat2(&self.dir, target, flags | OFlags::CLOEXEC, Mode::empty(), BENEATH)
-            .map_err(|e| FsError::from_errno(path, e))
+        rustix::fs::openat2(
+            &self.dir,
+            target,
+            flags | OFlags::CLOEXEC,
+            Mode::empty(),
+            BENEATH,
+        )
+        .map_err(|e| FsError::from_errno(path, e))
     }
 
     /// The contents of the file at `path`.
@@ -118,7 +130,10 @@ impl FsRoot {
         let fd = self.open_beneath(path, OFlags::RDONLY)?;
         let stat = rustix::fs::fstat(&fd).map_err(|e| FsError::from_errno(path, e))?;
         if FileType::from_raw_mode(stat.st_mode) != FileType::RegularFile {
-            return Err(FsError::new(ErrorCode::Conflict, format!("`{path}` is not a regular file")));
+            return Err(FsError::new(
+                ErrorCode::Conflict,
+                format!("`{path}` is not a regular file"),
+            ));
         }
         let mut contents = Vec::new();
         File::from(fd)
@@ -152,7 +167,8 @@ impl FsRoot {
                     format!("`{path}` has more than {MAX_LIST_ENTRIES} entries"),
                 ));
             }
-            let Ok(stat) = rustix::fs::statat(&fd, entry.file_name(), AtFlags::SYMLINK_NOFOLLOW) else {
+            let Ok(stat) = rustix::fs::statat(&fd, entry.file_name(), AtFlags::SYMLINK_NOFOLLOW)
+            else {
                 continue; // removed while listing
             };
             let kind = match FileType::from_raw_mode(stat.st_mode) {
@@ -245,9 +261,8 @@ impl FsRoot {
             .write_all(contents)
             .and_then(|()| file.sync_all())
             .map_err(|e| FsError::new(ErrorCode::Io, format!("`{path}`: {e}")));
-        let renamed = written.and_then(|()| {
-            rustix::fs::renameat(&parent, temp.as_str(), &parent, name).map_err(io)
-        });
+        let renamed = written
+            .and_then(|()| rustix::fs::renameat(&parent, temp.as_str(), &parent, name).map_err(io));
         if let Err(e) = renamed {
             let _ = rustix::fs::unlinkat(&parent, temp.as_str(), AtFlags::empty());
             return Err(e);
@@ -279,7 +294,8 @@ mod tests {
         std::fs::create_dir(dir.path().join("inside")).unwrap();
         std::fs::write(dir.path().join("inside/a.txt"), b"hello").unwrap();
         std::fs::write(dir.path().join("secret.txt"), b"secret").unwrap();
-        std::os::unix::fs::symlink(dir.path().join("secret.txt"), dir.path().join("inside/out")).unwrap();
+        std::os::unix::fs::symlink(dir.path().join("secret.txt"), dir.path().join("inside/out"))
+            .unwrap();
         std::os::unix::fs::symlink("a.txt", dir.path().join("inside/in")).unwrap();
         let fs = FsRoot::open(&dir.path().join("inside"), read_only).unwrap();
         (dir, fs)
@@ -292,11 +308,20 @@ mod tests {
             let err = fs.read(path).unwrap_err();
             assert_eq!(err.code, ErrorCode::Denied, "{path}: {err}");
         }
-        assert_eq!(fs.read("../secret.txt").unwrap_err().message, "`../secret.txt` leaves the granted directory");
+        assert_eq!(
+            fs.read("../secret.txt").unwrap_err().message,
+            "`../secret.txt` leaves the granted directory"
+        );
         assert_eq!(fs.write("../x", b"x").unwrap_err().code, ErrorCode::Denied);
-        assert_eq!(fs.write("/tmp/x", b"x").unwrap_err().code, ErrorCode::Denied);
+        assert_eq!(
+            fs.write("/tmp/x", b"x").unwrap_err().code,
+            ErrorCode::Denied
+        );
         assert_eq!(fs.list("..").unwrap_err().code, ErrorCode::Denied);
-        assert_eq!(fs.remove("../secret.txt").unwrap_err().code, ErrorCode::Denied);
+        assert_eq!(
+            fs.remove("../secret.txt").unwrap_err().code,
+            ErrorCode::Denied
+        );
         assert_eq!(fs.read("in").unwrap(), b"hello");
     }
 
@@ -306,20 +331,45 @@ mod tests {
         fs.write("new/deep/b.txt", b"bee").unwrap();
         assert_eq!(fs.read("new/deep/b.txt").unwrap(), b"bee");
         fs.write("a.txt", b"replaced").unwrap();
-        assert_eq!(std::fs::read(dir.path().join("inside/a.txt")).unwrap(), b"replaced");
+        assert_eq!(
+            std::fs::read(dir.path().join("inside/a.txt")).unwrap(),
+            b"replaced"
+        );
         // Writing over a symlink that points out replaces the link itself.
         fs.write("out", b"mine").unwrap();
-        assert_eq!(std::fs::read(dir.path().join("secret.txt")).unwrap(), b"secret");
-        let names: Vec<_> = fs.list("").unwrap().into_iter().map(|e| (e.name, e.kind)).collect();
-        assert_eq!(names, vec![("a.txt".into(), "file"), ("in".into(), "symlink"), ("new".into(), "dir"), ("out".into(), "file")]);
+        assert_eq!(
+            std::fs::read(dir.path().join("secret.txt")).unwrap(),
+            b"secret"
+        );
+        let names: Vec<_> = fs
+            .list("")
+            .unwrap()
+            .into_iter()
+            .map(|e| (e.name, e.kind))
+            .collect();
+        assert_eq!(
+            names,
+            vec![
+                ("a.txt".into(), "file"),
+                ("in".into(), "symlink"),
+                ("new".into(), "dir"),
+                ("out".into(), "file")
+            ]
+        );
         fs.remove("new/deep/b.txt").unwrap();
-        assert_eq!(fs.read("new/deep/b.txt").unwrap_err().code, ErrorCode::NotFound);
+        assert_eq!(
+            fs.read("new/deep/b.txt").unwrap_err().code,
+            ErrorCode::NotFound
+        );
     }
 
     #[test]
     fn read_only_refuses_writes() {
         let (_dir, fs) = root(true);
-        assert_eq!(fs.write("a.txt", b"x").unwrap_err().message, "`a.txt`: the fs grant is read-only");
+        assert_eq!(
+            fs.write("a.txt", b"x").unwrap_err().message,
+            "`a.txt`: the fs grant is read-only"
+        );
         assert_eq!(fs.remove("a.txt").unwrap_err().code, ErrorCode::Denied);
         assert_eq!(fs.read("a.txt").unwrap(), b"hello");
     }

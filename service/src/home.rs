@@ -130,7 +130,10 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), HomeError> {
         source,
     };
     let dir = path.parent().unwrap_or(Path::new("."));
-    let name = path.file_name().map(|n| n.to_string_lossy()).unwrap_or_default();
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy())
+        .unwrap_or_default();
     let temp = dir.join(format!(
         ".{name}.tmp-{}-{}",
         std::process::id(),
@@ -186,7 +189,10 @@ mod tests {
         write_atomic(&path, b"one").unwrap();
         write_atomic(&path, b"two").unwrap();
         assert_eq!(fs::read(&path).unwrap(), b"two");
-        let names: Vec<_> = fs::read_dir(home.deployments()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        let names: Vec<_> = fs::read_dir(home.deployments())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
         assert_eq!(names, vec![std::ffi::OsString::from("x.json")]);
         remove_durably(&path).unwrap();
         remove_durably(&path).unwrap();

@@ -29,7 +29,9 @@ pub struct HttpConfig {
 #[derive(Debug, thiserror::Error)]
 pub enum HttpError {
     /// A non-loopback address without the explicit permission and a token.
-    #[error("refusing to serve MCP on {addr}: it is not a loopback address; pass --http-allow-remote and a bearer token (--http-token-file) to serve it anyway")]
+    #[error(
+        "refusing to serve MCP on {addr}: it is not a loopback address; pass --http-allow-remote and a bearer token (--http-token-file) to serve it anyway"
+    )]
     NotLoopback {
         /// The address.
         addr: SocketAddr,
@@ -74,10 +76,12 @@ pub fn router(service: Arc<Service>, config: &HttpConfig) -> axum::Router {
     );
     let router = axum::Router::new().nest_service("/mcp", mcp);
     match config.token.clone() {
-        Some(token) => router.layer(axum::middleware::from_fn(move |request: Request, next: Next| {
-            let token = token.clone();
-            async move { require_bearer(&token, request, next).await }
-        })),
+        Some(token) => router.layer(axum::middleware::from_fn(
+            move |request: Request, next: Next| {
+                let token = token.clone();
+                async move { require_bearer(&token, request, next).await }
+            },
+        )),
         None => router,
     }
 }

@@ -308,7 +308,8 @@ mod tests {
         drop(kv);
         // A crash mid-append leaves half a record.
         let mut file = OpenOptions::new().append(true).open(&path).unwrap();
-        file.write_all(&encode(OP_PUT, b"c", b"torn")[..10]).unwrap();
+        file.write_all(&encode(OP_PUT, b"c", b"torn")[..10])
+            .unwrap();
         drop(file);
         let kv = KvStore::open(&path, KvCaps::default()).unwrap();
         assert_eq!(kv.get(b"a"), Some(b"3".to_vec()));
@@ -323,16 +324,29 @@ mod tests {
     #[test]
     fn caps_are_enforced_with_the_sizes() {
         let dir = tempfile::tempdir().unwrap();
-        let caps = KvCaps { max_key_bytes: 4, max_value_bytes: 8, max_total_bytes: 20 };
+        let caps = KvCaps {
+            max_key_bytes: 4,
+            max_value_bytes: 8,
+            max_total_bytes: 20,
+        };
         let kv = KvStore::open(&dir.path().join("kv.log"), caps).unwrap();
         let err = kv.put(b"toolong", b"x").unwrap_err();
-        assert_eq!(err.to_string(), "the key is 7 bytes, over the cap of 4 bytes");
+        assert_eq!(
+            err.to_string(),
+            "the key is 7 bytes, over the cap of 4 bytes"
+        );
         let err = kv.put(b"k", &[0; 9]).unwrap_err();
-        assert_eq!(err.to_string(), "the value is 9 bytes, over the cap of 8 bytes");
+        assert_eq!(
+            err.to_string(),
+            "the value is 9 bytes, over the cap of 8 bytes"
+        );
         kv.put(b"k1", &[0; 8]).unwrap();
         kv.put(b"k2", &[0; 8]).unwrap();
         let err = kv.put(b"k3", &[0; 8]).unwrap_err();
-        assert_eq!(err.to_string(), "the keyspace is 30 bytes, over the cap of 20 bytes");
+        assert_eq!(
+            err.to_string(),
+            "the keyspace is 30 bytes, over the cap of 20 bytes"
+        );
         kv.put(b"k1", &[0; 1]).unwrap();
     }
 

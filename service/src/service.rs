@@ -268,7 +268,10 @@ impl Service {
 
     /// The current tool catalog.
     pub fn catalog(&self) -> Arc<Catalog> {
-        self.catalog.read().unwrap_or_else(|p| p.into_inner()).clone()
+        self.catalog
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// Deploys `image` under `name` with `grants`, replacing what the name
@@ -324,10 +327,12 @@ impl Service {
             .ok_or_else(|| RemoveError::NotDeployed(name.to_string()))?;
         self.write_deployments().remove(name);
         self.rebuild_catalog();
-        self.store.delete(name).map_err(|source| RemoveError::Persist {
-            name: name.to_string(),
-            source,
-        })?;
+        self.store
+            .delete(name)
+            .map_err(|source| RemoveError::Persist {
+                name: name.to_string(),
+                source,
+            })?;
         tracing::info!(program = %name, "removed");
         Ok(RemoveResponse {
             name: name.to_string(),
@@ -384,7 +389,10 @@ impl Service {
         let (berm, program, tool) = (self.berm.clone(), entry.program.clone(), entry.tool.clone());
         let run = async move { berm.call(None, &program, &tool, bytes).await };
         let outcome = match self.calls.handle() {
-            Some(calls) => calls.spawn(run).await.map_err(|e| CallError::Lost(e.to_string()))?,
+            Some(calls) => calls
+                .spawn(run)
+                .await
+                .map_err(|e| CallError::Lost(e.to_string()))?,
             None => run.await,
         };
         Ok(outcome?)
@@ -450,12 +458,13 @@ impl Service {
             return Ok(kv.clone());
         }
         let path = self.home.state(name)?.join("kv.log");
-        let kv = Arc::new(KvStore::open(&path, self.kv_caps).map_err(|source| {
-            DeployError::State {
-                name: name.to_string(),
-                source,
-            }
-        })?);
+        let kv =
+            Arc::new(
+                KvStore::open(&path, self.kv_caps).map_err(|source| DeployError::State {
+                    name: name.to_string(),
+                    source,
+                })?,
+            );
         keyspaces.insert(name.to_string(), kv.clone());
         Ok(kv)
     }
@@ -497,7 +506,11 @@ fn normalize_grants(grants: Vec<Grant>) -> Result<Vec<Grant>, DeployError> {
         let grant = match grant {
             Grant::Fs { dir, read_only } => {
                 let refuse = |message: String| DeployError::Grant {
-                    grant: Grant::Fs { dir: dir.clone(), read_only }.to_string(),
+                    grant: Grant::Fs {
+                        dir: dir.clone(),
+                        read_only,
+                    }
+                    .to_string(),
                     message,
                 };
                 if !dir.is_absolute() {
@@ -508,7 +521,10 @@ fn normalize_grants(grants: Vec<Grant>) -> Result<Vec<Grant>, DeployError> {
                 if !real.is_dir() {
                     return Err(refuse("not a directory".into()));
                 }
-                Grant::Fs { dir: real, read_only }
+                Grant::Fs {
+                    dir: real,
+                    read_only,
+                }
             }
             other => other,
         };

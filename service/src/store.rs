@@ -117,7 +117,10 @@ impl Store {
         let mut paths: Vec<PathBuf> = entries
             .filter_map(|e| e.ok().map(|e| e.path()))
             .filter(|p| p.extension().is_some_and(|x| x == "json"))
-            .filter(|p| !p.file_name().is_some_and(|n| n.to_string_lossy().starts_with('.')))
+            .filter(|p| {
+                !p.file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with('.'))
+            })
             .collect();
         paths.sort();
         for path in paths {
@@ -139,8 +142,14 @@ impl Store {
             message,
         };
         let record: Record = serde_json::from_slice(&bytes).map_err(|e| corrupt(e.to_string()))?;
-        if path.file_stem().is_none_or(|s| s.to_string_lossy() != record.name) {
-            return Err(corrupt(format!("it names `{}`, not its file name", record.name)));
+        if path
+            .file_stem()
+            .is_none_or(|s| s.to_string_lossy() != record.name)
+        {
+            return Err(corrupt(format!(
+                "it names `{}`, not its file name",
+                record.name
+            )));
         }
         let digest: Digest = record
             .digest

@@ -89,7 +89,8 @@ pub fn table() -> Vec<Syscall> {
 }
 
 fn fields<const N: usize>(request: &[u8]) -> Result<[&[u8]; N], SyscallError> {
-    frame::decode_exact::<N>(request).map_err(|e| SyscallError::code(ErrorCode::Invalid, e.to_string()))
+    frame::decode_exact::<N>(request)
+        .map_err(|e| SyscallError::code(ErrorCode::Invalid, e.to_string()))
 }
 
 fn text(bytes: &[u8]) -> Result<&str, SyscallError> {
@@ -165,7 +166,10 @@ fn random_fill(_: &SyscallContext<'_>, buffer: &mut [u8]) -> Result<Reply, Sysca
     if buffer.len() > MAX_RANDOM_BYTES {
         return Err(SyscallError::code(
             ErrorCode::TooLarge,
-            format!("random.fill of {} bytes is over the cap of {MAX_RANDOM_BYTES}", buffer.len()),
+            format!(
+                "random.fill of {} bytes is over the cap of {MAX_RANDOM_BYTES}",
+                buffer.len()
+            ),
         ));
     }
     getrandom::fill(buffer).map_err(|e| SyscallError::code(ErrorCode::Io, e.to_string()))?;
@@ -178,7 +182,10 @@ mod tests {
 
     #[test]
     fn every_abi_syscall_is_served_exactly_once() {
-        let served: Vec<String> = table().iter().map(|s| format!("{}.{}", s.module(), s.name())).collect();
+        let served: Vec<String> = table()
+            .iter()
+            .map(|s| format!("{}.{}", s.module(), s.name()))
+            .collect();
         let listed: Vec<String> = berm_abi::SYSCALLS.iter().map(|s| s.qualified()).collect();
         assert_eq!(served, listed);
     }

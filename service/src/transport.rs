@@ -90,7 +90,9 @@ where
         let reply = if let Some(size) = oversized {
             Some(error_line(
                 INVALID_REQUEST,
-                &format!("message of {size} bytes or more exceeds bermd's frame cap of {max_frame} bytes"),
+                &format!(
+                    "message of {size} bytes or more exceeds bermd's frame cap of {max_frame} bytes"
+                ),
             ))
         } else if line.iter().all(u8::is_ascii_whitespace) {
             continue;
@@ -106,7 +108,9 @@ where
                 }
             }
             None => {
-                if session.write_all(&line).await.is_err() || session.write_all(b"\n").await.is_err() {
+                if session.write_all(&line).await.is_err()
+                    || session.write_all(b"\n").await.is_err()
+                {
                     break;
                 }
             }
@@ -129,7 +133,13 @@ async fn read_bounded_line<R: AsyncRead + Unpin>(
     loop {
         let buffer = read.fill_buf().await?;
         if buffer.is_empty() {
-            return Ok(if seen == 0 { None } else if oversized { Some(Some(seen)) } else { Some(None) });
+            return Ok(if seen == 0 {
+                None
+            } else if oversized {
+                Some(Some(seen))
+            } else {
+                Some(None)
+            });
         }
         let (chunk, done) = match buffer.iter().position(|b| *b == b'\n') {
             Some(at) => (&buffer[..at], Some(at + 1)),

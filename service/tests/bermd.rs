@@ -15,10 +15,21 @@ fn deployments_and_acknowledged_writes_survive_kill_9() {
     let bermd = Bermd::start(&[]);
     let deployed = bermd.deploy("notes", "notes", &["kv"], LimitsSpec::default());
     assert_eq!(deployed.program.code_source, "compiled");
-    bermd.deploy("echo", "echo", &[], LimitsSpec { deadline_ms: Some(1234), memory_bytes: None });
+    bermd.deploy(
+        "echo",
+        "echo",
+        &[],
+        LimitsSpec {
+            deadline_ms: Some(1234),
+            memory_bytes: None,
+        },
+    );
     let mut session = bermd.session();
     for i in 0..20 {
-        let (text, error) = result_text(&session.call("notes.add", json!({"title": format!("n{i}"), "text": format!("body {i}")})));
+        let (text, error) = result_text(&session.call(
+            "notes.add",
+            json!({"title": format!("n{i}"), "text": format!("body {i}")}),
+        ));
         assert!(!error, "{text}");
     }
     let (_, error) = result_text(&session.call("notes.delete", json!({"id": 3})));
@@ -58,10 +69,17 @@ fn a_corrupt_record_is_reported_and_skipped() {
     )
     .unwrap();
     let restarted = Bermd::start_in(&home, &[]);
-    let names: Vec<_> = block_on(restarted.control().list()).unwrap().into_iter().map(|p| p.name).collect();
+    let names: Vec<_> = block_on(restarted.control().list())
+        .unwrap()
+        .into_iter()
+        .map(|p| p.name)
+        .collect();
     assert_eq!(names, ["echo", "other"]);
     let log = restarted.log_text();
-    assert!(log.contains("deployment record") && log.contains("broken.json is corrupt"), "{log}");
+    assert!(
+        log.contains("deployment record") && log.contains("broken.json is corrupt"),
+        "{log}"
+    );
     assert!(log.contains("for `lost` is missing"), "{log}");
 }
 
@@ -78,7 +96,8 @@ fn eight_clients_times_a_thousand_calls_are_all_answered_correctly() {
                 session.initialize();
                 for i in 0..1000 {
                     let message = format!("client {client} call {i}");
-                    let (text, error) = result_text(&session.call("echo.reverse", json!({"message": message})));
+                    let (text, error) =
+                        result_text(&session.call("echo.reverse", json!({"message": message})));
                     assert!(!error);
                     assert_eq!(text, message.chars().rev().collect::<String>());
                 }
@@ -106,20 +125,36 @@ fn bad_input_gets_errors_and_bermd_stays_up() {
     session.send_raw(&huge);
     let reply = session.read();
     assert_eq!(reply["error"]["code"], -32600, "{reply}");
-    assert!(reply["error"]["message"].as_str().unwrap().contains("frame cap of 65536 bytes"));
+    assert!(
+        reply["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("frame cap of 65536 bytes")
+    );
 
     let reply = session.request("no/such/method", json!({}));
     assert_eq!(reply["error"]["code"], -32601, "{reply}");
 
     let reply = session.call("echo.nosuch", json!({}));
     assert_eq!(reply["error"]["code"], -32602, "{reply}");
-    assert!(reply["error"]["message"].as_str().unwrap().contains("no tool `echo.nosuch`"));
+    assert!(
+        reply["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("no tool `echo.nosuch`")
+    );
     let reply = session.call("nodot", json!({}));
     assert_eq!(reply["error"]["code"], -32602, "{reply}");
 
     let reply = session.call("echo.echo", json!({"message": ["not", "a", "string"]}));
     assert_eq!(reply["error"]["code"], -32602, "{reply}");
-    assert!(reply["error"]["message"].as_str().unwrap().contains("`message`"), "{reply}");
+    assert!(
+        reply["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("`message`"),
+        "{reply}"
+    );
 
     // Well-formed JSON that is not JSON-RPC.
     session.send_raw(b"[1, 2, 3]\n");
@@ -149,26 +184,56 @@ fn fs_escapes_are_refused() {
     std::os::unix::fs::symlink(dir.path().join("secret.txt"), root.join("link")).unwrap();
     std::os::unix::fs::symlink(dir.path(), root.join("parent")).unwrap();
     let bermd = Bermd::start(&[]);
-    bermd.deploy("files", "files", &[&format!("fs={}:rw", root.display())], LimitsSpec::default());
+    bermd.deploy(
+        "files",
+        "files",
+        &[&format!("fs={}:rw", root.display())],
+        LimitsSpec::default(),
+    );
     let mut session = bermd.session();
-    for path in ["../secret.txt", "/etc/passwd", &dir.path().join("secret.txt").display().to_string(), "link", "parent/secret.txt"] {
+    for path in [
+        "../secret.txt",
+        "/etc/passwd",
+        &dir.path().join("secret.txt").display().to_string(),
+        "link",
+        "parent/secret.txt",
+    ] {
         let (text, error) = result_text(&session.call("files.read_file", json!({"path": path})));
         assert!(error, "{path} was read: {text}");
-        assert!(text.contains("leaves the granted directory"), "{path}: {text}");
+        assert!(
+            text.contains("leaves the granted directory"),
+            "{path}: {text}"
+        );
     }
-    let (text, error) = result_text(&session.call("files.write_file", json!({"path": "../escaped.txt", "content": "x"})));
-    assert!(error && text.contains("leaves the granted directory"), "{text}");
-    let (text, error) = result_text(&session.call("files.write_file", json!({"path": "parent/escaped.txt", "content": "x"})));
+    let (text, error) = result_text(&session.call(
+        "files.write_file",
+        json!({"path": "../escaped.txt", "content": "x"}),
+    ));
+    assert!(
+        error && text.contains("leaves the granted directory"),
+        "{text}"
+    );
+    let (text, error) = result_text(&session.call(
+        "files.write_file",
+        json!({"path": "parent/escaped.txt", "content": "x"}),
+    ));
     assert!(error, "{text}");
     assert!(!dir.path().join("escaped.txt").exists());
     let (text, error) = result_text(&session.call("files.list_dir", json!({"path": ".."})));
     assert!(error, "{text}");
     // Inside is fine.
-    let (text, error) = result_text(&session.call("files.read_file", json!({"path": "inside.txt"})));
+    let (text, error) =
+        result_text(&session.call("files.read_file", json!({"path": "inside.txt"})));
     assert_eq!((text.as_str(), error), ("inside", false));
-    let (_, error) = result_text(&session.call("files.write_file", json!({"path": "sub/new.txt", "content": "new"})));
+    let (_, error) = result_text(&session.call(
+        "files.write_file",
+        json!({"path": "sub/new.txt", "content": "new"}),
+    ));
     assert!(!error);
-    assert_eq!(std::fs::read_to_string(root.join("sub/new.txt")).unwrap(), "new");
+    assert_eq!(
+        std::fs::read_to_string(root.join("sub/new.txt")).unwrap(),
+        "new"
+    );
     let (text, _) = result_text(&session.call("files.grep", json!({"pattern": "new"})));
     assert_eq!(text, "sub/new.txt:1: new");
 }
@@ -182,16 +247,34 @@ fn an_ungranted_syscall_traps_naming_the_grant() {
     let reply = session.call("files.read_file", json!({"path": "x"}));
     let message = reply["error"]["message"].as_str().unwrap_or_default();
     assert_eq!(reply["error"]["code"], -32603, "{reply}");
-    assert!(message.contains("called `fs.read`, which is not granted to `files` (grant `fs` to allow it)"), "{reply}");
+    assert!(
+        message
+            .contains("called `fs.read`, which is not granted to `files` (grant `fs` to allow it)"),
+        "{reply}"
+    );
     let reply = session.call("notes.list", json!({}));
-    assert!(reply["error"]["message"].as_str().unwrap_or_default().contains("(grant `kv` to allow it)"), "{reply}");
+    assert!(
+        reply["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("(grant `kv` to allow it)"),
+        "{reply}"
+    );
 }
 
 #[test]
 fn a_hostile_program_does_not_hold_up_others() {
     let mut bermd = Bermd::start(&[]);
     bermd.deploy("echo", "echo", &[], LimitsSpec::default());
-    bermd.deploy("hostile", "hostile", &[], LimitsSpec { deadline_ms: Some(5000), memory_bytes: Some(32 << 20) });
+    bermd.deploy(
+        "hostile",
+        "hostile",
+        &[],
+        LimitsSpec {
+            deadline_ms: Some(5000),
+            memory_bytes: Some(32 << 20),
+        },
+    );
     let socket = bermd.home.join("mcp.sock");
     // Two spinning calls (one per core) and a memory bomb, all at once.
     let (done, finished) = mpsc::channel();
@@ -208,7 +291,8 @@ fn a_hostile_program_does_not_hold_up_others() {
     std::thread::sleep(std::time::Duration::from_millis(200));
     let mut session = bermd.session();
     for i in 0..50 {
-        let (text, _) = result_text(&session.call("echo.echo", json!({"message": format!("m{i}")})));
+        let (text, _) =
+            result_text(&session.call("echo.echo", json!({"message": format!("m{i}")})));
         assert_eq!(text, format!("m{i}"));
     }
     // Every echo was answered while the spins were still running: they end
@@ -218,14 +302,32 @@ fn a_hostile_program_does_not_hold_up_others() {
     let mut messages = Vec::new();
     for _ in early.len()..3 {
         let (_, reply) = finished.recv().unwrap();
-        messages.push(reply["error"]["message"].as_str().unwrap_or_default().to_string());
+        messages.push(
+            reply["error"]["message"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+        );
     }
-    assert!(messages.iter().filter(|m| m.contains("ran past its deadline of 5s")).count() >= 2, "{messages:?}");
+    assert!(
+        messages
+            .iter()
+            .filter(|m| m.contains("ran past its deadline of 5s"))
+            .count()
+            >= 2,
+        "{messages:?}"
+    );
     assert!(bermd.alive());
     let (text, _) = result_text(&session.call("echo.echo", json!({"message": "after"})));
     assert_eq!(text, "after");
     let reply = session.call("hostile.memory_bomb", json!({}));
-    assert!(reply["error"]["message"].as_str().unwrap().contains("tried to grow its memory past the cap of 33554432 bytes"), "{reply}");
+    assert!(
+        reply["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("tried to grow its memory past the cap of 33554432 bytes"),
+        "{reply}"
+    );
 }
 
 #[test]
@@ -238,7 +340,10 @@ fn http_off_loopback_is_refused_without_a_token() {
         .unwrap();
     assert_eq!(run.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&run.stderr);
-    assert!(stderr.contains("refusing to serve MCP on 0.0.0.0:0: it is not a loopback address"), "{stderr}");
+    assert!(
+        stderr.contains("refusing to serve MCP on 0.0.0.0:0: it is not a loopback address"),
+        "{stderr}"
+    );
 }
 
 #[test]

@@ -64,7 +64,11 @@ mod files {
         let mut files = 0;
         while let Some(dir) = pending.pop() {
             for entry in fs::list(&dir)? {
-                let full = if dir.is_empty() { entry.name.clone() } else { format!("{dir}/{}", entry.name) };
+                let full = if dir.is_empty() {
+                    entry.name.clone()
+                } else {
+                    format!("{dir}/{}", entry.name)
+                };
                 match entry.kind.as_str() {
                     "dir" => pending.push(full),
                     "file" if files < MAX_FILES => {

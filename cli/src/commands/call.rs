@@ -27,12 +27,15 @@ pub async fn run(home: &Path, args: Args) -> anyhow::Result<Exit> {
         None => b"{}".to_vec(),
         Some("-") => {
             let mut buf = Vec::new();
-            std::io::stdin().read_to_end(&mut buf).context("reading arguments from stdin")?;
+            std::io::stdin()
+                .read_to_end(&mut buf)
+                .context("reading arguments from stdin")?;
             buf
         }
         Some(text) => text.as_bytes().to_vec(),
     };
-    serde_json::from_slice::<serde_json::Value>(&body).context("the arguments are not valid JSON")?;
+    serde_json::from_slice::<serde_json::Value>(&body)
+        .context("the arguments are not valid JSON")?;
     let answer = super::client(home).call(program, tool, body).await?;
     match answer.outcome {
         CallOutcome::Done => {

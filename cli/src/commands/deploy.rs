@@ -28,8 +28,8 @@ pub struct Args {
 
 /// Deploys and prints what happened.
 pub async fn run(home: &Path, args: Args) -> anyhow::Result<Exit> {
-    let image = std::fs::read(&args.file)
-        .with_context(|| format!("reading {}", args.file.display()))?;
+    let image =
+        std::fs::read(&args.file).with_context(|| format!("reading {}", args.file.display()))?;
     // bermd resolves fs directories itself; relative ones are relative to
     // where the command ran, so make them absolute here.
     let cwd = std::env::current_dir().context("reading the current directory")?;
@@ -37,7 +37,10 @@ pub async fn run(home: &Path, args: Args) -> anyhow::Result<Exit> {
         .grants
         .into_iter()
         .map(|grant| match grant {
-            Grant::Fs { dir, read_only } if dir.is_relative() => Grant::Fs { dir: cwd.join(dir), read_only },
+            Grant::Fs { dir, read_only } if dir.is_relative() => Grant::Fs {
+                dir: cwd.join(dir),
+                read_only,
+            },
             other => other,
         })
         .collect();
@@ -49,8 +52,16 @@ pub async fn run(home: &Path, args: Args) -> anyhow::Result<Exit> {
         .deploy(&args.name, &DeployRequest::new(&image, grants, limits))
         .await?;
     let program = &deployed.program;
-    let tools: Vec<_> = program.manifest.tools.iter().map(|t| format!("{}.{}", program.name, t.name)).collect();
-    println!("deployed {} {} ({})", program.name, program.digest, program.code_source);
+    let tools: Vec<_> = program
+        .manifest
+        .tools
+        .iter()
+        .map(|t| format!("{}.{}", program.name, t.name))
+        .collect();
+    println!(
+        "deployed {} {} ({})",
+        program.name, program.digest, program.code_source
+    );
     if let Some(old) = &deployed.replaced {
         println!("  replaced {old}");
     }

@@ -29,8 +29,11 @@ pub async fn run(home: &Path, args: Args) -> anyhow::Result<Exit> {
     let (digest, manifest, deployments) = if path.is_file() {
         let image = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
         let digest = format!("sha256:{}", hex::encode(Sha256::digest(&image)));
-        let manifest = Manifest::from_image(&image).with_context(|| format!("reading {}", path.display()))?;
-        manifest.check().with_context(|| format!("checking {}", path.display()))?;
+        let manifest =
+            Manifest::from_image(&image).with_context(|| format!("reading {}", path.display()))?;
+        manifest
+            .check()
+            .with_context(|| format!("checking {}", path.display()))?;
         // Grants belong to deployments: show those of this image, if bermd
         // runs; an image on its own has none.
         let deployments: Vec<ProgramView> = match client.list().await {
@@ -41,14 +44,22 @@ pub async fn run(home: &Path, args: Args) -> anyhow::Result<Exit> {
         (digest, manifest, deployments)
     } else {
         let view = client.get(&args.target).await.with_context(|| {
-            format!("`{}` is neither an image file nor a deployed program", args.target)
+            format!(
+                "`{}` is neither an image file nor a deployed program",
+                args.target
+            )
         })?;
         (view.digest.clone(), view.manifest.clone(), vec![view])
     };
     if args.json {
         let grants: serde_json::Map<String, serde_json::Value> = deployments
             .iter()
-            .map(|d| (d.name.clone(), serde_json::to_value(&d.grants).unwrap_or_default()))
+            .map(|d| {
+                (
+                    d.name.clone(),
+                    serde_json::to_value(&d.grants).unwrap_or_default(),
+                )
+            })
             .collect();
         let out = serde_json::json!({
             "digest": digest,
@@ -68,21 +79,46 @@ pub async fn run(home: &Path, args: Args) -> anyhow::Result<Exit> {
         println!("usage: {}", manifest.usage.trim());
     }
     let syscalls: Vec<_> = manifest.syscalls.iter().map(|s| s.qualified()).collect();
-    println!("syscalls imported: {}", if syscalls.is_empty() { "none".into() } else { syscalls.join(", ") });
-    println!("programs called: {}", if manifest.calls.is_empty() { "none".into() } else { manifest.calls.join(", ") });
+    println!(
+        "syscalls imported: {}",
+        if syscalls.is_empty() {
+            "none".into()
+        } else {
+            syscalls.join(", ")
+        }
+    );
+    println!(
+        "programs called: {}",
+        if manifest.calls.is_empty() {
+            "none".into()
+        } else {
+            manifest.calls.join(", ")
+        }
+    );
     if deployments.is_empty() {
         println!("grants: not deployed");
     }
     for deployment in &deployments {
-        println!("grants ({}): {}", deployment.name, super::ls::grants_text(&deployment.grants));
+        println!(
+            "grants ({}): {}",
+            deployment.name,
+            super::ls::grants_text(&deployment.grants)
+        );
         let missing = missing_grants(&manifest, &deployment.grants);
         if !missing.is_empty() {
-            println!("  imported but not granted (these trap when called): {}", missing.join(", "));
+            println!(
+                "  imported but not granted (these trap when called): {}",
+                missing.join(", ")
+            );
         }
     }
     println!("tools:");
     for tool in &manifest.tools {
-        println!("  {} — {}", tool.name, tool.description.lines().next().unwrap_or(""));
+        println!(
+            "  {} — {}",
+            tool.name,
+            tool.description.lines().next().unwrap_or("")
+        );
         println!("    input: {}", serde_json::to_string(&tool.input_schema)?);
         if let Some(output) = &tool.output_schema {
             println!("    output: {}", serde_json::to_string(output)?);

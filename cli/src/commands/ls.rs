@@ -19,7 +19,11 @@ pub fn grants_text(grants: &[Grant]) -> String {
     if grants.is_empty() {
         return "none".into();
     }
-    grants.iter().map(Grant::to_string).collect::<Vec<_>>().join(",")
+    grants
+        .iter()
+        .map(Grant::to_string)
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 /// Lists deployed programs.
@@ -31,7 +35,12 @@ pub async fn run(home: &Path, args: Args) -> anyhow::Result<Exit> {
     }
     println!("{:<20} {:<20} {:<40} GRANTS", "NAME", "DIGEST", "TOOLS");
     for program in programs {
-        let tools: Vec<_> = program.manifest.tools.iter().map(|t| t.name.as_str()).collect();
+        let tools: Vec<_> = program
+            .manifest
+            .tools
+            .iter()
+            .map(|t| t.name.as_str())
+            .collect();
         println!(
             "{:<20} {:<20} {:<40} {}",
             program.name,

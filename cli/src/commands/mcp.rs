@@ -19,7 +19,12 @@ pub async fn run(home: &Path) -> anyhow::Result<Exit> {
     let path = home.join(berm_control::home::MCP_SOCKET);
     let stream = match UnixStream::connect(&path).await {
         Ok(stream) => stream,
-        Err(e) if matches!(e.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused) => {
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused
+            ) =>
+        {
             // Same message as every other command.
             let control = home.join(berm_control::home::CONTROL_SOCKET);
             return Err(ClientError::NotRunning { path: control }.into());

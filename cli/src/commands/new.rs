@@ -28,10 +28,17 @@ pub fn run(args: Args) -> anyhow::Result<Exit> {
     let name = &args.name;
     let valid = !name.is_empty()
         && name.len() <= 64
-        && name.bytes().next().is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
-        && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-');
+        && name
+            .bytes()
+            .next()
+            .is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-');
     if !valid {
-        bail!("`{name}` is not a valid program name: use 1-64 of a-z, 0-9, `_`, `-`, starting with a letter or digit");
+        bail!(
+            "`{name}` is not a valid program name: use 1-64 of a-z, 0-9, `_`, `-`, starting with a letter or digit"
+        );
     }
     let dir = args.path.unwrap_or_else(|| PathBuf::from(name));
     if dir.exists() {
@@ -46,14 +53,18 @@ pub fn run(args: Args) -> anyhow::Result<Exit> {
     write(&dir.join("src/lib.rs"), &lib_rs(&module))?;
     write(&dir.join(".gitignore"), "/target\n")?;
     println!("created {}", dir.display());
-    println!("  build:  cd {} && cargo build --release --target wasm32-unknown-unknown", dir.display());
+    println!(
+        "  build:  cd {} && cargo build --release --target wasm32-unknown-unknown",
+        dir.display()
+    );
     println!("  deploy: berm deploy {name} target/wasm32-unknown-unknown/release/{module}.wasm");
     Ok(Exit::Ok)
 }
 
 fn write(path: &Path, text: &str) -> anyhow::Result<()> {
     if let Some(parent) = path.parent() {
-        std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
+        std::fs::create_dir_all(parent)
+            .with_context(|| format!("creating {}", parent.display()))?;
     }
     std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
 }

@@ -48,7 +48,11 @@ fn main() -> ExitCode {
         Ok(args) => args,
         Err(e) => {
             let _ = e.print();
-            return if e.use_stderr() { Exit::Usage.into() } else { Exit::Clean.into() };
+            return if e.use_stderr() {
+                Exit::Usage.into()
+            } else {
+                Exit::Clean.into()
+            };
         }
     };
     match start(args) {

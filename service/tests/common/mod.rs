@@ -17,9 +17,8 @@ pub fn wasm(app: &str) -> Vec<u8> {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../target/wasm32-unknown-unknown/release")
         .join(format!("{app}.wasm"));
-    std::fs::read(&path).unwrap_or_else(|e| {
-        panic!("{}: {e} — run scripts/build-apps.sh first", path.display())
-    })
+    std::fs::read(&path)
+        .unwrap_or_else(|e| panic!("{}: {e} — run scripts/build-apps.sh first", path.display()))
 }
 
 /// A bermd process.
@@ -42,7 +41,10 @@ impl Bermd {
 
     /// Starts bermd on `home` (which may hold earlier state).
     pub fn start_in(home: &Path, args: &[&str]) -> Bermd {
-        let log = home.with_extension(format!("log{}", std::process::id() as u64 ^ Instant::now().elapsed().as_nanos() as u64));
+        let log = home.with_extension(format!(
+            "log{}",
+            std::process::id() as u64 ^ Instant::now().elapsed().as_nanos() as u64
+        ));
         let child = Command::new(env!("CARGO_BIN_EXE_bermd"))
             .args(args)
             .env("BERM_HOME", home)
@@ -52,7 +54,12 @@ impl Bermd {
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
             .unwrap();
-        let bermd = Bermd { home: home.to_path_buf(), child, log, _dir: None };
+        let bermd = Bermd {
+            home: home.to_path_buf(),
+            child,
+            log,
+            _dir: None,
+        };
         bermd.wait_ready();
         bermd
     }
@@ -65,7 +72,11 @@ impl Bermd {
             {
                 return;
             }
-            assert!(Instant::now() < deadline, "bermd did not come up: {}", self.log_text());
+            assert!(
+                Instant::now() < deadline,
+                "bermd did not come up: {}",
+                self.log_text()
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
     }
@@ -79,9 +90,19 @@ impl Bermd {
     }
 
     /// Deploys through the control API.
-    pub fn deploy(&self, name: &str, app: &str, grants: &[&str], limits: LimitsSpec) -> berm_control::DeployResponse {
+    pub fn deploy(
+        &self,
+        name: &str,
+        app: &str,
+        grants: &[&str],
+        limits: LimitsSpec,
+    ) -> berm_control::DeployResponse {
         let grants: Vec<Grant> = grants.iter().map(|g| g.parse().unwrap()).collect();
-        block_on(self.control().deploy(name, &DeployRequest::new(&wasm(app), grants, limits))).unwrap()
+        block_on(
+            self.control()
+                .deploy(name, &DeployRequest::new(&wasm(app), grants, limits)),
+        )
+        .unwrap()
     }
 
     /// Whether the process is still running.
@@ -114,7 +135,11 @@ impl Drop for Bermd {
 
 /// Runs a future on a small runtime.
 pub fn block_on<F: std::future::Future>(future: F) -> F::Output {
-    tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(future)
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(future)
 }
 
 /// A newline-delimited JSON-RPC client on the MCP socket.
@@ -127,9 +152,15 @@ pub struct Session {
 impl Session {
     pub fn connect(path: &Path) -> Session {
         let writer = UnixStream::connect(path).unwrap();
-        writer.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+        writer
+            .set_read_timeout(Some(Duration::from_secs(60)))
+            .unwrap();
         let reader = BufReader::new(writer.try_clone().unwrap());
-        Session { writer, reader, next_id: 1 }
+        Session {
+            writer,
+            reader,
+            next_id: 1,
+        }
     }
 
     pub fn send_raw(&mut self, bytes: &[u8]) {
@@ -170,7 +201,10 @@ impl Session {
             "initialize",
             json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "berm-tests", "version": "0"}}),
         );
-        assert_eq!(response["result"]["serverInfo"]["name"], "bermd", "{response}");
+        assert_eq!(
+            response["result"]["serverInfo"]["name"], "bermd",
+            "{response}"
+        );
         self.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
     }
 
@@ -185,7 +219,10 @@ pub fn result_text(response: &Value) -> (String, bool) {
     let result = &response["result"];
     assert!(result.is_object(), "not a result: {response}");
     (
-        result["content"][0]["text"].as_str().unwrap_or_default().to_string(),
+        result["content"][0]["text"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
         result["isError"].as_bool().unwrap_or(false),
     )
 }
