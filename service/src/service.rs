@@ -283,6 +283,11 @@ impl Service {
         grants: Vec<Grant>,
         limits: LimitsSpec,
     ) -> Result<DeployResponse, DeployError> {
+        // The name becomes file names under $BERM_HOME: check it before
+        // anything touches the disk.
+        if !berm_abi::is_valid_name(name) {
+            return Err(berm::DeployError::InvalidName(name.chars().take(80).collect()).into());
+        }
         let _changing = self.changing.lock().unwrap_or_else(|p| p.into_inner());
         let grants = normalize_grants(grants)?;
         let manifest = berm::Manifest::from_image(image).map_err(berm::DeployError::from)?;
