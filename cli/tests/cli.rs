@@ -150,6 +150,10 @@ fn deploy_ls_call_inspect_rm_with_their_exit_codes() {
     ]);
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out.stderr).contains("unknown grant `net`"));
+    let out = bermd.berm(&["deploy", "..", wasm("echo").to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("`..` is not a valid program name"), "{stderr}");
 
     let ls = text(&bermd.berm(&["ls"]).stdout);
     let files_line = ls.lines().find(|l| l.starts_with("files")).unwrap();
