@@ -153,7 +153,10 @@ fn deploy_ls_call_inspect_rm_with_their_exit_codes() {
     let out = bermd.berm(&["deploy", "..", wasm("echo").to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2));
     let stderr = text(&out.stderr);
-    assert!(stderr.contains("`..` is not a valid program name"), "{stderr}");
+    assert!(
+        stderr.contains("`..` is not a valid program name"),
+        "{stderr}"
+    );
 
     let ls = text(&bermd.berm(&["ls"]).stdout);
     let files_line = ls.lines().find(|l| l.starts_with("files")).unwrap();
@@ -211,10 +214,7 @@ fn deploy_ls_call_inspect_rm_with_their_exit_codes() {
         inspect.contains("syscalls imported: fs.list, fs.read, fs.write"),
         "{inspect}"
     );
-    assert!(
-        inspect.contains(&format!("grants (files): log,fs=")),
-        "{inspect}"
-    );
+    assert!(inspect.contains("grants (files): log,fs="), "{inspect}");
     assert!(
         inspect.contains("read_file — Read a UTF-8 text file."),
         "{inspect}"

@@ -103,7 +103,7 @@ pub async fn run(config: DaemonConfig) -> Result<(), RunError> {
     let _lock = lock(&home.root().join("bermd.lock"))?;
     if let Some(http) = &config.http {
         // Refuse a bad HTTP address before restoring anything.
-        if !http.addr.ip().is_loopback() && !(http.allow_remote && http.token.is_some()) {
+        if !http.permitted() {
             return Err(HttpError::NotLoopback { addr: http.addr }.into());
         }
     }

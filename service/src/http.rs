@@ -25,6 +25,14 @@ pub struct HttpConfig {
     pub token: Option<String>,
 }
 
+impl HttpConfig {
+    /// Whether serving on this address is allowed: loopback always; any
+    /// other address only when explicitly allowed and guarded by a token.
+    pub fn permitted(&self) -> bool {
+        self.addr.ip().is_loopback() || (self.allow_remote && self.token.is_some())
+    }
+}
+
 /// Why HTTP could not be served.
 #[derive(Debug, thiserror::Error)]
 pub enum HttpError {
@@ -49,7 +57,7 @@ pub enum HttpError {
 
 /// Checks the config and binds the listener.
 pub async fn bind(config: &HttpConfig) -> Result<tokio::net::TcpListener, HttpError> {
-    if !config.addr.ip().is_loopback() && !(config.allow_remote && config.token.is_some()) {
+    if !config.permitted() {
         return Err(HttpError::NotLoopback { addr: config.addr });
     }
     tokio::net::TcpListener::bind(config.addr)
