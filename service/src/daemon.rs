@@ -5,7 +5,6 @@ use std::fs::OpenOptions;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 
 use rustix::fs::FlockOperation;
 
@@ -183,6 +182,3 @@ async fn wait_for_signal() -> Result<(), RunError> {
     }
     Ok(())
 }
-
-/// Keeps `Arc` in the public signature stable for embedders.
-pub type SharedService = Arc<Service>;
