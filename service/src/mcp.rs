@@ -78,17 +78,28 @@ impl ServerHandler for McpServer {
 
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
         // Sessions that initialized get list_changed on their peer until the
-        // peer goes away.
+        // peer goes away; a closed session is noticed within a check period
+        // even when nothing changes, so its task does not linger.
+        const CHECK_PERIOD: std::time::Duration = std::time::Duration::from_secs(10);
         let peer = context.peer;
         let mut changes = self.service.subscribe();
         tokio::spawn(async move {
+            let mut check = tokio::time::interval(CHECK_PERIOD);
             loop {
-                match changes.recv().await {
-                    Ok(()) | Err(RecvError::Lagged(_)) => {}
-                    Err(RecvError::Closed) => break,
-                }
-                if peer.notify_tool_list_changed().await.is_err() {
-                    break;
+                tokio::select! {
+                    change = changes.recv() => match change {
+                        Ok(()) | Err(RecvError::Lagged(_)) => {
+                            if peer.notify_tool_list_changed().await.is_err() {
+                                break;
+                            }
+                        }
+                        Err(RecvError::Closed) => break,
+                    },
+                    _ = check.tick() => {
+                        if peer.is_transport_closed() {
+                            break;
+                        }
+                    }
                 }
             }
         });
