@@ -85,7 +85,10 @@ mod tests {
     #[test]
     fn frames_round_trip() {
         let buf = encode(&[b"key", b"", b"value\0with nul"]);
-        assert_eq!(decode(&buf).unwrap(), vec![&b"key"[..], b"", b"value\0with nul"]);
+        assert_eq!(
+            decode(&buf).unwrap(),
+            vec![&b"key"[..], b"", b"value\0with nul"]
+        );
         let two = encode(&[b"a", b"b"]);
         let [a, b] = decode_exact::<2>(&two).unwrap();
         assert_eq!((a, b), (&b"a"[..], &b"b"[..]));
@@ -98,7 +101,10 @@ mod tests {
         assert_eq!(decode(&[5, 0, 0, 0, b'a']), Err(FrameError::Truncated));
         assert_eq!(
             decode_exact::<2>(&encode(&[b"a"])),
-            Err(FrameError::WrongCount { expected: 2, found: 1 })
+            Err(FrameError::WrongCount {
+                expected: 2,
+                found: 1
+            })
         );
     }
 }

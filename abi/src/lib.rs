@@ -170,10 +170,17 @@ mod tests {
         for (i, a) in SYSCALLS.iter().enumerate() {
             assert_ne!(a.module, CONVENTION_MODULE);
             for b in &SYSCALLS[i + 1..] {
-                assert!(a.module != b.module || a.name != b.name, "{}", a.qualified());
+                assert!(
+                    a.module != b.module || a.name != b.name,
+                    "{}",
+                    a.qualified()
+                );
             }
         }
-        assert_eq!(syscall("kv", "get").map(|s| s.qualified()), Some("kv.get".into()));
+        assert_eq!(
+            syscall("kv", "get").map(|s| s.qualified()),
+            Some("kv.get".into())
+        );
         assert!(syscall("fs", "chmod").is_none());
     }
 }

@@ -48,7 +48,9 @@ impl ErrorCode {
 
     /// The code for a negative word, if it is one.
     pub fn from_word(word: i64) -> Option<ErrorCode> {
-        ErrorCode::ALL.into_iter().find(|code| -(*code as i64) == word)
+        ErrorCode::ALL
+            .into_iter()
+            .find(|code| -(*code as i64) == word)
     }
 
     /// The negative word that carries this code.
@@ -88,7 +90,10 @@ mod tests {
     #[test]
     fn words_round_trip() {
         assert_eq!(split(success(STATUS_FAILED, 42)), (STATUS_FAILED, 42));
-        assert_eq!(split(success(STATUS_DONE, u32::MAX)), (STATUS_DONE, u32::MAX));
+        assert_eq!(
+            split(success(STATUS_DONE, u32::MAX)),
+            (STATUS_DONE, u32::MAX)
+        );
         for code in ErrorCode::ALL {
             assert_eq!(ErrorCode::from_word(code.word()), Some(code));
             assert!(code.word() < 0);

@@ -75,8 +75,8 @@ impl CodeCache {
             .map_err(|e| err(&self.dir, format!("could not serialize compiled code: {e}")))?;
         fs::create_dir_all(&self.dir).map_err(|e| err(&self.dir, e.to_string()))?;
         let path = self.path(digest);
-        let mut tmp =
-            tempfile::NamedTempFile::new_in(&self.dir).map_err(|e| err(&self.dir, e.to_string()))?;
+        let mut tmp = tempfile::NamedTempFile::new_in(&self.dir)
+            .map_err(|e| err(&self.dir, e.to_string()))?;
         tmp.write_all(&bytes)
             .and_then(|()| tmp.as_file().sync_all())
             .map_err(|e| err(tmp.path(), e.to_string()))?;

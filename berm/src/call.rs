@@ -62,7 +62,12 @@ impl Berm {
         Berm::build(engine, max_depth, syscalls, Some(cache_dir))
     }
 
-    fn build(engine: &Engine, max_depth: u32, syscalls: Vec<Syscall>, cache: Option<PathBuf>) -> Berm {
+    fn build(
+        engine: &Engine,
+        max_depth: u32,
+        syscalls: Vec<Syscall>,
+        cache: Option<PathBuf>,
+    ) -> Berm {
         let table = syscalls
             .into_iter()
             .map(|s| ((s.module.clone(), s.name.clone()), s))
@@ -112,7 +117,12 @@ impl Berm {
         }
         let digest = Digest::of(wasm);
         let (module, source) = self.inner.module(digest, wasm)?;
-        let linker = linker::program_linker(&self.inner.base, &module, &self.inner.table, &options.grants)?;
+        let linker = linker::program_linker(
+            &self.inner.base,
+            &module,
+            &self.inner.table,
+            &options.grants,
+        )?;
         let pre = linker
             .instantiate_pre(&module)
             .map_err(|e| DeployError::Compile(format!("{e:#}")))?;
@@ -223,12 +233,13 @@ impl Berm {
     ) -> Result<Result<String, Failure>, Error> {
         let budget = match options.deadline {
             Some(deadline) => deadline,
-            None => self
-                .inner
-                .program(program)
-                .ok_or_else(|| Error::NoSuchProgram(program.to_string()))?
-                .limits
-                .deadline,
+            None => {
+                self.inner
+                    .program(program)
+                    .ok_or_else(|| Error::NoSuchProgram(program.to_string()))?
+                    .limits
+                    .deadline
+            }
         };
         let invocation = Invocation {
             program: program.to_string(),
@@ -297,7 +308,12 @@ pub(crate) struct CallState {
 
 impl CallState {
     /// The guest region `(ptr, len)`, or a trap naming the bad pointer.
-    pub fn region<'m>(&self, memory: &'m mut [u8], ptr: i32, len: i32) -> wasmtime::Result<&'m mut [u8]> {
+    pub fn region<'m>(
+        &self,
+        memory: &'m mut [u8],
+        ptr: i32,
+        len: i32,
+    ) -> wasmtime::Result<&'m mut [u8]> {
         let start = ptr as u32 as usize;
         let end = start.checked_add(len as u32 as usize);
         match end {
@@ -368,7 +384,10 @@ impl Inner {
     /// The compiled module for `digest`: from memory, the disk cache, or a
     /// fresh compile (then stored in both).
     fn module(&self, digest: Digest, wasm: &[u8]) -> Result<(Module, CompileSource), DeployError> {
-        let mut modules = self.modules.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut modules = self
+            .modules
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
         if let Some(module) = modules.get(&digest) {
             return Ok((module.clone(), CompileSource::Memory));
         }
@@ -470,13 +489,15 @@ impl Inner {
         let (program, tool) = (program.name.to_string(), tool.clone());
         match result {
             Ok(()) => match state.outcome {
-                Some(Outcome::Done(bytes)) => String::from_utf8(bytes).map(Ok).map_err(|_| {
-                    Error::Convention {
-                        program,
-                        tool,
-                        message: "its result is not UTF-8".into(),
-                    }
-                }),
+                Some(Outcome::Done(bytes)) => {
+                    String::from_utf8(bytes)
+                        .map(Ok)
+                        .map_err(|_| Error::Convention {
+                            program,
+                            tool,
+                            message: "its result is not UTF-8".into(),
+                        })
+                }
                 Some(Outcome::Failed(bytes)) => Ok(Err(Failure {
                     message: String::from_utf8_lossy(&bytes).into_owned(),
                 })),
@@ -510,15 +531,24 @@ async fn run(
         .pre
         .instantiate_async(&mut *store)
         .await
-        .map_err(|e| match e.downcast_ref::<wasmtime::Trap>() {
-            Some(_) => Stop::Trap(e),
-            None => Stop::Instantiate(format!("{e:#}")),
+        .map_err(|e| {
+            // A start function that traps or breaks the convention fails
+            // instantiation; anything else (a full pool) is the host's.
+            if e.is::<wasmtime::Trap>() || e.is::<Violation>() || e.is::<Faulted>() {
+                Stop::Trap(e)
+            } else {
+                Stop::Instantiate(format!("{e:#}"))
+            }
         })?;
     let memory = match instance.get_module_export(&mut *store, &program.memory) {
         Some(Extern::Memory(memory)) => memory,
         // Deploy checked the export is a memory; an index from the same
         // module always resolves.
-        _ => return Err(Stop::Instantiate("the module's memory export is missing".into())),
+        _ => {
+            return Err(Stop::Instantiate(
+                "the module's memory export is missing".into(),
+            ));
+        }
     };
     store.data_mut().memory = Some(memory);
     let func = match instance.get_module_export(&mut *store, export) {

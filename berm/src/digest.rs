@@ -50,7 +50,11 @@ impl FromStr for Digest {
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let bad = || DigestParseError(s.chars().take(80).collect());
         let hex_part = s.strip_prefix("sha256:").ok_or_else(bad)?;
-        if hex_part.len() != 64 || !hex_part.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
+        if hex_part.len() != 64
+            || !hex_part
+                .bytes()
+                .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+        {
             return Err(bad());
         }
         let mut out = [0u8; 32];
@@ -85,7 +89,13 @@ mod tests {
             "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
         );
         assert_eq!(s.parse::<Digest>().unwrap(), d);
-        for bad in ["", "sha256:", "sha256:E3B0", "md5:e3b0", &s.replace("sha256:", "sha512:")] {
+        for bad in [
+            "",
+            "sha256:",
+            "sha256:E3B0",
+            "md5:e3b0",
+            &s.replace("sha256:", "sha512:"),
+        ] {
             assert!(bad.parse::<Digest>().is_err(), "{bad}");
         }
     }

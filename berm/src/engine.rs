@@ -12,6 +12,10 @@ use std::time::Duration;
 
 use wasmtime::{InstanceAllocationStrategy, PoolingAllocationConfig};
 
+/// Up to this many dirty bytes of a finished call's memory are reset in
+/// place rather than released to the kernel.
+const KEEP_RESIDENT_BYTES: usize = 2 << 20;
+
 /// Bounds on one call. Every bound is an outer error when hit, with a message
 /// naming it; the host never crashes and the next call is unaffected.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -135,7 +139,13 @@ impl Engine {
             .total_stacks(config.max_instances)
             .max_memories_per_module(1)
             .max_tables_per_module(1)
-            .max_memory_size(config.max_memory_bytes);
+            .max_memory_size(config.max_memory_bytes)
+            // Reset only the pages a call dirtied, with memcpy from the image,
+            // instead of madvise: no syscall, no TLB shootdown, and no page
+            // faults on the next call (Linux ≥ 6.7; ignored elsewhere).
+            .pagemap_scan(wasmtime::Enabled::Auto)
+            .linear_memory_keep_resident(KEEP_RESIDENT_BYTES)
+            .table_keep_resident(64 << 10);
 
         let mut wasm = wasmtime::Config::new();
         wasm.epoch_interruption(true)

@@ -200,7 +200,9 @@ impl Error {
 #[derive(Debug, thiserror::Error)]
 pub enum DeployError {
     /// The program name breaks the naming rule.
-    #[error("`{0}` is not a valid program name: use 1-64 of a-z, 0-9, `_`, `-`, starting with a letter or digit (no dots)")]
+    #[error(
+        "`{0}` is not a valid program name: use 1-64 of a-z, 0-9, `_`, `-`, starting with a letter or digit (no dots)"
+    )]
     InvalidName(String),
     /// The image's manifest could not be read or is inconsistent.
     #[error(transparent)]
@@ -215,14 +217,6 @@ pub enum DeployError {
         import: String,
         /// The type found.
         found: String,
-    },
-    /// The module imports something other than a function.
-    #[error("import `{import}` is a {kind}; programs may import only functions")]
-    ImportKind {
-        /// `module.name` of the import.
-        import: String,
-        /// What kind of import it is.
-        kind: String,
     },
     /// The module imports a `berm.*` name the calling convention lacks.
     #[error("import `berm.{0}` is not part of berm's calling convention (ABI v{v})", v = berm_abi::ABI_VERSION)]

@@ -29,8 +29,8 @@
 //! The ABI is specified in `docs/design/abi.md`; [`Manifest::from_image`]
 //! reads what a module claims and reaches without compiling or running it.
 
-pub mod call;
 mod cache;
+pub mod call;
 mod digest;
 mod engine;
 mod error;
@@ -40,10 +40,10 @@ mod sys;
 pub mod syscall;
 
 pub use berm_abi as abi;
+pub use berm_manifest::{self as manifest, Manifest, ManifestError};
 pub use call::{Berm, CallOptions};
 pub use digest::{Digest, DigestParseError};
 pub use engine::{Engine, EngineConfig, EngineError, Limits};
 pub use error::{DeployError, Error, Failure};
-pub use berm_manifest::{self as manifest, Manifest, ManifestError};
 pub use program::{CompileSource, DeployOptions, Deployed, Grants, ProgramInfo};
 pub use syscall::{Reply, Syscall, SyscallContext, SyscallError};

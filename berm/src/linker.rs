@@ -13,11 +13,11 @@ use berm_abi::word::{self, ErrorCode};
 use berm_abi::{CONVENTION_MODULE, convention, frame};
 use wasmtime::{Caller, ExternType, Linker, Module, ValType};
 
+use crate::DeployError;
 use crate::call::{CallState, Invocation, Outcome, Violation};
 use crate::error::Error;
 use crate::program::Grants;
 use crate::syscall::{Reply, Syscall, SyscallContext, SyscallError};
-use crate::DeployError;
 
 /// Syscalls by `(module, name)`.
 pub(crate) type SyscallTable = HashMap<(String, String), Syscall>;
@@ -86,7 +86,9 @@ fn define_convention(linker: &mut Linker<CallState>) -> wasmtime::Result<()> {
             let staged = std::mem::take(&mut state.staged);
             let total = staged.len();
             if (len as u32 as usize) >= total {
-                state.region(memory, ptr, total as i32)?.copy_from_slice(&staged);
+                state
+                    .region(memory, ptr, total as i32)?
+                    .copy_from_slice(&staged);
             } else {
                 state.staged = staged;
             }
@@ -136,7 +138,9 @@ fn define_convention(linker: &mut Linker<CallState>) -> wasmtime::Result<()> {
                     ),
                     Err(error) => {
                         let code = match &error {
-                            Error::NoSuchProgram(_) | Error::NoSuchTool { .. } => ErrorCode::NotFound,
+                            Error::NoSuchProgram(_) | Error::NoSuchTool { .. } => {
+                                ErrorCode::NotFound
+                            }
                             Error::DepthExceeded { .. } => ErrorCode::Depth,
                             Error::ArgsTooLarge { .. } => ErrorCode::TooLarge,
                             _ => ErrorCode::Fault,
@@ -156,9 +160,14 @@ fn parse_call(request: &[u8]) -> Result<(String, String, Vec<u8>), String> {
     let [program, tool, args] = frame::decode_exact::<3>(request)
         .map_err(|e| format!("berm.call: {e}; expected frames [program, tool, args]"))?;
     let text = |field: &[u8], what: &str| {
-        String::from_utf8(field.to_vec()).map_err(|_| format!("berm.call: the {what} name is not UTF-8"))
+        String::from_utf8(field.to_vec())
+            .map_err(|_| format!("berm.call: the {what} name is not UTF-8"))
     };
-    Ok((text(program, "program")?, text(tool, "tool")?, args.to_vec()))
+    Ok((
+        text(program, "program")?,
+        text(tool, "tool")?,
+        args.to_vec(),
+    ))
 }
 
 /// The guest's memory and the call state, borrowed together.
@@ -194,10 +203,13 @@ pub(crate) fn program_linker(
                     ExternType::Global(_) => "global",
                     _ => "tag",
                 };
-                return Err(DeployError::ImportKind {
+                // Manifest::check refuses these first; kept so the linker
+                // never depends on that order.
+                return Err(crate::ManifestError::ImportKind {
                     import: qualified,
                     kind: kind.into(),
-                });
+                }
+                .into());
             }
         };
         let params: Vec<ValType> = ty.params().collect();
@@ -207,7 +219,14 @@ pub(crate) fn program_linker(
         if !uniform {
             return Err(DeployError::ImportType {
                 import: qualified,
-                found: format!("{ty}"),
+                found: format!(
+                    "({}) -> {}",
+                    join(&params),
+                    match results.as_slice() {
+                        [one] => one.to_string(),
+                        many => format!("({})", join(many)),
+                    }
+                ),
             });
         }
         if import.module() == CONVENTION_MODULE {
@@ -225,6 +244,14 @@ pub(crate) fn program_linker(
         defined.map_err(|e| DeployError::Compile(format!("could not link `{qualified}`: {e}")))?;
     }
     Ok(linker)
+}
+
+fn join(types: &[ValType]) -> String {
+    types
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 enum Missing {

@@ -240,7 +240,11 @@ pub mod fs {
 
     /// Writes `contents` to `path` (atomically, replacing it).
     pub fn write(path: &str, contents: &[u8]) -> Result<(), Error> {
-        check(sys::fs_write(&mut frame::encode(&[path.as_bytes(), contents]))).map(drop)
+        check(sys::fs_write(&mut frame::encode(&[
+            path.as_bytes(),
+            contents,
+        ])))
+        .map(drop)
     }
 
     /// The entries of directory `path` (`""` or `"."` is the root).

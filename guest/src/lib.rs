@@ -30,8 +30,14 @@
 
 pub use berm_guest_macros::program;
 
+#[cfg(all(target_arch = "wasm32", feature = "arena"))]
+mod arena;
 #[cfg(target_arch = "wasm32")]
 mod host;
+
+#[cfg(all(target_arch = "wasm32", feature = "arena"))]
+#[global_allocator]
+static ALLOCATOR: arena::CallAllocator = arena::CallAllocator;
 #[cfg(target_arch = "wasm32")]
 mod sys;
 #[cfg(target_arch = "wasm32")]
@@ -105,7 +111,10 @@ mod tests {
         let ok: Args = parse_args(br#"{"message":"hi"}"#).unwrap();
         assert_eq!(ok.message, "hi");
         let err = parse_args::<Args>(br#"{"mesage":"hi"}"#).unwrap_err();
-        assert!(err.starts_with("invalid arguments: unknown field `mesage`"), "{err}");
+        assert!(
+            err.starts_with("invalid arguments: unknown field `mesage`"),
+            "{err}"
+        );
         let err = parse_args::<Args>(b"").unwrap_err();
         assert!(err.contains("missing field `message`"), "{err}");
     }

@@ -11,7 +11,9 @@
 
 use std::collections::BTreeSet;
 
-use berm_abi::{ABI_VERSION, CONVENTION_MODULE, MANIFEST_SECTION, MEMORY_EXPORT, TOOL_EXPORT_PREFIX};
+use berm_abi::{
+    ABI_VERSION, CONVENTION_MODULE, MANIFEST_SECTION, MEMORY_EXPORT, TOOL_EXPORT_PREFIX,
+};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use wasmparser::{ExternalKind, Parser, Payload, TypeRef};
@@ -26,7 +28,9 @@ pub enum ManifestError {
     #[error("not a WebAssembly module: {0}")]
     NotWasm(String),
     /// The module has no `berm.manifest` section.
-    #[error("the module has no `{MANIFEST_SECTION}` section: build it with berm-guest, or see docs/design/abi.md")]
+    #[error(
+        "the module has no `{MANIFEST_SECTION}` section: build it with berm-guest, or see docs/design/abi.md"
+    )]
     Missing,
     /// The module has more than one manifest section.
     #[error("the module has {0} `{MANIFEST_SECTION}` sections; exactly one is allowed")]
@@ -47,7 +51,9 @@ pub enum ManifestError {
     #[error("the module declares no tools")]
     NoTools,
     /// A tool name breaks the naming rule.
-    #[error("tool name `{0}` is not valid: use 1-64 of a-z, 0-9, `_`, `-`, starting with a letter or digit (no dots)")]
+    #[error(
+        "tool name `{0}` is not valid: use 1-64 of a-z, 0-9, `_`, `-`, starting with a letter or digit (no dots)"
+    )]
     InvalidToolName(String),
     /// A program named in `calls` breaks the naming rule.
     #[error("`calls` names `{0}`, which is not a valid program name")]
@@ -56,16 +62,28 @@ pub enum ManifestError {
     #[error("tool `{0}` is declared twice")]
     DuplicateTool(String),
     /// A tool in the manifest has no export.
-    #[error("the manifest declares tool `{0}` but the module does not export `{TOOL_EXPORT_PREFIX}{0}`")]
+    #[error(
+        "the manifest declares tool `{0}` but the module does not export `{TOOL_EXPORT_PREFIX}{0}`"
+    )]
     MissingExport(String),
     /// An export looks like a tool but the manifest does not declare it.
-    #[error("the module exports `{TOOL_EXPORT_PREFIX}{0}` but the manifest does not declare tool `{0}`")]
+    #[error(
+        "the module exports `{TOOL_EXPORT_PREFIX}{0}` but the manifest does not declare tool `{0}`"
+    )]
     UndeclaredExport(String),
     /// A tool's input schema is not a JSON object schema.
     #[error("tool `{tool}`: input_schema must be a JSON Schema object with \"type\": \"object\"")]
     BadSchema {
         /// The tool.
         tool: String,
+    },
+    /// The module imports something other than a function.
+    #[error("import `{import}` is a {kind}; programs may import only functions")]
+    ImportKind {
+        /// `module.name` of the import.
+        import: String,
+        /// What kind of import it is.
+        kind: String,
     },
     /// The module does not export its memory.
     #[error("the module does not export its linear memory as `{MEMORY_EXPORT}`")]
@@ -126,6 +144,15 @@ impl Import {
     }
 }
 
+/// An import that is not a function (a memory, table, global or tag).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OtherImport {
+    /// `module.name`.
+    pub import: String,
+    /// `memory`, `table`, `global` or `tag`.
+    pub kind: String,
+}
+
 /// What an image claims and reaches, read by [`Manifest::from_image`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Manifest {
@@ -146,15 +173,16 @@ pub struct Manifest {
     pub tool_exports: Vec<String>,
     /// Whether it exports its memory as `memory`.
     pub exports_memory: bool,
-    /// Imports that are not functions (`module.name`), which deploy refuses.
-    pub other_imports: Vec<String>,
+    /// Imports that are not functions, which deploy refuses.
+    pub other_imports: Vec<OtherImport>,
 }
 
 impl Manifest {
     /// Reads the manifest section, imports and exports of `bytes` without
     /// compiling or running anything. Never panics, whatever the bytes.
     pub fn from_image(bytes: &[u8]) -> Result<Manifest, ManifestError> {
-        let not_wasm = |e: wasmparser::BinaryReaderError| ManifestError::NotWasm(e.message().to_string());
+        let not_wasm =
+            |e: wasmparser::BinaryReaderError| ManifestError::NotWasm(e.message().to_string());
         if !bytes.starts_with(b"\0asm") {
             return Err(ManifestError::NotWasm(
                 "missing the `\\0asm` magic number at the start".into(),
@@ -167,12 +195,10 @@ impl Manifest {
         let mut exports_memory = false;
         for payload in Parser::new(0).parse_all(bytes) {
             match payload.map_err(not_wasm)? {
-                Payload::Version { encoding, .. } => {
-                    if encoding != wasmparser::Encoding::Module {
-                        return Err(ManifestError::NotWasm(
-                            "it is a component; berm programs are core modules".into(),
-                        ));
-                    }
+                Payload::Version { encoding, .. } if encoding != wasmparser::Encoding::Module => {
+                    return Err(ManifestError::NotWasm(
+                        "it is a component; berm programs are core modules".into(),
+                    ));
                 }
                 Payload::ImportSection(reader) => {
                     for import in reader.into_imports() {
@@ -189,7 +215,16 @@ impl Manifest {
                                     });
                                 }
                             }
-                            _ => other_imports.push(format!("{}.{}", import.module, import.name)),
+                            other => other_imports.push(OtherImport {
+                                import: format!("{}.{}", import.module, import.name),
+                                kind: match other {
+                                    TypeRef::Memory(_) => "memory",
+                                    TypeRef::Table(_) => "table",
+                                    TypeRef::Global(_) => "global",
+                                    _ => "tag",
+                                }
+                                .into(),
+                            }),
                         }
                     }
                 }
@@ -242,6 +277,12 @@ impl Manifest {
     /// declared, object input schemas, an exported memory. Deploy and push
     /// refuse an image that fails this.
     pub fn check(&self) -> Result<(), ManifestError> {
+        if let Some(other) = self.other_imports.first() {
+            return Err(ManifestError::ImportKind {
+                import: other.import.clone(),
+                kind: other.kind.clone(),
+            });
+        }
         if self.tools.is_empty() {
             return Err(ManifestError::NoTools);
         }
@@ -262,7 +303,11 @@ impl Manifest {
                 return Err(ManifestError::MissingExport(tool.name.clone()));
             }
         }
-        if let Some(extra) = self.tool_exports.iter().find(|e| !seen.contains(e.as_str())) {
+        if let Some(extra) = self
+            .tool_exports
+            .iter()
+            .find(|e| !seen.contains(e.as_str()))
+        {
             return Err(ManifestError::UndeclaredExport(extra.clone()));
         }
         if let Some(bad) = self.calls.iter().find(|c| !berm_abi::is_valid_name(c)) {

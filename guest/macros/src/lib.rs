@@ -38,7 +38,9 @@ pub fn program(attr: TokenStream, item: TokenStream) -> TokenStream {
                     Expr::Lit(ExprLit {
                         lit: Lit::Str(s), ..
                     }) => calls.push(s.value()),
-                    other => return Err(syn::Error::new_spanned(other, "expected a string literal")),
+                    other => {
+                        return Err(syn::Error::new_spanned(other, "expected a string literal"));
+                    }
                 }
             }
             Ok(())
@@ -174,8 +176,12 @@ fn argument_docs(sections: &[(String, String)]) -> Map<String, Value> {
     };
     for line in body.lines() {
         let line = line.trim().trim_start_matches(['-', '*']).trim();
-        let Some(rest) = line.strip_prefix('`') else { continue };
-        let Some((name, text)) = rest.split_once('`') else { continue };
+        let Some(rest) = line.strip_prefix('`') else {
+            continue;
+        };
+        let Some((name, text)) = rest.split_once('`') else {
+            continue;
+        };
         let text = text.trim_start().trim_start_matches([':', '-']).trim();
         out.insert(name.to_string(), Value::from(text));
     }
@@ -200,9 +206,9 @@ fn take_annotations(func: &mut ItemFn) -> syn::Result<Option<Value>> {
             } else if meta.path.is_ident("open_world") {
                 "openWorldHint"
             } else {
-                return Err(meta.error(
-                    "expected one of read_only, destructive, idempotent, open_world",
-                ));
+                return Err(
+                    meta.error("expected one of read_only, destructive, idempotent, open_world")
+                );
             };
             annotations.insert(key.into(), Value::Bool(true));
             Ok(())
@@ -239,7 +245,9 @@ fn output_kind(ret: &ReturnType) -> Output {
     match last_segment(ty) {
         Some(("String", _)) => Output::Text,
         Some(("Result", Some(args))) => match args.first() {
-            Some(GenericArgument::Type(inner)) if matches!(last_segment(inner), Some(("String", _))) => {
+            Some(GenericArgument::Type(inner))
+                if matches!(last_segment(inner), Some(("String", _))) =>
+            {
                 Output::TextResult
             }
             _ => Output::JsonResult,
@@ -351,7 +359,10 @@ fn tool(
             return Err(syn::Error::new_spanned(input, "a tool takes no `self`"));
         };
         let Pat::Ident(pat) = typed.pat.as_ref() else {
-            return Err(syn::Error::new_spanned(&typed.pat, "tool parameters must be plain names"));
+            return Err(syn::Error::new_spanned(
+                &typed.pat,
+                "tool parameters must be plain names",
+            ));
         };
         let ident = pat.ident.clone();
         let field = ident.to_string();
