@@ -1,0 +1,23 @@
+//! One module per subcommand.
+
+pub mod call;
+pub mod deploy;
+pub mod inspect;
+pub mod ls;
+pub mod mcp;
+pub mod new;
+pub mod rm;
+
+use std::path::Path;
+
+use berm_control::Client;
+
+/// The control client for `home`.
+pub fn client(home: &Path) -> Client {
+    Client::from_home(home)
+}
+
+/// A digest shortened for tables: `sha256:` and 12 hex digits.
+pub fn short_digest(digest: &str) -> String {
+    digest.chars().take("sha256:".len() + 12).collect()
+}

@@ -1,0 +1,71 @@
+//! `berm deploy NAME FILE [--grant …]`.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use berm_control::{DeployRequest, Grant, LimitsSpec};
+
+use crate::Exit;
+
+/// Arguments of `berm deploy`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// The name to deploy under (tools become NAME.TOOL).
+    name: String,
+    /// The program image (.wasm).
+    file: PathBuf,
+    /// What the program may reach: log, clock, random, kv, fs=DIR[:ro|:rw].
+    /// Repeat for several; nothing is granted by default.
+    #[arg(long = "grant", value_name = "GRANT")]
+    grants: Vec<Grant>,
+    /// Wall-clock deadline of one call, in milliseconds.
+    #[arg(long)]
+    deadline_ms: Option<u64>,
+    /// Memory cap, in MiB.
+    #[arg(long)]
+    memory_mb: Option<u64>,
+}
+
+/// Deploys and prints what happened.
+pub async fn run(home: &Path, args: Args) -> anyhow::Result<Exit> {
+    let image =
+        std::fs::read(&args.file).with_context(|| format!("reading {}", args.file.display()))?;
+    // bermd resolves fs directories itself; relative ones are relative to
+    // where the command ran, so make them absolute here.
+    let cwd = std::env::current_dir().context("reading the current directory")?;
+    let grants = args
+        .grants
+        .into_iter()
+        .map(|grant| match grant {
+            Grant::Fs { dir, read_only } if dir.is_relative() => Grant::Fs {
+                dir: cwd.join(dir),
+                read_only,
+            },
+            other => other,
+        })
+        .collect();
+    let limits = LimitsSpec {
+        deadline_ms: args.deadline_ms,
+        memory_bytes: args.memory_mb.map(|mb| mb << 20),
+    };
+    let deployed = super::client(home)
+        .deploy(&args.name, &DeployRequest::new(&image, grants, limits))
+        .await?;
+    let program = &deployed.program;
+    let tools: Vec<_> = program
+        .manifest
+        .tools
+        .iter()
+        .map(|t| format!("{}.{}", program.name, t.name))
+        .collect();
+    println!(
+        "deployed {} {} ({})",
+        program.name, program.digest, program.code_source
+    );
+    if let Some(old) = &deployed.replaced {
+        println!("  replaced {old}");
+    }
+    println!("  tools: {}", tools.join(", "));
+    println!("  grants: {}", super::ls::grants_text(&program.grants));
+    Ok(Exit::Ok)
+}

@@ -1,0 +1,139 @@
+//! `berm inspect FILE|NAME`: what an image claims (description, tools with
+//! schemas, programs it calls) and reaches (the syscalls it imports), read
+//! with `Manifest::from_image` without compiling, and the grants it runs with
+//! where it is deployed.
+
+use std::path::Path;
+
+use anyhow::Context;
+use berm_control::{ClientError, Grant, ProgramView};
+use berm_manifest::Manifest;
+use sha2::{Digest as _, Sha256};
+
+use crate::Exit;
+
+/// Arguments of `berm inspect`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// An image file, or the name of a deployed program.
+    target: String,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Prints the inspection.
+pub async fn run(home: &Path, args: Args) -> anyhow::Result<Exit> {
+    let client = super::client(home);
+    let path = Path::new(&args.target);
+    let (digest, manifest, deployments) = if path.is_file() {
+        let image = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+        let digest = format!("sha256:{}", hex::encode(Sha256::digest(&image)));
+        let manifest =
+            Manifest::from_image(&image).with_context(|| format!("reading {}", path.display()))?;
+        manifest
+            .check()
+            .with_context(|| format!("checking {}", path.display()))?;
+        // Grants belong to deployments: show those of this image, if bermd
+        // runs; an image on its own has none.
+        let deployments: Vec<ProgramView> = match client.list().await {
+            Ok(list) => list.into_iter().filter(|p| p.digest == digest).collect(),
+            Err(ClientError::NotRunning { .. }) => Vec::new(),
+            Err(e) => return Err(e.into()),
+        };
+        (digest, manifest, deployments)
+    } else {
+        let view = client.get(&args.target).await.with_context(|| {
+            format!(
+                "`{}` is neither an image file nor a deployed program",
+                args.target
+            )
+        })?;
+        (view.digest.clone(), view.manifest.clone(), vec![view])
+    };
+    if args.json {
+        let grants: serde_json::Map<String, serde_json::Value> = deployments
+            .iter()
+            .map(|d| {
+                (
+                    d.name.clone(),
+                    serde_json::to_value(&d.grants).unwrap_or_default(),
+                )
+            })
+            .collect();
+        let out = serde_json::json!({
+            "digest": digest,
+            "description": manifest.description,
+            "usage": manifest.usage,
+            "tools": manifest.tools,
+            "syscalls": manifest.syscalls.iter().map(|s| s.qualified()).collect::<Vec<_>>(),
+            "calls": manifest.calls,
+            "grants": grants,
+        });
+        println!("{}", serde_json::to_string_pretty(&out)?);
+        return Ok(Exit::Ok);
+    }
+    println!("digest: {digest}");
+    println!("description: {}", manifest.description.trim());
+    if !manifest.usage.trim().is_empty() {
+        println!("usage: {}", manifest.usage.trim());
+    }
+    let syscalls: Vec<_> = manifest.syscalls.iter().map(|s| s.qualified()).collect();
+    println!(
+        "syscalls imported: {}",
+        if syscalls.is_empty() {
+            "none".into()
+        } else {
+            syscalls.join(", ")
+        }
+    );
+    println!(
+        "programs called: {}",
+        if manifest.calls.is_empty() {
+            "none".into()
+        } else {
+            manifest.calls.join(", ")
+        }
+    );
+    if deployments.is_empty() {
+        println!("grants: not deployed");
+    }
+    for deployment in &deployments {
+        println!(
+            "grants ({}): {}",
+            deployment.name,
+            super::ls::grants_text(&deployment.grants)
+        );
+        let missing = missing_grants(&manifest, &deployment.grants);
+        if !missing.is_empty() {
+            println!(
+                "  imported but not granted (these trap when called): {}",
+                missing.join(", ")
+            );
+        }
+    }
+    println!("tools:");
+    for tool in &manifest.tools {
+        println!(
+            "  {} — {}",
+            tool.name,
+            tool.description.lines().next().unwrap_or("")
+        );
+        println!("    input: {}", serde_json::to_string(&tool.input_schema)?);
+        if let Some(output) = &tool.output_schema {
+            println!("    output: {}", serde_json::to_string(output)?);
+        }
+    }
+    Ok(Exit::Ok)
+}
+
+fn missing_grants(manifest: &Manifest, grants: &[Grant]) -> Vec<String> {
+    let mut missing: Vec<String> = manifest
+        .syscalls
+        .iter()
+        .filter(|s| s.module != "berm" && !grants.iter().any(|g| g.module() == s.module))
+        .map(|s| s.module.clone())
+        .collect();
+    missing.dedup();
+    missing
+}

@@ -1,0 +1,60 @@
+//! `berm mcp`: the stdio bridge an agent harness launches.
+//!
+//! It copies bytes between stdin/stdout and `$BERM_HOME/mcp.sock`; bermd
+//! speaks MCP on the other end. It does not start bermd: a harness that
+//! launched one per session would hold programs nobody deployed to, so when
+//! bermd is not running it says how to start it and exits 2.
+
+use std::path::Path;
+
+use anyhow::Context;
+use berm_control::ClientError;
+use tokio::io::AsyncWriteExt;
+use tokio::net::UnixStream;
+
+use crate::Exit;
+
+/// Bridges until either side closes.
+pub async fn run(home: &Path) -> anyhow::Result<Exit> {
+    let path = home.join(berm_control::home::MCP_SOCKET);
+    let stream = match UnixStream::connect(&path).await {
+        Ok(stream) => stream,
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused
+            ) =>
+        {
+            // Same message as every other command.
+            let control = home.join(berm_control::home::CONTROL_SOCKET);
+            return Err(ClientError::NotRunning { path: control }.into());
+        }
+        Err(e) => return Err(e).with_context(|| format!("connecting to {}", path.display())),
+    };
+    let (mut from_bermd, mut to_bermd) = stream.into_split();
+    let upstream = async {
+        let mut stdin = tokio::io::stdin();
+        let copied = tokio::io::copy(&mut stdin, &mut to_bermd).await;
+        let _ = to_bermd.shutdown().await;
+        copied
+    };
+    let downstream = async {
+        let mut stdout = tokio::io::stdout();
+        let copied = tokio::io::copy(&mut from_bermd, &mut stdout).await;
+        let _ = stdout.flush().await;
+        copied
+    };
+    // The session ends when bermd closes its side (after stdin closes, or
+    // when bermd stops).
+    tokio::pin!(upstream);
+    tokio::pin!(downstream);
+    tokio::select! {
+        result = &mut downstream => { result.context("copying from bermd")?; }
+        result = &mut upstream => {
+            result.context("copying to bermd")?;
+            // stdin is done; deliver every answer still on its way.
+            downstream.await.context("copying from bermd")?;
+        }
+    }
+    Ok(Exit::Ok)
+}

@@ -1,0 +1,104 @@
+//! berm: the command line for bermd. Argument parsing and dispatch; each
+//! command is a module under `commands/`. It talks to bermd through
+//! `berm-control` and reads images with `berm-manifest`; it links no
+//! WebAssembly compiler.
+//!
+//! Exit codes ([`Exit`]): 0 done, 1 the program ran and failed, 2 a host or
+//! usage error (including "bermd is not running").
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod commands;
+
+/// berm's exit codes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Exit {
+    /// Done.
+    Ok = 0,
+    /// `berm call`: the program ran and reported a failure.
+    ProgramFailed = 1,
+    /// A host error (bermd not running, a trap, a refused deploy) or a
+    /// usage error.
+    Error = 2,
+}
+
+/// The berm command line: deploy, list, call and inspect programs on bermd.
+#[derive(Parser)]
+#[command(
+    name = "berm",
+    version,
+    about,
+    after_help = "Exit codes: 0 done, 1 the program failed (call), 2 host or usage error."
+)]
+struct Cli {
+    /// bermd's data directory (default ~/.berm).
+    #[arg(long, global = true, env = "BERM_HOME")]
+    home: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Deploy a program image under a name, replacing what the name held.
+    Deploy(commands::deploy::Args),
+    /// List deployed programs: name, digest, tools, grants.
+    Ls(commands::ls::Args),
+    /// Remove a deployed program (its state stays).
+    Rm(commands::rm::Args),
+    /// Call a tool: PROGRAM.TOOL with a JSON arguments object (or - for stdin).
+    Call(commands::call::Args),
+    /// Show what an image file or a deployed program claims and reaches.
+    Inspect(commands::inspect::Args),
+    /// Scaffold a new program crate.
+    New(commands::new::Args),
+    /// Bridge MCP on stdin/stdout to bermd (what an agent harness launches).
+    Mcp,
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(if e.use_stderr() {
+                Exit::Error as u8
+            } else {
+                Exit::Ok as u8
+            });
+        }
+    };
+    let home = cli.home.unwrap_or_else(berm_control::home::berm_home);
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("berm: could not start the async runtime: {e}");
+            return ExitCode::from(Exit::Error as u8);
+        }
+    };
+    let outcome = runtime.block_on(async {
+        match cli.command {
+            Command::Deploy(args) => commands::deploy::run(&home, args).await,
+            Command::Ls(args) => commands::ls::run(&home, args).await,
+            Command::Rm(args) => commands::rm::run(&home, args).await,
+            Command::Call(args) => commands::call::run(&home, args).await,
+            Command::Inspect(args) => commands::inspect::run(&home, args).await,
+            Command::New(args) => commands::new::run(args),
+            Command::Mcp => commands::mcp::run(&home).await,
+        }
+    });
+    match outcome {
+        Ok(exit) => ExitCode::from(exit as u8),
+        Err(e) => {
+            eprintln!("berm: {e:#}");
+            ExitCode::from(Exit::Error as u8)
+        }
+    }
+}

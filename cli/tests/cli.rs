@@ -1,0 +1,299 @@
+//! The berm CLI against a real bermd: every command, its output and its
+//! exit code; what it says when bermd is not running; `berm new` building
+//! and deploying as is.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn wasm(app: &str) -> PathBuf {
+    root().join(format!("target/wasm32-unknown-unknown/release/{app}.wasm"))
+}
+
+/// bermd, started from the workspace's build of it.
+struct Bermd {
+    child: Child,
+    home: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Bermd {
+    fn start() -> Bermd {
+        let dir = tempfile::tempdir().unwrap();
+        let home = dir.path().join("home");
+        // The bermd binary belongs to berm-service; `cargo test --workspace`
+        // builds it next to this one.
+        let bermd = Path::new(env!("CARGO_BIN_EXE_berm")).with_file_name("bermd");
+        assert!(
+            bermd.exists(),
+            "{} is not built: run cargo build -p berm-service",
+            bermd.display()
+        );
+        let child = Command::new(bermd)
+            .env("BERM_HOME", &home)
+            .env("BERM_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while std::os::unix::net::UnixStream::connect(home.join("control.sock")).is_err() {
+            assert!(Instant::now() < deadline, "bermd did not come up");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Bermd {
+            child,
+            home,
+            _dir: dir,
+        }
+    }
+
+    fn berm(&self, args: &[&str]) -> Output {
+        berm_in(&self.home, args, None)
+    }
+}
+
+impl Drop for Bermd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn berm_in(home: &Path, args: &[&str], stdin: Option<&str>) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_berm"))
+        .args(args)
+        .env("BERM_HOME", home)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    if let Some(text) = stdin {
+        use std::io::Write;
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(text.as_bytes())
+            .unwrap();
+    }
+    drop(child.stdin.take());
+    child.wait_with_output().unwrap()
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[test]
+fn every_command_says_when_bermd_is_not_running() {
+    let dir = tempfile::tempdir().unwrap();
+    let echo = wasm("echo");
+    let echo = echo.to_str().unwrap();
+    for args in [
+        vec!["ls"],
+        vec!["deploy", "echo", echo],
+        vec!["rm", "echo"],
+        vec!["call", "echo.echo", "{}"],
+        vec!["inspect", "echo"],
+        vec!["mcp"],
+    ] {
+        let out = berm_in(dir.path(), &args, None);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let stderr = text(&out.stderr);
+        assert!(
+            stderr.contains("bermd is not running"),
+            "{args:?}: {stderr}"
+        );
+        assert!(
+            stderr.contains("start it with `bermd &`"),
+            "{args:?}: {stderr}"
+        );
+    }
+    // Inspecting a file needs no bermd.
+    let out = berm_in(dir.path(), &["inspect", echo], None);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("grants: not deployed"));
+}
+
+#[test]
+fn deploy_ls_call_inspect_rm_with_their_exit_codes() {
+    let bermd = Bermd::start();
+    let data = tempfile::tempdir().unwrap();
+    std::fs::write(data.path().join("hello.txt"), "hello from disk\n").unwrap();
+    let grant = format!("fs={}:ro", data.path().display());
+
+    let out = bermd.berm(&["deploy", "echo", wasm("echo").to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).starts_with("deployed echo sha256:"));
+    let out = bermd.berm(&[
+        "deploy",
+        "files",
+        wasm("files").to_str().unwrap(),
+        "--grant",
+        &grant,
+        "--grant",
+        "log",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let out = bermd.berm(&[
+        "deploy",
+        "bad",
+        wasm("echo").to_str().unwrap(),
+        "--grant",
+        "net",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("unknown grant `net`"));
+    let out = bermd.berm(&["deploy", "..", wasm("echo").to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("`..` is not a valid program name"),
+        "{stderr}"
+    );
+
+    let ls = text(&bermd.berm(&["ls"]).stdout);
+    let files_line = ls.lines().find(|l| l.starts_with("files")).unwrap();
+    assert!(
+        files_line.contains("read_file,write_file,list_dir,grep"),
+        "{ls}"
+    );
+    assert!(
+        files_line.contains(&format!(
+            "log,fs={}:ro",
+            std::fs::canonicalize(data.path()).unwrap().display()
+        )),
+        "{ls}"
+    );
+    assert!(
+        ls.lines()
+            .find(|l| l.starts_with("echo"))
+            .unwrap()
+            .ends_with("none"),
+        "{ls}"
+    );
+
+    let out = bermd.berm(&["call", "echo.reverse", r#"{"message":"abc"}"#]);
+    assert_eq!(
+        (out.status.code(), text(&out.stdout)),
+        (Some(0), "cba\n".into())
+    );
+    let out = berm_in(
+        &bermd.home,
+        &["call", "files.read_file", "-"],
+        Some(r#"{"path":"hello.txt"}"#),
+    );
+    assert_eq!(
+        (out.status.code(), text(&out.stdout)),
+        (Some(0), "hello from disk\n\n".into())
+    );
+    let out = bermd.berm(&["call", "echo.fail", r#"{"message":"nope"}"#]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(text(&out.stderr), "echo.fail failed: nope\n");
+    let out = bermd.berm(&["call", "files.write_file", r#"{"path":"x","content":"y"}"#]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("the fs grant is read-only"));
+    let out = bermd.berm(&["call", "echo.echo", r#"{"message":1}"#]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("`message`: 1 is not of type \"string\""));
+    let out = bermd.berm(&["call", "echo.echo", "not json"]);
+    assert_eq!(out.status.code(), Some(2));
+    let out = bermd.berm(&["call", "nosuch.tool"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("no tool `nosuch.tool` is deployed"));
+
+    let out = bermd.berm(&["inspect", "files"]);
+    let inspect = text(&out.stdout);
+    assert!(
+        inspect.contains("syscalls imported: fs.list, fs.read, fs.write"),
+        "{inspect}"
+    );
+    assert!(inspect.contains("grants (files): log,fs="), "{inspect}");
+    assert!(
+        inspect.contains("read_file — Read a UTF-8 text file."),
+        "{inspect}"
+    );
+    assert!(inspect.contains(r#""required":["path"]"#), "{inspect}");
+    let out = bermd.berm(&["inspect", wasm("compose").to_str().unwrap()]);
+    let inspect = text(&out.stdout);
+    assert!(inspect.contains("programs called: echo"), "{inspect}");
+    assert!(
+        inspect.contains("syscalls imported: berm.call"),
+        "{inspect}"
+    );
+    let out = bermd.berm(&["inspect", wasm("notes").to_str().unwrap(), "--json"]);
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        json["syscalls"],
+        serde_json::json!(["kv.delete", "kv.get", "kv.list", "kv.put"])
+    );
+
+    let out = bermd.berm(&["rm", "echo"]);
+    assert_eq!(out.status.code(), Some(0));
+    let out = bermd.berm(&["rm", "echo"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("no program named `echo` is deployed"));
+}
+
+#[test]
+fn the_mcp_bridge_carries_a_session() {
+    let bermd = Bermd::start();
+    bermd.berm(&["deploy", "echo", wasm("echo").to_str().unwrap()]);
+    let input = [
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}"#,
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+        r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo.echo","arguments":{"message":"through the bridge"}}}"#,
+    ]
+    .join("\n")
+        + "\n";
+    let out = berm_in(&bermd.home, &["mcp"], Some(&input));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    let answers: Vec<serde_json::Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let call = answers
+        .iter()
+        .find(|a| a["id"] == 2)
+        .unwrap_or_else(|| panic!("{stdout}"));
+    assert_eq!(call["result"]["content"][0]["text"], "through the bridge");
+}
+
+#[test]
+fn berm_new_scaffolds_a_program_that_builds_and_deploys_as_is() {
+    let bermd = Bermd::start();
+    let work = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_berm"))
+        .args(["new", "greeter"])
+        .current_dir(work.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let crate_dir = work.path().join("greeter");
+    // Share the build cache of the example programs.
+    let target = root().join("target/berm-new-test");
+    let build = Command::new(env!("CARGO"))
+        .args(["build", "--release", "--target", "wasm32-unknown-unknown"])
+        .env("CARGO_TARGET_DIR", &target)
+        .current_dir(&crate_dir)
+        .output()
+        .unwrap();
+    assert!(build.status.success(), "{}", text(&build.stderr));
+    let image = target.join("wasm32-unknown-unknown/release/greeter.wasm");
+    let out = bermd.berm(&["deploy", "greeter", image.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let out = bermd.berm(&["call", "greeter.hello", r#"{"name":"berm"}"#]);
+    assert_eq!(text(&out.stdout), "hello, berm\n");
+    let out = Command::new(env!("CARGO_BIN_EXE_berm"))
+        .args(["new", "Bad.Name"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}

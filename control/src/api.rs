@@ -1,0 +1,117 @@
+//! The bodies of the control API's requests and answers.
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+use berm_manifest::Manifest;
+use serde::{Deserialize, Serialize};
+
+use crate::Grant;
+
+/// Per-deployment bounds a client may ask for; what is absent takes bermd's
+/// defaults.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsSpec {
+    /// Wall-clock deadline of one call, in milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline_ms: Option<u64>,
+    /// Largest linear memory, in bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_bytes: Option<u64>,
+}
+
+/// `PUT /programs/{name}`: deploy an image under a name, replacing what the
+/// name held.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeployRequest {
+    /// The WebAssembly image, base64 (standard alphabet, padded): JSON keeps
+    /// one body format for every route.
+    pub image: String,
+    /// What it may reach; nothing when empty.
+    #[serde(default)]
+    pub grants: Vec<Grant>,
+    /// Bounds for its calls.
+    #[serde(default)]
+    pub limits: LimitsSpec,
+}
+
+impl DeployRequest {
+    /// A request carrying `image`.
+    pub fn new(image: &[u8], grants: Vec<Grant>, limits: LimitsSpec) -> DeployRequest {
+        DeployRequest {
+            image: STANDARD.encode(image),
+            grants,
+            limits,
+        }
+    }
+
+    /// The image bytes, or why the base64 is not valid.
+    pub fn image_bytes(&self) -> Result<Vec<u8>, base64::DecodeError> {
+        STANDARD.decode(&self.image)
+    }
+}
+
+/// A deployed program as the API shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProgramView {
+    /// Its name.
+    pub name: String,
+    /// `sha256:<hex>` of its image.
+    pub digest: String,
+    /// What it may reach.
+    pub grants: Vec<Grant>,
+    /// The bounds its calls run under (bermd's defaults filled in).
+    pub limits: LimitsSpec,
+    /// Where its compiled code came from when it was last deployed or
+    /// restored: `compiled`, `disk_cache` (a restart compiles nothing) or
+    /// `memory`.
+    pub code_source: String,
+    /// What the image claims and imports.
+    pub manifest: Manifest,
+}
+
+/// What `PUT /programs/{name}` did.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DeployResponse {
+    /// The program as deployed (`code_source` says whether it compiled).
+    pub program: ProgramView,
+    /// The digest the name pointed at before, if it was replaced.
+    pub replaced: Option<String>,
+}
+
+/// What `DELETE /programs/{name}` did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RemoveResponse {
+    /// The program removed.
+    pub name: String,
+    /// Its digest.
+    pub digest: String,
+}
+
+/// How a call the host completed ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CallOutcome {
+    /// The tool produced a result.
+    Done,
+    /// The program ran and reported a failure (MCP's `isError`).
+    Failed,
+}
+
+/// `POST /programs/{name}/tools/{tool}`: the program's answer. A host error
+/// (trap, deadline, memory cap, bad arguments) is an [`ErrorBody`] instead.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CallResponse {
+    /// Done or failed.
+    pub outcome: CallOutcome,
+    /// The result, or the failure message.
+    pub text: String,
+}
+
+/// Every error answer: a message a person can act on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    /// What went wrong.
+    pub error: String,
+}

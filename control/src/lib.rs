@@ -1,0 +1,30 @@
+//! bermd's control API, shared by the service and its clients.
+//!
+//! bermd serves HTTP/1.1 on `$BERM_HOME/control.sock` (mode 0600), the way
+//! dockerd serves its API: the socket's file mode is the access control. This
+//! crate holds everything both sides must agree on — the routes, the request
+//! and response bodies, the grant syntax — and the [`Client`] the `berm` CLI
+//! uses, so the two cannot drift. It links no WebAssembly compiler.
+//!
+//! | route | body | answer |
+//! |---|---|---|
+//! | `GET /programs` | — | `[ProgramView]` |
+//! | `PUT /programs/{name}` | [`DeployRequest`] | [`DeployResponse`] |
+//! | `GET /programs/{name}` | — | [`ProgramView`] |
+//! | `DELETE /programs/{name}` | — | [`RemoveResponse`] |
+//! | `POST /programs/{name}/tools/{tool}` | the arguments object | [`CallResponse`] |
+//!
+//! Every error is a JSON [`ErrorBody`] with a message a person can act on.
+#![forbid(unsafe_code)]
+
+mod api;
+mod client;
+mod grant;
+pub mod home;
+
+pub use api::{
+    CallOutcome, CallResponse, DeployRequest, DeployResponse, ErrorBody, LimitsSpec, ProgramView,
+    RemoveResponse,
+};
+pub use client::{Client, ClientError};
+pub use grant::{Grant, GrantParseError};

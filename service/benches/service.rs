@@ -1,0 +1,235 @@
+//! bermd's MCP round trip against the same call made in process.
+//!
+//! Run: `scripts/build-apps.sh && cargo bench -p berm-service`. Measures, in
+//! one run on one machine:
+//! - baseline: `Berm::call` of `echo.echo` in process (instantiate, run, drop);
+//! - `Service::call`: the same through bermd's service layer (schema
+//!   validation, the call threads);
+//! - MCP `tools/call` over `$BERM_HOME/mcp.sock` from one client: p50/p99;
+//! - calls per second with 8 clients, each on its own connection.
+//!
+//! bermd is the real release binary, spawned on a temporary home. The
+//! figures go in docs/perf-service.md; nothing here asserts a speed.
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use berm_control::{DeployRequest, LimitsSpec};
+use berm_service::{Service, ServiceConfig};
+use serde_json::{Value, json};
+
+const SAMPLES: usize = 20_000;
+const WARMUP: usize = 2_000;
+const THROUGHPUT_SECONDS: u64 = 5;
+const CLIENTS: usize = 8;
+
+fn main() {
+    let wasm_path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../target/wasm32-unknown-unknown/release/echo.wasm");
+    let wasm = std::fs::read(&wasm_path).expect("echo.wasm: run scripts/build-apps.sh first");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let args = br#"{"message":"hello"}"#;
+
+    // In process.
+    let (service, _) =
+        Service::open(&ServiceConfig::new(dir.path().join("inproc"))).expect("service");
+    service
+        .deploy("echo", &wasm, vec![], LimitsSpec::default())
+        .expect("deploy");
+    let berm = service.berm().clone();
+    let baseline = runtime.block_on(async {
+        sample(|| async {
+            let out = berm.call(None, "echo", "echo", args.to_vec()).await;
+            assert_eq!(out.expect("host").expect("program"), "hello");
+        })
+        .await
+    });
+    let args_value: Value = serde_json::from_slice(args).expect("json");
+    let layer = runtime.block_on(async {
+        sample(|| async {
+            let out = service.call("echo", "echo", &args_value).await;
+            assert_eq!(out.expect("host").expect("program"), "hello");
+        })
+        .await
+    });
+
+    // bermd, over its Unix socket.
+    let home = dir.path().join("bermd");
+    let mut bermd = Command::new(env!("CARGO_BIN_EXE_bermd"))
+        .env("BERM_HOME", &home)
+        .env("BERM_LOG", "warn")
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("bermd");
+    let socket = home.join("mcp.sock");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while UnixStream::connect(home.join("control.sock")).is_err() {
+        assert!(Instant::now() < deadline, "bermd did not come up");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    runtime
+        .block_on(berm_control::Client::from_home(&home).deploy(
+            "echo",
+            &DeployRequest::new(&wasm, vec![], LimitsSpec::default()),
+        ))
+        .expect("deploy");
+
+    let mut client = McpClient::connect(&socket);
+    for _ in 0..WARMUP {
+        client.call();
+    }
+    let mut rtt = Vec::with_capacity(SAMPLES);
+    for _ in 0..SAMPLES {
+        let start = Instant::now();
+        client.call();
+        rtt.push(start.elapsed());
+    }
+    let mcp = Stats::of(rtt);
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let total = Arc::new(AtomicU64::new(0));
+    let threads: Vec<_> = (0..CLIENTS)
+        .map(|_| {
+            let (socket, stop, total) = (socket.clone(), stop.clone(), total.clone());
+            std::thread::spawn(move || {
+                let mut client = McpClient::connect(&socket);
+                for _ in 0..200 {
+                    client.call();
+                }
+                let mut n = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    client.call();
+                    n += 1;
+                }
+                total.fetch_add(n, Ordering::Relaxed);
+            })
+        })
+        .collect();
+    let start = Instant::now();
+    std::thread::sleep(Duration::from_secs(THROUGHPUT_SECONDS));
+    stop.store(true, Ordering::Relaxed);
+    for t in threads {
+        t.join().expect("client thread");
+    }
+    let per_second = total.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64();
+    let _ = bermd.kill();
+    let _ = bermd.wait();
+
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    println!(
+        "machine: {cores} cores; {SAMPLES} samples after {WARMUP} warm-up calls; tool echo.echo"
+    );
+    println!(
+        "baseline  Berm::call in process          p50 {:>8.1} µs  p99 {:>8.1} µs",
+        baseline.p50, baseline.p99
+    );
+    println!(
+        "          Service::call in process       p50 {:>8.1} µs  p99 {:>8.1} µs",
+        layer.p50, layer.p99
+    );
+    println!(
+        "MCP       tools/call over mcp.sock (1)   p50 {:>8.1} µs  p99 {:>8.1} µs  ({:.1}x baseline p50)",
+        mcp.p50,
+        mcp.p99,
+        mcp.p50 / baseline.p50
+    );
+    println!(
+        "MCP       tools/call over mcp.sock ({CLIENTS})   {per_second:>8.0} calls/s  (1 client, sequential: {:.0} calls/s)",
+        1e6 / mcp.p50
+    );
+}
+
+async fn sample<F, Fut>(mut call: F) -> Stats
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    for _ in 0..WARMUP {
+        call().await;
+    }
+    let mut times = Vec::with_capacity(SAMPLES);
+    for _ in 0..SAMPLES {
+        let start = Instant::now();
+        call().await;
+        times.push(start.elapsed());
+    }
+    Stats::of(times)
+}
+
+struct Stats {
+    p50: f64,
+    p99: f64,
+}
+
+impl Stats {
+    fn of(mut times: Vec<Duration>) -> Stats {
+        times.sort();
+        let at = |q: f64| {
+            times[((times.len() as f64 * q) as usize).min(times.len() - 1)].as_secs_f64() * 1e6
+        };
+        Stats {
+            p50: at(0.50),
+            p99: at(0.99),
+        }
+    }
+}
+
+/// A minimal MCP client: initialize, then one tools/call at a time.
+struct McpClient {
+    writer: UnixStream,
+    reader: BufReader<UnixStream>,
+    id: u64,
+    line: String,
+}
+
+impl McpClient {
+    fn connect(socket: &Path) -> McpClient {
+        let writer = UnixStream::connect(socket).expect("connect");
+        let reader = BufReader::new(writer.try_clone().expect("clone"));
+        let mut client = McpClient {
+            writer,
+            reader,
+            id: 0,
+            line: String::new(),
+        };
+        client.request("initialize", json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "bench", "version": "0"}}));
+        client.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+        client
+    }
+
+    fn send(&mut self, message: &Value) {
+        let mut bytes = serde_json::to_vec(message).expect("json");
+        bytes.push(b'\n');
+        self.writer.write_all(&bytes).expect("write");
+    }
+
+    fn request(&mut self, method: &str, params: Value) -> Value {
+        self.id += 1;
+        self.send(&json!({"jsonrpc": "2.0", "id": self.id, "method": method, "params": params}));
+        loop {
+            self.line.clear();
+            self.reader.read_line(&mut self.line).expect("read");
+            let answer: Value = serde_json::from_str(&self.line).expect("answer");
+            if answer["id"] == json!(self.id) {
+                return answer;
+            }
+        }
+    }
+
+    fn call(&mut self) {
+        let answer = self.request(
+            "tools/call",
+            json!({"name": "echo.echo", "arguments": {"message": "hello"}}),
+        );
+        assert_eq!(answer["result"]["content"][0]["text"], "hello", "{answer}");
+    }
+}

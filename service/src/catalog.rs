@@ -1,0 +1,115 @@
+//! Every deployed tool as MCP sees it, with its argument validator: rebuilt
+//! on each deploy and remove, read without locking on every call.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use berm::ProgramInfo;
+use jsonschema::Validator;
+use rmcp::model::{JsonObject, Tool, ToolAnnotations};
+
+/// One tool of one program.
+pub struct ToolEntry {
+    /// The program.
+    pub program: String,
+    /// The tool within it.
+    pub tool: String,
+    /// The tool as `tools/list` shows it.
+    pub mcp: Tool,
+    /// Checks arguments against the tool's input schema before it runs.
+    pub validator: Arc<Validator>,
+}
+
+/// All tools, by `{program}.{tool}`.
+#[derive(Default)]
+pub struct Catalog {
+    tools: BTreeMap<String, ToolEntry>,
+    list: Arc<Vec<Tool>>,
+}
+
+impl Catalog {
+    /// The catalog of `programs`. A tool whose schema does not compile as a
+    /// JSON Schema is left out and reported (deploy refuses such programs,
+    /// so this is only reachable for records from another version).
+    pub fn build(programs: &[ProgramInfo]) -> Catalog {
+        let mut tools = BTreeMap::new();
+        for program in programs {
+            for tool in &program.manifest.tools {
+                let name = format!("{}.{}", program.name, tool.name);
+                let validator = match jsonschema::validator_for(&tool.input_schema) {
+                    Ok(v) => Arc::new(v),
+                    Err(e) => {
+                        tracing::warn!(tool = %name, "input schema does not compile, tool not served: {e}");
+                        continue;
+                    }
+                };
+                let mcp = mcp_tool(&name, program, tool);
+                tools.insert(
+                    name,
+                    ToolEntry {
+                        program: program.name.clone(),
+                        tool: tool.name.clone(),
+                        mcp,
+                        validator,
+                    },
+                );
+            }
+        }
+        let list = Arc::new(tools.values().map(|t| t.mcp.clone()).collect());
+        Catalog { tools, list }
+    }
+
+    /// A tool by its MCP name.
+    pub fn get(&self, name: &str) -> Option<&ToolEntry> {
+        self.tools.get(name)
+    }
+
+    /// Every tool, sorted by name.
+    pub fn list(&self) -> Arc<Vec<Tool>> {
+        self.list.clone()
+    }
+}
+
+/// Checks a manifest's schemas compile, so deploy can refuse what MCP could
+/// not validate against.
+pub fn check_schemas(manifest: &berm::Manifest) -> Result<(), String> {
+    for tool in &manifest.tools {
+        jsonschema::validator_for(&tool.input_schema).map_err(|e| {
+            format!(
+                "tool `{}`: input_schema is not a valid JSON Schema: {e}",
+                tool.name
+            )
+        })?;
+    }
+    Ok(())
+}
+
+/// The usage notes reach the model through the tool description: the tool's
+/// own description, then what the program is and when to reach for it. A
+/// model reads descriptions when it picks a tool; it rarely reads resources.
+fn mcp_tool(name: &str, program: &ProgramInfo, tool: &berm_manifest::Tool) -> Tool {
+    let mut description = tool.description.trim().to_string();
+    let about = program.manifest.description.trim();
+    let usage = program.manifest.usage.trim();
+    if !about.is_empty() {
+        description.push_str(&format!("\n\nProgram `{}`: {about}", program.name));
+    }
+    if !usage.is_empty() {
+        description.push_str(&format!("\n\nUsage: {usage}"));
+    }
+    let schema: JsonObject = match &tool.input_schema {
+        serde_json::Value::Object(map) => map.clone(),
+        // Manifest::check refuses a non-object schema at deploy.
+        _ => JsonObject::new(),
+    };
+    let mut mcp = Tool::new(name.to_string(), description, Arc::new(schema));
+    if let Some(serde_json::Value::Object(out)) = &tool.output_schema {
+        mcp = mcp.with_raw_output_schema(Arc::new(out.clone()));
+    }
+    if let Some(annotations) = &tool.annotations
+        && let Ok(annotations) = serde_json::from_value::<ToolAnnotations>(annotations.clone())
+    {
+        mcp = mcp.with_annotations(annotations);
+    }
+    mcp
+}

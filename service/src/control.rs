@@ -1,0 +1,153 @@
+//! The control API: HTTP/1.1 over `$BERM_HOME/control.sock`, the CLI's way
+//! in. Routes and bodies are defined in `berm-control`; errors are always a
+//! JSON [`ErrorBody`].
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use berm_control::{CallOutcome, CallResponse, DeployRequest, ErrorBody};
+use tokio::net::UnixListener;
+
+use crate::service::{CallError, DeployError, RemoveError, Service, error_chain};
+
+/// Largest request body: an image of up to ~48 MiB, base64-encoded.
+pub const MAX_BODY_BYTES: usize = 64 << 20;
+
+/// The router, for serving and for tests.
+pub fn router(service: Arc<Service>) -> Router {
+    Router::new()
+        .route("/programs", get(list))
+        .route("/programs/{name}", get(show).put(deploy).delete(remove))
+        .route("/programs/{name}/tools/{tool}", post(call))
+        .fallback(|| async {
+            failure(
+                StatusCode::NOT_FOUND,
+                "no such route; see docs/service.md".into(),
+            )
+        })
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .with_state(service)
+}
+
+/// Serves the control API on `listener` until the process ends.
+pub async fn serve(listener: UnixListener, service: Arc<Service>) -> std::io::Result<()> {
+    axum::serve(listener, router(service)).await
+}
+
+fn failure(status: StatusCode, error: String) -> Response {
+    (status, axum::Json(ErrorBody { error })).into_response()
+}
+
+fn ok<T: serde::Serialize>(body: T) -> Response {
+    axum::Json(body).into_response()
+}
+
+async fn list(State(service): State<Arc<Service>>) -> Response {
+    ok(service.list())
+}
+
+async fn show(State(service): State<Arc<Service>>, Path(name): Path<String>) -> Response {
+    match service.view(&name) {
+        Some(view) => ok(view),
+        None => failure(
+            StatusCode::NOT_FOUND,
+            format!("no program named `{name}` is deployed"),
+        ),
+    }
+}
+
+async fn deploy(
+    State(service): State<Arc<Service>>,
+    Path(name): Path<String>,
+    body: Bytes,
+) -> Response {
+    let request: DeployRequest = match serde_json::from_slice(&body) {
+        Ok(request) => request,
+        Err(e) => {
+            return failure(
+                StatusCode::BAD_REQUEST,
+                format!("deploy request is not valid: {e}"),
+            );
+        }
+    };
+    let image = match request.image_bytes() {
+        Ok(image) => image,
+        Err(e) => {
+            return failure(
+                StatusCode::BAD_REQUEST,
+                format!("image is not valid base64: {e}"),
+            );
+        }
+    };
+    // Deploying may compile for a while; keep it off the async workers.
+    let outcome = tokio::task::spawn_blocking(move || {
+        service.deploy(&name, &image, request.grants, request.limits)
+    })
+    .await;
+    match outcome {
+        Ok(Ok(deployed)) => ok(deployed),
+        Ok(Err(e)) => {
+            let status = match e {
+                DeployError::Persist { .. } | DeployError::Home(_) | DeployError::State { .. } => {
+                    StatusCode::INTERNAL_SERVER_ERROR
+                }
+                _ => StatusCode::BAD_REQUEST,
+            };
+            failure(status, error_chain(&e))
+        }
+        Err(e) => failure(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("deploy task failed: {e}"),
+        ),
+    }
+}
+
+async fn remove(State(service): State<Arc<Service>>, Path(name): Path<String>) -> Response {
+    match service.remove(&name) {
+        Ok(removed) => ok(removed),
+        Err(e @ RemoveError::NotDeployed(_)) => failure(StatusCode::NOT_FOUND, e.to_string()),
+        Err(e) => failure(StatusCode::INTERNAL_SERVER_ERROR, error_chain(&e)),
+    }
+}
+
+async fn call(
+    State(service): State<Arc<Service>>,
+    Path((name, tool)): Path<(String, String)>,
+    body: Bytes,
+) -> Response {
+    let args = if body.iter().all(u8::is_ascii_whitespace) {
+        serde_json::Value::Object(Default::default())
+    } else {
+        match serde_json::from_slice(&body) {
+            Ok(args) => args,
+            Err(e) => {
+                return failure(
+                    StatusCode::BAD_REQUEST,
+                    format!("arguments are not valid JSON: {e}"),
+                );
+            }
+        }
+    };
+    match service.call(&name, &tool, &args).await {
+        Ok(Ok(text)) => ok(CallResponse {
+            outcome: CallOutcome::Done,
+            text,
+        }),
+        Ok(Err(failed)) => ok(CallResponse {
+            outcome: CallOutcome::Failed,
+            text: failed.message,
+        }),
+        Err(e @ CallError::NoSuchTool(_)) => failure(StatusCode::NOT_FOUND, e.to_string()),
+        Err(e @ CallError::InvalidArguments { .. }) => {
+            failure(StatusCode::BAD_REQUEST, e.to_string())
+        }
+        Err(e @ (CallError::Host(_) | CallError::Lost(_))) => {
+            failure(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
+        }
+    }
+}

@@ -1,0 +1,184 @@
+//! Running bermd: take the data directory's lock, restore, listen on the
+//! sockets, serve until SIGINT or SIGTERM.
+
+use std::fs::OpenOptions;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use rustix::fs::FlockOperation;
+
+use crate::http::{self, HttpConfig, HttpError};
+use crate::service::{OpenError, Service, ServiceConfig};
+use crate::transport;
+
+/// bermd's exit codes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Exit {
+    /// Stopped by SIGINT or SIGTERM.
+    Clean = 0,
+    /// Could not start or keep running (data directory, sockets, engine).
+    Failed = 1,
+    /// Bad command line or configuration (e.g. a refused HTTP address).
+    Usage = 2,
+    /// Another bermd already serves this `$BERM_HOME`.
+    AlreadyRunning = 3,
+}
+
+impl From<Exit> for ExitCode {
+    fn from(exit: Exit) -> ExitCode {
+        ExitCode::from(exit as u8)
+    }
+}
+
+/// Everything bermd runs with.
+#[derive(Debug, Clone)]
+pub struct DaemonConfig {
+    /// The service.
+    pub service: ServiceConfig,
+    /// Streamable HTTP, when asked for.
+    pub http: Option<HttpConfig>,
+    /// Largest JSON-RPC line read on the Unix socket.
+    pub max_frame_bytes: usize,
+}
+
+/// Why bermd stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// The service could not open.
+    #[error(transparent)]
+    Open(#[from] OpenError),
+    /// Another bermd holds the data directory.
+    #[error("another bermd already serves {}", path.display())]
+    AlreadyRunning {
+        /// The data directory.
+        path: PathBuf,
+    },
+    /// The lock file could not be taken.
+    #[error("could not lock {}", path.display())]
+    Lock {
+        /// The lock file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A socket could not be bound.
+    #[error("could not listen on {}", path.display())]
+    Bind {
+        /// The socket.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// HTTP could not be served.
+    #[error(transparent)]
+    Http(#[from] HttpError),
+    /// Waiting for a signal failed.
+    #[error("could not install signal handlers")]
+    Signals(#[source] std::io::Error),
+}
+
+impl RunError {
+    /// The exit code this error ends bermd with.
+    pub fn exit(&self) -> Exit {
+        match self {
+            RunError::AlreadyRunning { .. } => Exit::AlreadyRunning,
+            RunError::Http(HttpError::NotLoopback { .. }) => Exit::Usage,
+            _ => Exit::Failed,
+        }
+    }
+}
+
+/// Runs bermd until SIGINT or SIGTERM.
+pub async fn run(config: DaemonConfig) -> Result<(), RunError> {
+    // Order matters: the lock before anything touches the directory, the
+    // restore before the sockets exist, so a client that connects sees every
+    // program that was deployed.
+    let home = crate::home::Home::create(&config.service.home)
+        .map_err(|e| RunError::Open(OpenError::Home(e)))?;
+    let _lock = lock(&home.root().join("bermd.lock"))?;
+    if let Some(http) = &config.http {
+        // Refuse a bad HTTP address before restoring anything.
+        if !http.permitted() {
+            return Err(HttpError::NotLoopback { addr: http.addr }.into());
+        }
+    }
+    let (service, report) = Service::open(&config.service)?;
+    tracing::info!(
+        restored = report.restored.len(),
+        skipped = report.skipped.len(),
+        home = %home.root().display(),
+        "bermd restored its programs"
+    );
+
+    let bind = |path: PathBuf| {
+        transport::bind_private(&path).map_err(|source| RunError::Bind { path, source })
+    };
+    let control = bind(home.control_socket())?;
+    let mcp = bind(home.mcp_socket())?;
+    let mut tasks = tokio::task::JoinSet::new();
+    tasks.spawn(crate::control::serve(control, service.clone()));
+    {
+        let service = service.clone();
+        let max = config.max_frame_bytes;
+        tasks.spawn(async move {
+            transport::serve_unix(mcp, service, max).await;
+            Ok(())
+        });
+    }
+    if let Some(http_config) = &config.http {
+        let listener = http::bind(http_config).await?;
+        let router = http::router(service.clone(), http_config);
+        tracing::info!(addr = %http_config.addr, "serving MCP over Streamable HTTP at /mcp");
+        tasks.spawn(async move { axum::serve(listener, router).await });
+    }
+    tracing::info!(
+        control = %home.control_socket().display(),
+        mcp = %home.mcp_socket().display(),
+        "bermd is ready"
+    );
+
+    let stopped = wait_for_signal().await;
+    tasks.abort_all();
+    for path in [home.control_socket(), home.mcp_socket()] {
+        let _ = std::fs::remove_file(path);
+    }
+    stopped
+}
+
+fn lock(path: &std::path::Path) -> Result<std::fs::File, RunError> {
+    let file = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(path)
+        .map_err(|source| RunError::Lock {
+            path: path.to_path_buf(),
+            source,
+        })?;
+    match rustix::fs::flock(&file, FlockOperation::NonBlockingLockExclusive) {
+        Ok(()) => Ok(file),
+        Err(rustix::io::Errno::WOULDBLOCK) => Err(RunError::AlreadyRunning {
+            path: path.parent().unwrap_or(path).to_path_buf(),
+        }),
+        Err(e) => Err(RunError::Lock {
+            path: path.to_path_buf(),
+            source: e.into(),
+        }),
+    }
+}
+
+async fn wait_for_signal() -> Result<(), RunError> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).map_err(RunError::Signals)?;
+    let mut int = signal(SignalKind::interrupt()).map_err(RunError::Signals)?;
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM: stopping"),
+        _ = int.recv() => tracing::info!("SIGINT: stopping"),
+    }
+    Ok(())
+}

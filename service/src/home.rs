@@ -1,0 +1,201 @@
+//! `$BERM_HOME`: the one directory bermd keeps everything in, and the one way
+//! it writes a file there.
+//!
+//! ```text
+//! $BERM_HOME/            0700
+//!   images/<hex>.wasm    every deployed image, by digest
+//!   deployments/<name>.json   name → digest, grants, limits
+//!   cache/               compiled code (berm's on-disk cache)
+//!   state/<name>/kv.log  a program's keyspace
+//!   control.sock         the control API (0600)
+//!   mcp.sock             MCP, newline-delimited JSON-RPC (0600)
+//! ```
+
+use std::fs::{self, File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Why the data directory could not be prepared or written.
+#[derive(Debug, thiserror::Error)]
+pub enum HomeError {
+    /// A directory could not be created or restricted.
+    #[error("could not prepare directory {}", path.display())]
+    CreateDir {
+        /// The directory.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A file could not be written atomically.
+    #[error("could not write {}", path.display())]
+    Write {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// The layout of `$BERM_HOME`.
+#[derive(Debug, Clone)]
+pub struct Home {
+    root: PathBuf,
+}
+
+impl Home {
+    /// Creates (mode 0700) and returns the layout rooted at `root`.
+    pub fn create(root: &Path) -> Result<Home, HomeError> {
+        let home = Home {
+            root: root.to_path_buf(),
+        };
+        for dir in [
+            home.root.clone(),
+            home.images(),
+            home.deployments(),
+            home.code_cache(),
+            home.state_root(),
+        ] {
+            create_private_dir(&dir)?;
+        }
+        Ok(home)
+    }
+
+    /// The root.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Where images live, by digest.
+    pub fn images(&self) -> PathBuf {
+        self.root.join("images")
+    }
+
+    /// Where deployment records live, by name.
+    pub fn deployments(&self) -> PathBuf {
+        self.root.join("deployments")
+    }
+
+    /// berm's compiled-code cache.
+    pub fn code_cache(&self) -> PathBuf {
+        self.root.join("cache")
+    }
+
+    /// Where programs' state lives.
+    pub fn state_root(&self) -> PathBuf {
+        self.root.join("state")
+    }
+
+    /// One program's state directory (created on first use).
+    pub fn state(&self, program: &str) -> Result<PathBuf, HomeError> {
+        let dir = self.state_root().join(program);
+        create_private_dir(&dir)?;
+        Ok(dir)
+    }
+
+    /// The control socket.
+    pub fn control_socket(&self) -> PathBuf {
+        self.root.join(berm_control::home::CONTROL_SOCKET)
+    }
+
+    /// The MCP socket.
+    pub fn mcp_socket(&self) -> PathBuf {
+        self.root.join(berm_control::home::MCP_SOCKET)
+    }
+}
+
+fn create_private_dir(path: &Path) -> Result<(), HomeError> {
+    let fail = |source| HomeError::CreateDir {
+        path: path.to_path_buf(),
+        source,
+    };
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(path)
+        .map_err(fail)?;
+    fs::set_permissions(path, fs::Permissions::from_mode(0o700)).map_err(fail)
+}
+
+/// Writes `bytes` to `path` so that a crash at any moment leaves either the
+/// old file or the new one, never a mix: a temporary file in the same
+/// directory, fsync, rename over, fsync the directory.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), HomeError> {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let fail = |source| HomeError::Write {
+        path: path.to_path_buf(),
+        source,
+    };
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy())
+        .unwrap_or_default();
+    let temp = dir.join(format!(
+        ".{name}.tmp-{}-{}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    ));
+    let result = (|| {
+        let mut file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&temp)?;
+        file.write_all(bytes)?;
+        file.sync_all()?;
+        fs::rename(&temp, path)?;
+        sync_dir(dir)
+    })();
+    if result.is_err() {
+        let _ = fs::remove_file(&temp);
+    }
+    result.map_err(fail)
+}
+
+/// Removes `path` (if it exists) durably: unlink, fsync the directory.
+pub fn remove_durably(path: &Path) -> Result<(), HomeError> {
+    let fail = |source| HomeError::Write {
+        path: path.to_path_buf(),
+        source,
+    };
+    match fs::remove_file(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(fail(e)),
+    }
+    sync_dir(path.parent().unwrap_or(Path::new("."))).map_err(fail)
+}
+
+/// fsyncs a directory, so a rename or unlink in it survives a crash.
+pub fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn atomic_writes_replace_whole_files_and_leave_no_temp() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = Home::create(&dir.path().join("home")).unwrap();
+        let mode = fs::metadata(home.root()).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o700);
+        let path = home.deployments().join("x.json");
+        write_atomic(&path, b"one").unwrap();
+        write_atomic(&path, b"two").unwrap();
+        assert_eq!(fs::read(&path).unwrap(), b"two");
+        let names: Vec<_> = fs::read_dir(home.deployments())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, vec![std::ffi::OsString::from("x.json")]);
+        remove_durably(&path).unwrap();
+        remove_durably(&path).unwrap();
+        assert!(!path.exists());
+    }
+}

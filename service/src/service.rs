@@ -1,0 +1,563 @@
+//! The service: programs by name, persisted, with their grants and state,
+//! behind every transport (MCP and the control API).
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use berm::{Berm, CompileSource, DeployOptions, Engine, EngineConfig, Failure, Grants};
+use berm_control::{DeployResponse, Grant, LimitsSpec, ProgramView, RemoveResponse};
+use tokio::sync::broadcast;
+
+use crate::catalog::{self, Catalog};
+use crate::fs::FsRoot;
+use crate::home::{Home, HomeError};
+use crate::kv::{KvCaps, KvError, KvStore};
+use crate::store::{LoadError, Record, Store};
+use crate::syscalls::{self, ProgramHost};
+
+/// How a [`Service`] is set up.
+#[derive(Debug, Clone)]
+pub struct ServiceConfig {
+    /// `$BERM_HOME`.
+    pub home: PathBuf,
+    /// The engine, with the default bounds for every call.
+    pub engine: EngineConfig,
+    /// Bounds on each program's keyspace.
+    pub kv_caps: KvCaps,
+}
+
+impl ServiceConfig {
+    /// Defaults for a data directory.
+    pub fn new(home: PathBuf) -> ServiceConfig {
+        ServiceConfig {
+            home,
+            engine: EngineConfig::default(),
+            kv_caps: KvCaps::default(),
+        }
+    }
+}
+
+/// Why the service could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    /// The data directory could not be prepared.
+    #[error(transparent)]
+    Home(#[from] HomeError),
+    /// The engine could not be built.
+    #[error(transparent)]
+    Engine(#[from] berm::EngineError),
+    /// The threads that run calls could not be started.
+    #[error("could not start the call threads")]
+    CallThreads(#[source] std::io::Error),
+}
+
+/// Why a deploy was refused; nothing changed.
+#[derive(Debug, thiserror::Error)]
+pub enum DeployError {
+    /// A grant cannot be honoured.
+    #[error("grant `{grant}`: {message}")]
+    Grant {
+        /// The grant.
+        grant: String,
+        /// Why.
+        message: String,
+    },
+    /// The program's state could not be opened.
+    #[error("could not open the state of `{name}`")]
+    State {
+        /// The program.
+        name: String,
+        /// Why.
+        #[source]
+        source: KvError,
+    },
+    /// The state directory could not be created.
+    #[error(transparent)]
+    Home(#[from] HomeError),
+    /// The runtime refused the image.
+    #[error(transparent)]
+    Runtime(#[from] berm::DeployError),
+    /// A tool's input schema is not a JSON Schema MCP can validate against.
+    #[error("{0}")]
+    Schema(String),
+    /// The image or record could not be saved; the program is not deployed.
+    #[error("`{name}` was not deployed: could not save it")]
+    Persist {
+        /// The program.
+        name: String,
+        /// Why.
+        #[source]
+        source: HomeError,
+    },
+}
+
+/// Why a remove was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum RemoveError {
+    /// Nothing is deployed under the name.
+    #[error("no program named `{0}` is deployed")]
+    NotDeployed(String),
+    /// The record could not be deleted; the program was removed from memory
+    /// but would come back on restart.
+    #[error("`{name}` was removed but its record could not be deleted")]
+    Persist {
+        /// The program.
+        name: String,
+        /// Why.
+        #[source]
+        source: HomeError,
+    },
+}
+
+/// Why a call produced no result: the host's side of the two levels.
+#[derive(Debug, thiserror::Error)]
+pub enum CallError {
+    /// No deployed program has that tool.
+    #[error("no tool `{0}` is deployed (list them with tools/list or `berm ls`)")]
+    NoSuchTool(String),
+    /// The arguments do not match the tool's input schema; nothing ran.
+    #[error("invalid arguments for `{tool}`: {message}")]
+    InvalidArguments {
+        /// `{program}.{tool}`.
+        tool: String,
+        /// Which field, and what is wrong with it.
+        message: String,
+    },
+    /// The runtime stopped or refused the call (trap, deadline, memory cap…).
+    #[error(transparent)]
+    Host(#[from] berm::Error),
+    /// The task running the call ended without an answer (bermd is
+    /// shutting down, or the runtime panicked).
+    #[error("the call was lost: {0}")]
+    Lost(String),
+}
+
+/// What a restart brought back.
+#[derive(Debug, Default)]
+pub struct RestoreReport {
+    /// Programs restored, with where their code came from.
+    pub restored: Vec<(String, CompileSource)>,
+    /// Records that could not be restored, each with its reason.
+    pub skipped: Vec<String>,
+}
+
+/// The threads programs run on, apart from the ones serving sockets: a
+/// program that spins until its deadline keeps a call thread busy (yielding
+/// every epoch tick), never the threads that read requests and write answers.
+struct CallThreads(Option<tokio::runtime::Runtime>);
+
+impl CallThreads {
+    fn start() -> std::io::Result<CallThreads> {
+        let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(threads)
+            .thread_name("berm-call")
+            .enable_time()
+            .build()
+            .map(|runtime| CallThreads(Some(runtime)))
+    }
+
+    fn handle(&self) -> Option<&tokio::runtime::Handle> {
+        self.0.as_ref().map(|r| r.handle())
+    }
+}
+
+impl Drop for CallThreads {
+    fn drop(&mut self) {
+        // A runtime may not be dropped from async code, which is where the
+        // last reference to the service can go away.
+        if let Some(runtime) = self.0.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
+struct Deployment {
+    record: Record,
+    source: CompileSource,
+}
+
+/// Programs by name, persisted under `$BERM_HOME`.
+pub struct Service {
+    berm: Berm,
+    calls: CallThreads,
+    home: Home,
+    store: Store,
+    kv_caps: KvCaps,
+    catalog: RwLock<Arc<Catalog>>,
+    deployments: RwLock<HashMap<String, Deployment>>,
+    keyspaces: Mutex<HashMap<String, Arc<KvStore>>>,
+    /// Deploys and removes happen one at a time, so memory and disk agree.
+    changing: Mutex<()>,
+    changes: broadcast::Sender<()>,
+}
+
+fn source_name(source: CompileSource) -> &'static str {
+    match source {
+        CompileSource::Compiled => "compiled",
+        CompileSource::DiskCache => "disk_cache",
+        CompileSource::Memory => "memory",
+    }
+}
+
+impl Service {
+    /// Opens `$BERM_HOME` and restores every deployment recorded there. A
+    /// record that cannot be restored is reported and skipped.
+    pub fn open(config: &ServiceConfig) -> Result<(Arc<Service>, RestoreReport), OpenError> {
+        let home = Home::create(&config.home)?;
+        let engine = Engine::new(&config.engine)?;
+        let berm = Berm::with_code_cache(
+            &engine,
+            berm::call::DEFAULT_CALL_DEPTH,
+            syscalls::table(),
+            home.code_cache(),
+        );
+        let (changes, _) = broadcast::channel(16);
+        let service = Arc::new(Service {
+            berm,
+            calls: CallThreads::start().map_err(OpenError::CallThreads)?,
+            store: Store::new(home.clone()),
+            home,
+            kv_caps: config.kv_caps,
+            catalog: RwLock::new(Arc::new(Catalog::default())),
+            deployments: RwLock::new(HashMap::new()),
+            keyspaces: Mutex::new(HashMap::new()),
+            changing: Mutex::new(()),
+            changes,
+        });
+        let mut report = RestoreReport::default();
+        let (records, problems) = service.store.load_all();
+        for problem in problems {
+            report.skipped.push(error_chain(&problem));
+            log_skip(&problem);
+        }
+        for (record, image) in records {
+            let name = record.name.clone();
+            match service.install(record, &image) {
+                Ok(source) => {
+                    tracing::info!(program = %name, source = source_name(source), "restored");
+                    report.restored.push((name, source));
+                }
+                Err(e) => {
+                    let message = format!("`{name}`: {}", error_chain(&e));
+                    tracing::error!("skipped deployment {message}");
+                    report.skipped.push(message);
+                }
+            }
+        }
+        service.rebuild_catalog();
+        Ok((service, report))
+    }
+
+    /// The data directory.
+    pub fn home(&self) -> &Home {
+        &self.home
+    }
+
+    /// The runtime, for embedding and benchmarks.
+    pub fn berm(&self) -> &Berm {
+        &self.berm
+    }
+
+    /// A receiver that hears about every deploy and remove.
+    pub fn subscribe(&self) -> broadcast::Receiver<()> {
+        self.changes.subscribe()
+    }
+
+    /// The current tool catalog.
+    pub fn catalog(&self) -> Arc<Catalog> {
+        self.catalog
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Deploys `image` under `name` with `grants`, replacing what the name
+    /// held, and persists it. Blocking: it may compile.
+    pub fn deploy(
+        &self,
+        name: &str,
+        image: &[u8],
+        grants: Vec<Grant>,
+        limits: LimitsSpec,
+    ) -> Result<DeployResponse, DeployError> {
+        // The name becomes file names under $BERM_HOME: check it before
+        // anything touches the disk.
+        if !berm_abi::is_valid_name(name) {
+            return Err(berm::DeployError::InvalidName(name.chars().take(80).collect()).into());
+        }
+        let _changing = self.changing.lock().unwrap_or_else(|p| p.into_inner());
+        let grants = normalize_grants(grants)?;
+        let manifest = berm::Manifest::from_image(image).map_err(berm::DeployError::from)?;
+        catalog::check_schemas(&manifest).map_err(DeployError::Schema)?;
+        let previous = self.berm.get(name).map(|p| p.digest.to_string());
+        let record = Record {
+            name: name.to_string(),
+            digest: berm::Digest::of(image).to_string(),
+            grants,
+            limits,
+        };
+        self.install(record.clone(), image)?;
+        if let Err(source) = self.store.save(&record, &berm::Digest::of(image), image) {
+            // Not on disk means not deployed: a restart would not bring it
+            // back, so do not serve it now.
+            self.berm.remove(name);
+            self.write_deployments().remove(name);
+            self.rebuild_catalog();
+            return Err(DeployError::Persist {
+                name: name.to_string(),
+                source,
+            });
+        }
+        self.rebuild_catalog();
+        let program = self
+            .view(name)
+            .ok_or_else(|| DeployError::Schema(format!("`{name}` vanished while deploying")))?;
+        tracing::info!(program = %name, digest = %program.digest, source = %program.code_source, "deployed");
+        Ok(DeployResponse {
+            program,
+            replaced: previous,
+        })
+    }
+
+    /// Removes `name`. Its state stays under `$BERM_HOME/state/<name>`, so a
+    /// redeploy under the same name finds its keyspace again.
+    pub fn remove(&self, name: &str) -> Result<RemoveResponse, RemoveError> {
+        let _changing = self.changing.lock().unwrap_or_else(|p| p.into_inner());
+        let digest = self
+            .berm
+            .remove(name)
+            .ok_or_else(|| RemoveError::NotDeployed(name.to_string()))?;
+        self.write_deployments().remove(name);
+        self.rebuild_catalog();
+        self.store
+            .delete(name)
+            .map_err(|source| RemoveError::Persist {
+                name: name.to_string(),
+                source,
+            })?;
+        tracing::info!(program = %name, "removed");
+        Ok(RemoveResponse {
+            name: name.to_string(),
+            digest: digest.to_string(),
+        })
+    }
+
+    /// Every deployed program, sorted by name.
+    pub fn list(&self) -> Vec<ProgramView> {
+        self.berm
+            .list()
+            .into_iter()
+            .filter_map(|info| self.view_of(info))
+            .collect()
+    }
+
+    /// One deployed program.
+    pub fn view(&self, name: &str) -> Option<ProgramView> {
+        self.berm.get(name).and_then(|info| self.view_of(info))
+    }
+
+    fn view_of(&self, info: berm::ProgramInfo) -> Option<ProgramView> {
+        let deployments = self.deployments.read().unwrap_or_else(|p| p.into_inner());
+        let deployment = deployments.get(&info.name)?;
+        Some(ProgramView {
+            name: info.name,
+            digest: info.digest.to_string(),
+            grants: deployment.record.grants.clone(),
+            limits: LimitsSpec {
+                deadline_ms: Some(info.limits.deadline.as_millis() as u64),
+                memory_bytes: Some(info.limits.memory_bytes as u64),
+            },
+            code_source: source_name(deployment.source).to_string(),
+            manifest: (*info.manifest).clone(),
+        })
+    }
+
+    /// Calls `{program}.{tool}` with `args` after checking them against the
+    /// tool's input schema.
+    pub async fn call(
+        &self,
+        program: &str,
+        tool: &str,
+        args: &serde_json::Value,
+    ) -> Result<Result<String, Failure>, CallError> {
+        let name = format!("{program}.{tool}");
+        let catalog = self.catalog();
+        let entry = catalog
+            .get(&name)
+            .ok_or_else(|| CallError::NoSuchTool(name.clone()))?;
+        validate(&name, entry, args)?;
+        // Serializing a Value cannot fail.
+        let bytes = serde_json::to_vec(args).unwrap_or_default();
+        let (berm, program, tool) = (self.berm.clone(), entry.program.clone(), entry.tool.clone());
+        let run = async move { berm.call(None, &program, &tool, bytes).await };
+        let outcome = match self.calls.handle() {
+            Some(calls) => calls
+                .spawn(run)
+                .await
+                .map_err(|e| CallError::Lost(e.to_string()))?,
+            None => run.await,
+        };
+        Ok(outcome?)
+    }
+
+    fn write_deployments(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<String, Deployment>> {
+        self.deployments.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn rebuild_catalog(&self) {
+        let catalog = Arc::new(Catalog::build(&self.berm.list()));
+        *self.catalog.write().unwrap_or_else(|p| p.into_inner()) = catalog;
+        let _ = self.changes.send(());
+    }
+
+    /// Opens what the grants reach and hands the image to the runtime.
+    fn install(&self, record: Record, image: &[u8]) -> Result<CompileSource, DeployError> {
+        let mut host = ProgramHost::default();
+        let mut modules = std::collections::BTreeSet::new();
+        for grant in &record.grants {
+            modules.insert(grant.module().to_string());
+            match grant {
+                Grant::Kv => host.kv = Some(self.keyspace(&record.name)?),
+                Grant::Fs { dir, read_only } => {
+                    let root = FsRoot::open(dir, *read_only).map_err(|e| DeployError::Grant {
+                        grant: grant.to_string(),
+                        message: format!("cannot open the directory: {e}"),
+                    })?;
+                    host.fs = Some(Arc::new(root));
+                }
+                Grant::Log | Grant::Clock | Grant::Random => {}
+            }
+        }
+        let mut limits = self.berm.engine().config().limits.clone();
+        if let Some(ms) = record.limits.deadline_ms {
+            limits.deadline = Duration::from_millis(ms);
+        }
+        if let Some(bytes) = record.limits.memory_bytes {
+            limits.memory_bytes = usize::try_from(bytes).unwrap_or(usize::MAX);
+        }
+        let deployed = self.berm.deploy_with(
+            &record.name,
+            image,
+            DeployOptions {
+                grants: Grants::Only(modules),
+                limits: Some(limits),
+                data: Some(Arc::new(host)),
+            },
+        )?;
+        self.write_deployments().insert(
+            record.name.clone(),
+            Deployment {
+                record,
+                source: deployed.source,
+            },
+        );
+        Ok(deployed.source)
+    }
+
+    fn keyspace(&self, name: &str) -> Result<Arc<KvStore>, DeployError> {
+        let mut keyspaces = self.keyspaces.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(kv) = keyspaces.get(name) {
+            return Ok(kv.clone());
+        }
+        let path = self.home.state(name)?.join("kv.log");
+        let kv =
+            Arc::new(
+                KvStore::open(&path, self.kv_caps).map_err(|source| DeployError::State {
+                    name: name.to_string(),
+                    source,
+                })?,
+            );
+        keyspaces.insert(name.to_string(), kv.clone());
+        Ok(kv)
+    }
+}
+
+/// Checks `args` against the tool's schema; the message names the field.
+fn validate(
+    name: &str,
+    entry: &catalog::ToolEntry,
+    args: &serde_json::Value,
+) -> Result<(), CallError> {
+    let problems: Vec<String> = entry
+        .validator
+        .iter_errors(args)
+        .take(5)
+        .map(|e| {
+            let at = e.instance_path.to_string();
+            if at.is_empty() {
+                e.to_string()
+            } else {
+                format!("`{}`: {e}", at.trim_start_matches('/').replace('/', "."))
+            }
+        })
+        .collect();
+    if problems.is_empty() {
+        return Ok(());
+    }
+    Err(CallError::InvalidArguments {
+        tool: name.to_string(),
+        message: problems.join("; "),
+    })
+}
+
+/// Sorts and dedups grants; an `fs` directory must be absolute and exist,
+/// and is canonicalized so the record names the real directory.
+fn normalize_grants(grants: Vec<Grant>) -> Result<Vec<Grant>, DeployError> {
+    let mut out = Vec::new();
+    for grant in grants {
+        let grant = match grant {
+            Grant::Fs { dir, read_only } => {
+                let refuse = |message: String| DeployError::Grant {
+                    grant: Grant::Fs {
+                        dir: dir.clone(),
+                        read_only,
+                    }
+                    .to_string(),
+                    message,
+                };
+                if !dir.is_absolute() {
+                    return Err(refuse("the directory must be an absolute path".into()));
+                }
+                let real = std::fs::canonicalize(&dir)
+                    .map_err(|e| refuse(format!("cannot resolve the directory: {e}")))?;
+                if !real.is_dir() {
+                    return Err(refuse("not a directory".into()));
+                }
+                Grant::Fs {
+                    dir: real,
+                    read_only,
+                }
+            }
+            other => other,
+        };
+        out.push(grant);
+    }
+    out.sort();
+    out.dedup();
+    if out.iter().filter(|g| matches!(g, Grant::Fs { .. })).count() > 1 {
+        return Err(DeployError::Grant {
+            grant: "fs".into(),
+            message: "at most one fs directory may be granted".into(),
+        });
+    }
+    Ok(out)
+}
+
+fn log_skip(problem: &LoadError) {
+    tracing::error!("skipped deployment: {}", error_chain(problem));
+}
+
+/// An error and its causes, joined, for logs and reports.
+pub fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut message = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        message.push_str(": ");
+        message.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    message
+}

@@ -1,0 +1,368 @@
+//! bermd as a process: persistence across `kill -9`, concurrency, hostile
+//! input and hostile programs, fs escapes, grants, HTTP address rules.
+
+mod common;
+
+use std::process::Command;
+use std::sync::mpsc;
+
+use berm_control::LimitsSpec;
+use common::{Bermd, Session, block_on, result_text};
+use serde_json::json;
+
+#[test]
+fn deployments_and_acknowledged_writes_survive_kill_9() {
+    let bermd = Bermd::start(&[]);
+    let deployed = bermd.deploy("notes", "notes", &["kv"], LimitsSpec::default());
+    assert_eq!(deployed.program.code_source, "compiled");
+    bermd.deploy(
+        "echo",
+        "echo",
+        &[],
+        LimitsSpec {
+            deadline_ms: Some(1234),
+            memory_bytes: None,
+        },
+    );
+    let mut session = bermd.session();
+    for i in 0..20 {
+        let (text, error) = result_text(&session.call(
+            "notes.add",
+            json!({"title": format!("n{i}"), "text": format!("body {i}")}),
+        ));
+        assert!(!error, "{text}");
+    }
+    let (_, error) = result_text(&session.call("notes.delete", json!({"id": 3})));
+    assert!(!error);
+
+    let (home, _dir) = bermd.kill9();
+
+    let restarted = Bermd::start_in(&home, &[]);
+    let programs = block_on(restarted.control().list()).unwrap();
+    let names: Vec<_> = programs.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(names, ["echo", "notes"]);
+    for program in &programs {
+        // Restored from the compiled-code cache: nothing was compiled.
+        assert_eq!(program.code_source, "disk_cache", "{}", program.name);
+    }
+    assert_eq!(programs[0].limits.deadline_ms, Some(1234));
+    assert_eq!(programs[1].grants, vec![berm_control::Grant::Kv]);
+    let mut session = restarted.session();
+    let (text, _) = result_text(&session.call("notes.list", json!({})));
+    let listed: Vec<serde_json::Value> = serde_json::from_str(&text).unwrap();
+    assert_eq!(listed.len(), 19);
+    assert!(!text.contains("\"n2\""), "note 3 was deleted: {text}");
+    let (text, _) = result_text(&session.call("notes.search", json!({"query": "body 19"})));
+    assert!(text.contains("n19"), "{text}");
+}
+
+#[test]
+fn a_corrupt_record_is_reported_and_skipped() {
+    let bermd = Bermd::start(&[]);
+    bermd.deploy("echo", "echo", &[], LimitsSpec::default());
+    bermd.deploy("other", "echo", &[], LimitsSpec::default());
+    let (home, _dir) = bermd.kill9();
+    std::fs::write(home.join("deployments/broken.json"), b"{ not json").unwrap();
+    std::fs::write(
+        home.join("deployments/lost.json"),
+        br#"{"name":"lost","digest":"sha256:0000000000000000000000000000000000000000000000000000000000000000","grants":[]}"#,
+    )
+    .unwrap();
+    let restarted = Bermd::start_in(&home, &[]);
+    let names: Vec<_> = block_on(restarted.control().list())
+        .unwrap()
+        .into_iter()
+        .map(|p| p.name)
+        .collect();
+    assert_eq!(names, ["echo", "other"]);
+    let log = restarted.log_text();
+    assert!(
+        log.contains("deployment record") && log.contains("broken.json is corrupt"),
+        "{log}"
+    );
+    assert!(log.contains("for `lost` is missing"), "{log}");
+}
+
+#[test]
+fn eight_clients_times_a_thousand_calls_are_all_answered_correctly() {
+    let bermd = Bermd::start(&[]);
+    bermd.deploy("echo", "echo", &[], LimitsSpec::default());
+    let socket = bermd.home.join("mcp.sock");
+    let threads: Vec<_> = (0..8)
+        .map(|client| {
+            let socket = socket.clone();
+            std::thread::spawn(move || {
+                let mut session = Session::connect(&socket);
+                session.initialize();
+                for i in 0..1000 {
+                    let message = format!("client {client} call {i}");
+                    let (text, error) =
+                        result_text(&session.call("echo.reverse", json!({"message": message})));
+                    assert!(!error);
+                    assert_eq!(text, message.chars().rev().collect::<String>());
+                }
+                1000
+            })
+        })
+        .collect();
+    let answered: usize = threads.into_iter().map(|t| t.join().unwrap()).sum();
+    assert_eq!(answered, 8000);
+}
+
+#[test]
+fn bad_input_gets_errors_and_bermd_stays_up() {
+    let mut bermd = Bermd::start(&["--max-frame-bytes", "65536"]);
+    bermd.deploy("echo", "echo", &[], LimitsSpec::default());
+    let mut session = bermd.session();
+
+    session.send_raw(b"this is not json\n");
+    let reply = session.read();
+    assert_eq!(reply["error"]["code"], -32700, "{reply}");
+    assert_eq!(reply["id"], serde_json::Value::Null);
+
+    let mut huge = vec![b'x'; 200_000];
+    huge.push(b'\n');
+    session.send_raw(&huge);
+    let reply = session.read();
+    assert_eq!(reply["error"]["code"], -32600, "{reply}");
+    assert!(
+        reply["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("frame cap of 65536 bytes")
+    );
+
+    let reply = session.request("no/such/method", json!({}));
+    assert_eq!(reply["error"]["code"], -32601, "{reply}");
+
+    let reply = session.call("echo.nosuch", json!({}));
+    assert_eq!(reply["error"]["code"], -32602, "{reply}");
+    assert!(
+        reply["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("no tool `echo.nosuch`")
+    );
+    let reply = session.call("nodot", json!({}));
+    assert_eq!(reply["error"]["code"], -32602, "{reply}");
+
+    let reply = session.call("echo.echo", json!({"message": ["not", "a", "string"]}));
+    assert_eq!(reply["error"]["code"], -32602, "{reply}");
+    assert!(
+        reply["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("`message`"),
+        "{reply}"
+    );
+
+    // Well-formed JSON that is not JSON-RPC.
+    session.send_raw(b"[1, 2, 3]\n");
+    let reply = session.read();
+    assert!(reply["error"].is_object(), "{reply}");
+
+    // The session and bermd are still fine.
+    let (text, error) = result_text(&session.call("echo.echo", json!({"message": "still here"})));
+    assert_eq!((text.as_str(), error), ("still here", false));
+    // A client that hangs up mid-message does not hurt anyone.
+    let mut rude = Session::connect(&bermd.home.join("mcp.sock"));
+    rude.send_raw(b"{\"jsonrpc\": \"2.0\", \"id\": 1, \"meth");
+    drop(rude);
+    let mut fresh = bermd.session();
+    let (text, _) = result_text(&fresh.call("echo.echo", json!({"message": "fresh"})));
+    assert_eq!(text, "fresh");
+    assert!(bermd.alive());
+}
+
+#[test]
+fn fs_escapes_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("granted");
+    std::fs::create_dir(&root).unwrap();
+    std::fs::write(root.join("inside.txt"), "inside").unwrap();
+    std::fs::write(dir.path().join("secret.txt"), "secret").unwrap();
+    std::os::unix::fs::symlink(dir.path().join("secret.txt"), root.join("link")).unwrap();
+    std::os::unix::fs::symlink(dir.path(), root.join("parent")).unwrap();
+    let bermd = Bermd::start(&[]);
+    bermd.deploy(
+        "files",
+        "files",
+        &[&format!("fs={}:rw", root.display())],
+        LimitsSpec::default(),
+    );
+    let mut session = bermd.session();
+    for path in [
+        "../secret.txt",
+        "/etc/passwd",
+        &dir.path().join("secret.txt").display().to_string(),
+        "link",
+        "parent/secret.txt",
+    ] {
+        let (text, error) = result_text(&session.call("files.read_file", json!({"path": path})));
+        assert!(error, "{path} was read: {text}");
+        assert!(
+            text.contains("leaves the granted directory"),
+            "{path}: {text}"
+        );
+    }
+    let (text, error) = result_text(&session.call(
+        "files.write_file",
+        json!({"path": "../escaped.txt", "content": "x"}),
+    ));
+    assert!(
+        error && text.contains("leaves the granted directory"),
+        "{text}"
+    );
+    let (text, error) = result_text(&session.call(
+        "files.write_file",
+        json!({"path": "parent/escaped.txt", "content": "x"}),
+    ));
+    assert!(error, "{text}");
+    assert!(!dir.path().join("escaped.txt").exists());
+    let (text, error) = result_text(&session.call("files.list_dir", json!({"path": ".."})));
+    assert!(error, "{text}");
+    // Inside is fine.
+    let (text, error) =
+        result_text(&session.call("files.read_file", json!({"path": "inside.txt"})));
+    assert_eq!((text.as_str(), error), ("inside", false));
+    let (_, error) = result_text(&session.call(
+        "files.write_file",
+        json!({"path": "sub/new.txt", "content": "new"}),
+    ));
+    assert!(!error);
+    assert_eq!(
+        std::fs::read_to_string(root.join("sub/new.txt")).unwrap(),
+        "new"
+    );
+    let (text, _) = result_text(&session.call("files.grep", json!({"pattern": "new"})));
+    assert_eq!(text, "sub/new.txt:1: new");
+}
+
+#[test]
+fn an_ungranted_syscall_traps_naming_the_grant() {
+    let bermd = Bermd::start(&[]);
+    bermd.deploy("files", "files", &[], LimitsSpec::default());
+    bermd.deploy("notes", "notes", &["log"], LimitsSpec::default());
+    let mut session = bermd.session();
+    let reply = session.call("files.read_file", json!({"path": "x"}));
+    let message = reply["error"]["message"].as_str().unwrap_or_default();
+    assert_eq!(reply["error"]["code"], -32603, "{reply}");
+    assert!(
+        message
+            .contains("called `fs.read`, which is not granted to `files` (grant `fs` to allow it)"),
+        "{reply}"
+    );
+    let reply = session.call("notes.list", json!({}));
+    assert!(
+        reply["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("(grant `kv` to allow it)"),
+        "{reply}"
+    );
+}
+
+#[test]
+fn a_hostile_program_does_not_hold_up_others() {
+    let mut bermd = Bermd::start(&[]);
+    bermd.deploy("echo", "echo", &[], LimitsSpec::default());
+    bermd.deploy(
+        "hostile",
+        "hostile",
+        &[],
+        LimitsSpec {
+            deadline_ms: Some(5000),
+            memory_bytes: Some(32 << 20),
+        },
+    );
+    let socket = bermd.home.join("mcp.sock");
+    // Two spinning calls (one per core) and a memory bomb, all at once.
+    let (done, finished) = mpsc::channel();
+    for tool in ["spin", "spin", "memory_bomb"] {
+        let socket = socket.clone();
+        let done = done.clone();
+        std::thread::spawn(move || {
+            let mut session = Session::connect(&socket);
+            session.initialize();
+            let reply = session.call(&format!("hostile.{tool}"), json!({}));
+            done.send((tool, reply)).unwrap();
+        });
+    }
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let mut session = bermd.session();
+    for i in 0..50 {
+        let (text, _) =
+            result_text(&session.call("echo.echo", json!({"message": format!("m{i}")})));
+        assert_eq!(text, format!("m{i}"));
+    }
+    // Every echo was answered while the spins were still running: they end
+    // only at their 5 s deadline.
+    let early: Vec<_> = finished.try_iter().collect();
+    assert!(early.iter().all(|(t, _)| *t == "memory_bomb"), "{early:?}");
+    let mut messages = Vec::new();
+    for _ in early.len()..3 {
+        let (_, reply) = finished.recv().unwrap();
+        messages.push(
+            reply["error"]["message"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+        );
+    }
+    assert!(
+        messages
+            .iter()
+            .filter(|m| m.contains("ran past its deadline of 5s"))
+            .count()
+            >= 2,
+        "{messages:?}"
+    );
+    assert!(bermd.alive());
+    let (text, _) = result_text(&session.call("echo.echo", json!({"message": "after"})));
+    assert_eq!(text, "after");
+    let reply = session.call("hostile.memory_bomb", json!({}));
+    assert!(
+        reply["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("tried to grow its memory past the cap of 33554432 bytes"),
+        "{reply}"
+    );
+}
+
+#[test]
+fn http_off_loopback_is_refused_without_a_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = Command::new(env!("CARGO_BIN_EXE_bermd"))
+        .args(["--http", "0.0.0.0:0"])
+        .env("BERM_HOME", dir.path().join("home"))
+        .output()
+        .unwrap();
+    assert_eq!(run.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(
+        stderr.contains("refusing to serve MCP on 0.0.0.0:0: it is not a loopback address"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_second_bermd_on_the_same_home_is_refused() {
+    let bermd = Bermd::start(&[]);
+    let run = Command::new(env!("CARGO_BIN_EXE_bermd"))
+        .env("BERM_HOME", &bermd.home)
+        .output()
+        .unwrap();
+    assert_eq!(run.status.code(), Some(3));
+    assert!(String::from_utf8_lossy(&run.stderr).contains("another bermd already serves"));
+}
+
+#[test]
+fn sockets_and_home_are_private() {
+    use std::os::unix::fs::PermissionsExt;
+    let bermd = Bermd::start(&[]);
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&bermd.home), 0o700);
+    assert_eq!(mode(&bermd.home.join("mcp.sock")), 0o600);
+    assert_eq!(mode(&bermd.home.join("control.sock")), 0o600);
+}

@@ -1,0 +1,120 @@
+"""The Python MCP SDK (PyPI `mcp`) against bermd, over every transport and
+both ways of negotiating: the initialize handshake ("legacy") and the
+2026-07-28 discover flow ("auto"), where list_changed comes through
+`subscriptions/listen`."""
+
+import importlib.metadata
+import itertools
+
+import anyio
+import mcp_types as types
+import pytest
+from mcp import Client, StdioServerParameters
+from mcp.shared.exceptions import MCPError
+
+from conftest import BIN, WASM
+
+TRANSPORTS = ["stdio", "http", "unix"]
+MODES = ["legacy", "auto"]
+names = itertools.count()
+
+
+def test_the_sdk_is_the_version_we_pin():
+    assert importlib.metadata.version("mcp") == "2.3.0"
+
+
+def server_for(bermd, transport):
+    if transport == "stdio":
+        return StdioServerParameters(command=str(BIN / "berm"), args=["mcp"], env={"BERM_HOME": str(bermd.home)})
+    if transport == "http":
+        return bermd.url
+    # The Unix socket, through socat (newline-delimited JSON-RPC both ways).
+    return StdioServerParameters(command="socat", args=["-", f"UNIX-CONNECT:{bermd.home / 'mcp.sock'}"])
+
+
+def client(bermd, transport, mode, **kwargs):
+    return Client(server_for(bermd, transport), mode=mode, read_timeout_seconds=30, cache=None, **kwargs)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("transport", TRANSPORTS)
+@pytest.mark.anyio
+async def test_tools_calls_failures_and_bad_arguments(bermd, transport, mode):
+    async with client(bermd, transport, mode) as c:
+        assert c.server_info.name == "bermd"
+        tools = {t.name: t for t in (await c.list_tools()).tools}
+        assert {"echo.echo", "echo.reverse", "echo.fail"} <= set(tools)
+        schema = tools["echo.echo"].input_schema
+        assert schema["type"] == "object"
+        assert schema["properties"]["message"]["type"] == "string"
+        assert schema["required"] == ["message"]
+        # Usage notes reach the model through the description.
+        assert "Usage: Reach for echo" in tools["echo.echo"].description
+
+        done = await c.call_tool("echo.reverse", {"message": "berm"})
+        assert not done.is_error
+        assert done.content[0].text == "mreb"
+
+        failed = await c.call_tool("echo.fail", {"message": "on purpose"})
+        assert failed.is_error
+        assert failed.content[0].text == "on purpose"
+
+        with pytest.raises(MCPError) as bad:
+            await c.call_tool("echo.echo", {"message": 5})
+        assert bad.value.error.code == types.INVALID_PARAMS
+        assert "`message`" in bad.value.error.message
+
+        with pytest.raises(MCPError) as missing:
+            await c.call_tool("echo.echo", {})
+        assert missing.value.error.code == types.INVALID_PARAMS
+        assert '"message" is a required property' in missing.value.error.message
+
+        with pytest.raises(MCPError) as unknown:
+            await c.call_tool("nosuch.tool", {})
+        assert unknown.value.error.code == types.INVALID_PARAMS
+        assert "no tool `nosuch.tool`" in unknown.value.error.message
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+@pytest.mark.anyio
+async def test_list_changed_after_deploy_for_initialize_clients(bermd, transport):
+    changed = anyio.Event()
+
+    async def on_message(message):
+        if isinstance(message, types.ToolListChangedNotification):
+            changed.set()
+
+    name = f"legacy{transport}{next(names)}"
+    async with client(bermd, transport, "legacy", message_handler=on_message) as c:
+        before = {t.name for t in (await c.list_tools()).tools}
+        assert f"{name}.echo" not in before
+        await anyio.to_thread.run_sync(lambda: bermd.berm("deploy", name, str(WASM / "echo.wasm")))
+        with anyio.fail_after(20):
+            await changed.wait()
+        after = {t.name for t in (await c.list_tools()).tools}
+        assert f"{name}.echo" in after
+        done = await c.call_tool(f"{name}.echo", {"message": "new"})
+        assert done.content[0].text == "new"
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+@pytest.mark.anyio
+async def test_list_changed_through_subscriptions_listen(bermd, transport):
+    name = f"modern{transport}{next(names)}"
+    async with client(bermd, transport, "auto") as c:
+        assert c.protocol_version >= "2026-07-28"
+        async with c.listen(tools_list_changed=True) as subscription:
+            await anyio.to_thread.run_sync(lambda: bermd.berm("deploy", name, str(WASM / "echo.wasm")))
+            with anyio.fail_after(20):
+                async for event in subscription:
+                    assert type(event).__name__ == "ToolsListChanged"
+                    break
+        after = {t.name for t in (await c.list_tools()).tools}
+        assert f"{name}.echo" in after
+        await anyio.to_thread.run_sync(lambda: bermd.berm("rm", name))
+        assert f"{name}.echo" not in {t.name for t in (await c.list_tools()).tools}
+
+
+@pytest.fixture
+def anyio_backend():
+    return "asyncio"
