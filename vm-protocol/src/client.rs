@@ -103,6 +103,14 @@ fn remaining(deadline: Instant) -> Option<Duration> {
     (left >= Duration::from_millis(1)).then_some(left)
 }
 
+/// Sets the stream's read timeout to what is left before `deadline`.
+fn arm(stream: &UnixStream, deadline: Instant) -> Result<(), ReadLineError> {
+    let left = remaining(deadline).ok_or(ReadLineError::TimedOut)?;
+    stream
+        .set_read_timeout(Some(left))
+        .map_err(ReadLineError::Io)
+}
+
 impl GuestConnection {
     /// Connects to `path` and waits for `service`'s greeting, retrying every
     /// [`RETRY_INTERVAL`] while the socket is missing, refuses, resets or closes, until
@@ -111,42 +119,12 @@ impl GuestConnection {
         let started = Instant::now();
         let mut attempts = 0u32;
         let mut last = String::from("not tried");
-        while let Some(left) = remaining(deadline) {
+        while remaining(deadline).is_some() {
             attempts += 1;
-            match UnixStream::connect(path) {
-                Err(e) => last = format!("connect: {e}"),
-                Ok(stream) => {
-                    let mut reader = LineReader::new(stream);
-                    match reader.get_ref().set_read_timeout(Some(left)) {
-                        Err(e) => last = format!("set timeout: {e}"),
-                        Ok(()) => match reader.read_line() {
-                            Ok(Some(line)) => {
-                                let greeting =
-                                    GuestLine::parse(service, &line).map_err(|source| {
-                                        ConnectError::BadGreeting {
-                                            service: service.name(),
-                                            path: path.to_owned(),
-                                            source,
-                                        }
-                                    })?;
-                                if !matches!(greeting.event, Event::Greeting(_)) {
-                                    return Err(ConnectError::NotAGreeting {
-                                        path: path.to_owned(),
-                                        event: greeting.event.name(),
-                                    });
-                                }
-                                return Ok(Self {
-                                    service,
-                                    reader,
-                                    greeting,
-                                    seen: Vec::new(),
-                                });
-                            }
-                            Ok(None) => last = "closed before the greeting".into(),
-                            Err(e) => last = e.to_string(),
-                        },
-                    }
-                }
+            match Self::attempt(path, service, deadline) {
+                Ok(Ok(conn)) => return Ok(conn),
+                Ok(Err(why)) => last = why,
+                Err(refused) => return Err(refused),
             }
             if let Some(left) = remaining(deadline) {
                 std::thread::sleep(left.min(RETRY_INTERVAL));
@@ -161,6 +139,43 @@ impl GuestConnection {
         })
     }
 
+    /// One attempt: `Ok(Err(why))` means "try again", `Err` means the guest answered with
+    /// something that is not a greeting, which no retry will fix.
+    fn attempt(
+        path: &Path,
+        service: Service,
+        deadline: Instant,
+    ) -> Result<Result<Self, String>, ConnectError> {
+        let stream = match UnixStream::connect(path) {
+            Ok(stream) => stream,
+            Err(e) => return Ok(Err(format!("connect: {e}"))),
+        };
+        let mut reader = LineReader::new(stream);
+        let line = match reader.read_line_by(|stream| arm(stream, deadline)) {
+            Ok(Some(line)) => line,
+            Ok(None) => return Ok(Err("closed before the greeting".into())),
+            Err(e) => return Ok(Err(e.to_string())),
+        };
+        let greeting =
+            GuestLine::parse(service, &line).map_err(|source| ConnectError::BadGreeting {
+                service: service.name(),
+                path: path.to_owned(),
+                source,
+            })?;
+        if !matches!(greeting.event, Event::Greeting(_)) {
+            return Err(ConnectError::NotAGreeting {
+                path: path.to_owned(),
+                event: greeting.event.name(),
+            });
+        }
+        Ok(Ok(Self {
+            service,
+            reader,
+            greeting,
+            seen: Vec::new(),
+        }))
+    }
+
     /// The greeting this connection started with.
     pub fn greeting(&self) -> &GuestLine {
         &self.greeting
@@ -173,12 +188,7 @@ impl GuestConnection {
 
     /// The next line, checked against this port's contract.
     pub fn receive(&mut self, deadline: Instant) -> Result<GuestLine, ReceiveError> {
-        let left = remaining(deadline).ok_or(ReceiveError::TimedOut)?;
-        self.reader
-            .get_ref()
-            .set_read_timeout(Some(left))
-            .map_err(|e| ReceiveError::Read(ReadLineError::Io(e)))?;
-        match self.reader.read_line() {
+        match self.reader.read_line_by(|stream| arm(stream, deadline)) {
             Ok(Some(line)) => GuestLine::parse(self.service, &line).map_err(ReceiveError::Line),
             Ok(None) => Err(ReceiveError::Closed),
             Err(ReadLineError::TimedOut) => Err(ReceiveError::TimedOut),

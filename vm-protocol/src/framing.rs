@@ -57,6 +57,17 @@ impl<R: Read> LineReader<R> {
     /// After [`ReadLineError::TooLong`] or [`ReadLineError::Truncated`] every later call fails
     /// the same way; after [`ReadLineError::TimedOut`] reading may continue.
     pub fn read_line(&mut self) -> Result<Option<Vec<u8>>, ReadLineError> {
+        self.read_line_by(|_| Ok(()))
+    }
+
+    /// Like [`LineReader::read_line`], but calls `before_read` before every read from the
+    /// stream, so a caller can re-arm a read timeout from its deadline (or stop with
+    /// [`ReadLineError::TimedOut`]): a peer that drips one byte at a time cannot stretch a
+    /// wait past its deadline.
+    pub fn read_line_by(
+        &mut self,
+        mut before_read: impl FnMut(&R) -> Result<(), ReadLineError>,
+    ) -> Result<Option<Vec<u8>>, ReadLineError> {
         if self.poisoned {
             return Err(ReadLineError::TooLong);
         }
@@ -74,6 +85,7 @@ impl<R: Read> LineReader<R> {
                 self.buf = Vec::new();
                 return Err(ReadLineError::TooLong);
             }
+            before_read(&self.inner)?;
             let mut chunk = [0u8; 8192];
             let room = (MAX_LINE_BYTES - self.buf.len()).min(chunk.len());
             match self.inner.read(&mut chunk[..room]) {

@@ -525,8 +525,9 @@ fn libkrun_smoke() {
         if kernel_printed {
             "nothing else"
         } else {
-            "the kernel boot itself: the stock kernel stops before its console under PVM's emulation \
-             (the INT3 alternatives self-test, notes/microvm-findings.md)"
+            "the kernel boot itself: KVM stopped the guest before its console came up, which fits \
+             notes/microvm-findings.md (under PVM a stock kernel needs its INT3 alternatives \
+             self-test skipped; berm's pinned kernel is unpatched Debian source)"
         }
     );
 }
