@@ -22,7 +22,7 @@ compression="$(toml_get $manifest image compression)"
 grep -qx 'CONFIG_EROFS_FS_ZIP=y' kernel/microvm.config || [ "$compression" = none ] \
   || die "$manifest asks for $compression compression but the kernel fragment lacks CONFIG_EROFS_FS_ZIP=y"
 command -v mkfs.erofs >/dev/null || die "mkfs.erofs is missing (apt-get install erofs-utils)"
-rustup target list --installed 2>/dev/null | grep -qx $target || die "the Rust target $target is missing (rustup target add $target)"
+rustup target list --installed 2>/dev/null | grep -x $target >/dev/null || die "the Rust target $target is missing (rustup target add $target)"
 command -v musl-gcc >/dev/null || die "musl-gcc is missing (apt-get install musl-tools)"
 
 # 1. Binaries: static musl, locked dependencies, no build-machine paths, no debug info.
@@ -46,7 +46,10 @@ while read -r kind path mode package binary; do
   case "$kind" in
     dir) mkdir -p "$stage$path"; chmod "$mode" "$stage$path" ;;
     bin) install -D -m "$mode" "$CARGO_TARGET_DIR/$target/release/$binary" "$stage$path"
-         file "$stage$path" | grep -qE 'static(-pie)? linked|statically linked' || die "$path is not statically linked" ;;
+         case "$(file -b "$stage$path")" in
+           *"static-pie linked"*|*"statically linked"*) ;;
+           *) die "$path is not statically linked" ;;
+         esac ;;
     "") ;;
     *) die "rootfs/contents.txt: unknown entry kind $kind" ;;
   esac
@@ -55,7 +58,7 @@ tree_listing="$(cd "$stage" && find . -mindepth 1 | sort | while read -r p; do
   if [ -f "$p" ]; then printf '%s %s %s %s\n' "$(stat -c %a "$p")" "$(stat -c %s "$p")" "$(sha256sum "$p" | cut -d' ' -f1)" "${p#.}"
   else printf '%s dir - %s\n' "$(stat -c %a "$p")" "${p#.}"; fi
 done)"
-mkfs_version="$(mkfs.erofs --help 2>&1 | head -1)"
+mkfs_version="$(mkfs.erofs --help 2>&1 | sed -n 1p)"
 options=(-T"$epoch" -U "$uuid" --all-root -x-1)
 [ "$compression" = none ] || options=(-z"$compression" "${options[@]}")
 key="$(printf '%s\n' "$tree_listing" "$mkfs_version" "${options[*]}" | sha256sum | cut -c1-32)"

@@ -45,6 +45,9 @@ mod exit {
 
 /// How long to wait for hosts to close their control connections after `power_off`.
 const CLOSE_WAIT: Duration = Duration::from_millis(500);
+/// How long to wait, when no host is connected at `power_off`, for one to connect and read the
+/// history (a boot can fail before berm-vmm's first connection gets through).
+const HOST_WAIT: Duration = Duration::from_secs(3);
 
 /// Mounts made by berm-init, in order; unmounted in reverse at shutdown where marked.
 struct MountSpec {
@@ -372,6 +375,10 @@ fn power_off(
         killed,
         unmount_failed,
     }));
+    let deadline = Instant::now() + HOST_WAIT;
+    while hub.control_connections() == 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
     hub.close_control();
     let deadline = Instant::now() + CLOSE_WAIT;
     while hub.control_connections() > 0 && Instant::now() < deadline {

@@ -295,7 +295,7 @@ mod tests {
 
     #[test]
     fn unpinned_values_are_refused_by_name() {
-        let text = KERNEL_MANIFEST.replacen("sha256 = \"", "sha256 = \"unpinned", 1);
+        let text = KERNEL_MANIFEST.replacen("\nsha256 = \"", "\nsha256 = \"unpinned", 1);
         let err = KernelPins::parse(&text).unwrap_err().to_string();
         assert!(err.contains("not a sha256"), "{err}");
     }
