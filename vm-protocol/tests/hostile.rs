@@ -13,6 +13,7 @@ use berm_vm_protocol::{LineError, MAX_LINE_BYTES, Service};
 const GREETING: &str = "{\"boot_id\":\"ab\",\"uptime_ms\":1,\"event\":\"greeting\",\"service\":\"control\",\"protocol\":1,\"init\":\"x\"}\n";
 
 type Behaviour = Box<dyn FnOnce(UnixStream) + Send>;
+type Expect = fn(&LineError) -> bool;
 
 /// Serves each accepted connection with the next behaviour in `script`.
 fn guest(script: Vec<Behaviour>) -> (tempfile::TempDir, PathBuf) {
@@ -97,7 +98,7 @@ fn a_silent_guest_times_out_at_the_deadline() {
 
 #[test]
 fn a_bad_first_line_is_refused_without_retrying() {
-    let cases: [(&[u8], fn(&LineError) -> bool); 5] = [
+    let cases: [(&[u8], Expect); 5] = [
         (b"hello\n", |e| matches!(e, LineError::NotJson(_))),
         (b"[1,2,3]\n", |e| matches!(e, LineError::NotAnObject)),
         (b"\xff\xfe\n", |e| matches!(e, LineError::NotUtf8)),
