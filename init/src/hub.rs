@@ -165,15 +165,6 @@ impl Hub {
         self.open_control.load(Ordering::SeqCst)
     }
 
-    /// Ends the write side of every control connection, so each host sees the end of the
-    /// stream after `power_off`.
-    pub fn close_control(&self) {
-        let control = lock(&self.control);
-        for (_, file) in &control.peers.peers {
-            sys::shutdown_write(file);
-        }
-    }
-
     /// Accepts control connections forever (on its own thread).
     pub fn serve_control(self: Arc<Self>, listener: OwnedFd) {
         loop {

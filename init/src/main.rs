@@ -379,11 +379,18 @@ fn power_off(
     while hub.control_connections() == 0 && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(10));
     }
-    hub.close_control();
-    let deadline = Instant::now() + CLOSE_WAIT;
-    while hub.control_connections() > 0 && Instant::now() < deadline {
+    // No half-close here: vhost-device-vsock 0.3.0 stops passing the host's close on to the
+    // guest once the guest has shut its side down, so waiting would always time out. Hosts
+    // close when they read power_off (docs/design/vm-protocol.md).
+    let closing = Instant::now();
+    while hub.control_connections() > 0 && closing.elapsed() < CLOSE_WAIT {
         std::thread::sleep(Duration::from_millis(5));
     }
+    eprintln!(
+        "berm-init: resetting; {} control connection(s) still open after {} ms",
+        hub.control_connections(),
+        closing.elapsed().as_millis()
+    );
     reset()
 }
 

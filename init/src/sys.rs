@@ -211,12 +211,6 @@ pub fn set_send_timeout(socket: &File, timeout: Duration) -> io::Result<()> {
     Ok(())
 }
 
-/// shutdown(SHUT_WR): tells the host no more lines will come.
-pub fn shutdown_write(socket: &File) {
-    // SAFETY: shutdown(2) on an fd this File owns; failure (already closed) is harmless.
-    unsafe { libc::shutdown(socket.as_raw_fd(), libc::SHUT_WR) };
-}
-
 /// kill(-1, signal): every process except PID 1 itself.
 pub fn kill_all(signal: libc::c_int) {
     // SAFETY: kill(2) with plain integers; ESRCH (no processes) is harmless.

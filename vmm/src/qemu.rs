@@ -272,7 +272,9 @@ fn splice(client: UnixStream, guest: UnixStream) {
     };
     let upstream = std::thread::spawn(move || {
         let _ = std::io::copy(&mut &client2, &mut &guest2);
-        let _ = guest2.shutdown(Shutdown::Write);
+        // vhost-device-vsock 0.3.0 passes a half-close on to the guest only as a full close,
+        // so the host closing its side ends the relayed connection in both directions.
+        let _ = guest2.shutdown(Shutdown::Both);
     });
     let _ = std::io::copy(&mut &guest, &mut &client);
     let _ = client.shutdown(Shutdown::Write);
