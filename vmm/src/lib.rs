@@ -21,3 +21,5 @@ pub mod settings;
 pub mod state;
 #[allow(unsafe_code)]
 mod sys;
+
+pub use sys::catch_stop_signals;

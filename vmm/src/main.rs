@@ -86,6 +86,10 @@ fn main() -> ExitCode {
             env,
             boot_timeout,
         } => {
+            if let Err(e) = berm_vmm::catch_stop_signals() {
+                eprintln!("berm-vmm: installing the stop-signal handler failed: {e}");
+                return ExitCode::from(ExitStatus::Internal.code());
+            }
             let config = RunConfig {
                 apps,
                 state,

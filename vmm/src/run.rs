@@ -33,6 +33,8 @@ pub const PVM_CMDLINE: &str = "noxsave clearcpuid=popcnt,smap";
 
 /// How long berm-vmm waits for the guest to reset after `power_off` before killing it.
 const RESET_GRACE: Duration = Duration::from_secs(5);
+/// How long a guest has to power off after berm-vmm got a stop signal.
+const STOP_GRACE: Duration = Duration::from_secs(5);
 /// How long berm-vmm waits, after the hypervisor ended, for lines still in flight.
 const DRAIN: Duration = Duration::from_secs(1);
 
@@ -331,6 +333,7 @@ fn supervise(
     let mut boot_failed = None;
     let mut power_off_at = None;
     let mut watch_problem = None;
+    let mut stop_signal_at: Option<Instant> = None;
     let hypervisor_exit = loop {
         match rx.recv_timeout(Duration::from_millis(20)) {
             Ok(Watch::Greeted(line)) => {
@@ -373,6 +376,26 @@ fn supervise(
         }
         if let Ok(Some(status)) = children[0].try_wait() {
             break status;
+        }
+        if crate::sys::stop_requested() && stop_signal_at.is_none() {
+            // A stop signal: ask the guest to shut down in order, on a connection of its own
+            // (the watcher's is busy reading); kill the VM if that does not end it in time.
+            stop_signal_at = Some(Instant::now());
+            report::line("stop_signal", json!({"action": "shutdown requested"}));
+            let control = run.control.clone();
+            std::thread::spawn(move || {
+                let deadline = Instant::now() + Duration::from_secs(2);
+                if let Ok(mut conn) = GuestConnection::connect(&control, Service::Control, deadline)
+                {
+                    let _ = conn.send(berm_vm_protocol::Request::Shutdown, deadline);
+                    let _ = conn.wait_for(deadline + STOP_GRACE, |l| {
+                        matches!(l.event, Event::PowerOff(_))
+                    });
+                }
+            });
+        }
+        if stop_signal_at.is_some_and(|at| at.elapsed() > STOP_GRACE) {
+            let _ = children[0].kill();
         }
         if power_off_at.is_some_and(|at| at.elapsed() > RESET_GRACE) {
             let _ = children[0].kill();

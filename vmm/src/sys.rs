@@ -9,9 +9,44 @@ use std::os::fd::AsRawFd;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
 
-/// Makes the kernel SIGKILL the child when berm-vmm dies, so no hypervisor outlives it.
+/// Set by SIGTERM, SIGINT or SIGHUP once [`catch_stop_signals`] ran.
+static STOP_REQUESTED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_stop_signal(_: libc::c_int) {
+    // Only an atomic store: async-signal-safe.
+    STOP_REQUESTED.store(true, Ordering::SeqCst);
+}
+
+/// Turns SIGTERM, SIGINT and SIGHUP into a flag [`stop_requested`] reports, so berm-vmm can
+/// ask the guest to shut down instead of dying with the VM half-stopped.
+pub fn catch_stop_signals() -> io::Result<()> {
+    for signal in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
+        // SAFETY: sigaction is plain old data; all-zero bytes are a valid value (empty mask,
+        // no flags).
+        let mut action: libc::sigaction = unsafe { std::mem::zeroed() };
+        action.sa_sigaction = on_stop_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
+        action.sa_flags = libc::SA_RESTART;
+        // SAFETY: `action` is a valid sigaction whose handler only stores to an atomic, which
+        // is async-signal-safe; the old action is not needed (null).
+        if unsafe { libc::sigaction(signal, &action, std::ptr::null_mut()) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// Whether a stop signal arrived.
+pub fn stop_requested() -> bool {
+    STOP_REQUESTED.load(Ordering::SeqCst)
+}
+
+/// Makes the kernel SIGKILL the child when berm-vmm dies, so no hypervisor outlives it, and
+/// puts it in its own process group, so a terminal's Ctrl-C reaches only berm-vmm (which then
+/// stops the guest in order).
 pub fn kill_with_parent(command: &mut Command) {
+    command.process_group(0);
     // SAFETY: the closure runs in the child between fork and exec and calls only prctl(2),
     // which is async-signal-safe; it allocates nothing and touches no lock.
     unsafe {

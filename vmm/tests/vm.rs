@@ -531,3 +531,37 @@ fn libkrun_smoke() {
         }
     );
 }
+
+#[test]
+fn sigterm_stops_the_guest_in_order() {
+    if pinned().is_none() || !bootable() {
+        return;
+    }
+    let mut vmm = Vmm::start(&[], &[]);
+    let deadline = Instant::now() + BOOT;
+    let mut control = GuestConnection::connect(
+        &vmm.run_dir.join("control.sock"),
+        Service::Control,
+        deadline,
+    )
+    .unwrap();
+    control
+        .wait_for(deadline, |l| matches!(l.event, Event::BootComplete(_)))
+        .unwrap();
+    drop(control);
+    let pid = vmm.child.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    assert_eq!(vmm.wait(BOOT), 0, "{}", vmm.stderr());
+    assert_eq!(vmm.events("stop_signal").len(), 1);
+    let off = vmm.events("power_off");
+    assert_eq!(
+        (off[0]["reason"].as_str(), off[0]["exit_code"].as_i64()),
+        (Some("requested"), Some(0))
+    );
+}
