@@ -80,6 +80,24 @@ pub struct Hub {
     commands: Mutex<Sender<Command>>,
 }
 
+/// The longest free text (a log or error message) berm-init puts in one line. With it every
+/// line stays far below the 64 KiB cap, even when a whole event line is mirrored, escaped,
+/// into a log line.
+pub const MAX_MESSAGE_BYTES: usize = 8 * 1024;
+
+/// Cuts `text` to at most `max` bytes on a character boundary, marking the cut.
+pub fn bounded(mut text: String, max: usize) -> String {
+    if text.len() > max {
+        let mut end = max.saturating_sub(3);
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+        text.push('…');
+    }
+    text
+}
+
 /// Locks a mutex even if a thread panicked while holding it: a panic already resets the VM
 /// through the panic hook, and the hook itself must still be able to report.
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -144,6 +162,7 @@ impl Hub {
 
     /// Sends a line to every logs connection and keeps it in the backlog.
     pub fn log(&self, level: LogLevel, message: String) {
+        let message = bounded(message, 3 * MAX_MESSAGE_BYTES);
         if level < *lock(&self.min_level) {
             return;
         }
@@ -331,5 +350,17 @@ impl Hub {
             control_connections: self.control_connections(),
             mem_available_kib,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bounded_cuts_on_a_character_boundary() {
+        assert_eq!(bounded("short".into(), 10), "short");
+        let cut = bounded("é".repeat(10), 9);
+        assert!(cut.len() <= 9 && cut.ends_with('…'), "{cut}");
     }
 }

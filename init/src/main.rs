@@ -287,6 +287,7 @@ fn wait_for_shutdown(requests: &Receiver<Command>) {
 /// Reports a failed step and powers off; the host's control connections already hold every
 /// earlier event.
 fn boot_failed(hub: &Hub, step: &str, message: String, exit_code: i32) -> ! {
+    let message = hub::bounded(message, hub::MAX_MESSAGE_BYTES);
     hub.set_phase(Phase::Failed);
     hub.log(LogLevel::Error, format!("boot failed at {step}: {message}"));
     hub.event(Event::BootFailed(BootFailed {
@@ -410,9 +411,12 @@ fn report_panic_and_reset(info: &std::panic::PanicHookInfo<'_>) {
     eprintln!("berm-init: panic: {info}");
     if let Some(hub) = HUB.get() {
         hub.event_from_panic(Event::PowerOff(PowerOff {
-            reason: format!(
-                "panic: {}",
-                info.to_string().replace(|c: char| c.is_control(), " ")
+            reason: hub::bounded(
+                format!(
+                    "panic: {}",
+                    info.to_string().replace(|c: char| c.is_control(), " ")
+                ),
+                1024,
             ),
             exit_code: exit::PANIC,
             killed: 0,
