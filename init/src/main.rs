@@ -96,6 +96,9 @@ const MOUNTS: [MountSpec; 4] = [
 
 static HUB: OnceLock<Arc<Hub>> = OnceLock::new();
 
+/// Written to the console once both ports listen (see `vmm/src/qemu.rs`).
+const LISTENING_MARKER: &str = "berm-init: listening on vsock 1024 1025";
+
 fn main() {
     std::panic::set_hook(Box::new(report_panic_and_reset));
 
@@ -122,6 +125,9 @@ fn main() {
         eprintln!("berm-init: cannot listen on vsock: {e}; resetting");
         power_off(&hub, "listen_failed", exit::MOUNT, 0, Vec::new());
     }
+    // The QEMU backend waits for this console line before its first CONNECT: handshakes sent
+    // while the guest's vsock device is still coming up can stall vhost-device-vsock 0.3.0.
+    eprintln!("{LISTENING_MARKER}");
 
     let mut mount_error = proc_mounted.err();
     for spec in &MOUNTS {

@@ -139,8 +139,9 @@ pub fn start(vm: &QemuVm<'_>) -> Result<QemuChildren, StartQemuError> {
             source,
         })?;
         let uds = run.vsock.clone();
+        let console = run.console.clone();
         let timeout = vm.connect_timeout;
-        std::thread::spawn(move || serve(listener, uds, port, timeout));
+        std::thread::spawn(move || serve(listener, uds, console, port, timeout));
     }
 
     let memory = format!("{}M", vm.memory_mib);
@@ -226,11 +227,55 @@ pub fn start(vm: &QemuVm<'_>) -> Result<QemuChildren, StartQemuError> {
     }
 }
 
-fn serve(listener: UnixListener, uds: PathBuf, port: u32, timeout: Duration) {
+/// The console line berm-init writes once it listens on vsock (init/src/main.rs).
+pub const LISTENING_MARKER: &[u8] = b"berm-init: listening on vsock 1024 1025";
+/// How much of the console is searched for the marker before giving up on it.
+const MARKER_SCAN_LIMIT: u64 = 4 << 20;
+
+/// Waits until the guest's console shows [`LISTENING_MARKER`], so no `CONNECT` reaches
+/// vhost-device-vsock while the guest's vsock device is still coming up (that can stall it;
+/// notes/microvm-findings.md). The marker only decides *when* to start connecting: if it
+/// never comes (or the console grows past the scan limit), handshakes start anyway at the
+/// deadline's edge and simply fail like any unanswered connect.
+fn wait_for_listening(console: &Path, deadline: Instant) {
+    let mut seen = 0u64;
+    let mut tail: Vec<u8> = Vec::new();
+    while Instant::now() < deadline && seen < MARKER_SCAN_LIMIT {
+        if let Ok(mut file) = File::open(console) {
+            use std::io::{Seek, SeekFrom};
+            if file.seek(SeekFrom::Start(seen)).is_ok() {
+                let mut chunk = Vec::new();
+                if let Ok(n) = Read::by_ref(&mut file)
+                    .take(MARKER_SCAN_LIMIT - seen)
+                    .read_to_end(&mut chunk)
+                {
+                    seen += n as u64;
+                    tail.extend_from_slice(&chunk);
+                    if tail
+                        .windows(LISTENING_MARKER.len())
+                        .any(|w| w == LISTENING_MARKER)
+                    {
+                        return;
+                    }
+                    let keep = tail.len().saturating_sub(LISTENING_MARKER.len());
+                    tail.drain(..keep);
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn serve(listener: UnixListener, uds: PathBuf, console: PathBuf, port: u32, timeout: Duration) {
+    let started = Instant::now();
+    let listening = std::sync::Arc::new(std::sync::OnceLock::new());
     for client in listener.incoming() {
         let Ok(client) = client else { continue };
         let uds = uds.clone();
+        let console = console.clone();
+        let listening = std::sync::Arc::clone(&listening);
         std::thread::spawn(move || {
+            listening.get_or_init(|| wait_for_listening(&console, started + timeout));
             if let Some(guest) = handshake(&uds, port, Instant::now() + timeout) {
                 splice(client, guest);
             }
