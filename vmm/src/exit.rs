@@ -57,3 +57,31 @@ impl ExitStatus {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::ExitStatus::*;
+
+    #[test]
+    fn every_status_is_documented_in_docs_vm_md() {
+        let doc =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/vm.md")).unwrap();
+        for status in [
+            Clean,
+            Internal,
+            Usage,
+            ArtifactMissing,
+            PinMismatch,
+            Refused,
+            NoHypervisor,
+            HypervisorFailed,
+            BootTimeout,
+            BootFailed,
+            GuestError,
+            Crashed,
+        ] {
+            let row = format!("| {} | `{}` |", status.code(), status.name());
+            assert!(doc.contains(&row), "docs/vm.md lacks the row {row}");
+        }
+    }
+}

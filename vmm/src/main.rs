@@ -21,6 +21,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Commands {
     /// Boot the pinned kernel and rootfs and run until the guest powers off.
+    #[command(after_help = EXIT_CODES)]
     Run {
         /// An app folder (repeatable); app i is served on rpc-<i>.sock (vsock 5000+i).
         #[arg(long = "app", value_name = "DIR")]
@@ -60,6 +61,20 @@ enum Commands {
         config: String,
     },
 }
+
+const EXIT_CODES: &str = "Exit codes (docs/vm.md):
+  0 clean             guest powered off with exit code 0
+  1 internal          berm-vmm itself failed
+  2 usage             bad arguments
+  3 artifact_missing  kernel or rootfs not installed (scripts/build-kernel.sh, scripts/build-rootfs.sh)
+  4 pin_mismatch      kernel or rootfs differs from the pins compiled in
+  5 refused           configuration refused before boot (guest settings, apps, run dir, state disk)
+  6 no_hypervisor     no backend can run the guest here
+  7 hypervisor_failed QEMU, vhost-device-vsock or libkrun could not be started
+  8 boot_timeout      no greeting on the control port in time
+ 10 boot_failed       the guest reported boot_failed
+ 11 guest_error       the guest powered off with a non-zero exit code
+ 12 crashed           the VM ended without power_off";
 
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
