@@ -52,7 +52,7 @@ fn boot_once(hypervisor: &str, run_dir: &Path) -> Result<Sample, String> {
         .args(["run", "--hypervisor", hypervisor, "--run-dir"])
         .arg(run_dir)
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(std::fs::File::create(run_dir.with_extension("stderr")).map_err(|e| e.to_string())?)
         .spawn()
         .map_err(|e| e.to_string())?;
     let deadline = spawned + Duration::from_secs(60);
@@ -131,6 +131,7 @@ fn main() {
         .unwrap_or(11);
     let detection = Detection::probe();
     let tmp = std::env::temp_dir().join(format!("berm-bench-{}", std::process::id()));
+    let _ = std::fs::create_dir_all(&tmp);
     println!(
         "| hypervisor | runs | spawn → greeting | spawn → exit (after shutdown) | shutdown request → exit | guest boot_start uptime | guest boot_complete uptime | shutdown in guest (status → power_off) | berm-vmm peak RSS | hypervisor peak RSS |"
     );
@@ -159,9 +160,14 @@ fn main() {
             match boot_once(hypervisor, &run_dir) {
                 Ok(sample) if i > 0 => samples.push(sample),
                 Ok(_) => {}
-                Err(e) => failures.push(e),
+                Err(e) => {
+                    // Kept for a look: the run dir (console.log) and berm-vmm's stderr.
+                    failures.push(format!("{e} (kept: {})", run_dir.display()));
+                    continue;
+                }
             }
             let _ = std::fs::remove_dir_all(&run_dir);
+            let _ = std::fs::remove_file(run_dir.with_extension("stderr"));
         }
         let m = |f: fn(&Sample) -> f64| median(samples.iter().map(f).collect());
         let name = if hypervisor == "qemu" {
@@ -187,5 +193,6 @@ fn main() {
             m(|s| s.hypervisor_hwm_kib) / 1024.0,
         );
     }
-    let _ = std::fs::remove_dir_all(&tmp);
+    // Empty unless a run failed (its files are kept there).
+    let _ = std::fs::remove_dir(&tmp);
 }
