@@ -1,0 +1,186 @@
+//! The berm ABI, declared once.
+//!
+//! Everything that the host (`berm`, `bermd`) and the guest SDK (`berm-guest`)
+//! must agree on lives here: the names of the calling-convention imports, the
+//! export and section names, the encoding of the one `i64` word every import
+//! returns, the framing of multi-part requests, and the table of syscalls a
+//! host may offer. The guest's import stubs are generated from
+//! [`for_each_syscall!`] and the host checks its definitions against
+//! [`SYSCALLS`], so the two sides cannot drift. `docs/design/abi.md` is the
+//! prose version of this file.
+#![forbid(unsafe_code)]
+
+pub mod frame;
+pub mod word;
+
+/// Version of the ABI a program was built against; a manifest with another
+/// version is refused at deploy.
+pub const ABI_VERSION: u32 = 1;
+
+/// Name of the custom section that holds the program's manifest (JSON).
+pub const MANIFEST_SECTION: &str = "berm.manifest";
+
+/// Prefix of every tool export: tool `echo` is the export `berm_tool_echo`,
+/// of type `() -> ()`.
+pub const TOOL_EXPORT_PREFIX: &str = "berm_tool_";
+
+/// The linear memory every program exports; requests and replies live in it.
+pub const MEMORY_EXPORT: &str = "memory";
+
+/// The import module of the calling convention and of `call`, the one syscall
+/// berm serves itself.
+pub const CONVENTION_MODULE: &str = "berm";
+
+/// Imports of the calling convention. Every one has the uniform signature
+/// `(ptr: i32, len: i32) -> i64`.
+pub mod convention {
+    /// Copies the call's arguments to `ptr` when `len` is large enough; always
+    /// returns their total length, so a guest asks with `len = 0` first.
+    pub const ARGS: &str = "args";
+    /// Ends the call with the result at `(ptr, len)` (UTF-8).
+    pub const DONE: &str = "done";
+    /// Ends the call with a failure message at `(ptr, len)` (UTF-8): the
+    /// program ran and says it could not do what was asked.
+    pub const FAIL: &str = "fail";
+    /// Copies the staged reply of the last syscall to `ptr` (at most `len`
+    /// bytes) and returns how many bytes were copied.
+    pub const REPLY: &str = "reply";
+    /// Records a panic message before the guest traps, so the host error can
+    /// say what went wrong.
+    pub const PANIC: &str = "panic";
+    /// Calls another deployed program's tool by name: the one syscall berm
+    /// serves itself. Request: frames `[program, tool, args]`.
+    pub const CALL: &str = "call";
+
+    /// All calling-convention import names.
+    pub const ALL: [&str; 6] = [ARGS, DONE, FAIL, REPLY, PANIC, CALL];
+}
+
+/// One syscall a host may offer: an import `module.name` with the uniform
+/// signature `(ptr: i32, len: i32) -> i64`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SyscallSpec {
+    /// Import module, which is also the unit of granting (`--grant kv`).
+    pub module: &'static str,
+    /// Import name within the module.
+    pub name: &'static str,
+    /// What `(ptr, len)` points at.
+    pub request: &'static str,
+    /// What the returned word and the staged reply mean on success.
+    pub reply: &'static str,
+}
+
+impl SyscallSpec {
+    /// `module.name`, the form used in manifests, errors and `berm inspect`.
+    pub fn qualified(&self) -> String {
+        format!("{}.{}", self.module, self.name)
+    }
+}
+
+/// Invokes `$callback! { (module, name, rust_ident, request, reply), ... }`
+/// with every syscall a host may offer. The guest SDK generates its import
+/// stubs from this, and [`SYSCALLS`] is built from it, so there is exactly one
+/// list.
+#[macro_export]
+macro_rules! for_each_syscall {
+    ($callback:ident) => {
+        $callback! {
+            ("log", "write", log_write,
+                "frames [level, message]; level is one of error, warn, info, debug, trace",
+                "0"),
+            ("clock", "now", clock_now,
+                "ignored (pass 0, 0)",
+                "the wall-clock time in nanoseconds since the Unix epoch"),
+            ("random", "fill", random_fill,
+                "a buffer the host fills with cryptographically secure random bytes",
+                "0"),
+            ("kv", "get", kv_get,
+                "frames [key]",
+                "the value's length; the value is staged"),
+            ("kv", "put", kv_put,
+                "frames [key, value]",
+                "0"),
+            ("kv", "delete", kv_delete,
+                "frames [key]",
+                "0, or not_found"),
+            ("kv", "list", kv_list,
+                "frames [prefix]",
+                "the staged reply's length; the reply is frames, one key each, sorted"),
+            ("fs", "read", fs_read,
+                "frames [path]",
+                "the file's length; the contents are staged"),
+            ("fs", "write", fs_write,
+                "frames [path, contents]",
+                "0"),
+            ("fs", "list", fs_list,
+                "frames [path]",
+                "the staged reply's length; the reply is a JSON array of {name, kind, size}"),
+            ("fs", "remove", fs_remove,
+                "frames [path]",
+                "0"),
+        }
+    };
+}
+
+macro_rules! syscall_table {
+    ($(($module:tt, $name:tt, $ident:ident, $request:tt, $reply:tt)),* $(,)?) => {
+        /// Every syscall a host may offer, in one table.
+        pub const SYSCALLS: &[SyscallSpec] = &[
+            $(SyscallSpec { module: $module, name: $name, request: $request, reply: $reply }),*
+        ];
+    };
+}
+for_each_syscall!(syscall_table);
+
+/// Looks a syscall up by module and name.
+pub fn syscall(module: &str, name: &str) -> Option<&'static SyscallSpec> {
+    SYSCALLS
+        .iter()
+        .find(|spec| spec.module == module && spec.name == name)
+}
+
+/// Whether `name` is a valid program or tool name: `[a-z0-9][a-z0-9_-]{0,63}`.
+/// No dots, because MCP names tools `{program}.{tool}`.
+pub fn is_valid_name(name: &str) -> bool {
+    let bytes = name.as_bytes();
+    !bytes.is_empty()
+        && bytes.len() <= 64
+        && (bytes[0].is_ascii_lowercase() || bytes[0].is_ascii_digit())
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'_' || *b == b'-')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_follow_the_rule() {
+        for ok in ["echo", "a", "0x", "read_file", "my-tool", &"a".repeat(64)] {
+            assert!(is_valid_name(ok), "{ok}");
+        }
+        for bad in ["", "Echo", "_x", "-x", "a.b", "a b", "é", &"a".repeat(65)] {
+            assert!(!is_valid_name(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_table_has_no_duplicates_and_no_convention_names() {
+        for (i, a) in SYSCALLS.iter().enumerate() {
+            assert_ne!(a.module, CONVENTION_MODULE);
+            for b in &SYSCALLS[i + 1..] {
+                assert!(
+                    a.module != b.module || a.name != b.name,
+                    "{}",
+                    a.qualified()
+                );
+            }
+        }
+        assert_eq!(
+            syscall("kv", "get").map(|s| s.qualified()),
+            Some("kv.get".into())
+        );
+        assert!(syscall("fs", "chmod").is_none());
+    }
+}

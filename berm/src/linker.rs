@@ -1,0 +1,338 @@
+//! The linker a program is instantiated with: the calling convention, the
+//! granted syscalls, and a trap for every other import.
+//!
+//! A program's imports are resolved once, at deploy. Each one becomes either
+//! a calling-convention function, a syscall from the host's table, or a
+//! function that stops the call with an error naming the import and what is
+//! missing (the syscall, or its grant). So a program whose one tool needs
+//! `fs.read` still deploys into a host without `fs`, and its other tools work.
+
+use std::collections::HashMap;
+
+use berm_abi::word::{self, ErrorCode};
+use berm_abi::{CONVENTION_MODULE, convention, frame};
+use wasmtime::{Caller, ExternType, Linker, Module, ValType};
+
+use crate::DeployError;
+use crate::call::{CallState, Invocation, Outcome, Violation};
+use crate::error::Error;
+use crate::program::Grants;
+use crate::syscall::{Reply, Syscall, SyscallContext, SyscallError};
+
+/// Syscalls by `(module, name)`.
+pub(crate) type SyscallTable = HashMap<(String, String), Syscall>;
+
+/// Largest panic message kept; the rest is cut.
+const MAX_PANIC_MESSAGE: usize = 16 << 10;
+
+/// The calling convention and `berm.call`, shared by every program.
+pub(crate) fn convention_linker(engine: &wasmtime::Engine) -> Linker<CallState> {
+    let mut linker = Linker::new(engine);
+    // Each name is defined once on a fresh linker, so defining cannot fail:
+    // `func_wrap` only errors on a duplicate definition.
+    let defined = define_convention(&mut linker);
+    debug_assert!(defined.is_ok(), "{defined:?}");
+    linker
+}
+
+fn define_convention(linker: &mut Linker<CallState>) -> wasmtime::Result<()> {
+    linker.func_wrap(
+        CONVENTION_MODULE,
+        convention::ARGS,
+        |mut caller: Caller<'_, CallState>, ptr: i32, len: i32| -> wasmtime::Result<i64> {
+            let (memory, state) = guest_memory(&mut caller)?;
+            let total = state.args.len();
+            if (len as u32 as usize) >= total {
+                let dest = state.region(memory, ptr, total as i32)?;
+                dest.copy_from_slice(&state.args);
+            }
+            Ok(word::success(0, total as u32))
+        },
+    )?;
+    for (name, failed) in [(convention::DONE, false), (convention::FAIL, true)] {
+        linker.func_wrap(
+            CONVENTION_MODULE,
+            name,
+            move |mut caller: Caller<'_, CallState>, ptr: i32, len: i32| -> wasmtime::Result<i64> {
+                let (memory, state) = guest_memory(&mut caller)?;
+                if state.outcome.is_some() {
+                    return Err(state.violation("the tool gave its result twice"));
+                }
+                let cap = state.program.limits.max_result_bytes;
+                let size = len as u32 as usize;
+                if size > cap {
+                    return Err(state.fault(Error::ResultTooLarge {
+                        program: state.program.name.to_string(),
+                        tool: state.tool.clone(),
+                        size,
+                        cap,
+                    }));
+                }
+                let bytes = state.region(memory, ptr, len)?.to_vec();
+                state.outcome = Some(if failed {
+                    Outcome::Failed(bytes)
+                } else {
+                    Outcome::Done(bytes)
+                });
+                Ok(0)
+            },
+        )?;
+    }
+    linker.func_wrap(
+        CONVENTION_MODULE,
+        convention::REPLY,
+        |mut caller: Caller<'_, CallState>, ptr: i32, len: i32| -> wasmtime::Result<i64> {
+            let (memory, state) = guest_memory(&mut caller)?;
+            let staged = std::mem::take(&mut state.staged);
+            let total = staged.len();
+            if (len as u32 as usize) >= total {
+                state
+                    .region(memory, ptr, total as i32)?
+                    .copy_from_slice(&staged);
+            } else {
+                state.staged = staged;
+            }
+            Ok(word::success(0, total as u32))
+        },
+    )?;
+    linker.func_wrap(
+        CONVENTION_MODULE,
+        convention::PANIC,
+        |mut caller: Caller<'_, CallState>, ptr: i32, len: i32| -> wasmtime::Result<i64> {
+            let (memory, state) = guest_memory(&mut caller)?;
+            let len = (len as u32).min(MAX_PANIC_MESSAGE as u32) as i32;
+            let message = String::from_utf8_lossy(state.region(memory, ptr, len)?).into_owned();
+            state.panic = Some(message);
+            Ok(0)
+        },
+    )?;
+    linker.func_wrap_async(
+        CONVENTION_MODULE,
+        convention::CALL,
+        |mut caller: Caller<'_, CallState>, (ptr, len): (i32, i32)| {
+            Box::new(async move {
+                let (memory, state) = guest_memory(&mut caller)?;
+                let request = state.region(memory, ptr, len)?.to_vec();
+                let invocation = match parse_call(&request) {
+                    Ok((program, tool, args)) => Invocation {
+                        program,
+                        tool,
+                        args,
+                        caller: Some(state.program.name.clone()),
+                        depth: state.depth + 1,
+                        deadline: state.deadline,
+                        budget: state.budget,
+                    },
+                    Err(message) => {
+                        state.staged = message.into_bytes();
+                        return Ok(ErrorCode::Invalid.word());
+                    }
+                };
+                let berm = state.berm.clone();
+                let result = Box::pin(berm.invoke(invocation)).await;
+                let (answer, staged) = match result {
+                    Ok(Ok(text)) => (word::success(word::STATUS_DONE, text.len() as u32), text),
+                    Ok(Err(failure)) => (
+                        word::success(word::STATUS_FAILED, failure.message.len() as u32),
+                        failure.message,
+                    ),
+                    Err(error) => {
+                        let code = match &error {
+                            Error::NoSuchProgram(_) | Error::NoSuchTool { .. } => {
+                                ErrorCode::NotFound
+                            }
+                            Error::DepthExceeded { .. } => ErrorCode::Depth,
+                            Error::ArgsTooLarge { .. } => ErrorCode::TooLarge,
+                            _ => ErrorCode::Fault,
+                        };
+                        (code.word(), error.to_string())
+                    }
+                };
+                caller.data_mut().staged = staged.into_bytes();
+                Ok(answer)
+            })
+        },
+    )?;
+    Ok(())
+}
+
+fn parse_call(request: &[u8]) -> Result<(String, String, Vec<u8>), String> {
+    let [program, tool, args] = frame::decode_exact::<3>(request)
+        .map_err(|e| format!("berm.call: {e}; expected frames [program, tool, args]"))?;
+    let text = |field: &[u8], what: &str| {
+        String::from_utf8(field.to_vec())
+            .map_err(|_| format!("berm.call: the {what} name is not UTF-8"))
+    };
+    Ok((
+        text(program, "program")?,
+        text(tool, "tool")?,
+        args.to_vec(),
+    ))
+}
+
+/// The guest's memory and the call state, borrowed together.
+fn guest_memory<'a>(
+    caller: &'a mut Caller<'_, CallState>,
+) -> wasmtime::Result<(&'a mut [u8], &'a mut CallState)> {
+    let Some(memory) = caller.data().memory else {
+        // The memory is set right after instantiation, before any export
+        // runs; a start function calling an import gets here.
+        return Err(wasmtime::Error::new(Violation(
+            "an import was called before the call started (from a start function?)".into(),
+        )));
+    };
+    Ok(memory.data_and_store_mut(caller))
+}
+
+/// Resolves every import of `module`: convention, granted syscall, or trap.
+pub(crate) fn program_linker(
+    base: &Linker<CallState>,
+    module: &Module,
+    table: &SyscallTable,
+    grants: &Grants,
+) -> Result<Linker<CallState>, DeployError> {
+    let mut linker = base.clone();
+    for import in module.imports() {
+        let qualified = format!("{}.{}", import.module(), import.name());
+        let ty = match import.ty() {
+            ExternType::Func(ty) => ty,
+            other => {
+                let kind = match other {
+                    ExternType::Memory(_) => "memory",
+                    ExternType::Table(_) => "table",
+                    ExternType::Global(_) => "global",
+                    _ => "tag",
+                };
+                // Manifest::check refuses these first; kept so the linker
+                // never depends on that order.
+                return Err(crate::ManifestError::ImportKind {
+                    import: qualified,
+                    kind: kind.into(),
+                }
+                .into());
+            }
+        };
+        let params: Vec<ValType> = ty.params().collect();
+        let results: Vec<ValType> = ty.results().collect();
+        let uniform = matches!(params.as_slice(), [ValType::I32, ValType::I32])
+            && matches!(results.as_slice(), [ValType::I64]);
+        if !uniform {
+            return Err(DeployError::ImportType {
+                import: qualified,
+                found: format!(
+                    "({}) -> {}",
+                    join(&params),
+                    match results.as_slice() {
+                        [one] => one.to_string(),
+                        many => format!("({})", join(many)),
+                    }
+                ),
+            });
+        }
+        if import.module() == CONVENTION_MODULE {
+            if !convention::ALL.contains(&import.name()) {
+                return Err(DeployError::UnknownConvention(import.name().to_string()));
+            }
+            continue;
+        }
+        let key = (import.module().to_string(), import.name().to_string());
+        let defined = match table.get(&key) {
+            Some(syscall) if grants.allows(import.module()) => define_syscall(&mut linker, syscall),
+            Some(_) => define_trap(&mut linker, &key, Missing::Grant),
+            None => define_trap(&mut linker, &key, Missing::Syscall),
+        };
+        defined.map_err(|e| DeployError::Compile(format!("could not link `{qualified}`: {e}")))?;
+    }
+    Ok(linker)
+}
+
+fn join(types: &[ValType]) -> String {
+    types
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+enum Missing {
+    Syscall,
+    Grant,
+}
+
+fn define_trap(
+    linker: &mut Linker<CallState>,
+    (module, name): &(String, String),
+    missing: Missing,
+) -> wasmtime::Result<()> {
+    let grant = module.clone();
+    let syscall = format!("{module}.{name}");
+    linker.func_wrap(
+        module,
+        name,
+        move |mut caller: Caller<'_, CallState>, _: i32, _: i32| -> wasmtime::Result<i64> {
+            let state = caller.data_mut();
+            let program = state.program.name.to_string();
+            let tool = state.tool.clone();
+            let syscall = syscall.clone();
+            Err(state.fault(match missing {
+                Missing::Syscall => Error::MissingSyscall {
+                    program,
+                    tool,
+                    syscall,
+                },
+                Missing::Grant => Error::NotGranted {
+                    program,
+                    tool,
+                    syscall,
+                    grant: grant.clone(),
+                },
+            }))
+        },
+    )?;
+    Ok(())
+}
+
+fn define_syscall(linker: &mut Linker<CallState>, syscall: &Syscall) -> wasmtime::Result<()> {
+    let handler = syscall.handler.clone();
+    let qualified = format!("{}.{}", syscall.module, syscall.name);
+    linker.func_wrap(
+        &syscall.module,
+        &syscall.name,
+        move |mut caller: Caller<'_, CallState>, ptr: i32, len: i32| -> wasmtime::Result<i64> {
+            let (memory, state) = guest_memory(&mut caller)?;
+            let region = state.region(memory, ptr, len)?;
+            let context = SyscallContext {
+                program: &state.program.name,
+                tool: &state.tool,
+                digest: &state.program.digest,
+                caller: state.caller.as_deref(),
+                data: state.program.data.as_deref(),
+            };
+            match handler(&context, region) {
+                Ok(Reply::Word(word)) if word >= 0 => Ok(word),
+                Ok(Reply::Word(word)) => Err(state.fault(Error::Syscall {
+                    program: state.program.name.to_string(),
+                    tool: state.tool.clone(),
+                    syscall: qualified.clone(),
+                    message: format!("host bug: negative success word {word}"),
+                })),
+                Ok(Reply::Staged(bytes)) => {
+                    let len = bytes.len() as u32;
+                    state.staged = bytes;
+                    Ok(word::success(0, len))
+                }
+                Err(SyscallError::Code { code, message }) => {
+                    state.staged = message.into_bytes();
+                    Ok(code.word())
+                }
+                Err(SyscallError::Trap(message)) => Err(state.fault(Error::Syscall {
+                    program: state.program.name.to_string(),
+                    tool: state.tool.clone(),
+                    syscall: qualified.clone(),
+                    message,
+                })),
+            }
+        },
+    )?;
+    Ok(())
+}

@@ -1,0 +1,124 @@
+//! A deployed program and the options it was deployed with.
+
+use std::any::Any;
+use std::collections::{BTreeSet, HashMap};
+use std::fmt;
+use std::sync::Arc;
+
+use wasmtime::{InstancePre, ModuleExport};
+
+use crate::call::CallState;
+use crate::{Digest, Limits, Manifest};
+
+/// Which syscall modules of the host's table a program may use. The rest of
+/// the table is still linked, as traps that name the missing grant.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Grants {
+    /// Everything in the table (the library default: the table *is* the
+    /// host's decision).
+    #[default]
+    All,
+    /// Only these import modules (e.g. `kv`, `fs`). `berm.call` is part of
+    /// the runtime and always available.
+    Only(BTreeSet<String>),
+}
+
+impl Grants {
+    /// No syscall at all.
+    pub fn none() -> Grants {
+        Grants::Only(BTreeSet::new())
+    }
+
+    /// Whether the module is granted.
+    pub fn allows(&self, module: &str) -> bool {
+        match self {
+            Grants::All => true,
+            Grants::Only(set) => set.contains(module),
+        }
+    }
+}
+
+/// How to deploy a program.
+#[derive(Clone, Default)]
+pub struct DeployOptions {
+    /// Which syscall modules it may use.
+    pub grants: Grants,
+    /// Bounds for its calls; `None` uses the engine's defaults.
+    pub limits: Option<Limits>,
+    /// Host data handed to every syscall it makes ([`crate::SyscallContext::data`]).
+    pub data: Option<Arc<dyn Any + Send + Sync>>,
+}
+
+impl fmt::Debug for DeployOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DeployOptions")
+            .field("grants", &self.grants)
+            .field("limits", &self.limits)
+            .field("data", &self.data.is_some())
+            .finish()
+    }
+}
+
+/// Where a deploy got its compiled code from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CompileSource {
+    /// Compiled now (Cranelift).
+    Compiled,
+    /// Loaded from the on-disk compiled-code cache; nothing was compiled.
+    DiskCache,
+    /// Already in memory from an earlier deploy of the same digest.
+    Memory,
+}
+
+/// What a deploy did.
+#[derive(Debug, Clone)]
+pub struct Deployed {
+    /// The program's digest.
+    pub digest: Digest,
+    /// Its manifest.
+    pub manifest: Arc<Manifest>,
+    /// Where its compiled code came from.
+    pub source: CompileSource,
+    /// The digest this name pointed at before, if it was replaced.
+    pub replaced: Option<Digest>,
+}
+
+/// A deployed program as listed by [`crate::Berm::list`].
+#[derive(Debug, Clone)]
+pub struct ProgramInfo {
+    /// Its name.
+    pub name: String,
+    /// Its digest.
+    pub digest: Digest,
+    /// Its manifest.
+    pub manifest: Arc<Manifest>,
+    /// Its grants.
+    pub grants: Grants,
+    /// Its limits.
+    pub limits: Limits,
+}
+
+/// A program ready to be called: compiled, linked and pre-instantiated.
+pub(crate) struct Program {
+    pub name: Arc<str>,
+    pub digest: Digest,
+    pub manifest: Arc<Manifest>,
+    pub grants: Grants,
+    pub limits: Limits,
+    pub pre: InstancePre<CallState>,
+    pub tools: HashMap<String, ModuleExport>,
+    pub memory: ModuleExport,
+    pub data: Option<Arc<dyn Any + Send + Sync>>,
+}
+
+impl Program {
+    pub fn info(&self) -> ProgramInfo {
+        ProgramInfo {
+            name: self.name.to_string(),
+            digest: self.digest,
+            manifest: self.manifest.clone(),
+            grants: self.grants.clone(),
+            limits: self.limits.clone(),
+        }
+    }
+}

@@ -1,0 +1,120 @@
+//! Syscalls: the host functions an embedder offers programs.
+//!
+//! A [`Syscall`] is one import `module.name` with berm's uniform signature
+//! `(ptr: i32, len: i32) -> i64`. The table passed to [`crate::Berm::new`] is
+//! the linker programs are instantiated with: what is not in it traps when
+//! called, naming the import, because nothing is registered for it.
+
+use std::any::Any;
+use std::fmt;
+use std::sync::Arc;
+
+use berm_abi::word::ErrorCode;
+
+use crate::Digest;
+
+/// What a syscall handler sees of the call it serves.
+pub struct SyscallContext<'a> {
+    /// The program making the syscall.
+    pub program: &'a str,
+    /// The tool being run.
+    pub tool: &'a str,
+    /// The program's digest.
+    pub digest: &'a Digest,
+    /// The program that called this one, for a nested call.
+    pub caller: Option<&'a str>,
+    pub(crate) data: Option<&'a (dyn Any + Send + Sync)>,
+}
+
+impl SyscallContext<'_> {
+    /// The host data attached to the deployment ([`crate::DeployOptions::data`]),
+    /// if it is a `T`: how a host finds a program's kv store or fs root
+    /// without a lookup per syscall.
+    pub fn data<T: 'static>(&self) -> Option<&T> {
+        self.data.and_then(|d| d.downcast_ref::<T>())
+    }
+}
+
+/// A successful syscall's answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reply {
+    /// Return this word as is (must not be negative).
+    Word(i64),
+    /// Stage these bytes for `berm.reply`; the word is their length.
+    Staged(Vec<u8>),
+}
+
+/// A syscall that did not succeed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SyscallError {
+    /// Tell the program: it gets `-code` and can pull the message. The call
+    /// goes on; the program decides what to do.
+    Code {
+        /// The ABI error code.
+        code: ErrorCode,
+        /// A message the program (and then the model) can act on.
+        message: String,
+    },
+    /// Stop the call: the host decided the program must not go on. The outer
+    /// result is an error carrying this message.
+    Trap(String),
+}
+
+impl SyscallError {
+    /// A [`SyscallError::Code`] with a message.
+    pub fn code(code: ErrorCode, message: impl Into<String>) -> Self {
+        SyscallError::Code {
+            code,
+            message: message.into(),
+        }
+    }
+}
+
+/// The handler behind a syscall. It gets the guest's `(ptr, len)` region as a
+/// mutable slice: input for most syscalls, the output buffer for a few (such
+/// as `random.fill`).
+pub type Handler =
+    dyn Fn(&SyscallContext<'_>, &mut [u8]) -> Result<Reply, SyscallError> + Send + Sync;
+
+/// One import a host serves.
+#[derive(Clone)]
+pub struct Syscall {
+    pub(crate) module: String,
+    pub(crate) name: String,
+    pub(crate) handler: Arc<Handler>,
+}
+
+impl Syscall {
+    /// A syscall served at `module.name`. The import module is also the unit
+    /// of granting.
+    pub fn new(
+        module: impl Into<String>,
+        name: impl Into<String>,
+        handler: impl Fn(&SyscallContext<'_>, &mut [u8]) -> Result<Reply, SyscallError>
+        + Send
+        + Sync
+        + 'static,
+    ) -> Syscall {
+        Syscall {
+            module: module.into(),
+            name: name.into(),
+            handler: Arc::new(handler),
+        }
+    }
+
+    /// The import module.
+    pub fn module(&self) -> &str {
+        &self.module
+    }
+
+    /// The import name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+impl fmt::Debug for Syscall {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Syscall({}.{})", self.module, self.name)
+    }
+}

@@ -1,0 +1,313 @@
+//! The ABI from the other side: hand-written modules that speak it without
+//! the SDK, and every deploy refusal with its exact message.
+
+mod common;
+
+use berm::{Berm, DeployError, Error, call};
+use common::{app, engine, manifest, wat_program};
+
+fn berm() -> Berm {
+    Berm::new(&engine(), call::DEFAULT_CALL_DEPTH, vec![])
+}
+
+/// A tool written straight against the ABI: pulls its arguments with
+/// `berm.args` (asking for the length first), and hands them back with
+/// `berm.done`.
+const RAW_ECHO: &str = r#"
+  (import "berm" "args" (func $args (param i32 i32) (result i64)))
+  (import "berm" "done" (func $done (param i32 i32) (result i64)))
+  (import "berm" "fail" (func $fail (param i32 i32) (result i64)))
+  (memory (export "memory") 1)
+  (data (i32.const 0) "no arguments")
+  (func (export "berm_tool_raw")
+    (local $len i32)
+    (local.set $len (i32.wrap_i64 (call $args (i32.const 1024) (i32.const 0))))
+    (if (i32.eqz (local.get $len))
+      (then (drop (call $fail (i32.const 0) (i32.const 12))) (return)))
+    (drop (call $args (i32.const 1024) (local.get $len)))
+    (drop (call $done (i32.const 1024) (local.get $len))))
+"#;
+
+#[tokio::test]
+async fn a_module_written_by_hand_speaks_the_abi() {
+    let berm = berm();
+    berm.deploy("raw", &wat_program(&manifest(&["raw"]), RAW_ECHO))
+        .unwrap();
+    let out = berm
+        .call(None, "raw", "raw", b"{\"a\":1}".to_vec())
+        .await
+        .unwrap();
+    assert_eq!(out, Ok("{\"a\":1}".to_string()));
+    let out = berm.call(None, "raw", "raw", Vec::new()).await.unwrap();
+    assert_eq!(out.unwrap_err().message, "no arguments");
+}
+
+#[tokio::test]
+async fn calls_between_programs_stage_their_reply() {
+    // `caller.go` calls `raw.raw` with the frames [program, tool, args] built
+    // in its data segment, then pulls the staged reply and returns it.
+    let body = r#"
+      (import "berm" "call" (func $call (param i32 i32) (result i64)))
+      (import "berm" "reply" (func $reply (param i32 i32) (result i64)))
+      (import "berm" "done" (func $done (param i32 i32) (result i64)))
+      (memory (export "memory") 1)
+      (data (i32.const 0) "\03\00\00\00raw\03\00\00\00raw\02\00\00\00hi")
+      (func (export "berm_tool_go")
+        (local $word i64) (local $len i32)
+        (local.set $word (call $call (i32.const 0) (i32.const 20)))
+        (local.set $len (i32.wrap_i64 (i64.and (local.get $word) (i64.const 0xffffffff))))
+        (drop (call $reply (i32.const 512) (local.get $len)))
+        (drop (call $done (i32.const 512) (local.get $len))))
+    "#;
+    let berm = berm();
+    berm.deploy("raw", &wat_program(&manifest(&["raw"]), RAW_ECHO))
+        .unwrap();
+    berm.deploy("caller", &wat_program(&manifest(&["go"]), body))
+        .unwrap();
+    assert_eq!(
+        berm.call(None, "caller", "go", vec![]).await.unwrap(),
+        Ok("hi".to_string())
+    );
+}
+
+#[tokio::test]
+async fn convention_violations_are_outer_errors() {
+    let berm = berm();
+    let no_result = r#"(memory (export "memory") 1) (func (export "berm_tool_quiet"))"#;
+    berm.deploy("quiet", &wat_program(&manifest(&["quiet"]), no_result))
+        .unwrap();
+    let e = berm.call(None, "quiet", "quiet", vec![]).await.unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "`quiet.quiet` broke the calling convention: the tool returned without calling `berm.done` or `berm.fail`"
+    );
+
+    let wild = r#"
+      (import "berm" "done" (func $done (param i32 i32) (result i64)))
+      (memory (export "memory") 1)
+      (func (export "berm_tool_wild") (drop (call $done (i32.const 65000) (i32.const 1000))))
+    "#;
+    berm.deploy("wild", &wat_program(&manifest(&["wild"]), wild))
+        .unwrap();
+    let e = berm.call(None, "wild", "wild", vec![]).await.unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "`wild.wild` broke the calling convention: pointer 0xfde8 + length 1000 is outside its 65536-byte memory"
+    );
+
+    let twice = r#"
+      (import "berm" "done" (func $done (param i32 i32) (result i64)))
+      (memory (export "memory") 1)
+      (func (export "berm_tool_twice")
+        (drop (call $done (i32.const 0) (i32.const 1)))
+        (drop (call $done (i32.const 0) (i32.const 1))))
+    "#;
+    berm.deploy("twice", &wat_program(&manifest(&["twice"]), twice))
+        .unwrap();
+    let e = berm.call(None, "twice", "twice", vec![]).await.unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "`twice.twice` broke the calling convention: the tool gave its result twice"
+    );
+
+    let not_utf8 = r#"
+      (import "berm" "done" (func $done (param i32 i32) (result i64)))
+      (memory (export "memory") 1)
+      (data (i32.const 0) "\ff\fe")
+      (func (export "berm_tool_bytes") (drop (call $done (i32.const 0) (i32.const 2))))
+    "#;
+    berm.deploy("bytes", &wat_program(&manifest(&["bytes"]), not_utf8))
+        .unwrap();
+    let e = berm.call(None, "bytes", "bytes", vec![]).await.unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "`bytes.bytes` broke the calling convention: its result is not UTF-8"
+    );
+
+    let start = r#"
+      (import "berm" "done" (func $done (param i32 i32) (result i64)))
+      (memory (export "memory") 1)
+      (func $init (drop (call $done (i32.const 0) (i32.const 0))))
+      (start $init)
+      (func (export "berm_tool_t"))
+    "#;
+    berm.deploy("start", &wat_program(&manifest(&["t"]), start))
+        .unwrap();
+    let e = berm.call(None, "start", "t", vec![]).await.unwrap_err();
+    assert!(matches!(e, Error::Convention { .. }), "{e}");
+    assert!(e.to_string().contains("before the call started"), "{e}");
+
+    let trap = r#"(memory (export "memory") 1) (func (export "berm_tool_t") unreachable)"#;
+    berm.deploy("trap", &wat_program(&manifest(&["t"]), trap))
+        .unwrap();
+    let e = berm.call(None, "trap", "t", vec![]).await.unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "`trap.t` trapped: wasm trap: wasm `unreachable` instruction executed"
+    );
+}
+
+fn refusal(name: &str, wasm: &[u8]) -> String {
+    berm().deploy(name, wasm).unwrap_err().to_string()
+}
+
+#[test]
+fn deploy_refuses_what_would_not_work_and_says_why() {
+    let memory = r#"(memory (export "memory") 1)"#;
+    let tool = |name: &str| format!(r#"(func (export "berm_tool_{name}"))"#);
+
+    assert_eq!(
+        refusal("x", b"hello, not wasm"),
+        "not a WebAssembly module: missing the `\\0asm` magic number at the start"
+    );
+    assert!(refusal("x", b"\0asm\x01\0\0\0\x01\x05").starts_with("not a WebAssembly module: "));
+    assert_eq!(
+        refusal(
+            "x",
+            &wat::parse_str(format!("(module {memory} {})", tool("a"))).unwrap()
+        ),
+        "the module has no `berm.manifest` section: build it with berm-guest, or see docs/design/abi.md"
+    );
+    assert_eq!(
+        refusal("x", &wat_program(r#"{"abi":1,"tools":[]}"#, memory)),
+        "the module declares no tools"
+    );
+    assert_eq!(
+        refusal(
+            "x",
+            &wat_program(&manifest(&["a", "b"]), &format!("{memory} {}", tool("a")))
+        ),
+        "the manifest declares tool `b` but the module does not export `berm_tool_b`"
+    );
+    assert_eq!(
+        refusal(
+            "x",
+            &wat_program(
+                &manifest(&["a"]),
+                &format!("{memory} {} {}", tool("a"), tool("c"))
+            )
+        ),
+        "the module exports `berm_tool_c` but the manifest does not declare tool `c`"
+    );
+    assert_eq!(
+        refusal(
+            "x",
+            &wat_program(&manifest(&["a", "a"]), &format!("{memory} {}", tool("a")))
+        ),
+        "tool `a` is declared twice"
+    );
+    assert_eq!(
+        refusal(
+            "x",
+            &wat_program(&manifest(&["a.b"]), &format!("{memory} {}", tool("a.b")))
+        ),
+        "tool name `a.b` is not valid: use 1-64 of a-z, 0-9, `_`, `-`, starting with a letter or digit (no dots)"
+    );
+    assert_eq!(
+        refusal("x", &wat_program(r#"{"abi":2,"tools":[]}"#, memory)),
+        "the module was built for berm ABI v2; this host speaks v1"
+    );
+    assert!(
+        refusal("x", &wat_program("{not json", memory))
+            .starts_with("the `berm.manifest` section is not valid: ")
+    );
+    assert_eq!(
+        refusal("x", &wat_program(&manifest(&["a"]), &tool("a"))),
+        "the module does not export its linear memory as `memory`"
+    );
+    assert_eq!(
+        refusal(
+            "x",
+            &wat_program(
+                r#"{"abi":1,"tools":[{"name":"a","input_schema":{"type":"string"}}]}"#,
+                &format!("{memory} {}", tool("a"))
+            )
+        ),
+        "tool `a`: input_schema must be a JSON Schema object with \"type\": \"object\""
+    );
+    for bad in ["Echo", "a.b", "", "-x"] {
+        assert_eq!(
+            refusal(bad, &app("echo")),
+            format!(
+                "`{bad}` is not a valid program name: use 1-64 of a-z, 0-9, `_`, `-`, starting with a letter or digit (no dots)"
+            )
+        );
+    }
+}
+
+#[test]
+fn deploy_refuses_imports_outside_the_abi() {
+    let m = manifest(&["a"]);
+    let tool = r#"(memory (export "memory") 1) (func (export "berm_tool_a"))"#;
+    assert_eq!(
+        refusal(
+            "x",
+            &wat_program(
+                &m,
+                &format!(
+                    r#"(import "env" "mem" (memory 1)) {}"#,
+                    r#"(func (export "berm_tool_a"))"#
+                )
+            )
+        ),
+        "import `env.mem` is a memory; programs may import only functions"
+    );
+    assert_eq!(
+        refusal(
+            "x",
+            &wat_program(
+                &m,
+                &format!(r#"(import "kv" "get" (func (param i32) (result i32))) {tool}"#)
+            )
+        ),
+        "import `kv.get` has type (i32) -> i32; berm imports are (i32, i32) -> i64"
+    );
+    assert_eq!(
+        refusal(
+            "x",
+            &wat_program(
+                &m,
+                &format!(r#"(import "berm" "exit" (func (param i32 i32) (result i64))) {tool}"#)
+            )
+        ),
+        "import `berm.exit` is not part of berm's calling convention (ABI v1)"
+    );
+    assert_eq!(
+        refusal(
+            "x",
+            &wat_program(
+                &m,
+                r#"(memory (export "memory") 1) (func (export "berm_tool_a") (param i32))"#
+            )
+        ),
+        "export `berm_tool_a` must be a function of type () -> ()"
+    );
+    assert!(
+        refusal(
+            "x",
+            &wat_program(
+                &m,
+                r#"(memory (export "memory") 1) (func (export "berm_tool_a") i32.add)"#
+            )
+        )
+        .starts_with("the module does not compile: ")
+    );
+}
+
+#[tokio::test]
+async fn a_failed_deploy_changes_nothing() {
+    let berm = berm();
+    berm.deploy("echo", &app("echo")).unwrap();
+    let e = berm.deploy("echo", b"garbage").unwrap_err();
+    assert!(matches!(e, DeployError::Manifest(_)));
+    let out = berm
+        .call(
+            None,
+            "echo",
+            "echo",
+            br#"{"message":"still here"}"#.to_vec(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(out, Ok("still here".to_string()));
+}

@@ -1,0 +1,544 @@
+//! The runtime through its public API, with the example programs.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use berm::abi::word::ErrorCode;
+use berm::{
+    Berm, CallOptions, CompileSource, DeployOptions, Error, Grants, Limits, Reply, Syscall,
+    SyscallError, call,
+};
+use common::{app, engine};
+
+fn berm_with(programs: &[&str]) -> Berm {
+    let berm = Berm::new(&engine(), call::DEFAULT_CALL_DEPTH, vec![]);
+    for name in programs {
+        berm.deploy(name, &app(name)).unwrap();
+    }
+    berm
+}
+
+async fn text(
+    berm: &Berm,
+    program: &str,
+    tool: &str,
+    args: &str,
+) -> Result<Result<String, String>, Error> {
+    berm.call(None, program, tool, args.as_bytes().to_vec())
+        .await
+        .map(|r| r.map_err(|f| f.message))
+}
+
+#[tokio::test]
+async fn echo_answers_and_fails_on_demand() {
+    let berm = berm_with(&["echo"]);
+    assert_eq!(
+        text(&berm, "echo", "echo", r#"{"message":"hello"}"#)
+            .await
+            .unwrap(),
+        Ok("hello".into())
+    );
+    assert_eq!(
+        text(&berm, "echo", "reverse", r#"{"message":"abc"}"#)
+            .await
+            .unwrap(),
+        Ok("cba".into())
+    );
+    assert_eq!(
+        text(&berm, "echo", "fail", r#"{"message":"nope"}"#)
+            .await
+            .unwrap(),
+        Err("nope".into())
+    );
+    let bad = text(&berm, "echo", "echo", r#"{"mesage":"x"}"#)
+        .await
+        .unwrap()
+        .unwrap_err();
+    assert!(
+        bad.starts_with("invalid arguments: unknown field `mesage`"),
+        "{bad}"
+    );
+}
+
+#[tokio::test]
+async fn nothing_survives_a_call() {
+    let berm = berm_with(&["hostile"]);
+    for _ in 0..5 {
+        assert_eq!(
+            text(&berm, "hostile", "counter", "{}").await.unwrap(),
+            Ok("1".into())
+        );
+    }
+}
+
+#[tokio::test]
+async fn unknown_programs_and_tools_are_outer_errors() {
+    let berm = berm_with(&["echo"]);
+    let e = text(&berm, "nope", "echo", "{}").await.unwrap_err();
+    assert_eq!(e.to_string(), "no program named `nope` is deployed");
+    let e = text(&berm, "echo", "shout", "{}").await.unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "program `echo` has no tool `shout` (its tools: echo, fail, reverse)"
+    );
+    assert!(e.is_refusal());
+    assert!(berm.remove("echo").is_some());
+    assert!(matches!(
+        text(&berm, "echo", "echo", "{}").await,
+        Err(Error::NoSuchProgram(_))
+    ));
+}
+
+#[tokio::test]
+async fn a_missing_syscall_traps_only_the_tool_that_reaches_for_it() {
+    let berm = berm_with(&["hostile"]);
+    assert_eq!(
+        text(&berm, "hostile", "counter", "{}").await.unwrap(),
+        Ok("1".into())
+    );
+    let e = text(&berm, "hostile", "read_file", r#"{"path":"x"}"#)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "`hostile.read_file` called `fs.read`, which this host does not serve"
+    );
+    assert_eq!(
+        text(&berm, "hostile", "counter", "{}").await.unwrap(),
+        Ok("1".into())
+    );
+}
+
+fn fs_read_table(calls: Arc<AtomicUsize>) -> Vec<Syscall> {
+    vec![Syscall::new("fs", "read", move |ctx, request| {
+        calls.fetch_add(1, Ordering::SeqCst);
+        let [path] = berm::abi::frame::decode_exact::<1>(request)
+            .map_err(|e| SyscallError::code(ErrorCode::Invalid, e.to_string()))?;
+        match path {
+            b"hello.txt" => Ok(Reply::Staged(
+                format!("hello from {}", ctx.program).into_bytes(),
+            )),
+            _ => Err(SyscallError::code(ErrorCode::NotFound, "no such file")),
+        }
+    })]
+}
+
+#[tokio::test]
+async fn syscalls_are_served_only_when_granted() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let berm = Berm::new(
+        &engine(),
+        call::DEFAULT_CALL_DEPTH,
+        fs_read_table(calls.clone()),
+    );
+    berm.deploy("granted", &app("hostile")).unwrap();
+    berm.deploy_with(
+        "bare",
+        &app("hostile"),
+        DeployOptions {
+            grants: Grants::none(),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+
+    assert_eq!(
+        text(&berm, "granted", "read_file", r#"{"path":"hello.txt"}"#)
+            .await
+            .unwrap(),
+        Ok("hello from granted".into())
+    );
+    let missing = text(&berm, "granted", "read_file", r#"{"path":"nope"}"#)
+        .await
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(missing, "no such file (not_found)");
+
+    let e = text(&berm, "bare", "read_file", r#"{"path":"hello.txt"}"#)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "`bare.read_file` called `fs.read`, which is not granted to `bare` (grant `fs` to allow it)"
+    );
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        2,
+        "the ungranted call never reached the handler"
+    );
+}
+
+#[tokio::test]
+async fn a_syscall_can_stop_the_call() {
+    let table = vec![Syscall::new("fs", "read", |_, _| {
+        Err(SyscallError::Trap("quota exhausted".into()))
+    })];
+    let berm = Berm::new(&engine(), call::DEFAULT_CALL_DEPTH, table);
+    berm.deploy("hostile", &app("hostile")).unwrap();
+    let e = text(&berm, "hostile", "read_file", r#"{"path":"a"}"#)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "`hostile.read_file` was stopped by `fs.read`: quota exhausted"
+    );
+}
+
+#[tokio::test]
+async fn programs_call_each_other_by_name() {
+    let berm = berm_with(&["echo", "compose", "hostile"]);
+    assert_eq!(
+        text(&berm, "compose", "shout", r#"{"message":"hi"}"#)
+            .await
+            .unwrap(),
+        Ok("HI".into())
+    );
+
+    let relay = |program: &str, tool: &str| {
+        format!(r#"{{"program":"{program}","tool":"{tool}","args":{{"message":"m"}}}}"#)
+    };
+    let outcome = |s: String| serde_json::from_str::<serde_json::Value>(&s).unwrap();
+
+    let done = outcome(
+        text(&berm, "compose", "relay", &relay("echo", "echo"))
+            .await
+            .unwrap()
+            .unwrap(),
+    );
+    assert_eq!(done["outcome"], "done");
+    assert_eq!(done["text"], "m");
+
+    let failed = outcome(
+        text(&berm, "compose", "relay", &relay("echo", "fail"))
+            .await
+            .unwrap()
+            .unwrap(),
+    );
+    assert_eq!(
+        (failed["outcome"].as_str(), failed["text"].as_str()),
+        (Some("failed"), Some("m"))
+    );
+
+    let refused = outcome(
+        text(&berm, "compose", "relay", &relay("ghost", "echo"))
+            .await
+            .unwrap()
+            .unwrap(),
+    );
+    assert_eq!(refused["outcome"], "refused");
+    assert_eq!(refused["code"], "not_found");
+    assert_eq!(refused["text"], "no program named `ghost` is deployed");
+
+    let no_tool = outcome(
+        text(&berm, "compose", "relay", &relay("echo", "nope"))
+            .await
+            .unwrap()
+            .unwrap(),
+    );
+    assert_eq!(
+        (no_tool["outcome"].as_str(), no_tool["code"].as_str()),
+        (Some("refused"), Some("not_found"))
+    );
+
+    let fault = outcome(
+        text(
+            &berm,
+            "compose",
+            "relay",
+            r#"{"program":"hostile","tool":"panic","args":{"message":"boom"}}"#,
+        )
+        .await
+        .unwrap()
+        .unwrap(),
+    );
+    assert_eq!(fault["outcome"], "fault");
+    assert!(
+        fault["text"]
+            .as_str()
+            .unwrap()
+            .starts_with("`hostile.panic` panicked: panicked at"),
+        "{fault}"
+    );
+    assert!(fault["text"].as_str().unwrap().contains("boom"), "{fault}");
+}
+
+#[tokio::test]
+async fn call_depth_is_limited() {
+    let berm = berm_with(&["compose"]);
+    assert_eq!(
+        text(&berm, "compose", "recurse", r#"{"depth":3}"#)
+            .await
+            .unwrap(),
+        Ok("bottom".into())
+    );
+    let failure = text(&berm, "compose", "recurse", "{}")
+        .await
+        .unwrap()
+        .unwrap_err();
+    assert!(
+        failure
+            .ends_with("refused: call depth limit of 8 reached: `compose.recurse` was not called"),
+        "{failure}"
+    );
+
+    let shallow = Berm::new(&engine(), 2, vec![]);
+    shallow.deploy("compose", &app("compose")).unwrap();
+    let failure = text(&shallow, "compose", "recurse", r#"{"depth":5}"#)
+        .await
+        .unwrap()
+        .unwrap_err();
+    assert!(
+        failure.contains("call depth limit of 2 reached"),
+        "{failure}"
+    );
+}
+
+#[tokio::test]
+async fn nested_calls_share_the_outer_deadline() {
+    let berm = berm_with(&["compose", "hostile"]);
+    // The programs' own deadline is 5 s; the outer call gets 300 ms. If the
+    // nested call had a deadline of its own, it would spin for 5 s.
+    let options = CallOptions {
+        deadline: Some(Duration::from_millis(300)),
+    };
+    let args = br#"{"program":"hostile","tool":"spin","args":{}}"#.to_vec();
+    let started = std::time::Instant::now();
+    let result = berm
+        .call_with(None, "compose", "relay", args, &options)
+        .await;
+    let elapsed = started.elapsed();
+    match result {
+        Err(Error::Timeout {
+            program, deadline, ..
+        }) => {
+            assert_eq!(program, "compose");
+            assert_eq!(deadline, Duration::from_millis(300));
+        }
+        Ok(Ok(json)) => assert!(json.contains("ran past its deadline of 300ms"), "{json}"),
+        other => panic!("unexpected: {other:?}"),
+    }
+    assert!(
+        elapsed < Duration::from_secs(4),
+        "the nested call ran on its own deadline: {elapsed:?}"
+    );
+}
+
+#[tokio::test]
+async fn every_bound_holds_and_the_next_call_succeeds() {
+    let berm = berm_with(&["echo", "hostile"]);
+    let check_alive = || async {
+        assert_eq!(
+            text(&berm, "hostile", "counter", "{}").await.unwrap(),
+            Ok("1".into())
+        );
+        assert_eq!(
+            text(&berm, "echo", "echo", r#"{"message":"ok"}"#)
+                .await
+                .unwrap(),
+            Ok("ok".into())
+        );
+    };
+
+    let options = CallOptions {
+        deadline: Some(Duration::from_millis(200)),
+    };
+    let e = berm
+        .call_with(None, "hostile", "spin", b"{}".to_vec(), &options)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "`hostile.spin` ran past its deadline of 200ms and was stopped"
+    );
+    check_alive().await;
+
+    let e = text(&berm, "hostile", "memory_bomb", "{}")
+        .await
+        .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "`hostile.memory_bomb` tried to grow its memory past the cap of 16777216 bytes"
+    );
+    check_alive().await;
+
+    let e = text(&berm, "hostile", "recurse", "{}").await.unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "`hostile.recurse` exhausted its stack of 524288 bytes (unbounded recursion?)"
+    );
+    check_alive().await;
+
+    let e = text(&berm, "hostile", "flood", r#"{"bytes":300000}"#)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "`hostile.flood` produced 300000 bytes, over the result cap of 262144 bytes"
+    );
+    check_alive().await;
+    assert_eq!(
+        text(&berm, "hostile", "flood", r#"{"bytes":3}"#)
+            .await
+            .unwrap(),
+        Ok("xxx".into())
+    );
+
+    let e = text(&berm, "hostile", "panic", r#"{"message":"on purpose"}"#)
+        .await
+        .unwrap_err();
+    let message = e.to_string();
+    assert!(
+        message.starts_with("`hostile.panic` panicked: panicked at"),
+        "{message}"
+    );
+    assert!(message.ends_with("on purpose"), "{message}");
+    check_alive().await;
+
+    let big = format!(r#"{{"message":"{}"}}"#, "a".repeat(70 << 10));
+    let e = text(&berm, "echo", "echo", &big).await.unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "arguments to `echo.echo` are {} bytes, over the cap of 65536 bytes",
+            big.len()
+        )
+    );
+    check_alive().await;
+}
+
+#[tokio::test]
+async fn per_program_limits_override_the_engine_defaults() {
+    let berm = Berm::new(&engine(), call::DEFAULT_CALL_DEPTH, vec![]);
+    let limits = Limits {
+        memory_bytes: 2 << 20,
+        ..Limits::default()
+    };
+    berm.deploy_with(
+        "small",
+        &app("hostile"),
+        DeployOptions {
+            limits: Some(limits),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let e = text(&berm, "small", "memory_bomb", "{}").await.unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "`small.memory_bomb` tried to grow its memory past the cap of 2097152 bytes"
+    );
+
+    let too_big = Limits {
+        memory_bytes: 2 << 30,
+        ..Limits::default()
+    };
+    let e = berm
+        .deploy_with(
+            "huge",
+            &app("echo"),
+            DeployOptions {
+                limits: Some(too_big),
+                ..Default::default()
+            },
+        )
+        .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "memory cap of 2147483648 bytes exceeds this engine's maximum of 1073741824 bytes"
+    );
+}
+
+#[tokio::test]
+async fn many_calls_at_once_all_answer() {
+    let berm = berm_with(&["echo"]);
+    let mut tasks = Vec::new();
+    for i in 0..200 {
+        let berm = berm.clone();
+        tasks.push(tokio::spawn(async move {
+            let args = format!(r#"{{"message":"m{i}"}}"#);
+            let out = berm.call(None, "echo", "echo", args.into_bytes()).await;
+            (i, out.unwrap().unwrap())
+        }));
+    }
+    for task in tasks {
+        let (i, out) = task.await.unwrap();
+        assert_eq!(out, format!("m{i}"));
+    }
+}
+
+#[test]
+fn the_same_digest_compiles_once() {
+    let berm = Berm::new(&engine(), call::DEFAULT_CALL_DEPTH, vec![]);
+    let first = berm.deploy("a", &app("echo")).unwrap();
+    let second = berm.deploy("b", &app("echo")).unwrap();
+    assert_eq!(first.source, CompileSource::Compiled);
+    assert_eq!(second.source, CompileSource::Memory);
+    assert_eq!(first.digest, second.digest);
+    let again = berm.deploy("a", &app("hostile")).unwrap();
+    assert_eq!(again.replaced, Some(first.digest));
+    let names: Vec<String> = berm.list().into_iter().map(|p| p.name).collect();
+    assert_eq!(names, ["a", "b"]);
+}
+
+/// Run by `compiled_code_survives_a_restart` in a second process.
+#[test]
+#[ignore = "runs only as the child of compiled_code_survives_a_restart"]
+fn cache_child() {
+    let dir = std::env::var("BERM_TEST_CACHE_DIR").expect("BERM_TEST_CACHE_DIR");
+    let berm = Berm::with_code_cache(&engine(), call::DEFAULT_CALL_DEPTH, vec![], dir.into());
+    let deployed = berm.deploy("echo", &app("echo")).unwrap();
+    println!("child-source={:?}", deployed.source);
+}
+
+#[test]
+fn compiled_code_survives_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let berm = Berm::with_code_cache(
+        &engine(),
+        call::DEFAULT_CALL_DEPTH,
+        vec![],
+        dir.path().into(),
+    );
+    assert_eq!(
+        berm.deploy("echo", &app("echo")).unwrap().source,
+        CompileSource::Compiled
+    );
+    drop(berm);
+
+    let child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--ignored",
+            "--exact",
+            "cache_child",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("BERM_TEST_CACHE_DIR", dir.path())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&child.stdout);
+    assert!(
+        child.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&child.stderr)
+    );
+    assert!(stdout.contains("child-source=DiskCache"), "{stdout}");
+
+    // A damaged cache file is discarded and the program recompiled.
+    for entry in std::fs::read_dir(dir.path()).unwrap() {
+        std::fs::write(entry.unwrap().path(), b"not compiled code").unwrap();
+    }
+    let berm = Berm::with_code_cache(
+        &engine(),
+        call::DEFAULT_CALL_DEPTH,
+        vec![],
+        dir.path().into(),
+    );
+    assert_eq!(
+        berm.deploy("echo", &app("echo")).unwrap().source,
+        CompileSource::Compiled
+    );
+}

@@ -1,0 +1,428 @@
+//! `#[berm_guest::program]`: turns a module of plain Rust functions into a
+//! berm program.
+//!
+//! Everything the host reads is produced here at compile time: one export per
+//! tool, the JSON Schema of each tool's arguments, and the `berm.manifest`
+//! custom section. The schemas are derived from the parameter types by
+//! syntax (a proc macro sees tokens, not types), so the supported types are
+//! the ones listed in [`schema_for`]; anything else is a compile error that
+//! names the type.
+
+use proc_macro::TokenStream;
+use proc_macro2::Span;
+use quote::{format_ident, quote};
+use serde_json::{Map, Value, json};
+use syn::{
+    Attribute, Expr, ExprLit, FnArg, GenericArgument, Item, ItemFn, ItemMod, Lit, LitStr, Meta,
+    Pat, PathArguments, ReturnType, Type, parse_macro_input,
+};
+
+/// Makes the `pub fn`s of an inline module the tools of a berm program.
+///
+/// Arguments: `calls = ["program", …]` declares the programs it calls by
+/// name. The module's doc comment is the program's description; a `# Usage`
+/// section in it holds the usage notes (when to reach for it). Each tool's
+/// doc comment is its description; a `# Arguments` section with lines like
+/// ``- `name`: what it is`` describes the parameters. `#[berm(read_only)]`,
+/// `#[berm(destructive)]`, `#[berm(idempotent)]`, `#[berm(open_world)]` on a
+/// tool set its MCP annotations.
+#[proc_macro_attribute]
+pub fn program(attr: TokenStream, item: TokenStream) -> TokenStream {
+    let mut calls = Vec::new();
+    let parser = syn::meta::parser(|meta| {
+        if meta.path.is_ident("calls") {
+            let value = meta.value()?;
+            let array: syn::ExprArray = value.parse()?;
+            for elem in array.elems {
+                match elem {
+                    Expr::Lit(ExprLit {
+                        lit: Lit::Str(s), ..
+                    }) => calls.push(s.value()),
+                    other => {
+                        return Err(syn::Error::new_spanned(other, "expected a string literal"));
+                    }
+                }
+            }
+            Ok(())
+        } else {
+            Err(meta.error("unknown argument; expected `calls = [\"program\", …]`"))
+        }
+    });
+    parse_macro_input!(attr with parser);
+    let module = parse_macro_input!(item as ItemMod);
+    match expand(module, calls) {
+        Ok(tokens) => tokens.into(),
+        Err(e) => e.to_compile_error().into(),
+    }
+}
+
+fn expand(mut module: ItemMod, calls: Vec<String>) -> syn::Result<proc_macro2::TokenStream> {
+    let Some((_, items)) = module.content.as_mut() else {
+        return Err(syn::Error::new_spanned(
+            &module,
+            "#[berm_guest::program] needs an inline module: `mod name { … }`",
+        ));
+    };
+    for call in &calls {
+        if !berm_abi::is_valid_name(call) {
+            return Err(syn::Error::new(
+                Span::call_site(),
+                format!("`calls` names `{call}`, which is not a valid program name"),
+            ));
+        }
+    }
+    let (description, sections) = split_doc(&doc_lines(&module.attrs));
+    let usage = sections
+        .iter()
+        .find(|(heading, _)| heading.eq_ignore_ascii_case("usage"))
+        .map(|(_, body)| body.clone())
+        .unwrap_or_default();
+
+    let mod_ident = module.ident.clone();
+    let mut tools = Vec::new();
+    let mut exports = Vec::new();
+    for item in items.iter_mut() {
+        let Item::Fn(func) = item else { continue };
+        if !matches!(func.vis, syn::Visibility::Public(_)) {
+            continue;
+        }
+        let annotations = take_annotations(func)?;
+        let (tool, export) = tool(func, &mod_ident, annotations)?;
+        tools.push(tool);
+        exports.push(export);
+    }
+    if tools.is_empty() {
+        return Err(syn::Error::new_spanned(
+            &module.ident,
+            "a berm program needs at least one tool: a `pub fn` in this module",
+        ));
+    }
+    let manifest = json!({
+        "abi": berm_abi::ABI_VERSION,
+        "description": description,
+        "usage": usage,
+        "calls": calls,
+        "tools": tools,
+    })
+    .to_string();
+    let section = LitStr::new(&manifest, Span::call_site());
+    let len = manifest.len();
+    let section_name = berm_abi::MANIFEST_SECTION;
+    Ok(quote! {
+        #module
+
+        #[cfg(target_arch = "wasm32")]
+        const _: () = {
+            #(#exports)*
+
+            #[unsafe(link_section = #section_name)]
+            #[used]
+            static BERM_MANIFEST: [u8; #len] = ::berm_guest::__private::concat::<#len>(&[#section]);
+        };
+    })
+}
+
+/// The lines of `///` comments, with the one leading space removed.
+fn doc_lines(attrs: &[Attribute]) -> Vec<String> {
+    attrs
+        .iter()
+        .filter_map(|attr| match &attr.meta {
+            Meta::NameValue(nv) if nv.path.is_ident("doc") => match &nv.value {
+                Expr::Lit(ExprLit {
+                    lit: Lit::Str(s), ..
+                }) => Some(s.value()),
+                _ => None,
+            },
+            _ => None,
+        })
+        .flat_map(|s| s.lines().map(str::to_string).collect::<Vec<_>>())
+        .map(|line| line.strip_prefix(' ').map(str::to_string).unwrap_or(line))
+        .collect()
+}
+
+/// Splits doc lines into the text before the first `# Heading` and the
+/// sections after it.
+fn split_doc(lines: &[String]) -> (String, Vec<(String, String)>) {
+    let mut description = Vec::new();
+    let mut sections: Vec<(String, Vec<String>)> = Vec::new();
+    for line in lines {
+        if let Some(heading) = line.trim().strip_prefix("# ") {
+            sections.push((heading.trim().to_string(), Vec::new()));
+        } else if let Some((_, body)) = sections.last_mut() {
+            body.push(line.clone());
+        } else {
+            description.push(line.clone());
+        }
+    }
+    let join = |lines: &[String]| lines.join("\n").trim().to_string();
+    (
+        join(&description),
+        sections
+            .into_iter()
+            .map(|(heading, body)| (heading, join(&body)))
+            .collect(),
+    )
+}
+
+/// Parameter descriptions from an `# Arguments` section: lines like
+/// ``- `name`: text`` or ``* `name` - text``.
+fn argument_docs(sections: &[(String, String)]) -> Map<String, Value> {
+    let mut out = Map::new();
+    let Some((_, body)) = sections
+        .iter()
+        .find(|(heading, _)| heading.eq_ignore_ascii_case("arguments"))
+    else {
+        return out;
+    };
+    for line in body.lines() {
+        let line = line.trim().trim_start_matches(['-', '*']).trim();
+        let Some(rest) = line.strip_prefix('`') else {
+            continue;
+        };
+        let Some((name, text)) = rest.split_once('`') else {
+            continue;
+        };
+        let text = text.trim_start().trim_start_matches([':', '-']).trim();
+        out.insert(name.to_string(), Value::from(text));
+    }
+    out
+}
+
+/// Removes `#[berm(...)]` from a tool and returns its MCP annotations.
+fn take_annotations(func: &mut ItemFn) -> syn::Result<Option<Value>> {
+    let mut annotations = Map::new();
+    let mut error = None;
+    func.attrs.retain(|attr| {
+        if !attr.path().is_ident("berm") {
+            return true;
+        }
+        let parsed = attr.parse_nested_meta(|meta| {
+            let key = if meta.path.is_ident("read_only") {
+                "readOnlyHint"
+            } else if meta.path.is_ident("destructive") {
+                "destructiveHint"
+            } else if meta.path.is_ident("idempotent") {
+                "idempotentHint"
+            } else if meta.path.is_ident("open_world") {
+                "openWorldHint"
+            } else {
+                return Err(
+                    meta.error("expected one of read_only, destructive, idempotent, open_world")
+                );
+            };
+            annotations.insert(key.into(), Value::Bool(true));
+            Ok(())
+        });
+        if let Err(e) = parsed {
+            error = Some(e);
+        }
+        false
+    });
+    if let Some(e) = error {
+        return Err(e);
+    }
+    Ok((!annotations.is_empty()).then_some(Value::Object(annotations)))
+}
+
+/// How a tool's return value becomes the result text.
+enum Output {
+    /// No return value: an empty result.
+    Unit,
+    /// `String`: passed through.
+    Text,
+    /// `Result<String, E>`.
+    TextResult,
+    /// `Result<T, E>`: JSON.
+    JsonResult,
+    /// `T`: JSON.
+    Json,
+}
+
+fn output_kind(ret: &ReturnType) -> Output {
+    let ReturnType::Type(_, ty) = ret else {
+        return Output::Unit;
+    };
+    match last_segment(ty) {
+        Some(("String", _)) => Output::Text,
+        Some(("Result", Some(args))) => match args.first() {
+            Some(GenericArgument::Type(inner))
+                if matches!(last_segment(inner), Some(("String", _))) =>
+            {
+                Output::TextResult
+            }
+            _ => Output::JsonResult,
+        },
+        _ => Output::Json,
+    }
+}
+
+/// The last path segment of a type and its generic arguments.
+fn last_segment(ty: &Type) -> Option<(&'static str, Option<Vec<GenericArgument>>)> {
+    let Type::Path(path) = ty else { return None };
+    let segment = path.path.segments.last()?;
+    let name = segment.ident.to_string();
+    let args = match &segment.arguments {
+        PathArguments::AngleBracketed(a) => Some(a.args.iter().cloned().collect()),
+        _ => None,
+    };
+    // Leak-free static names for the handful we match on.
+    let name: &'static str = match name.as_str() {
+        "String" => "String",
+        "Result" => "Result",
+        "Option" => "Option",
+        "Vec" => "Vec",
+        "HashMap" => "HashMap",
+        "BTreeMap" => "BTreeMap",
+        "Value" => "Value",
+        "bool" => "bool",
+        "f32" => "f32",
+        "f64" => "f64",
+        "i8" | "i16" | "i32" | "i64" | "isize" => "signed",
+        "u8" | "u16" | "u32" | "u64" | "usize" => "unsigned",
+        _ => "other",
+    };
+    Some((name, args))
+}
+
+fn first_type(args: &Option<Vec<GenericArgument>>, index: usize) -> Option<&Type> {
+    match args.as_ref()?.get(index)? {
+        GenericArgument::Type(ty) => Some(ty),
+        _ => None,
+    }
+}
+
+/// The JSON Schema for a parameter type, and whether it is required.
+///
+/// Supported: `String`, `bool`, the integer types, `f32`/`f64`, `Vec<T>`,
+/// `Option<T>` (not required), `HashMap`/`BTreeMap<String, T>` and
+/// `serde_json::Value` (anything).
+fn schema_for(ty: &Type) -> syn::Result<(Value, bool)> {
+    let unsupported = || {
+        syn::Error::new_spanned(
+            ty,
+            "berm_guest cannot derive a JSON Schema for this type; use String, bool, an integer, \
+             f32/f64, Vec<T>, Option<T>, HashMap<String, T>, BTreeMap<String, T> or serde_json::Value",
+        )
+    };
+    let (name, args) = last_segment(ty).ok_or_else(unsupported)?;
+    let schema = match name {
+        "String" => json!({"type": "string"}),
+        "bool" => json!({"type": "boolean"}),
+        "signed" => json!({"type": "integer"}),
+        "unsigned" => json!({"type": "integer", "minimum": 0}),
+        "f32" | "f64" => json!({"type": "number"}),
+        "Value" => json!({}),
+        "Vec" => {
+            let inner = first_type(&args, 0).ok_or_else(unsupported)?;
+            json!({"type": "array", "items": schema_for(inner)?.0})
+        }
+        "Option" => {
+            let inner = first_type(&args, 0).ok_or_else(unsupported)?;
+            return Ok((schema_for(inner)?.0, false));
+        }
+        "HashMap" | "BTreeMap" => {
+            let value = first_type(&args, 1).ok_or_else(unsupported)?;
+            json!({"type": "object", "additionalProperties": schema_for(value)?.0})
+        }
+        _ => return Err(unsupported()),
+    };
+    Ok((schema, true))
+}
+
+fn tool(
+    func: &ItemFn,
+    mod_ident: &syn::Ident,
+    annotations: Option<Value>,
+) -> syn::Result<(Value, proc_macro2::TokenStream)> {
+    let name = func.sig.ident.to_string();
+    if !berm_abi::is_valid_name(&name) {
+        return Err(syn::Error::new_spanned(
+            &func.sig.ident,
+            "tool names must match [a-z0-9][a-z0-9_-]{0,63}",
+        ));
+    }
+    if func.sig.asyncness.is_some() || !func.sig.generics.params.is_empty() {
+        return Err(syn::Error::new_spanned(
+            &func.sig,
+            "a tool is a plain, non-generic, non-async function",
+        ));
+    }
+    let (description, sections) = split_doc(&doc_lines(&func.attrs));
+    let arg_docs = argument_docs(&sections);
+
+    let mut properties = Map::new();
+    let mut required = Vec::new();
+    let mut fields = Vec::new();
+    let mut idents = Vec::new();
+    for input in &func.sig.inputs {
+        let FnArg::Typed(typed) = input else {
+            return Err(syn::Error::new_spanned(input, "a tool takes no `self`"));
+        };
+        let Pat::Ident(pat) = typed.pat.as_ref() else {
+            return Err(syn::Error::new_spanned(
+                &typed.pat,
+                "tool parameters must be plain names",
+            ));
+        };
+        let ident = pat.ident.clone();
+        let field = ident.to_string();
+        let (mut schema, is_required) = schema_for(&typed.ty)?;
+        if let (Some(text), Value::Object(map)) = (arg_docs.get(&field), &mut schema) {
+            map.insert("description".into(), text.clone());
+        }
+        properties.insert(field.clone(), schema);
+        let ty = &typed.ty;
+        if is_required {
+            required.push(field);
+            fields.push(quote! { #ident: #ty });
+        } else {
+            fields.push(quote! { #[serde(default)] #ident: #ty });
+        }
+        idents.push(ident);
+    }
+    let mut input_schema = json!({
+        "type": "object",
+        "properties": properties,
+        "additionalProperties": false,
+    });
+    if !required.is_empty() {
+        input_schema["required"] = json!(required);
+    }
+    let mut manifest_tool = json!({
+        "name": name,
+        "description": description,
+        "input_schema": input_schema,
+    });
+    if let Some(annotations) = annotations {
+        manifest_tool["annotations"] = annotations;
+    }
+
+    let fn_ident = &func.sig.ident;
+    let export_name = format!("{}{}", berm_abi::TOOL_EXPORT_PREFIX, name);
+    let wrapper = format_ident!("__berm_tool_{}", name.replace('-', "_"));
+    let invoke = quote! { #mod_ident::#fn_ident(#(#idents),*) };
+    let produce = match output_kind(&func.sig.output) {
+        Output::Unit => quote! { { #invoke; Ok(::std::string::String::new()) } },
+        Output::Text => {
+            quote! { ::berm_guest::__private::text(Ok::<_, ::core::convert::Infallible>(#invoke)) }
+        }
+        Output::TextResult => quote! { ::berm_guest::__private::text(#invoke) },
+        Output::JsonResult => quote! { ::berm_guest::__private::json(#invoke) },
+        Output::Json => {
+            quote! { ::berm_guest::__private::json(Ok::<_, ::core::convert::Infallible>(#invoke)) }
+        }
+    };
+    let export = quote! {
+        #[unsafe(export_name = #export_name)]
+        extern "C" fn #wrapper() {
+            #[derive(::berm_guest::__private::serde::Deserialize)]
+            #[serde(crate = "::berm_guest::__private::serde", deny_unknown_fields)]
+            struct Args { #(#fields),* }
+            ::berm_guest::__private::run(|bytes| {
+                let Args { #(#idents),* } = ::berm_guest::__private::parse_args(bytes)?;
+                #produce
+            });
+        }
+    };
+    Ok((manifest_tool, export))
+}

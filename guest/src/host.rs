@@ -1,0 +1,263 @@
+//! Safe wrappers over the imports: the calling convention, calls between
+//! programs, and the syscalls a host may grant.
+//!
+//! Importing is what makes a syscall reachable: a program that never calls
+//! `kv::get` does not import `kv.get`, and `berm inspect` shows exactly what
+//! it imports.
+
+use core::fmt;
+
+use berm_abi::frame;
+use berm_abi::word::{self, ErrorCode};
+
+use crate::sys;
+
+/// A syscall that did not succeed: the ABI code and the host's message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Error {
+    /// Why.
+    pub code: ErrorCode,
+    /// The host's words.
+    pub message: String,
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({})", self.message, self.code.name())
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// Pulls the staged reply of the last syscall.
+fn take_reply() -> Vec<u8> {
+    let len = word::split(sys::reply(&mut [])).1 as usize;
+    let mut buf = vec![0u8; len];
+    if len > 0 {
+        sys::reply(&mut buf);
+    }
+    buf
+}
+
+/// Turns a word into `(status, len)` or an [`Error`] with its message.
+fn check(answer: i64) -> Result<(u32, u32), Error> {
+    if answer >= 0 {
+        return Ok(word::split(answer));
+    }
+    let message = String::from_utf8_lossy(&take_reply()).into_owned();
+    let code = ErrorCode::from_word(answer).unwrap_or(ErrorCode::Io);
+    Err(Error { code, message })
+}
+
+/// Runs a tool: installs the panic hook, pulls the arguments, and reports
+/// the result or failure. The generated exports call this.
+pub fn run(tool: impl FnOnce(&[u8]) -> Result<String, String>) {
+    // Each call runs on a fresh instance, so the hook is installed per call.
+    std::panic::set_hook(Box::new(|info| {
+        let message = info.to_string();
+        sys::panic(message.as_bytes());
+    }));
+    let len = word::split(sys::args(&mut [])).1 as usize;
+    let mut args = vec![0u8; len];
+    if len > 0 {
+        sys::args(&mut args);
+    }
+    match tool(&args) {
+        Ok(result) => sys::done(result.as_bytes()),
+        Err(message) => sys::fail(message.as_bytes()),
+    };
+}
+
+/// Why a call to another program did not produce a result.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CallError {
+    /// Refused before anything ran: no such program or tool, the depth
+    /// limit, or arguments over the cap.
+    Refused {
+        /// Why.
+        code: ErrorCode,
+        /// The host's words.
+        message: String,
+    },
+    /// The callee ran and reported a failure.
+    Failed(String),
+    /// The callee ran and hit a host error (trap, deadline, memory cap).
+    Fault(String),
+}
+
+impl fmt::Display for CallError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CallError::Refused { message, .. } => write!(f, "refused: {message}"),
+            CallError::Failed(message) => write!(f, "failed: {message}"),
+            CallError::Fault(message) => write!(f, "fault: {message}"),
+        }
+    }
+}
+
+impl std::error::Error for CallError {}
+
+/// Calls `program.tool` with `args` (serialized as JSON) and returns its
+/// result text. Nested calls share this call's deadline.
+pub fn call<A: serde::Serialize + ?Sized>(
+    program: &str,
+    tool: &str,
+    args: &A,
+) -> Result<String, CallError> {
+    let args = serde_json::to_vec(args).map_err(|e| CallError::Refused {
+        code: ErrorCode::Invalid,
+        message: format!("could not serialize the arguments: {e}"),
+    })?;
+    let request = frame::encode(&[program.as_bytes(), tool.as_bytes(), &args]);
+    match check(sys::call(&request)) {
+        Ok((status, _)) => {
+            let text = String::from_utf8_lossy(&take_reply()).into_owned();
+            if status == word::STATUS_DONE {
+                Ok(text)
+            } else {
+                Err(CallError::Failed(text))
+            }
+        }
+        Err(Error {
+            code: ErrorCode::Fault,
+            message,
+        }) => Err(CallError::Fault(message)),
+        Err(Error { code, message }) => Err(CallError::Refused { code, message }),
+    }
+}
+
+/// `log`: lines in the host's log, tagged with the program.
+pub mod log {
+    use super::*;
+
+    fn write(level: &str, message: &str) {
+        let mut request = frame::encode(&[level.as_bytes(), message.as_bytes()]);
+        // A log line that the host refuses is not worth failing a tool over.
+        let _ = check(sys::log_write(&mut request));
+    }
+
+    /// Logs at error level.
+    pub fn error(message: &str) {
+        write("error", message);
+    }
+    /// Logs at warn level.
+    pub fn warn(message: &str) {
+        write("warn", message);
+    }
+    /// Logs at info level.
+    pub fn info(message: &str) {
+        write("info", message);
+    }
+    /// Logs at debug level.
+    pub fn debug(message: &str) {
+        write("debug", message);
+    }
+}
+
+/// `clock`: wall-clock time.
+pub mod clock {
+    use super::*;
+
+    /// Nanoseconds since the Unix epoch.
+    pub fn now() -> Result<u64, Error> {
+        let answer = sys::clock_now(&mut []);
+        if answer < 0 {
+            check(answer)?;
+        }
+        Ok(answer as u64)
+    }
+}
+
+/// `random`: cryptographically secure random bytes.
+pub mod random {
+    use super::*;
+
+    /// Fills `buf` with random bytes.
+    pub fn fill(buf: &mut [u8]) -> Result<(), Error> {
+        check(sys::random_fill(buf)).map(drop)
+    }
+}
+
+/// `kv`: the program's own persistent keyspace.
+pub mod kv {
+    use super::*;
+
+    /// The value under `key`, or `None`.
+    pub fn get(key: &[u8]) -> Result<Option<Vec<u8>>, Error> {
+        match check(sys::kv_get(&mut frame::encode(&[key]))) {
+            Ok(_) => Ok(Some(take_reply())),
+            Err(e) if e.code == ErrorCode::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Stores `value` under `key`; durable when this returns.
+    pub fn put(key: &[u8], value: &[u8]) -> Result<(), Error> {
+        check(sys::kv_put(&mut frame::encode(&[key, value]))).map(drop)
+    }
+
+    /// Deletes `key`; returns whether it existed.
+    pub fn delete(key: &[u8]) -> Result<bool, Error> {
+        match check(sys::kv_delete(&mut frame::encode(&[key]))) {
+            Ok(_) => Ok(true),
+            Err(e) if e.code == ErrorCode::NotFound => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Every key starting with `prefix`, sorted.
+    pub fn list(prefix: &[u8]) -> Result<Vec<Vec<u8>>, Error> {
+        check(sys::kv_list(&mut frame::encode(&[prefix])))?;
+        let reply = take_reply();
+        let keys = frame::decode(&reply).map_err(|e| Error {
+            code: ErrorCode::Invalid,
+            message: format!("kv.list reply: {e}"),
+        })?;
+        Ok(keys.into_iter().map(<[u8]>::to_vec).collect())
+    }
+}
+
+/// `fs`: files under the directory the host granted, by relative path.
+pub mod fs {
+    use super::*;
+
+    /// One entry of a directory listing.
+    #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+    pub struct Entry {
+        /// File name.
+        pub name: String,
+        /// `file`, `dir` or `symlink`.
+        pub kind: String,
+        /// Size in bytes.
+        pub size: u64,
+    }
+
+    /// The contents of `path`.
+    pub fn read(path: &str) -> Result<Vec<u8>, Error> {
+        check(sys::fs_read(&mut frame::encode(&[path.as_bytes()])))?;
+        Ok(take_reply())
+    }
+
+    /// Writes `contents` to `path` (atomically, replacing it).
+    pub fn write(path: &str, contents: &[u8]) -> Result<(), Error> {
+        check(sys::fs_write(&mut frame::encode(&[
+            path.as_bytes(),
+            contents,
+        ])))
+        .map(drop)
+    }
+
+    /// The entries of directory `path` (`""` or `"."` is the root).
+    pub fn list(path: &str) -> Result<Vec<Entry>, Error> {
+        check(sys::fs_list(&mut frame::encode(&[path.as_bytes()])))?;
+        serde_json::from_slice(&take_reply()).map_err(|e| Error {
+            code: ErrorCode::Invalid,
+            message: format!("fs.list reply: {e}"),
+        })
+    }
+
+    /// Removes the file `path`.
+    pub fn remove(path: &str) -> Result<(), Error> {
+        check(sys::fs_remove(&mut frame::encode(&[path.as_bytes()]))).map(drop)
+    }
+}

@@ -1,0 +1,83 @@
+//! The raw imports, generated from the one list in `berm_abi`, each behind a
+//! safe function that passes a Rust slice as `(ptr, len)`.
+//!
+//! Every import has the signature `(ptr: i32, len: i32) -> i64`, and the host
+//! reads or writes only the `len` bytes at `ptr` during the call (see
+//! docs/design/abi.md), so passing a live slice is all the safety needed.
+
+mod raw {
+    #[link(wasm_import_module = "berm")]
+    unsafe extern "C" {
+        pub fn args(ptr: *mut u8, len: usize) -> i64;
+        pub fn done(ptr: *const u8, len: usize) -> i64;
+        pub fn fail(ptr: *const u8, len: usize) -> i64;
+        pub fn reply(ptr: *mut u8, len: usize) -> i64;
+        pub fn panic(ptr: *const u8, len: usize) -> i64;
+        pub fn call(ptr: *const u8, len: usize) -> i64;
+    }
+
+    macro_rules! stubs {
+        ($(($module:tt, $name:tt, $ident:ident, $request:tt, $reply:tt)),* $(,)?) => {
+            $(
+                #[link(wasm_import_module = $module)]
+                unsafe extern "C" {
+                    #[link_name = $name]
+                    pub fn $ident(ptr: *mut u8, len: usize) -> i64;
+                }
+            )*
+        };
+    }
+    berm_abi::for_each_syscall!(stubs);
+}
+
+macro_rules! safe_stubs {
+    ($(($module:tt, $name:tt, $ident:ident, $request:tt, $reply:tt)),* $(,)?) => {
+        $(
+            #[doc = concat!("`", $module, ".", $name, "`: request: ", $request, "; reply: ", $reply, ".")]
+            pub fn $ident(region: &mut [u8]) -> i64 {
+                // SAFETY: `region` is a live, exclusively borrowed slice; the
+                // host touches only its `len` bytes, during this call.
+                unsafe { raw::$ident(region.as_mut_ptr(), region.len()) }
+            }
+        )*
+    };
+}
+berm_abi::for_each_syscall!(safe_stubs);
+
+/// `berm.args`: copies the arguments into `buf` if they fit; returns their length.
+pub fn args(buf: &mut [u8]) -> i64 {
+    // SAFETY: `buf` is live and exclusively borrowed; the host writes at most
+    // `buf.len()` bytes into it.
+    unsafe { raw::args(buf.as_mut_ptr(), buf.len()) }
+}
+
+/// `berm.done`: the result.
+pub fn done(bytes: &[u8]) -> i64 {
+    // SAFETY: the host only reads `bytes.len()` bytes of a live slice.
+    unsafe { raw::done(bytes.as_ptr(), bytes.len()) }
+}
+
+/// `berm.fail`: the failure message.
+pub fn fail(bytes: &[u8]) -> i64 {
+    // SAFETY: the host only reads `bytes.len()` bytes of a live slice.
+    unsafe { raw::fail(bytes.as_ptr(), bytes.len()) }
+}
+
+/// `berm.reply`: copies the staged reply into `buf` if it fits.
+pub fn reply(buf: &mut [u8]) -> i64 {
+    // SAFETY: `buf` is live and exclusively borrowed; the host writes at most
+    // `buf.len()` bytes into it.
+    unsafe { raw::reply(buf.as_mut_ptr(), buf.len()) }
+}
+
+/// `berm.panic`: records a panic message.
+pub fn panic(bytes: &[u8]) -> i64 {
+    // SAFETY: the host only reads `bytes.len()` bytes of a live slice.
+    unsafe { raw::panic(bytes.as_ptr(), bytes.len()) }
+}
+
+/// `berm.call`: calls another program; request frames `[program, tool, args]`.
+pub fn call(request: &[u8]) -> i64 {
+    // SAFETY: the host only reads `request.len()` bytes of a live slice.
+    unsafe { raw::call(request.as_ptr(), request.len()) }
+}
