@@ -1,0 +1,366 @@
+//! The guest's two line services: who is connected, and how events reach them.
+//!
+//! Every event goes to every control connection and is kept in a history that each new
+//! control connection receives right after its greeting, so a host that connects late (or
+//! reconnects) still sees `boot_start`, `boot_complete` or `boot_failed`. Log lines go to
+//! every logs connection, with a bounded backlog for late connections. All writes to one
+//! connection happen under one lock, so lines never interleave, and each socket has a send
+//! timeout, so a host that stops reading loses its connection instead of blocking PID 1.
+
+use std::collections::VecDeque;
+use std::fs::File;
+use std::io::Write;
+use std::os::fd::OwnedFd;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::mpsc::Sender;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use berm_vm_protocol::framing::{LineReader, ReadLineError};
+use berm_vm_protocol::{
+    ErrorReply, Event, Greeting, GuestLine, Log, LogLevel, PROTOCOL_VERSION, Phase, Request,
+    Service, Status,
+};
+
+use crate::sys;
+
+/// Connections beyond this many per service are closed at once.
+const MAX_CONNECTIONS: usize = 16;
+/// Log lines kept for connections that arrive later.
+const LOG_BACKLOG: usize = 512;
+/// How long a write to one host connection may block.
+const SEND_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// What the main sequence is told by connection threads.
+pub enum Command {
+    /// A host asked for shutdown.
+    Shutdown,
+}
+
+#[derive(Default)]
+struct Peers {
+    next_id: u64,
+    peers: Vec<(u64, File)>,
+}
+
+impl Peers {
+    fn add(&mut self, file: File) -> u64 {
+        self.next_id += 1;
+        self.peers.push((self.next_id, file));
+        self.next_id
+    }
+
+    /// Writes `line` to every peer, dropping those whose write fails.
+    fn broadcast(&mut self, line: &str) {
+        self.peers
+            .retain_mut(|(_, file)| file.write_all(line.as_bytes()).is_ok());
+    }
+}
+
+#[derive(Default)]
+struct ControlState {
+    peers: Peers,
+    history: Vec<String>,
+}
+
+#[derive(Default)]
+struct LogState {
+    peers: Peers,
+    backlog: VecDeque<String>,
+}
+
+/// Shared by the main sequence and every connection thread.
+pub struct Hub {
+    boot_id: String,
+    control: Mutex<ControlState>,
+    logs: Mutex<LogState>,
+    phase: Mutex<Phase>,
+    min_level: Mutex<LogLevel>,
+    open_control: AtomicU32,
+    commands: Mutex<Sender<Command>>,
+}
+
+/// The longest free text (a log or error message) berm-init puts in one line. With it every
+/// line stays far below the 64 KiB cap, even when a whole event line is mirrored, escaped,
+/// into a log line.
+pub const MAX_MESSAGE_BYTES: usize = 8 * 1024;
+
+/// Cuts `text` to at most `max` bytes on a character boundary, marking the cut.
+pub fn bounded(mut text: String, max: usize) -> String {
+    if text.len() > max {
+        let mut end = max.saturating_sub(3);
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+        text.push('…');
+    }
+    text
+}
+
+/// Locks a mutex even if a thread panicked while holding it: a panic already resets the VM
+/// through the panic hook, and the hook itself must still be able to report.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl Hub {
+    /// A hub for this boot.
+    pub fn new(boot_id: String, commands: Sender<Command>) -> Arc<Self> {
+        Arc::new(Self {
+            boot_id,
+            control: Mutex::default(),
+            logs: Mutex::default(),
+            phase: Mutex::new(Phase::Booting),
+            min_level: Mutex::new(LogLevel::Info),
+            open_control: AtomicU32::new(0),
+            commands: Mutex::new(commands),
+        })
+    }
+
+    fn line(&self, event: Event) -> String {
+        GuestLine {
+            boot_id: self.boot_id.clone(),
+            uptime_ms: sys::uptime_ms(),
+            event,
+        }
+        .to_line()
+    }
+
+    /// Sets the phase `status` reports.
+    pub fn set_phase(&self, phase: Phase) {
+        *lock(&self.phase) = phase;
+    }
+
+    /// Sends a lifecycle event to every control connection (and later ones), and mirrors it
+    /// as a log line and on the console.
+    pub fn event(&self, event: Event) {
+        let line = self.line(event);
+        eprint!("berm-init: {line}");
+        let mut control = lock(&self.control);
+        control.history.push(line.clone());
+        control.peers.broadcast(&line);
+        drop(control);
+        self.log(LogLevel::Info, line.trim_end().to_owned());
+    }
+
+    /// Like [`Hub::event`] but never blocks on a lock another thread holds: for the panic hook.
+    pub fn event_from_panic(&self, event: Event) {
+        let line = self.line(event);
+        eprint!("berm-init: {line}");
+        if let Ok(mut control) = self.control.try_lock() {
+            control.peers.broadcast(&line);
+        }
+    }
+
+    /// Sets the least severe level [`Hub::log`] passes on (`BERM_LOG`).
+    pub fn set_log_level(&self, level: LogLevel) {
+        *lock(&self.min_level) = level;
+    }
+
+    /// Sends a line to every logs connection and keeps it in the backlog.
+    pub fn log(&self, level: LogLevel, message: String) {
+        let message = bounded(message, 3 * MAX_MESSAGE_BYTES);
+        if level < *lock(&self.min_level) {
+            return;
+        }
+        let line = self.line(Event::Log(Log {
+            level,
+            source: "berm-init".into(),
+            message,
+        }));
+        let mut logs = lock(&self.logs);
+        if logs.backlog.len() == LOG_BACKLOG {
+            logs.backlog.pop_front();
+        }
+        logs.backlog.push_back(line.clone());
+        logs.peers.broadcast(&line);
+    }
+
+    /// Open control connections.
+    pub fn control_connections(&self) -> u32 {
+        self.open_control.load(Ordering::SeqCst)
+    }
+
+    /// Accepts control connections forever (on its own thread).
+    pub fn serve_control(self: Arc<Self>, listener: OwnedFd) {
+        loop {
+            match sys::accept(&listener) {
+                Ok(conn) => {
+                    let hub = Arc::clone(&self);
+                    std::thread::spawn(move || hub.control_connection(conn));
+                }
+                Err(e) => {
+                    self.log(
+                        LogLevel::Error,
+                        format!("accept on the control port failed: {e}"),
+                    );
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+            }
+        }
+    }
+
+    /// Accepts logs connections forever (on its own thread).
+    pub fn serve_logs(self: Arc<Self>, listener: OwnedFd) {
+        loop {
+            match sys::accept(&listener) {
+                Ok(conn) => self.logs_connection(conn),
+                Err(e) => {
+                    self.log(
+                        LogLevel::Error,
+                        format!("accept on the logs port failed: {e}"),
+                    );
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+            }
+        }
+    }
+
+    fn greeting(&self, service: Service) -> String {
+        self.line(Event::Greeting(Greeting {
+            service,
+            protocol: PROTOCOL_VERSION,
+            init: concat!("berm-init ", env!("CARGO_PKG_VERSION")).into(),
+        }))
+    }
+
+    fn logs_connection(&self, mut conn: File) {
+        if sys::set_send_timeout(&conn, SEND_TIMEOUT).is_err() {
+            return;
+        }
+        let mut logs = lock(&self.logs);
+        if logs.peers.peers.len() >= MAX_CONNECTIONS {
+            return;
+        }
+        let mut ok = conn
+            .write_all(self.greeting(Service::Logs).as_bytes())
+            .is_ok();
+        for line in &logs.backlog {
+            ok = ok && conn.write_all(line.as_bytes()).is_ok();
+        }
+        if ok {
+            logs.peers.add(conn);
+        }
+    }
+
+    fn control_connection(&self, conn: File) {
+        if sys::set_send_timeout(&conn, SEND_TIMEOUT).is_err() {
+            return;
+        }
+        let Ok(writer) = conn.try_clone() else { return };
+        let id = {
+            let mut control = lock(&self.control);
+            if control.peers.peers.len() >= MAX_CONNECTIONS {
+                return;
+            }
+            let mut writer = writer;
+            let mut ok = writer
+                .write_all(self.greeting(Service::Control).as_bytes())
+                .is_ok();
+            for line in &control.history {
+                ok = ok && writer.write_all(line.as_bytes()).is_ok();
+            }
+            if !ok {
+                return;
+            }
+            control.peers.add(writer)
+        };
+        self.open_control.fetch_add(1, Ordering::SeqCst);
+        let mut reader = LineReader::new(conn);
+        loop {
+            let reply = match reader.read_line() {
+                Ok(None) => break,
+                Ok(Some(line)) => match Request::parse(&line) {
+                    Ok(Request::Status) => Some(Event::Status(self.status())),
+                    Ok(Request::Shutdown) => {
+                        // The reply is the shutting_down event every connection receives.
+                        let _ = lock(&self.commands).send(Command::Shutdown);
+                        None
+                    }
+                    Err(e) => Some(Event::Error(ErrorReply {
+                        message: e.to_string(),
+                    })),
+                },
+                Err(ReadLineError::TooLong) => {
+                    self.reply(
+                        id,
+                        Event::Error(ErrorReply {
+                            message: ReadLineError::TooLong.to_string(),
+                        }),
+                    );
+                    break;
+                }
+                Err(_) => break,
+            };
+            if let Some(event) = reply {
+                self.reply(id, event);
+            }
+        }
+        let mut control = lock(&self.control);
+        control.peers.peers.retain(|(peer, _)| *peer != id);
+        drop(control);
+        self.open_control.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// Sends a reply to one control connection only.
+    fn reply(&self, id: u64, event: Event) {
+        let line = self.line(event);
+        let mut control = lock(&self.control);
+        control
+            .peers
+            .peers
+            .retain_mut(|(peer, file)| *peer != id || file.write_all(line.as_bytes()).is_ok());
+    }
+
+    fn status(&self) -> Status {
+        let mut children = 0;
+        if let Ok(entries) = std::fs::read_dir("/proc") {
+            for entry in entries.flatten() {
+                let name = entry.file_name();
+                let is_pid = name
+                    .to_str()
+                    .is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit()));
+                if is_pid
+                    && let Ok(stat) = std::fs::read_to_string(entry.path().join("stat"))
+                    && stat
+                        .rsplit(')')
+                        .next()
+                        .and_then(|rest| rest.split_whitespace().nth(1))
+                        == Some("1")
+                {
+                    children += 1;
+                }
+            }
+        }
+        let mem_available_kib = std::fs::read_to_string("/proc/meminfo")
+            .ok()
+            .and_then(|info| {
+                info.lines()
+                    .find_map(|l| l.strip_prefix("MemAvailable:"))
+                    .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            })
+            .unwrap_or(0);
+        Status {
+            phase: *lock(&self.phase),
+            pid: std::process::id(),
+            children,
+            control_connections: self.control_connections(),
+            mem_available_kib,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bounded_cuts_on_a_character_boundary() {
+        assert_eq!(bounded("short".into(), 10), "short");
+        let cut = bounded("é".repeat(10), 9);
+        assert!(cut.len() <= 9 && cut.ends_with('…'), "{cut}");
+    }
+}

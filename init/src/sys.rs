@@ -1,0 +1,239 @@
+//! Every raw system call berm-init makes, each behind a safe function.
+//!
+//! PID 1 needs a few calls std does not offer (mount, reboot, AF_VSOCK sockets, the Landlock
+//! and LSM queries, CLOCK_BOOTTIME). Keeping them here means the rest of berm-init is
+//! `#![forbid(unsafe_code)]`-clean in spirit: one small module to audit.
+
+use std::ffi::CString;
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::time::Duration;
+
+fn cstring(s: &str) -> io::Result<CString> {
+    CString::new(s)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "string holds a NUL byte"))
+}
+
+fn check(ret: libc::c_int) -> io::Result<libc::c_int> {
+    if ret < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(ret)
+    }
+}
+
+/// Mount flags berm-init uses.
+pub const NOSUID: u64 = libc::MS_NOSUID;
+/// No device nodes.
+pub const NODEV: u64 = libc::MS_NODEV;
+/// No execution.
+pub const NOEXEC: u64 = libc::MS_NOEXEC;
+
+/// mount(2).
+pub fn mount(source: &str, target: &str, fstype: &str, flags: u64, data: &str) -> io::Result<()> {
+    let (source, target, fstype, data) = (
+        cstring(source)?,
+        cstring(target)?,
+        cstring(fstype)?,
+        cstring(data)?,
+    );
+    // SAFETY: all four pointers come from CStrings that live until the call returns, so each
+    // is a valid NUL-terminated string; mount(2) only reads them.
+    check(unsafe {
+        libc::mount(
+            source.as_ptr(),
+            target.as_ptr(),
+            fstype.as_ptr(),
+            flags,
+            data.as_ptr().cast(),
+        )
+    })?;
+    Ok(())
+}
+
+/// umount2(2) without flags.
+pub fn umount(target: &str) -> io::Result<()> {
+    let target = cstring(target)?;
+    // SAFETY: `target` is a valid NUL-terminated string that outlives the call.
+    check(unsafe { libc::umount2(target.as_ptr(), 0) })?;
+    Ok(())
+}
+
+/// sync(2).
+pub fn sync() {
+    // SAFETY: sync takes no arguments and cannot fail.
+    unsafe { libc::sync() }
+}
+
+/// reboot(RB_AUTOBOOT): with `reboot=k` on the command line a keyboard-controller reset,
+/// which ends libkrun (exit 0) and QEMU (`-no-reboot`). Returns only if the call failed.
+pub fn reboot_autoboot() -> io::Error {
+    // SAFETY: reboot(2) takes a plain integer; on success it does not return.
+    unsafe { libc::reboot(libc::RB_AUTOBOOT) };
+    io::Error::last_os_error()
+}
+
+/// `uname -r`.
+pub fn kernel_release() -> String {
+    // SAFETY: utsname is plain old data; all-zero bytes are a valid value.
+    let mut uts: libc::utsname = unsafe { std::mem::zeroed() };
+    // SAFETY: `uts` is a valid, writable utsname for the duration of the call.
+    if unsafe { libc::uname(&mut uts) } != 0 {
+        return String::from("unknown");
+    }
+    let bytes: Vec<u8> = uts
+        .release
+        .iter()
+        .take_while(|&&c| c != 0)
+        .map(|&c| c as u8)
+        .collect();
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+/// Milliseconds since boot, suspend included (CLOCK_BOOTTIME): the uptime every event carries.
+pub fn uptime_ms() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec for the duration of the call.
+    if unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) } != 0 {
+        return 0;
+    }
+    (ts.tv_sec as u64)
+        .saturating_mul(1000)
+        .saturating_add(ts.tv_nsec as u64 / 1_000_000)
+}
+
+/// The Landlock ABI version, or `None` when Landlock is not enabled.
+pub fn landlock_abi() -> Option<u32> {
+    const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1;
+    // SAFETY: with the VERSION flag the kernel ignores the (null) attribute pointer and size
+    // and returns the ABI version without creating anything.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<libc::c_void>(),
+            0usize,
+            LANDLOCK_CREATE_RULESET_VERSION,
+        )
+    };
+    u32::try_from(ret).ok().filter(|&v| v > 0)
+}
+
+/// The ids of the active LSMs in order (lsm_list_modules(2), Linux 6.8+). Works without
+/// securityfs, which the guest kernel does not build.
+pub fn lsm_ids() -> io::Result<Vec<u64>> {
+    const SYS_LSM_LIST_MODULES: libc::c_long = 461;
+    let mut ids = [0u64; 32];
+    let mut size: u32 = std::mem::size_of_val(&ids) as u32;
+    // SAFETY: `ids` is writable for `size` bytes and `size` is a valid u32 the kernel updates;
+    // both outlive the call.
+    let ret = unsafe {
+        libc::syscall(
+            SYS_LSM_LIST_MODULES,
+            ids.as_mut_ptr(),
+            &mut size as *mut u32,
+            0u32,
+        )
+    };
+    if ret < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(ids.iter().take(ret as usize).copied().collect())
+}
+
+/// A listening AF_VSOCK stream socket on `port`, any CID.
+pub fn vsock_listen(port: u32) -> io::Result<OwnedFd> {
+    // SAFETY: socket(2) with constant arguments; the result is checked before use.
+    let fd =
+        check(unsafe { libc::socket(libc::AF_VSOCK, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) })?;
+    // SAFETY: `fd` was just returned by socket(2) and is owned by nobody else.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: sockaddr_vm is plain old data; all-zero bytes are a valid value.
+    let mut addr: libc::sockaddr_vm = unsafe { std::mem::zeroed() };
+    addr.svm_family = libc::AF_VSOCK as libc::sa_family_t;
+    addr.svm_port = port;
+    addr.svm_cid = libc::VMADDR_CID_ANY;
+    let len = std::mem::size_of::<libc::sockaddr_vm>() as libc::socklen_t;
+    // SAFETY: `addr` is a valid sockaddr_vm of `len` bytes that outlives the call.
+    check(unsafe {
+        libc::bind(
+            fd.as_raw_fd(),
+            (&addr as *const libc::sockaddr_vm).cast(),
+            len,
+        )
+    })?;
+    // SAFETY: listen(2) on a socket this function owns.
+    check(unsafe { libc::listen(fd.as_raw_fd(), 16) })?;
+    Ok(fd)
+}
+
+/// accept(2) on a listening socket; the connection as a `File` for Read/Write.
+pub fn accept(listener: &OwnedFd) -> io::Result<File> {
+    loop {
+        // SAFETY: accept4 with null address pointers only returns the new fd.
+        let ret = unsafe {
+            libc::accept4(
+                listener.as_raw_fd(),
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                libc::SOCK_CLOEXEC,
+            )
+        };
+        match check(ret) {
+            // SAFETY: `fd` was just returned by accept4 and is owned by nobody else.
+            Ok(fd) => return Ok(File::from(unsafe { OwnedFd::from_raw_fd(fd) })),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Sets SO_SNDTIMEO so a host that stops reading cannot block PID 1's writes for long.
+pub fn set_send_timeout(socket: &File, timeout: Duration) -> io::Result<()> {
+    let tv = libc::timeval {
+        tv_sec: timeout.as_secs() as _,
+        tv_usec: timeout.subsec_micros() as _,
+    };
+    let len = std::mem::size_of::<libc::timeval>() as libc::socklen_t;
+    // SAFETY: `tv` is a valid timeval of `len` bytes that outlives the call.
+    check(unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_SNDTIMEO,
+            (&tv as *const libc::timeval).cast(),
+            len,
+        )
+    })?;
+    Ok(())
+}
+
+/// kill(-1, signal): every process except PID 1 itself.
+pub fn kill_all(signal: libc::c_int) {
+    // SAFETY: kill(2) with plain integers; ESRCH (no processes) is harmless.
+    unsafe { libc::kill(-1, signal) };
+}
+
+/// The result of reaping.
+pub enum Reaped {
+    /// A child exited or was killed.
+    Child,
+    /// Children exist but none has exited yet.
+    Running,
+    /// No children at all.
+    None,
+}
+
+/// waitpid(-1, WNOHANG): reaps one zombie if there is one.
+pub fn reap_one() -> Reaped {
+    let mut status = 0;
+    // SAFETY: `status` is a valid, writable int for the duration of the call.
+    match unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) } {
+        0 => Reaped::Running,
+        pid if pid > 0 => Reaped::Child,
+        _ => Reaped::None,
+    }
+}

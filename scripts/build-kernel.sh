@@ -1,0 +1,130 @@
+#!/usr/bin/env bash
+# Builds berm's pinned guest kernel reproducibly from Debian's linux-source-6.12 and the
+# committed fragment, caches it by content, compares it with kernel/manifest.toml and, when
+# it matches, installs it where berm-vmm looks for it.
+#
+#   scripts/build-kernel.sh                    build (or reuse the cache), compare, install
+#   BERM_UPDATE_PINS=1 scripts/build-kernel.sh  ... and write new pins into the manifest
+#
+# Cache: $BERM_CACHE/kernel/<content key>/{vmlinux,config,inputs.json,build.log}
+# Installed: $BERM_VM_ARTIFACTS/kernel/<sha256>/vmlinux
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root="$PWD"
+. scripts/lib-pins.sh
+
+manifest=kernel/manifest.toml
+package="$(toml_get $manifest source package)"
+version="$(toml_get $manifest source version)"
+tarball="$(toml_get $manifest source tarball)"
+tarball_sha="$(toml_get $manifest source tarball_sha256)"
+fragment="kernel/$(toml_get $manifest config fragment)"
+fragment_pin="$(toml_get $manifest config fragment_sha256)"
+
+# Reproducibility: every value the kernel would otherwise take from the build machine.
+export SOURCE_DATE_EPOCH=1767225600                         # 2026-01-01T00:00:00Z
+export KBUILD_BUILD_TIMESTAMP="Thu Jan  1 00:00:00 UTC 2026"
+export KBUILD_BUILD_USER=berm
+export KBUILD_BUILD_HOST=berm
+export KBUILD_BUILD_VERSION=1
+export LC_ALL=C TZ=UTC
+recipe="tinyconfig+fragment+olddefconfig vmlinux; $SOURCE_DATE_EPOCH|$KBUILD_BUILD_TIMESTAMP|$KBUILD_BUILD_USER|$KBUILD_BUILD_HOST|$KBUILD_BUILD_VERSION; recipe 1"
+
+# 1. The inputs must be exactly the pinned ones.
+installed="$(dpkg-query -W -f='${Version}' "$package" 2>/dev/null || true)"
+[ -n "$installed" ] || die "Debian package $package is not installed (apt-get install $package=$version)"
+[ "$installed" = "$version" ] || die "Debian's $package is now $installed but kernel/manifest.toml pins $version.
+  The pinned kernel cannot be rebuilt from this source. Either install the pinned version
+  (apt-get install $package=$version) or move the pin: set [source] version and tarball_sha256
+  to the new package, rebuild with BERM_UPDATE_PINS=1 scripts/build-kernel.sh, and commit."
+[ -f "$tarball" ] || die "$tarball is missing although $package $version is installed"
+actual_tarball="$(sha256_of "$tarball")"
+[ "$actual_tarball" = "$tarball_sha" ] || die "$tarball has sha256 $actual_tarball but the pin is $tarball_sha
+  (Debian's package changed under the same version?). Refusing to build an unpinned source."
+fragment_sha="$(sha256_of "$fragment")"
+if [ "$fragment_sha" != "$fragment_pin" ]; then
+  if [ "${BERM_UPDATE_PINS:-0}" = 1 ]; then
+    toml_set $manifest config fragment_sha256 "\"$fragment_sha\""
+  else
+    die "$fragment has sha256 $fragment_sha but kernel/manifest.toml pins $fragment_pin.
+  After editing the fragment, run BERM_UPDATE_PINS=1 scripts/build-kernel.sh and commit the manifest."
+  fi
+fi
+
+key="$(printf '%s\n' "$tarball_sha" "$fragment_sha" "$recipe" | sha256sum | cut -c1-32)"
+out="$BERM_CACHE/kernel/$key"
+
+# 2. Build unless this exact content was built before.
+if [ -f "$out/vmlinux" ]; then
+  note "cached: $out"
+else
+  build="$BERM_CACHE/kernel/build"   # a fixed path, so nothing path-dependent can vary
+  rm -rf "$build" "$out.tmp"
+  mkdir -p "$build" "$out.tmp"
+  note "extracting $tarball"
+  tar -xJf "$tarball" -C "$build"
+  src="$build/$(basename "$tarball" .tar.xz)"
+  started=$(date +%s)
+  (
+    cd "$src"
+    make -s tinyconfig
+    cat "$root/$fragment" >>.config
+    make -s olddefconfig
+  ) >"$out.tmp/build.log" 2>&1 || die "configuring the kernel failed, see $out.tmp/build.log"
+
+  # olddefconfig drops options whose dependencies are missing without a word
+  # (EROFS_FS vanishes without MISC_FILESYSTEMS): every fragment line must survive.
+  lost=0
+  while IFS= read -r line; do
+    case "$line" in
+      CONFIG_*=*)
+        grep -qxF -- "$line" "$src/.config" || { echo "  lost: $line (now: $(grep -E "^(# )?${line%%=*}[= ]" "$src/.config" || echo absent))" >&2; lost=1; } ;;
+      "# CONFIG_"*" is not set")
+        opt="${line#\# }"; opt="${opt%% *}"
+        if grep -qE "^$opt=" "$src/.config"; then echo "  lost: $line (now: $(grep -E "^$opt=" "$src/.config"))" >&2; lost=1; fi ;;
+    esac
+  done <"$fragment"
+  [ "$lost" = 0 ] || die "fragment lines did not survive olddefconfig (missing dependencies?); fix $fragment"
+
+  note "building vmlinux (about 190 s on 2 cores)"
+  (cd "$src" && make -j"$(nproc)" vmlinux) >>"$out.tmp/build.log" 2>&1 || die "kernel build failed, see $out.tmp/build.log"
+  seconds=$(( $(date +%s) - started ))
+  cp "$src/vmlinux" "$out.tmp/vmlinux"
+  cp "$src/.config" "$out.tmp/config"
+  cat >"$out.tmp/inputs.json" <<JSON
+{"package":"$package","version":"$version","tarball_sha256":"$tarball_sha","fragment_sha256":"$fragment_sha","recipe":"$recipe","config_sha256":"$(sha256_of "$out.tmp/config")","vmlinux_sha256":"$(sha256_of "$out.tmp/vmlinux")","vmlinux_size":$(size_of "$out.tmp/vmlinux"),"build_seconds":$seconds,"nproc":$(nproc)}
+JSON
+  rm -rf "$out"; mv "$out.tmp" "$out"; rm -rf "$build"
+  note "built in ${seconds}s: $out"
+fi
+
+# 3. Compare with the pins.
+config_sha="$(sha256_of "$out/config")"
+vmlinux_sha="$(sha256_of "$out/vmlinux")"
+vmlinux_size="$(size_of "$out/vmlinux")"
+pin_config="$(toml_get $manifest config config_sha256)"
+pin_sha="$(toml_get $manifest image sha256)"
+pin_size="$(toml_get $manifest image size)"
+if [ "$config_sha" != "$pin_config" ] || [ "$vmlinux_sha" != "$pin_sha" ] || [ "$vmlinux_size" != "$pin_size" ]; then
+  if [ "${BERM_UPDATE_PINS:-0}" = 1 ]; then
+    toml_set $manifest config config_sha256 "\"$config_sha\""
+    toml_set $manifest image sha256 "\"$vmlinux_sha\""
+    toml_set $manifest image size "$vmlinux_size"
+    note "updated kernel/manifest.toml; rebuild berm-vmm (it compiles the pins in) and commit"
+  else
+    die "the rebuilt kernel does not match kernel/manifest.toml:
+  .config  $config_sha (pinned $pin_config)
+  vmlinux  $vmlinux_sha, $vmlinux_size bytes (pinned $pin_sha, $pin_size bytes)
+  If the change is intended (new fragment or Debian source), update the pins with
+  BERM_UPDATE_PINS=1 scripts/build-kernel.sh, then rebuild berm-vmm and commit the manifest.
+  If not, the build is not reproducible on this machine: compare $out/inputs.json."
+  fi
+fi
+
+# 4. Install where berm-vmm looks for the pinned kernel.
+dest="$BERM_VM_ARTIFACTS/kernel/$vmlinux_sha"
+if [ ! -f "$dest/vmlinux" ] || [ "$(sha256_of "$dest/vmlinux")" != "$vmlinux_sha" ]; then
+  mkdir -p "$dest"
+  cp "$out/vmlinux" "$dest/vmlinux.tmp" && mv "$dest/vmlinux.tmp" "$dest/vmlinux"
+fi
+note "kernel $vmlinux_sha ($vmlinux_size bytes) matches the pin: $dest/vmlinux"

@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# Builds berm's erofs rootfs reproducibly from rootfs/contents.txt, caches it by content,
+# compares it with rootfs/manifest.toml and, when it matches, installs it where berm-vmm
+# looks for it.
+#
+#   scripts/build-rootfs.sh                    build (or reuse the cache), compare, install
+#   BERM_UPDATE_PINS=1 scripts/build-rootfs.sh  ... and write new pins into the manifest
+#
+# Cache: $BERM_CACHE/rootfs/<content key>/{rootfs.erofs,inputs.json,tree.txt}
+# Installed: $BERM_VM_ARTIFACTS/rootfs/<sha256>/rootfs.erofs
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root="$PWD"
+. scripts/lib-pins.sh
+
+manifest=rootfs/manifest.toml
+target=x86_64-unknown-linux-musl
+epoch="$(toml_get $manifest image epoch)"
+uuid="$(toml_get $manifest image uuid)"
+compression="$(toml_get $manifest image compression)"
+[ -n "$epoch" ] && [ -n "$uuid" ] && [ -n "$compression" ] || die "$manifest needs [image] epoch, uuid and compression"
+grep -qx 'CONFIG_EROFS_FS_ZIP=y' kernel/microvm.config || [ "$compression" = none ] \
+  || die "$manifest asks for $compression compression but the kernel fragment lacks CONFIG_EROFS_FS_ZIP=y"
+command -v mkfs.erofs >/dev/null || die "mkfs.erofs is missing (apt-get install erofs-utils)"
+rustup target list --installed 2>/dev/null | grep -x $target >/dev/null || die "the Rust target $target is missing (rustup target add $target)"
+command -v musl-gcc >/dev/null || die "musl-gcc is missing (apt-get install musl-tools)"
+
+# 1. Binaries: static musl, locked dependencies, no build-machine paths, no debug info.
+cargo_home="${CARGO_HOME:-$HOME/.cargo}"
+rustup_home="${RUSTUP_HOME:-$HOME/.rustup}"
+export CARGO_TARGET_DIR="$root/target/rootfs"   # its own dir: the flags below differ
+export RUSTFLAGS="--remap-path-prefix=$root=/berm --remap-path-prefix=$cargo_home=/cargo --remap-path-prefix=$rustup_home=/rustup -C target-feature=+crt-static"
+export CARGO_PROFILE_RELEASE_DEBUG=false CARGO_PROFILE_RELEASE_STRIP=symbols CARGO_INCREMENTAL=0
+export SOURCE_DATE_EPOCH="$epoch" LC_ALL=C TZ=UTC
+packages=()
+while read -r kind path mode package binary; do
+  [ "$kind" = bin ] && packages+=(-p "$package" --bin "$binary")
+done < <(grep -v '^[[:space:]]*#' rootfs/contents.txt)
+note "building ${packages[*]} for $target"
+cargo build --quiet --locked --release --target $target "${packages[@]}"
+
+# 2. The tree, exactly as the recipe says.
+stage="$(mktemp -d "${TMPDIR:-/tmp}/berm-rootfs.XXXXXX")"
+trap 'rm -rf "$stage"' EXIT
+while read -r kind path mode package binary; do
+  case "$kind" in
+    dir) mkdir -p "$stage$path"; chmod "$mode" "$stage$path" ;;
+    bin) install -D -m "$mode" "$CARGO_TARGET_DIR/$target/release/$binary" "$stage$path"
+         case "$(file -b "$stage$path")" in
+           *"static-pie linked"*|*"statically linked"*) ;;
+           *) die "$path is not statically linked" ;;
+         esac ;;
+    "") ;;
+    *) die "rootfs/contents.txt: unknown entry kind $kind" ;;
+  esac
+done < <(grep -v '^[[:space:]]*#' rootfs/contents.txt)
+tree_listing="$(cd "$stage" && find . -mindepth 1 | sort | while read -r p; do
+  if [ -f "$p" ]; then printf '%s %s %s %s\n' "$(stat -c %a "$p")" "$(stat -c %s "$p")" "$(sha256sum "$p" | cut -d' ' -f1)" "${p#.}"
+  else printf '%s dir - %s\n' "$(stat -c %a "$p")" "${p#.}"; fi
+done)"
+mkfs_version="$(mkfs.erofs --help 2>&1 | sed -n 1p)"
+options=(-T"$epoch" -U "$uuid" --all-root -x-1)
+[ "$compression" = none ] || options=(-z"$compression" "${options[@]}")
+key="$(printf '%s\n' "$tree_listing" "$mkfs_version" "${options[*]}" | sha256sum | cut -c1-32)"
+out="$BERM_CACHE/rootfs/$key"
+
+# 3. The image (mkfs.erofs with fixed time and UUID; SOURCE_DATE_EPOCH unset so -T wins).
+if [ -f "$out/rootfs.erofs" ]; then
+  note "cached: $out"
+else
+  mkdir -p "$out.tmp"
+  env -u SOURCE_DATE_EPOCH mkfs.erofs "${options[@]}" "$out.tmp/rootfs.erofs" "$stage" >"$out.tmp/mkfs.log" 2>&1 \
+    || die "mkfs.erofs failed, see $out.tmp/mkfs.log"
+  printf '%s\n' "$tree_listing" >"$out.tmp/tree.txt"
+  cat >"$out.tmp/inputs.json" <<JSON
+{"recipe_sha256":"$(sha256_of rootfs/contents.txt)","cargo_lock_sha256":"$(sha256_of Cargo.lock)","rustc":"$(rustc --version)","target":"$target","rustflags":"$(echo "$RUSTFLAGS" | sed "s#$root#<checkout>#g; s#$cargo_home#<cargo-home>#g; s#$rustup_home#<rustup-home>#g")","mkfs_erofs":"$mkfs_version","mkfs_options":"${options[*]}","tree_sha256":"$(printf '%s\n' "$tree_listing" | sha256sum | cut -d' ' -f1)","berm_init_sha256":"$(sha256_of "$stage/sbin/berm-init")"}
+JSON
+  rm -rf "$out"; mv "$out.tmp" "$out"
+  note "built: $out"
+fi
+
+# 4. Compare with the pins.
+sha="$(sha256_of "$out/rootfs.erofs")"
+size="$(size_of "$out/rootfs.erofs")"
+init_sha="$(sha256_of "$stage/sbin/berm-init")"
+pin_sha="$(toml_get $manifest image sha256)"
+pin_size="$(toml_get $manifest image size)"
+pin_init="$(toml_get $manifest contents berm_init_sha256)"
+if [ "$sha" != "$pin_sha" ] || [ "$size" != "$pin_size" ] || [ "$init_sha" != "$pin_init" ]; then
+  if [ "${BERM_UPDATE_PINS:-0}" = 1 ]; then
+    toml_set $manifest image sha256 "\"$sha\""
+    toml_set $manifest image size "$size"
+    toml_set $manifest contents berm_init_sha256 "\"$init_sha\""
+    note "updated rootfs/manifest.toml; rebuild berm-vmm (it compiles the pins in) and commit"
+  else
+    die "the rebuilt rootfs does not match rootfs/manifest.toml:
+  rootfs.erofs     $sha, $size bytes (pinned $pin_sha, $pin_size bytes)
+  /sbin/berm-init  $init_sha (pinned $pin_init)
+  If the change is intended (init/, vm-protocol/, Cargo.lock, rootfs/contents.txt or the
+  toolchain changed), update the pins with BERM_UPDATE_PINS=1 scripts/build-rootfs.sh, then
+  rebuild berm-vmm and commit the manifest. If not, compare $out/inputs.json and tree.txt."
+  fi
+fi
+
+# 5. Install where berm-vmm looks for the pinned rootfs.
+dest="$BERM_VM_ARTIFACTS/rootfs/$sha"
+if [ ! -f "$dest/rootfs.erofs" ] || [ "$(sha256_of "$dest/rootfs.erofs")" != "$sha" ]; then
+  mkdir -p "$dest"
+  cp "$out/rootfs.erofs" "$dest/rootfs.erofs.tmp" && mv "$dest/rootfs.erofs.tmp" "$dest/rootfs.erofs"
+fi
+note "rootfs $sha ($size bytes) matches the pin: $dest/rootfs.erofs"

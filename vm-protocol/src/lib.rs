@@ -1,0 +1,36 @@
+//! The line contract between berm-init (PID 1 in the guest) and the host, and the one
+//! host-side client that berm-vmm, the tests and the CLI use to speak it.
+//!
+//! Two vsock ports carry newline-terminated JSON objects (see `docs/design/vm-protocol.md`):
+//! control (1024: events and replies from the guest, requests from the host) and logs (1025:
+//! log lines from the guest). The guest greets first on every connection.
+//!
+//! The host-side rule lives here, in one place: every line from the guest is bounded
+//! ([`MAX_LINE_BYTES`]), must be a JSON object, is shape-checked against what its port may
+//! carry ([`GuestLine::parse`]), and every wait takes a deadline ([`client`]). Nothing the guest
+//! says chooses what the host does next: callers get typed values and decide themselves.
+#![forbid(unsafe_code)]
+
+pub mod client;
+pub mod framing;
+mod line;
+
+pub use line::{
+    BootComplete, BootFailed, BootStart, ErrorReply, Event, Greeting, GuestLine, LineError, Log,
+    LogLevel, Phase, PowerOff, Request, RequestError, Service, ShuttingDown, Status,
+};
+
+/// The longest line either side accepts, newline included. Longer lines end the connection.
+pub const MAX_LINE_BYTES: usize = 64 * 1024;
+
+/// The version of this contract, sent in every greeting.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// The guest's control port: lifecycle events, `status` and `shutdown`.
+pub const CONTROL_PORT: u32 = 1024;
+
+/// The guest's log port.
+pub const LOGS_PORT: u32 = 1025;
+
+/// App `i` is served on port `RPC_PORT_BASE + i` (its bermd's MCP endpoint).
+pub const RPC_PORT_BASE: u32 = 5000;

@@ -1,0 +1,654 @@
+//! The typed lines, and their strict parsing.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::{MAX_LINE_BYTES, PROTOCOL_VERSION};
+
+/// Which of the guest's two line services a connection speaks to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Service {
+    /// Port 1024: lifecycle events, replies to requests.
+    Control,
+    /// Port 1025: log lines.
+    Logs,
+}
+
+impl Service {
+    /// The vsock port the guest serves this on.
+    pub fn port(self) -> u32 {
+        match self {
+            Self::Control => crate::CONTROL_PORT,
+            Self::Logs => crate::LOGS_PORT,
+        }
+    }
+
+    /// The name used in lines and socket file names.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Control => "control",
+            Self::Logs => "logs",
+        }
+    }
+}
+
+/// A request from the host on the control port: `{"op":"status"}` or `{"op":"shutdown"}`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Request {
+    /// Ask for a [`Status`] reply.
+    Status,
+    /// Stop everything, sync, unmount, report [`PowerOff`] and reset the VM.
+    Shutdown,
+}
+
+/// Why a host request was refused by the guest.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum RequestError {
+    /// The line is longer than [`MAX_LINE_BYTES`].
+    #[error("request line is longer than {MAX_LINE_BYTES} bytes")]
+    TooLong,
+    /// The line is not a JSON object with a known `op` and no other field.
+    #[error("request is not {{\"op\":\"status\"}} or {{\"op\":\"shutdown\"}}: {0}")]
+    Malformed(String),
+}
+
+impl Request {
+    /// Parses one request line (without its newline).
+    pub fn parse(line: &[u8]) -> Result<Self, RequestError> {
+        if line.len() >= MAX_LINE_BYTES {
+            return Err(RequestError::TooLong);
+        }
+        let value: Value =
+            serde_json::from_slice(line).map_err(|e| RequestError::Malformed(e.to_string()))?;
+        // serde ignores extra fields beside an internally tagged unit variant's tag even with
+        // deny_unknown_fields, so the object's size is checked here.
+        match &value {
+            Value::Object(map) if map.len() == 1 => {}
+            Value::Object(_) => {
+                return Err(RequestError::Malformed("fields other than `op`".into()));
+            }
+            _ => return Err(RequestError::Malformed("not a JSON object".into())),
+        }
+        serde_json::from_value(value).map_err(|e| RequestError::Malformed(e.to_string()))
+    }
+
+    /// The request as one line, newline included.
+    pub fn to_line(self) -> String {
+        match self {
+            Self::Status => "{\"op\":\"status\"}\n".to_owned(),
+            Self::Shutdown => "{\"op\":\"shutdown\"}\n".to_owned(),
+        }
+    }
+}
+
+/// The first line on every connection: who is speaking and which contract.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Greeting {
+    /// The service this connection reached.
+    pub service: Service,
+    /// [`PROTOCOL_VERSION`] of the guest.
+    pub protocol: u32,
+    /// The guest's init, e.g. `berm-init 0.1.0`.
+    pub init: String,
+}
+
+/// PID 1 started: what kind of guest this is.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BootStart {
+    /// berm-init's pid; 1 unless something else became init.
+    pub pid: u32,
+    /// `uname -r` of the guest kernel.
+    pub kernel_release: String,
+    /// Active LSMs in order, as the kernel lists them.
+    pub lsm: Vec<String>,
+    /// Landlock ABI version, or `None` when Landlock is not available.
+    pub landlock_abi: Option<u32>,
+    /// Length of `/proc/cmdline` in bytes (the kernel caps it at 2048).
+    pub cmdline_bytes: u32,
+    /// The options cgroup2 was mounted with.
+    pub cgroup2: String,
+}
+
+/// Booting finished; the guest serves requests.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BootComplete {
+    /// Number of apps started.
+    pub apps: u32,
+}
+
+/// Booting failed at a named step; the guest powers off next.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BootFailed {
+    /// The step that failed (`mount`, `settings`, `apps`, …).
+    pub step: String,
+    /// What went wrong, for a person.
+    pub message: String,
+    /// The exit code [`PowerOff`] will carry.
+    pub exit_code: i32,
+}
+
+/// Shutdown began.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ShuttingDown {
+    /// `requested`, `boot_failed`, `panic`, …
+    pub reason: String,
+}
+
+/// The last line of a guest: after it the VM resets.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PowerOff {
+    /// Why the guest stopped.
+    pub reason: String,
+    /// 0 for a clean, requested stop; berm-init's documented codes otherwise.
+    pub exit_code: i32,
+    /// Processes still alive after the grace period, killed with SIGKILL.
+    pub killed: u32,
+    /// Mount points that could not be unmounted.
+    pub unmount_failed: Vec<String>,
+}
+
+/// Where the guest is in its life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    /// Mounting, reading settings.
+    Booting,
+    /// Boot completed.
+    Running,
+    /// Boot failed; powering off.
+    Failed,
+    /// Shutdown requested.
+    ShuttingDown,
+}
+
+/// Reply to [`Request::Status`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Status {
+    /// Current phase.
+    pub phase: Phase,
+    /// berm-init's pid.
+    pub pid: u32,
+    /// Live child processes of PID 1.
+    pub children: u32,
+    /// Open control connections, this one included.
+    pub control_connections: u32,
+    /// `MemAvailable` from `/proc/meminfo`, in KiB.
+    pub mem_available_kib: u64,
+}
+
+/// Reply to a request the guest could not serve.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ErrorReply {
+    /// What was wrong with the request.
+    pub message: String,
+}
+
+/// Severity of a [`Log`] line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LogLevel {
+    /// Fine detail.
+    Debug,
+    /// Normal progress.
+    Info,
+    /// Something unusual that did not stop the guest.
+    Warn,
+    /// Something failed.
+    Error,
+}
+
+/// One line on the log port.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Log {
+    /// Severity.
+    pub level: LogLevel,
+    /// Who logged it (`berm-init`, later an app's tag).
+    pub source: String,
+    /// The text; may hold any character, it is re-escaped whenever printed.
+    pub message: String,
+}
+
+/// What a guest line says. The JSON field `event` names the variant.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum Event {
+    /// First line of every connection.
+    Greeting(Greeting),
+    /// PID 1 started.
+    BootStart(BootStart),
+    /// Boot finished.
+    BootComplete(BootComplete),
+    /// Boot failed.
+    BootFailed(BootFailed),
+    /// Shutdown began.
+    ShuttingDown(ShuttingDown),
+    /// Last line before the reset.
+    PowerOff(PowerOff),
+    /// Reply to `status`.
+    Status(Status),
+    /// Reply to a bad request.
+    Error(ErrorReply),
+    /// A log line (logs port only).
+    Log(Log),
+}
+
+impl Event {
+    /// The `event` name on the wire.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Greeting(_) => "greeting",
+            Self::BootStart(_) => "boot_start",
+            Self::BootComplete(_) => "boot_complete",
+            Self::BootFailed(_) => "boot_failed",
+            Self::ShuttingDown(_) => "shutting_down",
+            Self::PowerOff(_) => "power_off",
+            Self::Status(_) => "status",
+            Self::Error(_) => "error",
+            Self::Log(_) => "log",
+        }
+    }
+
+    /// Whether this event may appear on `service`'s port.
+    pub fn allowed_on(&self, service: Service) -> bool {
+        match self {
+            Self::Greeting(g) => g.service == service,
+            Self::Log(_) => service == Service::Logs,
+            _ => service == Service::Control,
+        }
+    }
+}
+
+/// One line from the guest: an [`Event`] stamped with the boot it belongs to and when.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GuestLine {
+    /// The guest kernel's boot id (`/proc/sys/kernel/random/boot_id`).
+    pub boot_id: String,
+    /// Guest uptime (CLOCK_BOOTTIME) in milliseconds when the line was written.
+    pub uptime_ms: u64,
+    /// What happened.
+    #[serde(flatten)]
+    pub event: Event,
+}
+
+/// Why a guest line was rejected. The line is never acted on.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum LineError {
+    /// The line is longer than [`MAX_LINE_BYTES`].
+    #[error("line of {len} bytes is longer than the {MAX_LINE_BYTES}-byte limit")]
+    TooLong {
+        /// Its length.
+        len: usize,
+    },
+    /// Not UTF-8.
+    #[error("line is not UTF-8")]
+    NotUtf8,
+    /// Not JSON at all.
+    #[error("line is not JSON: {0}")]
+    NotJson(String),
+    /// JSON, but not an object.
+    #[error("line is JSON but not an object")]
+    NotAnObject,
+    /// A field every line carries is missing or has the wrong type.
+    #[error("field `{0}` is missing or has the wrong type")]
+    BadEnvelope(&'static str),
+    /// `boot_id` is not 1 to 64 lowercase hex digits and dashes.
+    #[error("boot_id is not 1 to 64 lowercase hex digits and dashes")]
+    BadBootId,
+    /// The event name is not one this contract knows.
+    #[error("unknown event {0:?}")]
+    UnknownEvent(String),
+    /// The event's fields do not have the contract's shape.
+    #[error("event `{event}` has the wrong shape: {message}")]
+    Shape {
+        /// The event name.
+        event: String,
+        /// What serde said.
+        message: String,
+    },
+    /// The event is not one this port carries.
+    #[error("event `{event}` is not allowed on the {service} port")]
+    WrongPort {
+        /// The event name.
+        event: &'static str,
+        /// The port's service.
+        service: &'static str,
+    },
+    /// A greeting with another protocol version.
+    #[error("guest speaks protocol {0}, this host speaks {PROTOCOL_VERSION}")]
+    WrongProtocol(u32),
+    /// A name-like field holds a control character.
+    #[error("field `{0}` holds a control character")]
+    ControlCharacter(String),
+}
+
+const EVENTS: [&str; 9] = [
+    "greeting",
+    "boot_start",
+    "boot_complete",
+    "boot_failed",
+    "shutting_down",
+    "power_off",
+    "status",
+    "error",
+    "log",
+];
+
+impl GuestLine {
+    /// Parses one line (without its newline) that arrived on `service`'s port, strictly:
+    /// a JSON object with `event`, `boot_id` and `uptime_ms`, the fields of that event and no
+    /// other, allowed on that port, with no control characters outside `message` fields.
+    pub fn parse(service: Service, line: &[u8]) -> Result<Self, LineError> {
+        if line.len() >= MAX_LINE_BYTES {
+            return Err(LineError::TooLong { len: line.len() });
+        }
+        let text = std::str::from_utf8(line).map_err(|_| LineError::NotUtf8)?;
+        let value: Value =
+            serde_json::from_str(text).map_err(|e| LineError::NotJson(e.to_string()))?;
+        let Value::Object(mut object) = value else {
+            return Err(LineError::NotAnObject);
+        };
+        let boot_id = match object.remove("boot_id") {
+            Some(Value::String(s)) => s,
+            _ => return Err(LineError::BadEnvelope("boot_id")),
+        };
+        let valid_id = !boot_id.is_empty()
+            && boot_id.len() <= 64
+            && boot_id
+                .bytes()
+                .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f' | b'-'));
+        if !valid_id {
+            return Err(LineError::BadBootId);
+        }
+        let uptime_ms = match object.remove("uptime_ms") {
+            Some(Value::Number(n)) => n.as_u64().ok_or(LineError::BadEnvelope("uptime_ms"))?,
+            _ => return Err(LineError::BadEnvelope("uptime_ms")),
+        };
+        let name = match object.get("event") {
+            Some(Value::String(s)) => s.clone(),
+            _ => return Err(LineError::BadEnvelope("event")),
+        };
+        if !EVENTS.contains(&name.as_str()) {
+            return Err(LineError::UnknownEvent(name));
+        }
+        check_control_characters(&object)?;
+        let event = deserialize_event(&name, object)?;
+        if !event.allowed_on(service) {
+            return Err(LineError::WrongPort {
+                event: event.name(),
+                service: service.name(),
+            });
+        }
+        if let Event::Greeting(g) = &event
+            && g.protocol != PROTOCOL_VERSION
+        {
+            return Err(LineError::WrongProtocol(g.protocol));
+        }
+        Ok(Self {
+            boot_id,
+            uptime_ms,
+            event,
+        })
+    }
+
+    /// The line as the guest writes it, newline included.
+    pub fn to_line(&self) -> String {
+        // Serializing these types cannot fail: every field is a string, number, bool, list or
+        // a map with string keys.
+        let mut text = serde_json::to_string(self).unwrap_or_else(|_| String::from("{}"));
+        text.push('\n');
+        text
+    }
+}
+
+/// Deserializes the event body. Internally tagged enums cannot deny unknown fields
+/// themselves, so each variant's struct (which does) is deserialized from the object
+/// without its tag.
+fn deserialize_event(name: &str, mut object: Map<String, Value>) -> Result<Event, LineError> {
+    object.remove("event");
+    let value = Value::Object(object);
+    let shape = |e: serde_json::Error| LineError::Shape {
+        event: name.to_owned(),
+        message: e.to_string(),
+    };
+    Ok(match name {
+        "greeting" => Event::Greeting(serde_json::from_value(value).map_err(shape)?),
+        "boot_start" => Event::BootStart(serde_json::from_value(value).map_err(shape)?),
+        "boot_complete" => Event::BootComplete(serde_json::from_value(value).map_err(shape)?),
+        "boot_failed" => Event::BootFailed(serde_json::from_value(value).map_err(shape)?),
+        "shutting_down" => Event::ShuttingDown(serde_json::from_value(value).map_err(shape)?),
+        "power_off" => Event::PowerOff(serde_json::from_value(value).map_err(shape)?),
+        "status" => Event::Status(serde_json::from_value(value).map_err(shape)?),
+        "error" => Event::Error(serde_json::from_value(value).map_err(shape)?),
+        "log" => Event::Log(serde_json::from_value(value).map_err(shape)?),
+        other => return Err(LineError::UnknownEvent(other.to_owned())),
+    })
+}
+
+/// Refuses control characters in every string except `message` fields, so that names,
+/// reasons and versions a host may print or compare are plain text.
+fn check_control_characters(object: &Map<String, Value>) -> Result<(), LineError> {
+    fn walk(field: &str, value: &Value) -> Result<(), LineError> {
+        match value {
+            Value::String(s) if field != "message" && s.chars().any(char::is_control) => {
+                Err(LineError::ControlCharacter(field.to_owned()))
+            }
+            Value::Array(items) => items.iter().try_for_each(|item| walk(field, item)),
+            Value::Object(map) => map.iter().try_for_each(|(k, v)| walk(k, v)),
+            _ => Ok(()),
+        }
+    }
+    object.iter().try_for_each(|(k, v)| walk(k, v))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line(extra: &str) -> Vec<u8> {
+        format!("{{\"boot_id\":\"0f-a\",\"uptime_ms\":7,{extra}}}").into_bytes()
+    }
+
+    #[test]
+    fn round_trips_every_event() {
+        let events = vec![
+            Event::Greeting(Greeting {
+                service: Service::Control,
+                protocol: 1,
+                init: "berm-init 0.1.0".into(),
+            }),
+            Event::BootStart(BootStart {
+                pid: 1,
+                kernel_release: "6.12.117-berm".into(),
+                lsm: vec!["capability".into(), "landlock".into()],
+                landlock_abi: Some(6),
+                cmdline_bytes: 300,
+                cgroup2: "rw,nsdelegate".into(),
+            }),
+            Event::BootComplete(BootComplete { apps: 0 }),
+            Event::BootFailed(BootFailed {
+                step: "settings".into(),
+                message: "bad\u{1b}".into(),
+                exit_code: 3,
+            }),
+            Event::ShuttingDown(ShuttingDown {
+                reason: "requested".into(),
+            }),
+            Event::PowerOff(PowerOff {
+                reason: "requested".into(),
+                exit_code: 0,
+                killed: 0,
+                unmount_failed: vec![],
+            }),
+            Event::Status(Status {
+                phase: Phase::Running,
+                pid: 1,
+                children: 0,
+                control_connections: 1,
+                mem_available_kib: 1000,
+            }),
+            Event::Error(ErrorReply {
+                message: "no".into(),
+            }),
+        ];
+        for event in events {
+            let line = GuestLine {
+                boot_id: "ab-12".into(),
+                uptime_ms: 5,
+                event,
+            };
+            let text = line.to_line();
+            assert!(text.ends_with('\n'));
+            let parsed = GuestLine::parse(Service::Control, text.trim_end().as_bytes()).unwrap();
+            assert_eq!(parsed, line);
+        }
+        let log = GuestLine {
+            boot_id: "ab".into(),
+            uptime_ms: 0,
+            event: Event::Log(Log {
+                level: LogLevel::Info,
+                source: "berm-init".into(),
+                message: "hi".into(),
+            }),
+        };
+        assert_eq!(
+            GuestLine::parse(Service::Logs, log.to_line().trim_end().as_bytes()).unwrap(),
+            log
+        );
+    }
+
+    #[test]
+    fn refuses_lines_by_name() {
+        let cases: Vec<(Vec<u8>, LineError)> = vec![
+            (b"[1,2]".to_vec(), LineError::NotAnObject),
+            (b"\"event\"".to_vec(), LineError::NotAnObject),
+            (vec![0xff, 0xfe], LineError::NotUtf8),
+            (
+                b"{\"uptime_ms\":1,\"event\":\"status\"}".to_vec(),
+                LineError::BadEnvelope("boot_id"),
+            ),
+            (
+                b"{\"boot_id\":\"ab\",\"uptime_ms\":-1,\"event\":\"status\"}".to_vec(),
+                LineError::BadEnvelope("uptime_ms"),
+            ),
+            (
+                b"{\"boot_id\":\"ab\",\"uptime_ms\":1.5,\"event\":\"status\"}".to_vec(),
+                LineError::BadEnvelope("uptime_ms"),
+            ),
+            (
+                b"{\"boot_id\":\"AB\",\"uptime_ms\":1,\"event\":\"status\"}".to_vec(),
+                LineError::BadBootId,
+            ),
+            (
+                b"{\"boot_id\":\"\",\"uptime_ms\":1,\"event\":\"status\"}".to_vec(),
+                LineError::BadBootId,
+            ),
+            (
+                line("\"event\":\"reboot_host\""),
+                LineError::UnknownEvent("reboot_host".into()),
+            ),
+            (line("\"event\":7"), LineError::BadEnvelope("event")),
+            (
+                line("\"event\":\"shutting_down\",\"reason\":\"a\\u001b[2Jb\""),
+                LineError::ControlCharacter("reason".into()),
+            ),
+            (
+                line("\"event\":\"log\",\"level\":\"info\",\"source\":\"x\",\"message\":\"m\""),
+                LineError::WrongPort {
+                    event: "log",
+                    service: "control",
+                },
+            ),
+            (
+                line(
+                    "\"event\":\"greeting\",\"service\":\"control\",\"protocol\":2,\"init\":\"x\"",
+                ),
+                LineError::WrongProtocol(2),
+            ),
+        ];
+        for (input, want) in cases {
+            assert_eq!(
+                GuestLine::parse(Service::Control, &input),
+                Err(want),
+                "{}",
+                String::from_utf8_lossy(&input)
+            );
+        }
+    }
+
+    #[test]
+    fn refuses_wrong_shapes() {
+        for extra in [
+            "\"event\":\"power_off\",\"reason\":\"x\",\"exit_code\":0,\"killed\":0",
+            "\"event\":\"power_off\",\"reason\":\"x\",\"exit_code\":\"0\",\"killed\":0,\"unmount_failed\":[]",
+            "\"event\":\"power_off\",\"reason\":\"x\",\"exit_code\":0,\"killed\":0,\"unmount_failed\":[],\"run\":\"rm\"",
+            "\"event\":\"status\",\"phase\":\"dancing\",\"pid\":1,\"children\":0,\"control_connections\":1,\"mem_available_kib\":1",
+            "\"event\":\"boot_complete\",\"apps\":4294967296",
+        ] {
+            let err = GuestLine::parse(Service::Control, &line(extra)).unwrap_err();
+            assert!(matches!(err, LineError::Shape { .. }), "{extra}: {err}");
+        }
+    }
+
+    #[test]
+    fn greeting_must_name_its_own_port() {
+        let greeting =
+            line("\"event\":\"greeting\",\"service\":\"logs\",\"protocol\":1,\"init\":\"x\"");
+        assert!(GuestLine::parse(Service::Logs, &greeting).is_ok());
+        assert_eq!(
+            GuestLine::parse(Service::Control, &greeting),
+            Err(LineError::WrongPort {
+                event: "greeting",
+                service: "control"
+            })
+        );
+    }
+
+    #[test]
+    fn oversized_lines_are_refused_before_parsing() {
+        let big = vec![b' '; MAX_LINE_BYTES];
+        assert_eq!(
+            GuestLine::parse(Service::Control, &big),
+            Err(LineError::TooLong {
+                len: MAX_LINE_BYTES
+            })
+        );
+        assert_eq!(Request::parse(&big), Err(RequestError::TooLong));
+    }
+
+    #[test]
+    fn requests_are_strict() {
+        assert_eq!(Request::parse(b"{\"op\":\"status\"}"), Ok(Request::Status));
+        assert_eq!(
+            Request::parse(b"{\"op\":\"shutdown\"}"),
+            Ok(Request::Shutdown)
+        );
+        for bad in [
+            &b"{\"op\":\"exec\"}"[..],
+            b"{\"op\":\"status\",\"x\":1}",
+            b"[]",
+            b"status",
+            b"",
+        ] {
+            assert!(
+                matches!(Request::parse(bad), Err(RequestError::Malformed(_))),
+                "{:?}",
+                bad
+            );
+        }
+        assert_eq!(
+            Request::parse(Request::Shutdown.to_line().trim_end().as_bytes()),
+            Ok(Request::Shutdown)
+        );
+    }
+}

@@ -1,0 +1,92 @@
+//! The libkrun backend.
+//!
+//! libkrun's `krun_start_enter` never returns: libkrun exits the process when the guest
+//! resets, with exit code 0 for a clean reset and a panic alike. So berm-vmm runs it in a
+//! child process — itself, re-executed as `berm-vmm krun-enter CONFIG` — and stays the
+//! supervisor that reads the control stream and decides the exit code, exactly as on the QEMU
+//! path. libkrun listens on the run dir's sockets itself (`krun_add_vsock_port2`, listen
+//! mode), so clients connect straight to it.
+
+use std::fs::File;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+
+use serde::{Deserialize, Serialize};
+
+use crate::sys;
+
+/// What the child is told; passed as one JSON argument.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct KrunConfig {
+    /// vCPUs.
+    pub cpus: u8,
+    /// Guest memory in MiB.
+    pub memory_mib: u32,
+    /// ELF vmlinux (already checked against the pin).
+    pub kernel: PathBuf,
+    /// The complete kernel command line.
+    pub cmdline: String,
+    /// Root disk.
+    pub rootfs: PathBuf,
+    /// State disk.
+    pub state: Option<PathBuf>,
+    /// vsock port → Unix socket.
+    pub ports: Vec<(u32, PathBuf)>,
+    /// Console output file.
+    pub console: PathBuf,
+}
+
+/// Why the libkrun child could not be started.
+#[derive(Debug, thiserror::Error)]
+pub enum SpawnKrunError {
+    /// Spawning `/proc/self/exe` failed.
+    #[error("starting the libkrun child process failed")]
+    Spawn(#[source] std::io::Error),
+    /// The hypervisor log could not be opened.
+    #[error("opening {0} failed")]
+    Log(PathBuf, #[source] std::io::Error),
+}
+
+/// Starts `berm-vmm krun-enter` with its output in `log`.
+pub fn spawn(config: &KrunConfig, log: &std::path::Path) -> Result<Child, SpawnKrunError> {
+    let out = File::options()
+        .append(true)
+        .open(log)
+        .map_err(|e| SpawnKrunError::Log(log.to_owned(), e))?;
+    let err = out
+        .try_clone()
+        .map_err(|e| SpawnKrunError::Log(log.to_owned(), e))?;
+    // Serializing paths and numbers cannot fail.
+    let json = serde_json::to_string(config).unwrap_or_default();
+    let mut command = Command::new("/proc/self/exe");
+    command
+        .arg("krun-enter")
+        .arg(json)
+        .stdin(Stdio::null())
+        .stdout(out)
+        .stderr(err);
+    sys::kill_with_parent(&mut command);
+    command.spawn().map_err(SpawnKrunError::Spawn)
+}
+
+/// The child's side: configure libkrun and enter the VM. Returns only on failure.
+pub fn enter(config: &KrunConfig) -> sys::KrunError {
+    let vm = sys::KrunVm {
+        cpus: config.cpus,
+        memory_mib: config.memory_mib,
+        kernel: &config.kernel,
+        cmdline: &config.cmdline,
+        rootfs: &config.rootfs,
+        state: config.state.as_deref(),
+        ports: config
+            .ports
+            .iter()
+            .map(|(port, path)| (*port, path.as_path()))
+            .collect(),
+        console: &config.console,
+    };
+    match sys::krun_enter(&vm) {
+        Err(e) => e,
+        Ok(never) => match never {},
+    }
+}

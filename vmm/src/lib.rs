@@ -1,0 +1,25 @@
+//! berm-vmm: the host side of berm's microVM.
+//!
+//! `berm-vmm run` checks the pinned kernel and rootfs, validates everything that will reach
+//! the guest's kernel command line, prepares the run directory, reports what it is about to
+//! boot (`endpoints`, `vm_config`, `measurements` on stderr), then runs the VM on one of two
+//! backends — libkrun (hardware KVM) or QEMU with vhost-device-vsock (everywhere else) — and
+//! presents the same run dir, sockets, lines and exit behaviour whichever one runs. The binary
+//! only parses arguments; everything lives here so tests can reach it.
+#![deny(unsafe_code)]
+
+pub mod apps;
+pub mod artifacts;
+pub mod detect;
+pub mod exit;
+pub mod krun;
+pub mod qemu;
+pub mod report;
+pub mod run;
+pub mod run_dir;
+pub mod settings;
+pub mod state;
+#[allow(unsafe_code)]
+mod sys;
+
+pub use sys::catch_stop_signals;

@@ -1,0 +1,147 @@
+//! `berm-vmm`: argument parsing and wiring only; the logic is in the library.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+use berm_vmm::detect::Requested;
+use berm_vmm::exit::ExitStatus;
+use berm_vmm::run::{RunConfig, run};
+use clap::{Parser, Subcommand};
+
+/// The host side of berm's microVM.
+#[derive(Parser)]
+#[command(version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Commands,
+}
+
+#[derive(Subcommand)]
+enum Commands {
+    /// Boot the pinned kernel and rootfs and run until the guest powers off.
+    #[command(after_help = EXIT_CODES)]
+    Run {
+        /// An app folder (repeatable); app i is served on rpc-<i>.sock (vsock 5000+i).
+        #[arg(long = "app", value_name = "DIR")]
+        apps: Vec<PathBuf>,
+        /// The state disk (vdb); created and formatted ext4 if missing.
+        #[arg(long, value_name = "DISK")]
+        state: Option<PathBuf>,
+        /// Where the sockets and console.log go (mode 0700).
+        #[arg(long, value_name = "DIR")]
+        run_dir: Option<PathBuf>,
+        /// vCPUs.
+        #[arg(long, default_value_t = 1)]
+        cpus: u8,
+        /// Guest memory in MiB.
+        #[arg(long, value_name = "MiB", default_value_t = 256)]
+        memory: u32,
+        /// Which backend: libkrun, QEMU, or the best one here.
+        #[arg(long, value_enum, default_value_t = Requested::Auto)]
+        hypervisor: Requested,
+        /// Boot this kernel instead of the pinned one (reported "pinned": false).
+        #[arg(long, value_name = "FILE")]
+        kernel: Option<PathBuf>,
+        /// Boot this rootfs instead of the pinned one (reported "pinned": false).
+        #[arg(long, value_name = "FILE")]
+        rootfs: Option<PathBuf>,
+        /// A guest setting NAME=VALUE (repeatable), passed on the kernel command line.
+        #[arg(long = "env", value_name = "NAME=VALUE")]
+        env: Vec<String>,
+        /// Seconds the guest may take to greet on the control port.
+        #[arg(long, value_name = "SECONDS", default_value_t = 60)]
+        boot_timeout: u64,
+    },
+    /// Internal: the libkrun child process (berm-vmm re-executes itself).
+    #[command(hide = true)]
+    KrunEnter {
+        /// The child's configuration, as JSON.
+        config: String,
+    },
+}
+
+const EXIT_CODES: &str = "Exit codes (docs/vm.md):
+  0 clean             guest powered off with exit code 0
+  1 internal          berm-vmm itself failed
+  2 usage             bad arguments
+  3 artifact_missing  kernel or rootfs not installed (scripts/build-kernel.sh, scripts/build-rootfs.sh)
+  4 pin_mismatch      kernel or rootfs differs from the pins compiled in
+  5 refused           configuration refused before boot (guest settings, apps, run dir, state disk)
+  6 no_hypervisor     no backend can run the guest here
+  7 hypervisor_failed QEMU, vhost-device-vsock or libkrun could not be started
+  8 boot_timeout      no greeting on the control port in time
+ 10 boot_failed       the guest reported boot_failed
+ 11 guest_error       the guest powered off with a non-zero exit code
+ 12 crashed           the VM ended without power_off";
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(if e.use_stderr() {
+                ExitStatus::Usage.code()
+            } else {
+                0
+            });
+        }
+    };
+    match cli.command {
+        Commands::Run {
+            apps,
+            state,
+            run_dir,
+            cpus,
+            memory,
+            hypervisor,
+            kernel,
+            rootfs,
+            env,
+            boot_timeout,
+        } => {
+            if let Err(e) = berm_vmm::catch_stop_signals() {
+                eprintln!("berm-vmm: installing the stop-signal handler failed: {e}");
+                return ExitCode::from(ExitStatus::Internal.code());
+            }
+            let config = RunConfig {
+                apps,
+                state,
+                run_dir,
+                cpus,
+                memory_mib: memory,
+                hypervisor,
+                kernel,
+                rootfs,
+                env,
+                boot_timeout: Duration::from_secs(boot_timeout),
+            };
+            let (status, message) = match run(&config) {
+                Ok(outcome) => (outcome.status, outcome.summary),
+                Err(e) => (e.status(), format!("{:#}", anyhow::Error::new(e))),
+            };
+            berm_vmm::report::line(
+                "exit",
+                serde_json::json!({"status": status.name(), "code": status.code(), "message": message}),
+            );
+            if status != ExitStatus::Clean {
+                eprintln!("berm-vmm: {message}");
+            }
+            ExitCode::from(status.code())
+        }
+        Commands::KrunEnter { config } => match krun_enter(&config) {
+            Ok(never) => match never {},
+            Err(e) => {
+                eprintln!("berm-vmm krun-enter: {e:#}");
+                ExitCode::from(ExitStatus::HypervisorFailed.code())
+            }
+        },
+    }
+}
+
+fn krun_enter(config: &str) -> anyhow::Result<std::convert::Infallible> {
+    let config: berm_vmm::krun::KrunConfig =
+        serde_json::from_str(config).context("reading the libkrun child's configuration")?;
+    Err(berm_vmm::krun::enter(&config)).context("running the VM with libkrun")
+}

@@ -1,0 +1,327 @@
+//! The QEMU backend: `qemu-system-x86_64 -machine microvm` (KVM where QEMU can use hardware
+//! KVM, TCG otherwise) with the guest's vsock served by vhost-device-vsock, both as children
+//! of berm-vmm.
+//!
+//! vhost-device-vsock exposes the guest's ports through one host socket and a
+//! `CONNECT <port>\n` → `OK <n>\n` handshake. To present the same run dir as libkrun, berm-vmm
+//! listens on `control.sock`, `logs.sock` and `rpc-<i>.sock` itself and relays each connection
+//! through that handshake, retrying every 100 ms until the guest listens (faster retries can
+//! stall vhost-device-vsock 0.3.0).
+
+use std::fs::File;
+use std::io::{Read, Write};
+use std::net::Shutdown;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::run_dir::RunDir;
+use crate::sys;
+
+/// The guest CID vhost-device-vsock gives the VM.
+const GUEST_CID: u32 = 3;
+/// How long vhost-device-vsock may take to create its socket.
+const VHOST_START: Duration = Duration::from_secs(5);
+/// Between handshake attempts.
+const RETRY: Duration = Duration::from_millis(100);
+
+/// Why QEMU or vhost-device-vsock could not be started.
+#[derive(Debug, thiserror::Error)]
+pub enum StartQemuError {
+    /// A child could not be spawned.
+    #[error("starting {program} failed")]
+    Spawn {
+        /// The program.
+        program: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// vhost-device-vsock did not create its socket in time.
+    #[error("vhost-device-vsock did not create {0} within 5 s (see hypervisor.log in the run dir)")]
+    VhostNotReady(PathBuf),
+    /// A relay socket could not be bound.
+    #[error("listening on {path} failed")]
+    Bind {
+        /// The socket.
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// What QEMU is told.
+pub struct QemuVm<'a> {
+    /// `qemu-system-x86_64`.
+    pub qemu: &'a Path,
+    /// `vhost-device-vsock`.
+    pub vhost_device_vsock: &'a Path,
+    /// `kvm` or `tcg`.
+    pub accel: &'a str,
+    /// vCPUs.
+    pub cpus: u8,
+    /// Guest memory in MiB.
+    pub memory_mib: u32,
+    /// ELF vmlinux.
+    pub kernel: &'a Path,
+    /// The complete command line.
+    pub cmdline: &'a str,
+    /// Root disk.
+    pub rootfs: &'a Path,
+    /// State disk.
+    pub state: Option<&'a Path>,
+    /// The run directory.
+    pub run: &'a RunDir,
+    /// How long a relayed connection waits for the guest to listen.
+    pub connect_timeout: Duration,
+}
+
+/// The running children, vhost-device-vsock first.
+pub struct QemuChildren {
+    /// vhost-device-vsock.
+    pub vhost: Child,
+    /// QEMU.
+    pub qemu: Child,
+}
+
+fn log_stdio(log: &Path, program: &Path) -> Result<(Stdio, Stdio), StartQemuError> {
+    let spawn_err = |source| StartQemuError::Spawn {
+        program: program.to_owned(),
+        source,
+    };
+    let out = File::options().append(true).open(log).map_err(spawn_err)?;
+    let err = out.try_clone().map_err(spawn_err)?;
+    Ok((Stdio::from(out), Stdio::from(err)))
+}
+
+/// Starts vhost-device-vsock, the relays, then QEMU.
+pub fn start(vm: &QemuVm<'_>) -> Result<QemuChildren, StartQemuError> {
+    let run = vm.run;
+    let (out, err) = log_stdio(&run.hypervisor_log, vm.vhost_device_vsock)?;
+    let mut command = Command::new(vm.vhost_device_vsock);
+    command
+        .arg("--vm")
+        .arg(format!(
+            "guest-cid={GUEST_CID},socket={},uds-path={}",
+            run.vhost.display(),
+            run.vsock.display()
+        ))
+        .stdin(Stdio::null())
+        .stdout(out)
+        .stderr(err);
+    sys::kill_with_parent(&mut command);
+    let mut vhost = command.spawn().map_err(|source| StartQemuError::Spawn {
+        program: vm.vhost_device_vsock.to_owned(),
+        source,
+    })?;
+    let deadline = Instant::now() + VHOST_START;
+    while !run.vhost.exists() {
+        if Instant::now() >= deadline || matches!(vhost.try_wait(), Ok(Some(_))) {
+            let _ = vhost.kill();
+            let _ = vhost.wait();
+            return Err(StartQemuError::VhostNotReady(run.vhost.clone()));
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+
+    let mut relays = vec![
+        (run.control.clone(), berm_vm_protocol::CONTROL_PORT),
+        (run.logs.clone(), berm_vm_protocol::LOGS_PORT),
+    ];
+    for (i, rpc) in run.rpc.iter().enumerate() {
+        relays.push((rpc.clone(), berm_vm_protocol::RPC_PORT_BASE + i as u32));
+    }
+    for (path, port) in relays {
+        let listener = UnixListener::bind(&path).map_err(|source| StartQemuError::Bind {
+            path: path.clone(),
+            source,
+        })?;
+        let uds = run.vsock.clone();
+        let console = run.console.clone();
+        let timeout = vm.connect_timeout;
+        std::thread::spawn(move || serve(listener, uds, console, port, timeout));
+    }
+
+    let memory = format!("{}M", vm.memory_mib);
+    let mut args: Vec<String> = vec![
+        "-machine".into(),
+        "microvm,acpi=off,memory-backend=mem".into(),
+        "-accel".into(),
+        vm.accel.into(),
+        "-cpu".into(),
+        if vm.accel == "kvm" {
+            "host".into()
+        } else {
+            "max".into()
+        },
+        "-smp".into(),
+        vm.cpus.to_string(),
+        "-m".into(),
+        memory.clone(),
+        // vhost-user needs the guest memory shared with vhost-device-vsock.
+        "-object".into(),
+        format!("memory-backend-memfd,id=mem,size={memory},share=on"),
+        "-nodefaults".into(),
+        "-no-user-config".into(),
+        "-display".into(),
+        "none".into(),
+        // reboot(RB_AUTOBOOT) ends QEMU instead of restarting the guest; with reboot=k the
+        // i8042 device makes that take ~15 ms instead of ~1.5 s.
+        "-no-reboot".into(),
+        "-device".into(),
+        "i8042".into(),
+        "-kernel".into(),
+        vm.kernel.display().to_string(),
+        "-append".into(),
+        vm.cmdline.into(),
+        // The first virtio-blk device is vda.
+        "-drive".into(),
+        format!(
+            "file={},format=raw,if=none,id=root,readonly=on",
+            vm.rootfs.display()
+        ),
+        "-device".into(),
+        "virtio-blk-device,drive=root".into(),
+    ];
+    if let Some(state) = vm.state {
+        args.extend([
+            "-drive".into(),
+            format!("file={},format=raw,if=none,id=state", state.display()),
+            "-device".into(),
+            "virtio-blk-device,drive=state".into(),
+        ]);
+    }
+    args.extend([
+        "-chardev".into(),
+        format!("socket,id=vsock,path={}", run.vhost.display()),
+        "-device".into(),
+        "vhost-user-vsock-device,chardev=vsock".into(),
+        // hvc0, the console the pinned cmdline names, as libkrun provides it.
+        "-device".into(),
+        "virtio-serial-device".into(),
+        "-chardev".into(),
+        format!("file,id=console,path={}", run.console.display()),
+        "-device".into(),
+        "virtconsole,chardev=console".into(),
+    ]);
+    let (out, err) = log_stdio(&run.hypervisor_log, vm.qemu)?;
+    let mut command = Command::new(vm.qemu);
+    command
+        .args(&args)
+        .stdin(Stdio::null())
+        .stdout(out)
+        .stderr(err);
+    sys::kill_with_parent(&mut command);
+    match command.spawn() {
+        Ok(qemu) => Ok(QemuChildren { vhost, qemu }),
+        Err(source) => {
+            let _ = vhost.kill();
+            let _ = vhost.wait();
+            Err(StartQemuError::Spawn {
+                program: vm.qemu.to_owned(),
+                source,
+            })
+        }
+    }
+}
+
+/// The console line berm-init writes once it listens on vsock (init/src/main.rs).
+pub const LISTENING_MARKER: &[u8] = b"berm-init: listening on vsock 1024 1025";
+/// How much of the console is searched for the marker before giving up on it.
+const MARKER_SCAN_LIMIT: u64 = 4 << 20;
+
+/// Waits until the guest's console shows [`LISTENING_MARKER`], so no `CONNECT` reaches
+/// vhost-device-vsock while the guest's vsock device is still coming up (that can stall it;
+/// notes/microvm-findings.md). The marker only decides *when* to start connecting: if it
+/// never comes (or the console grows past the scan limit), handshakes start anyway at the
+/// deadline's edge and simply fail like any unanswered connect.
+fn wait_for_listening(console: &Path, deadline: Instant) {
+    let mut seen = 0u64;
+    let mut tail: Vec<u8> = Vec::new();
+    while Instant::now() < deadline && seen < MARKER_SCAN_LIMIT {
+        if let Ok(mut file) = File::open(console) {
+            use std::io::{Seek, SeekFrom};
+            if file.seek(SeekFrom::Start(seen)).is_ok() {
+                let mut chunk = Vec::new();
+                if let Ok(n) = Read::by_ref(&mut file)
+                    .take(MARKER_SCAN_LIMIT - seen)
+                    .read_to_end(&mut chunk)
+                {
+                    seen += n as u64;
+                    tail.extend_from_slice(&chunk);
+                    if tail
+                        .windows(LISTENING_MARKER.len())
+                        .any(|w| w == LISTENING_MARKER)
+                    {
+                        return;
+                    }
+                    let keep = tail.len().saturating_sub(LISTENING_MARKER.len());
+                    tail.drain(..keep);
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn serve(listener: UnixListener, uds: PathBuf, console: PathBuf, port: u32, timeout: Duration) {
+    let started = Instant::now();
+    let listening = std::sync::Arc::new(std::sync::OnceLock::new());
+    for client in listener.incoming() {
+        let Ok(client) = client else { continue };
+        let uds = uds.clone();
+        let console = console.clone();
+        let listening = std::sync::Arc::clone(&listening);
+        std::thread::spawn(move || {
+            listening.get_or_init(|| wait_for_listening(&console, started + timeout));
+            if let Some(guest) = handshake(&uds, port, Instant::now() + timeout) {
+                splice(client, guest);
+            }
+            // Otherwise dropping `client` closes it: the client sees the end of the stream
+            // and retries, as it would with libkrun.
+        });
+    }
+}
+
+/// `CONNECT <port>\n` → `OK <n>\n`, retried every [`RETRY`] until the guest listens.
+fn handshake(uds: &Path, port: u32, deadline: Instant) -> Option<UnixStream> {
+    while Instant::now() < deadline {
+        if let Ok(mut stream) = UnixStream::connect(uds)
+            && stream
+                .set_read_timeout(Some(Duration::from_secs(2)))
+                .is_ok()
+            && stream
+                .write_all(format!("CONNECT {port}\n").as_bytes())
+                .is_ok()
+        {
+            // The answer is short; read byte by byte so nothing after it is consumed.
+            let mut answer = Vec::new();
+            let mut byte = [0u8; 1];
+            while answer.len() < 64 && matches!(stream.read(&mut byte), Ok(1)) && byte[0] != b'\n' {
+                answer.push(byte[0]);
+            }
+            if answer.starts_with(b"OK ") && stream.set_read_timeout(None).is_ok() {
+                return Some(stream);
+            }
+        }
+        std::thread::sleep(RETRY);
+    }
+    None
+}
+
+fn splice(client: UnixStream, guest: UnixStream) {
+    let (Ok(client2), Ok(guest2)) = (client.try_clone(), guest.try_clone()) else {
+        return;
+    };
+    let upstream = std::thread::spawn(move || {
+        let _ = std::io::copy(&mut &client2, &mut &guest2);
+        // vhost-device-vsock 0.3.0 passes a half-close on to the guest only as a full close,
+        // so the host closing its side ends the relayed connection in both directions.
+        let _ = guest2.shutdown(Shutdown::Both);
+    });
+    let _ = std::io::copy(&mut &guest, &mut &client);
+    let _ = client.shutdown(Shutdown::Write);
+    let _ = upstream.join();
+}

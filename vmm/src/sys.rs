@@ -1,0 +1,191 @@
+//! Every `unsafe` call berm-vmm makes: libkrun's C API (linked statically from the `libkrun`
+//! crate), `prctl(PR_SET_PDEATHSIG)` for child processes, and `lseek(SEEK_DATA)` for the
+//! state-disk digest.
+
+use std::ffi::CString;
+use std::fs::File;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Set by SIGTERM, SIGINT or SIGHUP once [`catch_stop_signals`] ran.
+static STOP_REQUESTED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_stop_signal(_: libc::c_int) {
+    // Only an atomic store: async-signal-safe.
+    STOP_REQUESTED.store(true, Ordering::SeqCst);
+}
+
+/// Turns SIGTERM, SIGINT and SIGHUP into a flag [`stop_requested`] reports, so berm-vmm can
+/// ask the guest to shut down instead of dying with the VM half-stopped.
+pub fn catch_stop_signals() -> io::Result<()> {
+    for signal in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
+        // SAFETY: sigaction is plain old data; all-zero bytes are a valid value (empty mask,
+        // no flags).
+        let mut action: libc::sigaction = unsafe { std::mem::zeroed() };
+        action.sa_sigaction = on_stop_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
+        action.sa_flags = libc::SA_RESTART;
+        // SAFETY: `action` is a valid sigaction whose handler only stores to an atomic, which
+        // is async-signal-safe; the old action is not needed (null).
+        if unsafe { libc::sigaction(signal, &action, std::ptr::null_mut()) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// Whether a stop signal arrived.
+pub fn stop_requested() -> bool {
+    STOP_REQUESTED.load(Ordering::SeqCst)
+}
+
+/// Makes the kernel SIGKILL the child when berm-vmm dies, so no hypervisor outlives it, and
+/// puts it in its own process group, so a terminal's Ctrl-C reaches only berm-vmm (which then
+/// stops the guest in order).
+pub fn kill_with_parent(command: &mut Command) {
+    command.process_group(0);
+    // SAFETY: the closure runs in the child between fork and exec and calls only prctl(2),
+    // which is async-signal-safe; it allocates nothing and touches no lock.
+    unsafe {
+        command.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
+/// The offset of the first data byte at or after `offset`, or `None` when the rest of the
+/// file is a hole (SEEK_DATA; ENXIO means no more data).
+pub fn next_data(file: &File, offset: u64) -> io::Result<Option<u64>> {
+    let Ok(offset) = libc::off_t::try_from(offset) else {
+        return Ok(None);
+    };
+    // SAFETY: lseek(2) on an fd the File owns; it only moves the file offset, which the
+    // caller does not rely on (it reads with explicit offsets).
+    let ret = unsafe { libc::lseek(file.as_raw_fd(), offset, libc::SEEK_DATA) };
+    if ret < 0 {
+        let err = io::Error::last_os_error();
+        return if err.raw_os_error() == Some(libc::ENXIO) {
+            Ok(None)
+        } else {
+            Err(err)
+        };
+    }
+    Ok(Some(ret as u64))
+}
+
+/// Everything libkrun is told, in the order it is told.
+pub struct KrunVm<'a> {
+    /// vCPUs.
+    pub cpus: u8,
+    /// Guest memory in MiB.
+    pub memory_mib: u32,
+    /// ELF vmlinux.
+    pub kernel: &'a Path,
+    /// The complete command line (replaces libkrun's default).
+    pub cmdline: &'a str,
+    /// Read-only root disk (vda).
+    pub rootfs: &'a Path,
+    /// Optional state disk (vdb).
+    pub state: Option<&'a Path>,
+    /// vsock port → Unix socket libkrun listens on for host connections.
+    pub ports: Vec<(u32, &'a Path)>,
+    /// Where the guest console goes.
+    pub console: &'a Path,
+}
+
+/// A libkrun call that failed.
+#[derive(Debug, thiserror::Error)]
+#[error("{call} failed: {}", io::Error::from_raw_os_error(-*.code))]
+pub struct KrunError {
+    /// The function.
+    pub call: &'static str,
+    /// Its negative errno.
+    pub code: i32,
+}
+
+fn c(path: &Path) -> Result<CString, KrunError> {
+    CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| KrunError {
+        call: "path with a NUL byte",
+        code: -libc::EINVAL,
+    })
+}
+
+fn ok(call: &'static str, ret: i32) -> Result<i32, KrunError> {
+    if ret < 0 {
+        Err(KrunError { call, code: ret })
+    } else {
+        Ok(ret)
+    }
+}
+
+/// Configures libkrun and enters the VM. On success this never returns: libkrun exits the
+/// process when the guest resets. The call order is the one measured to work
+/// (notes/microvm-findings.md): the implicit vsock is disabled first because it turns on TSI,
+/// which needs libkrunfw's patched kernel.
+pub fn krun_enter(vm: &KrunVm<'_>) -> Result<std::convert::Infallible, KrunError> {
+    let kernel = c(vm.kernel)?;
+    let cmdline = CString::new(vm.cmdline).map_err(|_| KrunError {
+        call: "cmdline with a NUL byte",
+        code: -libc::EINVAL,
+    })?;
+    let rootfs = c(vm.rootfs)?;
+    let state = vm.state.map(c).transpose()?;
+    let console = c(vm.console)?;
+    let ports: Vec<(u32, CString)> = vm
+        .ports
+        .iter()
+        .map(|(p, path)| Ok((*p, c(path)?)))
+        .collect::<Result<_, _>>()?;
+    let root_id = CString::from(c"root");
+    let state_id = CString::from(c"state");
+
+    // Warnings and errors go to stderr, which berm-vmm points at hypervisor.log.
+    ok("krun_set_log_level", krun::krun_set_log_level(2))?;
+    let ctx = ok("krun_create_ctx", krun::krun_create_ctx())? as u32;
+    ok(
+        "krun_set_vm_config",
+        krun::krun_set_vm_config(ctx, vm.cpus, vm.memory_mib),
+    )?;
+    ok(
+        "krun_disable_implicit_vsock",
+        krun::krun_disable_implicit_vsock(ctx),
+    )?;
+    ok("krun_add_vsock", krun::krun_add_vsock(ctx, 0))?;
+    // SAFETY: `kernel` and `cmdline` are valid NUL-terminated strings alive until the VM
+    // ends (this function never returns on success); a null initramfs is documented as none.
+    ok("krun_set_kernel", unsafe {
+        krun::krun_set_kernel(ctx, kernel.as_ptr(), 1, std::ptr::null(), cmdline.as_ptr())
+    })?;
+    // SAFETY: both strings are valid NUL-terminated strings that outlive the call; format 0
+    // is raw.
+    ok("krun_add_disk2 (rootfs)", unsafe {
+        krun::krun_add_disk2(ctx, root_id.as_ptr(), rootfs.as_ptr(), 0, true)
+    })?;
+    if let Some(state) = &state {
+        // SAFETY: as above.
+        ok("krun_add_disk2 (state)", unsafe {
+            krun::krun_add_disk2(ctx, state_id.as_ptr(), state.as_ptr(), 0, false)
+        })?;
+    }
+    for (port, path) in &ports {
+        // SAFETY: `path` is a valid NUL-terminated string that outlives the call.
+        ok("krun_add_vsock_port2", unsafe {
+            krun::krun_add_vsock_port2(ctx, *port, path.as_ptr(), true)
+        })?;
+    }
+    // SAFETY: `console` is a valid NUL-terminated string that outlives the call.
+    ok("krun_set_console_output", unsafe {
+        krun::krun_set_console_output(ctx, console.as_ptr())
+    })?;
+    let ret = krun::krun_start_enter(ctx);
+    Err(KrunError {
+        call: "krun_start_enter",
+        code: if ret < 0 { ret } else { -libc::EIO },
+    })
+}

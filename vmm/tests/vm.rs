@@ -1,0 +1,567 @@
+//! End-to-end tests that really boot the pinned kernel and rootfs through `berm-vmm run`.
+//!
+//! They find the artifacts the way berm-vmm does (the artifact store: `$BERM_VM_ARTIFACTS`,
+//! else `~/.cache/berm/vm`), which `scripts/test-vm` fills by building and checking them.
+//! A test that cannot run prints `SKIPPED: <why>`; with `BERM_VM_REQUIRE=1` (set by
+//! scripts/test-vm) it fails instead, so nothing skips silently where the VM must run.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use berm_pins::{ArtifactStore, KernelPins, RootfsPins};
+use berm_vm_protocol::client::GuestConnection;
+use berm_vm_protocol::{Event, Phase, Request, Service};
+use berm_vmm::detect::Detection;
+use serde_json::Value;
+
+const BOOT: Duration = Duration::from_secs(90);
+
+fn require_or_skip(why: &str) -> bool {
+    if std::env::var_os("BERM_VM_REQUIRE").is_some_and(|v| v == "1") {
+        panic!("BERM_VM_REQUIRE=1 but this test cannot run: {why}");
+    }
+    eprintln!("SKIPPED: {why}");
+    false
+}
+
+/// The pinned artifacts' paths, or `None` (after a SKIPPED line) if they are not installed.
+fn pinned() -> Option<(PathBuf, PathBuf)> {
+    let store = ArtifactStore::from_env().expect("HOME is set");
+    let kernel = store.kernel(&KernelPins::compiled_in().unwrap().image.sha256);
+    let rootfs = store.rootfs(&RootfsPins::compiled_in().unwrap().image.sha256);
+    if !kernel.exists() || !rootfs.exists() {
+        require_or_skip(&format!(
+            "pinned artifacts not installed ({} / {}); run scripts/test-vm",
+            kernel.display(),
+            rootfs.display()
+        ));
+        return None;
+    }
+    Some((kernel, rootfs))
+}
+
+/// A host that can boot the guest with QEMU (this machine kind) or libkrun.
+fn bootable() -> bool {
+    let detection = Detection::probe();
+    if detection.krun_runs_user_space()
+        || (detection.qemu.is_some() && detection.vhost_device_vsock.is_some())
+    {
+        return true;
+    }
+    require_or_skip("neither hardware KVM nor QEMU + vhost-device-vsock is available")
+}
+
+/// A running `berm-vmm run` with its stderr lines collected.
+struct Vmm {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+    seen: Vec<String>,
+    run_dir: PathBuf,
+    _tmp: tempfile::TempDir,
+}
+
+impl Vmm {
+    fn start(args: &[&str], envs: &[(&str, &Path)]) -> Self {
+        let tmp = tempfile::tempdir().unwrap();
+        let run_dir = tmp.path().join("run");
+        let mut command = Command::new(env!("CARGO_BIN_EXE_berm-vmm"));
+        command
+            .arg("run")
+            .arg("--run-dir")
+            .arg(&run_dir)
+            .args(args)
+            .stderr(Stdio::piped())
+            .stdout(Stdio::null());
+        for (k, v) in envs {
+            command.env(k, v);
+        }
+        let mut child = command.spawn().unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        Self {
+            child,
+            lines,
+            seen: Vec::new(),
+            run_dir,
+            _tmp: tmp,
+        }
+    }
+
+    /// Waits for the process to end and returns its exit code, with all stderr collected.
+    fn wait(&mut self, timeout: Duration) -> i32 {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                while let Ok(line) = self.lines.recv_timeout(Duration::from_millis(200)) {
+                    self.seen.push(line);
+                }
+                return status.code().expect("berm-vmm ended by a signal");
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                panic!(
+                    "berm-vmm did not end within {timeout:?}; stderr so far:\n{}",
+                    self.seen.join("\n")
+                );
+            }
+            while let Ok(line) = self.lines.try_recv() {
+                self.seen.push(line);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The JSON lines berm-vmm wrote with this `event`.
+    fn events(&self, event: &str) -> Vec<Value> {
+        self.seen
+            .iter()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|v| v["event"] == event)
+            .collect()
+    }
+
+    fn stderr(&self) -> String {
+        self.seen.join("\n")
+    }
+}
+
+impl Drop for Vmm {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Boots, checks the greeting, the replayed boot events and `status` on control, the logs
+/// port's greeting, then shuts down and expects exit 0. Returns the stopped Vmm.
+fn boot_and_shut_down(args: &[&str], envs: &[(&str, &Path)]) -> Vmm {
+    let mut vmm = Vmm::start(args, envs);
+    let deadline = Instant::now() + BOOT;
+    let mut control = GuestConnection::connect(
+        &vmm.run_dir.join("control.sock"),
+        Service::Control,
+        deadline,
+    )
+    .unwrap_or_else(|e| {
+        panic!(
+            "{e}; console:\n{}",
+            std::fs::read_to_string(vmm.run_dir.join("console.log")).unwrap_or_default()
+        )
+    });
+    let start = control
+        .wait_for(deadline, |l| matches!(l.event, Event::BootStart(_)))
+        .unwrap();
+    let Event::BootStart(start) = start.event else {
+        unreachable!()
+    };
+    assert_eq!(start.pid, 1, "berm-init must be PID 1");
+    assert!(start.lsm.iter().any(|l| l == "landlock"), "{:?}", start.lsm);
+    assert!(start.landlock_abi.is_some_and(|abi| abi >= 1));
+    assert!(start.cmdline_bytes > 100 && start.cmdline_bytes <= 2048);
+    assert!(start.cgroup2.contains("nsdelegate"), "{}", start.cgroup2);
+    assert!(
+        start.kernel_release.ends_with("-berm"),
+        "{}",
+        start.kernel_release
+    );
+    control
+        .wait_for(deadline, |l| matches!(l.event, Event::BootComplete(_)))
+        .unwrap();
+
+    let logs =
+        GuestConnection::connect(&vmm.run_dir.join("logs.sock"), Service::Logs, deadline).unwrap();
+    assert_eq!(logs.greeting().boot_id, control.greeting().boot_id);
+
+    let status = control.status(deadline).unwrap();
+    let Event::Status(status) = status.event else {
+        panic!("expected status, got {:?}", status.event)
+    };
+    assert_eq!((status.phase, status.pid), (Phase::Running, 1));
+    assert!(
+        status.control_connections >= 2,
+        "berm-vmm's own connection and ours"
+    );
+
+    control.send(Request::Shutdown, deadline).unwrap();
+    let off = control
+        .wait_for(deadline, |l| matches!(l.event, Event::PowerOff(_)))
+        .unwrap();
+    let Event::PowerOff(off) = off.event else {
+        unreachable!()
+    };
+    assert_eq!((off.exit_code, off.unmount_failed.len()), (0, 0), "{off:?}");
+    drop(control);
+    drop(logs);
+    let code = vmm.wait(BOOT);
+    assert_eq!(code, 0, "stderr:\n{}", vmm.stderr());
+    assert_eq!(vmm.events("exit")[0]["status"], "clean");
+    vmm
+}
+
+#[test]
+fn boots_greets_answers_status_and_shuts_down_cleanly() {
+    if pinned().is_none() || !bootable() {
+        return;
+    }
+    let vmm = boot_and_shut_down(&[], &[]);
+    // The three lines before boot, in order, before any guest line.
+    let order: Vec<String> = vmm
+        .seen
+        .iter()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .map(|v| v["event"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    let pos = |e: &str| {
+        order
+            .iter()
+            .position(|x| x == e)
+            .unwrap_or_else(|| panic!("no {e} line: {order:?}"))
+    };
+    assert!(pos("hypervisor") < pos("endpoints"));
+    assert!(pos("endpoints") < pos("vm_config") && pos("vm_config") < pos("measurements"));
+    assert!(pos("measurements") < pos("guest_greeted"));
+    let m = &vmm.events("measurements")[0];
+    assert_eq!(m["kernel"]["pinned"], true);
+    assert_eq!(m["rootfs"]["pinned"], true);
+    assert!(
+        m["kernel"]["cmdline"]
+            .as_str()
+            .unwrap()
+            .contains("init=/sbin/berm-init")
+    );
+    let config = &vmm.events("vm_config")[0];
+    assert!(
+        config["hypervisor"]["reason"]
+            .as_str()
+            .is_some_and(|r| !r.is_empty())
+    );
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(
+        std::fs::metadata(&vmm.run_dir).unwrap().mode() & 0o777,
+        0o700
+    );
+    let console = std::fs::read_to_string(vmm.run_dir.join("console.log")).unwrap();
+    assert!(
+        console.contains("Run /sbin/berm-init as init process"),
+        "{console}"
+    );
+    // The guest events berm-vmm relayed end with power_off.
+    let guest: Vec<Value> = vmm
+        .seen
+        .iter()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v["source"] == "berm-init")
+        .collect();
+    assert_eq!(guest.last().unwrap()["event"], "power_off");
+}
+
+#[test]
+fn a_bad_guest_setting_fails_the_boot_with_exit_10() {
+    if pinned().is_none() || !bootable() {
+        return;
+    }
+    let mut vmm = Vmm::start(&["--env", "BERM_LOG=loud"], &[]);
+    let code = vmm.wait(BOOT);
+    assert_eq!(code, 10, "stderr:\n{}", vmm.stderr());
+    let failed = vmm.events("boot_failed");
+    assert_eq!(failed.len(), 1, "{}", vmm.stderr());
+    assert_eq!(failed[0]["step"], "settings");
+    assert!(
+        failed[0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("BERM_LOG=\"loud\"")
+    );
+    assert_eq!(vmm.events("exit")[0]["status"], "boot_failed");
+}
+
+#[test]
+fn apps_are_refused_by_this_guest_until_bermd_exists() {
+    if pinned().is_none() || !bootable() {
+        return;
+    }
+    let app = tempfile::tempdir().unwrap();
+    std::fs::write(app.path().join("berm.toml"), "name = \"x\"\n").unwrap();
+    let mut vmm = Vmm::start(&["--app", app.path().to_str().unwrap()], &[]);
+    let code = vmm.wait(BOOT);
+    assert_eq!(code, 10, "stderr:\n{}", vmm.stderr());
+    let endpoints = &vmm.events("endpoints")[0];
+    assert_eq!(endpoints["rpc"][0]["port"], 5000);
+    assert!(
+        endpoints["rpc"][0]["socket"]
+            .as_str()
+            .unwrap()
+            .ends_with("rpc-0.sock")
+    );
+    assert_eq!(vmm.events("measurements")[0]["apps"][0]["files"], 1);
+    assert_eq!(vmm.events("boot_failed")[0]["step"], "apps");
+}
+
+#[test]
+fn an_unpinned_rootfs_override_boots_and_is_reported_unpinned() {
+    let Some((_, rootfs)) = pinned() else { return };
+    if !bootable() {
+        return;
+    }
+    // Trailing bytes change the hash but not the filesystem: a different, bootable image.
+    let tmp = tempfile::tempdir().unwrap();
+    let copy = tmp.path().join("other.erofs");
+    let mut bytes = std::fs::read(&rootfs).unwrap();
+    bytes.extend_from_slice(&[0u8; 4096]);
+    std::fs::write(&copy, bytes).unwrap();
+    let vmm = boot_and_shut_down(&["--rootfs", copy.to_str().unwrap()], &[]);
+    let m = &vmm.events("measurements")[0];
+    assert_eq!(m["rootfs"]["pinned"], false);
+    assert_eq!(m["kernel"]["pinned"], true);
+}
+
+#[test]
+fn a_state_disk_is_created_formatted_measured_and_mounted() {
+    if pinned().is_none() || !bootable() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let disk = tmp.path().join("state.img");
+    let vmm = boot_and_shut_down(&["--state", disk.to_str().unwrap()], &[]);
+    let state = &vmm.events("measurements")[0]["state"];
+    assert_eq!(state["created"], true);
+    assert_eq!(state["size_bytes"], 256 << 20);
+    assert_eq!(state["chunked_sha256"].as_str().unwrap().len(), 64);
+    assert!(
+        vmm.events("vm_config")[0]["settings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s == "BERM_STATE=vdb")
+    );
+}
+
+/// Copies the pinned artifacts into a private store, tampering with one of them.
+fn tampered_store(which: &str) -> Option<tempfile::TempDir> {
+    let (kernel, rootfs) = pinned()?;
+    let store_dir = tempfile::tempdir().unwrap();
+    let store = ArtifactStore::at(store_dir.path());
+    let k = store.kernel(&KernelPins::compiled_in().unwrap().image.sha256);
+    let r = store.rootfs(&RootfsPins::compiled_in().unwrap().image.sha256);
+    for (from, to) in [(&kernel, &k), (&rootfs, &r)] {
+        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+        std::fs::copy(from, to).unwrap();
+    }
+    let victim = if which == "kernel" { &k } else { &r };
+    let mut bytes = std::fs::read(victim).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0x01;
+    std::fs::write(victim, bytes).unwrap();
+    Some(store_dir)
+}
+
+#[test]
+fn a_tampered_kernel_or_rootfs_is_refused_before_boot() {
+    for which in ["kernel", "rootfs"] {
+        let Some(store) = tampered_store(which) else {
+            return;
+        };
+        let mut vmm = Vmm::start(&[], &[("BERM_VM_ARTIFACTS", store.path())]);
+        let code = vmm.wait(Duration::from_secs(30));
+        assert_eq!(code, 4, "{which}: {}", vmm.stderr());
+        let exit = &vmm.events("exit")[0];
+        assert_eq!(exit["status"], "pin_mismatch");
+        assert!(
+            exit["message"]
+                .as_str()
+                .unwrap()
+                .contains(&format!("the {which}")),
+            "{exit}"
+        );
+        assert!(
+            vmm.events("endpoints").is_empty(),
+            "nothing may start: {}",
+            vmm.stderr()
+        );
+        assert!(!vmm.run_dir.exists(), "not even the run dir");
+    }
+}
+
+#[test]
+fn missing_artifacts_name_the_build_scripts() {
+    let empty = tempfile::tempdir().unwrap();
+    let mut vmm = Vmm::start(&[], &[("BERM_VM_ARTIFACTS", empty.path())]);
+    assert_eq!(vmm.wait(Duration::from_secs(30)), 3, "{}", vmm.stderr());
+    let message = vmm.events("exit")[0]["message"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        message.contains("the pinned kernel is missing"),
+        "{message}"
+    );
+    assert!(
+        message.contains("scripts/build-kernel.sh") && message.contains("scripts/build-rootfs.sh"),
+        "{message}"
+    );
+}
+
+#[test]
+fn guest_setting_injection_is_refused_before_boot() {
+    if pinned().is_none() {
+        return;
+    }
+    for (arg, why) in [
+        ("X=1\" lsm=\"yama", "a double quote"),
+        ("X=1 init=/bin/sh", "whitespace"),
+        ("X=1\tlsm=yama", "whitespace"),
+        ("X=\\\"", "a backslash"),
+        ("X=a\u{7}", "a control character"),
+        ("init=/bin/sh", "not an uppercase identifier"),
+        ("lsm=capability,yama", "not an uppercase identifier"),
+        ("BERM_STATE=vda", "set by berm-vmm itself"),
+    ] {
+        let mut vmm = Vmm::start(&["--env", arg], &[]);
+        assert_eq!(
+            vmm.wait(Duration::from_secs(30)),
+            5,
+            "{arg:?}: {}",
+            vmm.stderr()
+        );
+        let message = vmm.events("exit")[0]["message"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        assert!(message.contains(why), "{arg:?}: {message}");
+        assert!(
+            vmm.events("endpoints").is_empty(),
+            "{arg:?} must be refused before anything starts"
+        );
+    }
+    let many: Vec<String> = (0..20)
+        .flat_map(|i| ["--env".to_owned(), format!("S{i}=1")])
+        .collect();
+    let many: Vec<&str> = many.iter().map(String::as_str).collect();
+    let mut vmm = Vmm::start(&many, &[]);
+    assert_eq!(vmm.wait(Duration::from_secs(30)), 5);
+    assert!(
+        vmm.events("exit")[0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("at most 20"),
+        "{}",
+        vmm.stderr()
+    );
+    let long = format!("X={}", "v".repeat(1500));
+    let mut vmm = Vmm::start(&["--env", &long], &[]);
+    assert_eq!(vmm.wait(Duration::from_secs(30)), 5);
+    assert!(
+        vmm.events("exit")[0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("2048"),
+        "{}",
+        vmm.stderr()
+    );
+}
+
+/// libkrun on this host: on hardware KVM the full boot/shutdown contract; on kvm_pvm as far
+/// as PVM allows, saying plainly what could not be checked.
+#[test]
+fn libkrun_smoke() {
+    if pinned().is_none() {
+        return;
+    }
+    let detection = Detection::probe();
+    if !detection.kvm_usable {
+        require_or_skip("/dev/kvm is not usable, so libkrun cannot run at all");
+        return;
+    }
+    if detection.krun_runs_user_space() {
+        boot_and_shut_down(&["--hypervisor", "krun"], &[]);
+        eprintln!("libkrun: full boot, status and clean shutdown checked on hardware KVM");
+        return;
+    }
+    let mut vmm = Vmm::start(&["--hypervisor", "krun", "--boot-timeout", "45"], &[]);
+    let code = vmm.wait(Duration::from_secs(90));
+    // Everything berm-vmm does before the hypervisor ran, and libkrun itself started.
+    assert!(
+        vmm.events("hypervisor")[0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("kvm_pvm"),
+        "{}",
+        vmm.stderr()
+    );
+    let m = &vmm.events("measurements")[0];
+    assert_eq!(m["kernel"]["pinned"], true);
+    assert!(
+        m["kernel"]["cmdline"]
+            .as_str()
+            .unwrap()
+            .contains(berm_vmm::run::PVM_CMDLINE)
+    );
+    assert!(
+        code == 8 || code == 12,
+        "on kvm_pvm the guest cannot reach berm-init, so boot_timeout or crashed; got {code}: {}",
+        vmm.stderr()
+    );
+    let console = std::fs::read_to_string(vmm.run_dir.join("console.log")).unwrap_or_default();
+    let log = std::fs::read_to_string(vmm.run_dir.join("hypervisor.log")).unwrap_or_default();
+    let kernel_printed = console.contains("Linux version");
+    let vsock_up = console.contains("PF_VSOCK");
+    eprintln!(
+        "libkrun smoke on kvm_pvm: libkrun started and the VM ended with berm-vmm exit {code} ({}).\n  \
+         kernel reached its console: {kernel_printed}; vsock device registered: {vsock_up}.\n  \
+         libkrun said: {}\n  \
+         NOT CHECKED HERE: berm-init under libkrun (PVM faults at guest user space), and {}",
+        vmm.events("exit")[0]["status"],
+        log.lines()
+            .find(|l| l.contains("ERROR"))
+            .unwrap_or("(nothing)"),
+        if kernel_printed {
+            "nothing else"
+        } else {
+            "the kernel boot itself: KVM stopped the guest before its console came up, which fits \
+             notes/microvm-findings.md (under PVM a stock kernel needs its INT3 alternatives \
+             self-test skipped; berm's pinned kernel is unpatched Debian source)"
+        }
+    );
+}
+
+#[test]
+fn sigterm_stops_the_guest_in_order() {
+    if pinned().is_none() || !bootable() {
+        return;
+    }
+    let mut vmm = Vmm::start(&[], &[]);
+    let deadline = Instant::now() + BOOT;
+    let mut control = GuestConnection::connect(
+        &vmm.run_dir.join("control.sock"),
+        Service::Control,
+        deadline,
+    )
+    .unwrap();
+    control
+        .wait_for(deadline, |l| matches!(l.event, Event::BootComplete(_)))
+        .unwrap();
+    drop(control);
+    let pid = vmm.child.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    assert_eq!(vmm.wait(BOOT), 0, "{}", vmm.stderr());
+    assert_eq!(vmm.events("stop_signal").len(), 1);
+    let off = vmm.events("power_off");
+    assert_eq!(
+        (off[0]["reason"].as_str(), off[0]["exit_code"].as_i64()),
+        (Some("requested"), Some(0))
+    );
+}
