@@ -12,7 +12,7 @@ use oci_client::manifest::{
     ImageIndexEntry, OciDescriptor, OciImageIndex, OciImageManifest, OciManifest,
 };
 use oci_client::secrets::RegistryAuth;
-use support::{TestRegistry, free_port, non_loopback_ip, program};
+use support::{TestRegistry, free_port, program};
 
 fn anonymous() -> RegistryOptions {
     RegistryOptions::default()
@@ -186,43 +186,6 @@ async fn unreachable_registry_is_named() {
     assert!(
         matches!(err, PushError::Registry(RegistryError::Unreachable { .. })),
         "{err:?}"
-    );
-}
-
-#[tokio::test]
-async fn plain_http_off_loopback_needs_insecure() {
-    let Some(ip) = non_loopback_ip() else {
-        eprintln!(
-            "SKIPPED: plain_http_off_loopback_needs_insecure: this machine has no non-loopback address"
-        );
-        return;
-    };
-    let registry = TestRegistry::start_on(&ip);
-    let (_, bytes) = program("echo");
-    let reference = registry.reference("berm/echo:v1");
-    let err = berm_oci::push(&reference, &bytes, "echo.wasm", &anonymous())
-        .await
-        .unwrap_err();
-    match &err {
-        PushError::Registry(RegistryError::Unreachable { scheme, .. }) => {
-            assert_eq!(*scheme, "https")
-        }
-        other => panic!("expected https to fail, got {other:?}"),
-    }
-    assert!(err.to_string().contains("--insecure"), "{err}");
-    let err = berm_oci::pull(&reference, &anonymous()).await.unwrap_err();
-    assert!(err.to_string().contains("--insecure"), "{err}");
-
-    let insecure = RegistryOptions {
-        insecure: true,
-        ..RegistryOptions::default()
-    };
-    berm_oci::push(&reference, &bytes, "echo.wasm", &insecure)
-        .await
-        .unwrap();
-    assert_eq!(
-        berm_oci::pull(&reference, &insecure).await.unwrap().bytes,
-        bytes
     );
 }
 

@@ -28,11 +28,6 @@ impl TestRegistry {
         TestRegistry::start_with("127.0.0.1", None)
     }
 
-    /// A registry on `ip` (which must be an address of this machine).
-    pub fn start_on(ip: &str) -> TestRegistry {
-        TestRegistry::start_with(ip, None)
-    }
-
     /// A registry on 127.0.0.1 that requires HTTP basic auth as `user`.
     pub fn start_with_basic_auth(user: &str, password: &str) -> TestRegistry {
         TestRegistry::start_with("127.0.0.1", Some((user, password)))
@@ -140,15 +135,6 @@ impl Drop for TestRegistry {
 pub fn free_port(ip: &str) -> u16 {
     let listener = TcpListener::bind((ip, 0)).expect("bind a free port");
     listener.local_addr().expect("local addr").port()
-}
-
-/// This machine's address on its default route, if it has one that is not
-/// loopback: found by routing a UDP socket (no packet is sent).
-pub fn non_loopback_ip() -> Option<String> {
-    let socket = std::net::UdpSocket::bind("0.0.0.0:0").ok()?;
-    socket.connect("198.51.100.1:9").ok()?;
-    let ip = socket.local_addr().ok()?.ip();
-    (!ip.is_loopback() && !ip.is_unspecified()).then(|| ip.to_string())
 }
 
 /// The example program `echo`, built by scripts/build-apps.sh.
