@@ -58,6 +58,15 @@ enum Command {
     New(commands::new::Args),
     /// Bridge MCP on stdin/stdout to bermd (what an agent harness launches).
     Mcp,
+    /// Push a program image to an OCI registry: one layer, the wasm file itself.
+    Push(berm_oci::cli::PushArgs),
+    /// Pull a program from a registry into a file, verified against its digest.
+    Pull(berm_oci::cli::PullArgs),
+    /// Search the local clone of the program index.
+    Search(berm_index::cli::SearchArgs),
+    /// Update the index clone, or write the entry for a pushed program.
+    #[command(subcommand)]
+    Index(berm_index::cli::IndexCommand),
 }
 
 fn main() -> ExitCode {
@@ -92,6 +101,10 @@ fn main() -> ExitCode {
             Command::Inspect(args) => commands::inspect::run(&home, args).await,
             Command::New(args) => commands::new::run(args),
             Command::Mcp => commands::mcp::run(&home).await,
+            Command::Push(args) => commands::dist::push(args).await,
+            Command::Pull(args) => commands::dist::pull(args).await,
+            Command::Search(args) => commands::dist::search(args),
+            Command::Index(command) => commands::dist::index(command).await,
         }
     });
     match outcome {

@@ -12,8 +12,12 @@ use crate::Exit;
 pub struct Args {
     /// The name to deploy under (tools become NAME.TOOL).
     name: String,
-    /// The program image (.wasm).
-    file: PathBuf,
+    /// The program image: a .wasm file, or an OCI reference
+    /// (`registry/repo:tag` or `…@sha256:…`) pulled and verified first.
+    source: String,
+    /// Registry access, when SOURCE is a reference.
+    #[command(flatten)]
+    registry: berm_oci::cli::RegistryArgs,
     /// What the program may reach: log, clock, random, kv, fs=DIR[:ro|:rw].
     /// Repeat for several; nothing is granted by default.
     #[arg(long = "grant", value_name = "GRANT")]
@@ -28,8 +32,16 @@ pub struct Args {
 
 /// Deploys and prints what happened.
 pub async fn run(home: &Path, args: Args) -> anyhow::Result<Exit> {
-    let image =
-        std::fs::read(&args.file).with_context(|| format!("reading {}", args.file.display()))?;
+    let image = if berm_oci::cli::is_reference(&args.source) {
+        let pulled = berm_oci::cli::fetch_for_deploy(&args.source, &args.registry)
+            .await
+            .with_context(|| format!("pulling {}", args.source))?;
+        eprintln!("{pulled}");
+        pulled.bytes
+    } else {
+        let file = PathBuf::from(&args.source);
+        std::fs::read(&file).with_context(|| format!("reading {}", file.display()))?
+    };
     // bermd resolves fs directories itself; relative ones are relative to
     // where the command ran, so make them absolute here.
     let cwd = std::env::current_dir().context("reading the current directory")?;
