@@ -25,7 +25,7 @@ storage:
 http:
   addr: 127.0.0.1:$port
 YAML
-docker-registry serve "$work/registry.yml" 2>"$work/registry.log" &
+docker-registry serve "$work/registry.yml" >"$work/registry.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.1; done
 
@@ -36,10 +36,12 @@ for _ in $(seq 100); do [ -S "$BERM_HOME/control.sock" ] && break; sleep 0.05; d
 
 hex=$(sha256sum "$wasm" | cut -d' ' -f1)
 tag=127.0.0.1:$port/berm/echo:v1
-pinned=127.0.0.1:$port/berm/echo@sha256:$hex
 
-"$bin/berm" push "$tag" "$wasm" >/dev/null || fail "push by tag"
-check "push $tag"
+# `@sha256:` in a reference pins the OCI manifest; push prints it.
+pushed=$("$bin/berm" push "$tag" "$wasm") || fail "push by tag"
+pinned=$(sed -n 's/^pinned *//p' <<<"$pushed")
+[ -n "$pinned" ] || fail "push did not print the pinned reference: $pushed"
+check "push $tag (pinned as $pinned)"
 "$bin/berm" pull "$tag" -o "$work/by-tag.wasm" >/dev/null && cmp -s "$wasm" "$work/by-tag.wasm" || fail "pull by tag"
 check "pull by tag gives the same bytes"
 "$bin/berm" pull "$pinned" -o "$work/by-digest.wasm" >/dev/null && cmp -s "$wasm" "$work/by-digest.wasm" || fail "pull by digest"
