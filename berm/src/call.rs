@@ -484,16 +484,18 @@ impl Inner {
         });
 
         let result = run(&mut store, &program, &export).await;
-        let state = store.into_data();
-        let CallState { program, tool, .. } = &state;
-        let (program, tool) = (program.name.to_string(), tool.clone());
+        let mut state = store.into_data();
+        // Names for an error are only built when there is one: the success
+        // path is the hot one.
+        let program = state.program.clone();
+        let tool = std::mem::take(&mut state.tool);
         match result {
-            Ok(()) => match state.outcome {
+            Ok(()) => match state.outcome.take() {
                 Some(Outcome::Done(bytes)) => {
                     String::from_utf8(bytes)
                         .map(Ok)
                         .map_err(|_| Error::Convention {
-                            program,
+                            program: program.name.to_string(),
                             tool,
                             message: "its result is not UTF-8".into(),
                         })
@@ -502,17 +504,17 @@ impl Inner {
                     message: String::from_utf8_lossy(&bytes).into_owned(),
                 })),
                 None => Err(Error::Convention {
-                    program,
+                    program: program.name.to_string(),
                     tool,
                     message: "the tool returned without calling `berm.done` or `berm.fail`".into(),
                 }),
             },
             Err(Stop::Instantiate(message)) => Err(Error::Instantiate {
-                program,
+                program: program.name.to_string(),
                 tool,
                 message,
             }),
-            Err(Stop::Trap(error)) => Err(classify(error, state, program, tool)),
+            Err(Stop::Trap(error)) => Err(classify(error, state, program.name.to_string(), tool)),
         }
     }
 }
