@@ -22,6 +22,7 @@ use berm_vm_protocol::{
     Service, Status,
 };
 
+use crate::apps::Registry;
 use crate::sys;
 
 /// Connections beyond this many per service are closed at once.
@@ -78,6 +79,7 @@ pub struct Hub {
     min_level: Mutex<LogLevel>,
     open_control: AtomicU32,
     commands: Mutex<Sender<Command>>,
+    apps: Registry,
 }
 
 /// The longest free text (a log or error message) berm-init puts in one line. With it every
@@ -100,7 +102,7 @@ pub fn bounded(mut text: String, max: usize) -> String {
 
 /// Locks a mutex even if a thread panicked while holding it: a panic already resets the VM
 /// through the panic hook, and the hook itself must still be able to report.
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+pub fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -117,6 +119,7 @@ impl Hub {
             min_level: Mutex::new(LogLevel::Info),
             open_control: AtomicU32::new(0),
             commands: Mutex::new(commands),
+            apps: Registry::default(),
         })
     }
 
@@ -160,15 +163,25 @@ impl Hub {
         *lock(&self.min_level) = level;
     }
 
+    /// The apps of this boot.
+    pub fn apps(&self) -> &Registry {
+        &self.apps
+    }
+
     /// Sends a line to every logs connection and keeps it in the backlog.
     pub fn log(&self, level: LogLevel, message: String) {
+        self.log_as("berm-init", level, message);
+    }
+
+    /// Like [`Hub::log`], for a line another process wrote (an app's bermd, under its tag).
+    pub fn log_as(&self, source: &str, level: LogLevel, message: String) {
         let message = bounded(message, 3 * MAX_MESSAGE_BYTES);
         if level < *lock(&self.min_level) {
             return;
         }
         let line = self.line(Event::Log(Log {
             level,
-            source: "berm-init".into(),
+            source: source.into(),
             message,
         }));
         let mut logs = lock(&self.logs);
@@ -349,6 +362,7 @@ impl Hub {
             children,
             control_connections: self.control_connections(),
             mem_available_kib,
+            apps: self.apps.statuses(),
         }
     }
 }

@@ -9,6 +9,8 @@
 //! orderly power-off, and a panic hook does the same for bugs.
 #![deny(unsafe_code)]
 
+mod apps;
+mod confine;
 mod hub;
 mod settings;
 #[allow(unsafe_code)]
@@ -35,8 +37,6 @@ mod exit {
     pub const SETTINGS: i32 = 3;
     /// The state disk could not be mounted.
     pub const STATE: i32 = 4;
-    /// Apps were requested but cannot be started.
-    pub const APPS: i32 = 5;
     /// Shutdown finished but something could not be unmounted.
     pub const UNMOUNT: i32 = 6;
     /// berm-init itself panicked.
@@ -100,6 +100,11 @@ static HUB: OnceLock<Arc<Hub>> = OnceLock::new();
 const LISTENING_MARKER: &str = "berm-init: listening on vsock 1024 1025";
 
 fn main() {
+    // The same binary confines an app's process before it execs bermd (see confine.rs). PID 1
+    // itself never takes this path, whatever its arguments.
+    if std::process::id() != 1 && std::env::args().nth(1).as_deref() == Some("confine") {
+        confine::main();
+    }
     std::panic::set_hook(Box::new(report_panic_and_reset));
 
     // /proc first: the boot id every line carries comes from it.
@@ -171,18 +176,29 @@ fn main() {
         },
     };
 
-    if settings.apps > 0 {
-        let message = format!(
-            "{} app(s) requested, but this berm-init cannot start apps yet: the rootfs has no bermd (issue 6)",
-            settings.apps
-        );
-        boot_failed(&hub, "apps", message, exit::APPS);
-    }
+    let ready = if settings.apps > 0 {
+        // Reap while apps start, so an app that dies at once is reported as it happens.
+        let reaper_hub = Arc::clone(&hub);
+        let reaping = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let keep_reaping = Arc::clone(&reaping);
+        let reaper = std::thread::spawn(move || {
+            while keep_reaping.load(std::sync::atomic::Ordering::Relaxed) {
+                reap(&reaper_hub);
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        });
+        let ready = apps::start_all(&hub, settings.apps, state_mounted, settings.probe);
+        reaping.store(false, std::sync::atomic::Ordering::Relaxed);
+        let _ = reaper.join();
+        ready
+    } else {
+        0
+    };
 
     hub.set_phase(Phase::Running);
-    hub.event(Event::BootComplete(BootComplete { apps: 0 }));
+    hub.event(Event::BootComplete(BootComplete { apps: ready }));
 
-    wait_for_shutdown(&requests);
+    wait_for_shutdown(&hub, &requests);
     shutdown(
         &hub,
         "requested",
@@ -278,12 +294,19 @@ fn lsm_names() -> Vec<String> {
         .collect()
 }
 
+/// Reaps every zombie there is, reporting apps that ended.
+fn reap(hub: &Hub) {
+    while let sys::Reaped::Child { pid, code, signal } = sys::reap_one() {
+        hub.apps().reaped(hub, pid, code, signal);
+    }
+}
+
 /// Reaps zombies until a host asks for shutdown.
-fn wait_for_shutdown(requests: &Receiver<Command>) {
+fn wait_for_shutdown(hub: &Hub, requests: &Receiver<Command>) {
     loop {
         match requests.recv_timeout(Duration::from_millis(200)) {
             Ok(Command::Shutdown) => return,
-            Err(RecvTimeoutError::Timeout) => while let sys::Reaped::Child = sys::reap_one() {},
+            Err(RecvTimeoutError::Timeout) => reap(hub),
             // Cannot happen: the hub holds a sender for as long as PID 1 lives.
             Err(RecvTimeoutError::Disconnected) => std::thread::sleep(Duration::from_millis(200)),
         }
@@ -322,7 +345,7 @@ fn shutdown(hub: &Hub, reason: &str, exit_code: i32, grace: Duration, state_moun
     let mut alive = true;
     while alive && Instant::now() < deadline {
         match sys::reap_one() {
-            sys::Reaped::Child => {}
+            sys::Reaped::Child { .. } => {}
             sys::Reaped::Running => std::thread::sleep(Duration::from_millis(10)),
             sys::Reaped::None => alive = false,
         }
@@ -332,7 +355,7 @@ fn shutdown(hub: &Hub, reason: &str, exit_code: i32, grace: Duration, state_moun
         sys::kill_all(libc::SIGKILL);
         loop {
             match sys::reap_one() {
-                sys::Reaped::Child => killed += 1,
+                sys::Reaped::Child { .. } => killed += 1,
                 sys::Reaped::Running => std::thread::sleep(Duration::from_millis(5)),
                 sys::Reaped::None => break,
             }
@@ -350,6 +373,8 @@ fn shutdown(hub: &Hub, reason: &str, exit_code: i32, grace: Duration, state_moun
     if state_mounted {
         targets.push("/state");
     }
+    let app_mounts = hub.apps().mounts();
+    targets.extend(app_mounts.iter().map(String::as_str));
     for target in targets.into_iter().rev() {
         if let Err(e) = sys::umount(target)
             && e.raw_os_error() != Some(libc::EINVAL)

@@ -24,6 +24,9 @@ pub struct Settings {
     pub log_level: LogLevel,
     /// How long children get between SIGTERM and SIGKILL at shutdown (`BERM_STOP_GRACE_MS`).
     pub stop_grace: Duration,
+    /// Test boots only: run the enforcement probe (disk serial `probe`) under the confinement
+    /// of this app (`BERM_PROBE=<index>`).
+    pub probe: Option<u32>,
 }
 
 /// Reads and checks every `BERM_*` variable in `vars`.
@@ -33,6 +36,7 @@ pub fn parse(vars: impl IntoIterator<Item = (String, String)>) -> Result<Setting
         state: None,
         log_level: LogLevel::Info,
         stop_grace: Duration::from_millis(2000),
+        probe: None,
     };
     for (name, value) in vars {
         if !name.starts_with("BERM_") {
@@ -79,6 +83,11 @@ pub fn parse(vars: impl IntoIterator<Item = (String, String)>) -> Result<Setting
                     .filter(|&ms| ms <= 60_000)
                     .ok_or_else(|| format!("BERM_STOP_GRACE_MS={value:?} is not a number of milliseconds up to 60000"))?;
                 settings.stop_grace = Duration::from_millis(ms);
+            }
+            "BERM_PROBE" => {
+                settings.probe = Some(value.parse().ok().filter(|&n| n < MAX_APPS).ok_or_else(
+                    || format!("BERM_PROBE={value:?} is not an app index below {MAX_APPS}"),
+                )?);
             }
             // Informational: which backend berm-vmm chose.
             "BERM_HYPERVISOR" if matches!(value.as_str(), "krun" | "qemu") => {}

@@ -27,6 +27,8 @@ fn check(ret: libc::c_int) -> io::Result<libc::c_int> {
 pub const NOSUID: u64 = libc::MS_NOSUID;
 /// No device nodes.
 pub const NODEV: u64 = libc::MS_NODEV;
+/// Read-only.
+pub const RDONLY: u64 = libc::MS_RDONLY;
 /// No execution.
 pub const NOEXEC: u64 = libc::MS_NOEXEC;
 
@@ -219,8 +221,15 @@ pub fn kill_all(signal: libc::c_int) {
 
 /// The result of reaping.
 pub enum Reaped {
-    /// A child exited or was killed.
-    Child,
+    /// A child exited (code) or was killed (signal).
+    Child {
+        /// Its pid.
+        pid: u32,
+        /// Its exit code, if it exited.
+        code: Option<i32>,
+        /// The signal that killed it, if one did.
+        signal: Option<i32>,
+    },
     /// Children exist but none has exited yet.
     Running,
     /// No children at all.
@@ -233,7 +242,117 @@ pub fn reap_one() -> Reaped {
     // SAFETY: `status` is a valid, writable int for the duration of the call.
     match unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) } {
         0 => Reaped::Running,
-        pid if pid > 0 => Reaped::Child,
+        pid if pid > 0 => Reaped::Child {
+            pid: pid as u32,
+            code: libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status)),
+            signal: libc::WIFSIGNALED(status).then(|| libc::WTERMSIG(status)),
+        },
         _ => Reaped::None,
     }
+}
+
+/// Sets `PR_SET_NO_NEW_PRIVS` and reads it back.
+pub fn set_no_new_privs() -> io::Result<bool> {
+    // SAFETY: prctl(2) with integer arguments only.
+    check(unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) })?;
+    // SAFETY: as above.
+    Ok(check(unsafe { libc::prctl(libc::PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) })? == 1)
+}
+
+/// Drops every supplementary group and switches real, effective and saved ids to `uid`/`gid`.
+pub fn become_user(uid: u32, gid: u32) -> io::Result<()> {
+    // SAFETY: setgroups(0, NULL) clears the list; no pointer is read.
+    check(unsafe { libc::setgroups(0, std::ptr::null()) })?;
+    // SAFETY: plain integer arguments.
+    check(unsafe { libc::setresgid(gid, gid, gid) })?;
+    // SAFETY: plain integer arguments.
+    check(unsafe { libc::setresuid(uid, uid, uid) })?;
+    Ok(())
+}
+
+/// chown(2).
+pub fn chown(path: &str, uid: u32, gid: u32) -> io::Result<()> {
+    let c = cstring(path)?;
+    // SAFETY: `c` is a valid NUL-terminated string that outlives the call.
+    check(unsafe { libc::chown(c.as_ptr(), uid, gid) })?;
+    Ok(())
+}
+
+/// A bind mount of `source` on `target`.
+pub fn bind_mount(source: &str, target: &str) -> io::Result<()> {
+    let (s, t) = (cstring(source)?, cstring(target)?);
+    // SAFETY: valid NUL-terminated strings; null fstype and data are allowed for MS_BIND.
+    check(unsafe {
+        libc::mount(
+            s.as_ptr(),
+            t.as_ptr(),
+            std::ptr::null(),
+            libc::MS_BIND,
+            std::ptr::null(),
+        )
+    })?;
+    Ok(())
+}
+
+/// A pipe whose ends are close-on-exec.
+pub fn pipe() -> io::Result<(File, File)> {
+    let mut fds = [0; 2];
+    // SAFETY: `fds` is a writable array of two ints.
+    check(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) })?;
+    // SAFETY: pipe2 returned two fresh fds that nothing else owns.
+    Ok(unsafe { (File::from_raw_fd(fds[0]), File::from_raw_fd(fds[1])) })
+}
+
+/// Arranges for `command`'s child to find each `(fd, number)` at that number, open across
+/// exec (dup2 clears close-on-exec); everything else stays close-on-exec.
+pub fn pass_fds(command: &mut std::process::Command, fds: Vec<(OwnedFd, i32)>) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the closure runs in the child between fork and exec and calls only dup2 and
+    // fcntl, which are async-signal-safe; it allocates nothing.
+    unsafe {
+        command.pre_exec(move || {
+            // First move every source out of the way of the targets, then place them.
+            let mut moved = [-1; 8];
+            for (i, (fd, _)) in fds.iter().enumerate().take(8) {
+                moved[i] = libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 64);
+                if moved[i] < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+            }
+            for (i, (_, target)) in fds.iter().enumerate().take(8) {
+                if libc::dup2(moved[i], *target) < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
+}
+
+/// Clears close-on-exec on `fd` so the next exec passes it on.
+pub fn inherit(fd: &impl AsRawFd) -> io::Result<()> {
+    // SAFETY: fcntl(2) on an fd the caller owns.
+    let flags = check(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFD) })?;
+    // SAFETY: as above.
+    check(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFD, flags & !libc::FD_CLOEXEC) })?;
+    Ok(())
+}
+
+/// dup2(2): places `fd` at `target` (open across exec).
+pub fn dup_to(fd: &impl AsRawFd, target: i32) -> io::Result<()> {
+    // SAFETY: dup2(2) on an fd the caller owns; `target` is replaced if open.
+    check(unsafe { libc::dup2(fd.as_raw_fd(), target) })?;
+    Ok(())
+}
+
+/// The real uid and gid.
+pub fn ids() -> (u32, u32) {
+    // SAFETY: getuid/getgid take no arguments and cannot fail.
+    unsafe { (libc::getuid(), libc::getgid()) }
+}
+
+/// Takes ownership of an fd the parent placed at a fixed number (the confine report pipe).
+pub fn take_fd(fd: i32) -> File {
+    // SAFETY: only called once per number, for an fd PID 1 passed to this process alone.
+    unsafe { File::from_raw_fd(fd) }
 }

@@ -16,15 +16,17 @@ pub mod framing;
 mod line;
 
 pub use line::{
-    BootComplete, BootFailed, BootStart, ErrorReply, Event, Greeting, GuestLine, LineError, Log,
-    LogLevel, Phase, PowerOff, Request, RequestError, Service, ShuttingDown, Status,
+    AppExited, AppLimits, AppProgram, AppReady, AppRefused, AppStarted, AppStatus, BootComplete,
+    BootFailed, BootStart, Enforcement, ErrorReply, Event, Greeting, GuestLine, LineError, Log,
+    LogLevel, Phase, PowerOff, ProbeCheck, ProbeReport, Request, RequestError, Service,
+    ShuttingDown, Status,
 };
 
 /// The longest line either side accepts, newline included. Longer lines end the connection.
 pub const MAX_LINE_BYTES: usize = 64 * 1024;
 
 /// The version of this contract, sent in every greeting.
-pub const PROTOCOL_VERSION: u32 = 1;
+pub const PROTOCOL_VERSION: u32 = 2;
 
 /// The guest's control port: lifecycle events, `status` and `shutdown`.
 pub const CONTROL_PORT: u32 = 1024;
@@ -34,3 +36,6 @@ pub const LOGS_PORT: u32 = 1025;
 
 /// App `i` is served on port `RPC_PORT_BASE + i` (its bermd's MCP endpoint).
 pub const RPC_PORT_BASE: u32 = 5000;
+
+/// App `i` runs as uid and gid `APP_UID_BASE + i`.
+pub const APP_UID_BASE: u32 = 10000;

@@ -155,6 +155,178 @@ pub struct PowerOff {
     pub unmount_failed: Vec<String>,
 }
 
+/// cgroup limits of an app as read back from the kernel after berm-init wrote them (the
+/// kernel's own spelling: `max`, `"50000 100000"`, bytes).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AppLimits {
+    /// `cpu.max`: quota and period in microseconds.
+    pub cpu_max: String,
+    /// `memory.max` in bytes.
+    pub memory_max: String,
+    /// `memory.swap.max` in bytes (berm sets 0).
+    pub memory_swap_max: String,
+    /// `pids.max`.
+    pub pids_max: String,
+}
+
+/// How an app's process was confined, as the confined process itself found it just before
+/// it exec'd bermd. berm-init starts an app only when every part is in force (fail-closed).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Enforcement {
+    /// `PR_GET_NO_NEW_PRIVS` after setting it.
+    pub no_new_privs: bool,
+    /// The Landlock ABI the ruleset was built for.
+    pub landlock_abi: u32,
+    /// `fully_enforced`, `partially_enforced` or `not_enforced`.
+    pub landlock: String,
+    /// `filter` once the seccomp filter is loaded.
+    pub seccomp: String,
+    /// sha256 of the policy text (Landlock rules and the seccomp deny list), so two boots can
+    /// be compared and an attestation can name the policy.
+    pub policy_sha256: String,
+}
+
+/// An app's confined process started: who it runs as, in which cgroup, under what limits.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AppStarted {
+    /// The app's name (its tag).
+    pub app: String,
+    /// Its index: uid 10000+index, vsock port 5000+index.
+    pub index: u32,
+    /// The uid it runs as.
+    pub uid: u32,
+    /// The gid it runs as.
+    pub gid: u32,
+    /// Its pid in the guest.
+    pub pid: u32,
+    /// The vsock port its bermd serves MCP on.
+    pub port: u32,
+    /// Its cgroup, as `/proc/self/cgroup` showed it to the process.
+    pub cgroup: String,
+    /// Its cgroup limits, read back.
+    pub limits: AppLimits,
+    /// Its confinement.
+    pub enforcement: Enforcement,
+}
+
+/// One program an app's bermd deployed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AppProgram {
+    /// The program's name.
+    pub name: String,
+    /// sha256 of its wasm.
+    pub sha256: String,
+    /// Where its machine code came from: `precompiled`, `cache` or `compiled`.
+    pub code: String,
+    /// How long deploying it took, in milliseconds.
+    pub ms: u64,
+}
+
+/// An app's bermd is listening and every program is deployed (bermd said so on its
+/// readiness pipe; nothing is inferred from its output).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AppReady {
+    /// The app's name.
+    pub app: String,
+    /// Its index.
+    pub index: u32,
+    /// bermd's pid.
+    pub pid: u32,
+    /// Milliseconds from starting the process to ready.
+    pub ms: u64,
+    /// Tools it serves.
+    pub tools: u32,
+    /// Programs it deployed.
+    pub programs: Vec<AppProgram>,
+}
+
+/// An app was not started; the other apps are unaffected.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AppRefused {
+    /// The app's name (or `app-<index>` when its folder could not be read).
+    pub app: String,
+    /// Its index.
+    pub index: u32,
+    /// Why.
+    pub reason: String,
+}
+
+/// An app's process ended.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AppExited {
+    /// The app's name.
+    pub app: String,
+    /// Its index.
+    pub index: u32,
+    /// Its pid.
+    pub pid: u32,
+    /// Exit code, if it exited.
+    pub code: Option<i32>,
+    /// Signal, if one killed it.
+    pub signal: Option<i32>,
+}
+
+/// One check of the enforcement probe.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProbeCheck {
+    /// What was tried, e.g. `write /tmp`.
+    pub name: String,
+    /// What confinement should make of it, e.g. `EACCES`.
+    pub expected: String,
+    /// What happened.
+    pub outcome: String,
+    /// Whether the outcome is the expected one.
+    pub pass: bool,
+}
+
+/// What the test-only enforcement probe found, run under exactly an app's confinement.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProbeReport {
+    /// The app whose confinement it ran under.
+    pub app: String,
+    /// That app's index.
+    pub index: u32,
+    /// The uid it ran as.
+    pub uid: u32,
+    /// The gid it ran as.
+    pub gid: u32,
+    /// Its cgroup.
+    pub cgroup: String,
+    /// Its confinement, as the confined process found it.
+    pub enforcement: Enforcement,
+    /// Every check, in order.
+    pub checks: Vec<ProbeCheck>,
+}
+
+/// One app in a [`Status`] reply.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AppStatus {
+    /// The app's name.
+    pub app: String,
+    /// Its index.
+    pub index: u32,
+    /// Its uid.
+    pub uid: u32,
+    /// Its process, while one runs.
+    pub pid: Option<u32>,
+    /// `starting`, `ready`, `exited` or `refused`.
+    pub state: String,
+    /// Its cgroup path.
+    pub cgroup: String,
+    /// Its limits, read back when it started.
+    pub limits: Option<AppLimits>,
+}
+
 /// Where the guest is in its life.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -183,6 +355,8 @@ pub struct Status {
     pub control_connections: u32,
     /// `MemAvailable` from `/proc/meminfo`, in KiB.
     pub mem_available_kib: u64,
+    /// Every app, in index order.
+    pub apps: Vec<AppStatus>,
 }
 
 /// Reply to a request the guest could not serve.
@@ -241,6 +415,16 @@ pub enum Event {
     Error(ErrorReply),
     /// A log line (logs port only).
     Log(Log),
+    /// An app's confined process started.
+    AppStarted(AppStarted),
+    /// An app's bermd is ready.
+    AppReady(AppReady),
+    /// An app was refused.
+    AppRefused(AppRefused),
+    /// An app's process ended.
+    AppExited(AppExited),
+    /// The enforcement probe's findings (test boots only).
+    ProbeReport(ProbeReport),
 }
 
 impl Event {
@@ -256,6 +440,11 @@ impl Event {
             Self::Status(_) => "status",
             Self::Error(_) => "error",
             Self::Log(_) => "log",
+            Self::AppStarted(_) => "app_started",
+            Self::AppReady(_) => "app_ready",
+            Self::AppRefused(_) => "app_refused",
+            Self::AppExited(_) => "app_exited",
+            Self::ProbeReport(_) => "probe_report",
         }
     }
 
@@ -332,7 +521,7 @@ pub enum LineError {
     ControlCharacter(String),
 }
 
-const EVENTS: [&str; 9] = [
+const EVENTS: [&str; 14] = [
     "greeting",
     "boot_start",
     "boot_complete",
@@ -342,6 +531,11 @@ const EVENTS: [&str; 9] = [
     "status",
     "error",
     "log",
+    "app_started",
+    "app_ready",
+    "app_refused",
+    "app_exited",
+    "probe_report",
 ];
 
 impl GuestLine {
@@ -431,6 +625,11 @@ fn deserialize_event(name: &str, mut object: Map<String, Value>) -> Result<Event
         "status" => Event::Status(serde_json::from_value(value).map_err(shape)?),
         "error" => Event::Error(serde_json::from_value(value).map_err(shape)?),
         "log" => Event::Log(serde_json::from_value(value).map_err(shape)?),
+        "app_started" => Event::AppStarted(serde_json::from_value(value).map_err(shape)?),
+        "app_ready" => Event::AppReady(serde_json::from_value(value).map_err(shape)?),
+        "app_refused" => Event::AppRefused(serde_json::from_value(value).map_err(shape)?),
+        "app_exited" => Event::AppExited(serde_json::from_value(value).map_err(shape)?),
+        "probe_report" => Event::ProbeReport(serde_json::from_value(value).map_err(shape)?),
         other => return Err(LineError::UnknownEvent(other.to_owned())),
     })
 }
@@ -464,7 +663,7 @@ mod tests {
         let events = vec![
             Event::Greeting(Greeting {
                 service: Service::Control,
-                protocol: 1,
+                protocol: PROTOCOL_VERSION,
                 init: "berm-init 0.1.0".into(),
             }),
             Event::BootStart(BootStart {
@@ -496,6 +695,62 @@ mod tests {
                 children: 0,
                 control_connections: 1,
                 mem_available_kib: 1000,
+                apps: vec![AppStatus {
+                    app: "notes".into(),
+                    index: 0,
+                    uid: 10000,
+                    pid: Some(40),
+                    state: "ready".into(),
+                    cgroup: "/berm/apps/notes".into(),
+                    limits: None,
+                }],
+            }),
+            Event::AppStarted(AppStarted {
+                app: "notes".into(),
+                index: 0,
+                uid: 10000,
+                gid: 10000,
+                pid: 40,
+                port: 5000,
+                cgroup: "0::/berm/apps/notes".into(),
+                limits: AppLimits {
+                    cpu_max: "100000 100000".into(),
+                    memory_max: "268435456".into(),
+                    memory_swap_max: "0".into(),
+                    pids_max: "64".into(),
+                },
+                enforcement: Enforcement {
+                    no_new_privs: true,
+                    landlock_abi: 6,
+                    landlock: "fully_enforced".into(),
+                    seccomp: "filter".into(),
+                    policy_sha256: "ab".repeat(32),
+                },
+            }),
+            Event::AppReady(AppReady {
+                app: "notes".into(),
+                index: 0,
+                pid: 40,
+                ms: 30,
+                tools: 4,
+                programs: vec![AppProgram {
+                    name: "notes".into(),
+                    sha256: "cd".repeat(32),
+                    code: "precompiled".into(),
+                    ms: 12,
+                }],
+            }),
+            Event::AppRefused(AppRefused {
+                app: "b".into(),
+                index: 1,
+                reason: "Landlock not enforced".into(),
+            }),
+            Event::AppExited(AppExited {
+                app: "notes".into(),
+                index: 0,
+                pid: 40,
+                code: None,
+                signal: Some(9),
             }),
             Event::Error(ErrorReply {
                 message: "no".into(),
@@ -571,9 +826,9 @@ mod tests {
             ),
             (
                 line(
-                    "\"event\":\"greeting\",\"service\":\"control\",\"protocol\":2,\"init\":\"x\"",
+                    "\"event\":\"greeting\",\"service\":\"control\",\"protocol\":9,\"init\":\"x\"",
                 ),
-                LineError::WrongProtocol(2),
+                LineError::WrongProtocol(9),
             ),
         ];
         for (input, want) in cases {
@@ -603,7 +858,7 @@ mod tests {
     #[test]
     fn greeting_must_name_its_own_port() {
         let greeting =
-            line("\"event\":\"greeting\",\"service\":\"logs\",\"protocol\":1,\"init\":\"x\"");
+            line("\"event\":\"greeting\",\"service\":\"logs\",\"protocol\":2,\"init\":\"x\"");
         assert!(GuestLine::parse(Service::Logs, &greeting).is_ok());
         assert_eq!(
             GuestLine::parse(Service::Control, &greeting),

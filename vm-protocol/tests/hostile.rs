@@ -10,7 +10,7 @@ use berm_vm_protocol::client::{ConnectError, GuestConnection, ReceiveError, SEEN
 use berm_vm_protocol::framing::ReadLineError;
 use berm_vm_protocol::{LineError, MAX_LINE_BYTES, Service};
 
-const GREETING: &str = "{\"boot_id\":\"ab\",\"uptime_ms\":1,\"event\":\"greeting\",\"service\":\"control\",\"protocol\":1,\"init\":\"x\"}\n";
+const GREETING: &str = "{\"boot_id\":\"ab\",\"uptime_ms\":1,\"event\":\"greeting\",\"service\":\"control\",\"protocol\":2,\"init\":\"x\"}\n";
 
 type Behaviour = Box<dyn FnOnce(UnixStream) + Send>;
 type Expect = fn(&LineError) -> bool;
@@ -103,11 +103,11 @@ fn a_bad_first_line_is_refused_without_retrying() {
         (b"[1,2,3]\n", |e| matches!(e, LineError::NotAnObject)),
         (b"\xff\xfe\n", |e| matches!(e, LineError::NotUtf8)),
         (
-            b"{\"boot_id\":\"ab\",\"uptime_ms\":1,\"event\":\"greeting\",\"service\":\"logs\",\"protocol\":1,\"init\":\"x\"}\n",
+            b"{\"boot_id\":\"ab\",\"uptime_ms\":1,\"event\":\"greeting\",\"service\":\"logs\",\"protocol\":2,\"init\":\"x\"}\n",
             |e| matches!(e, LineError::WrongPort { .. }),
         ),
         (
-            b"{\"boot_id\":\"ab\",\"uptime_ms\":1,\"event\":\"greeting\",\"service\":\"control\",\"protocol\":1,\"init\":\"x\",\"exec\":\"sh\"}\n",
+            b"{\"boot_id\":\"ab\",\"uptime_ms\":1,\"event\":\"greeting\",\"service\":\"control\",\"protocol\":2,\"init\":\"x\",\"exec\":\"sh\"}\n",
             |e| matches!(e, LineError::Shape { .. }),
         ),
     ];

@@ -1,9 +1,13 @@
 //! The state disk (`--state DISK`, the guest's `vdb`, mounted at `/state`).
 //!
-//! A missing disk is created sparse and formatted ext4 on the host with Debian's mke2fs before
-//! the first boot (docs/vm.md explains the choice), then digested: sha256 over per-MiB chunk
-//! hashes, where a chunk with no data extent is known to be zeros and is not read. The digest
-//! is taken before the guest can write.
+//! A missing disk is created sparse, and a blank one (its first MiB all zeros, e.g. made with
+//! `truncate -s`) is used as it is; either is formatted ext4 once, on the host, with mke2fs
+//! (docs/vm.md explains the choice). A disk that is neither ext4 nor blank is refused: berm
+//! never formats over data. An ext4 disk whose file is shorter than its filesystem — libkrun
+//! 1.19's discard handling can truncate a disk's zero tail — gets the tail back (zeros, as
+//! sparse space) before boot, and says how much. Then the disk is digested: sha256 over
+//! per-MiB chunk hashes, where a chunk with no data extent is known to be zeros and is not
+//! read. The digest is taken before the guest can write.
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -39,6 +43,19 @@ pub enum StateError {
         /// What mkfs said.
         message: String,
     },
+    /// Neither ext4 nor blank: it holds something berm did not write.
+    #[error(
+        "state disk {0} is neither an ext4 filesystem nor blank; berm-vmm formats only a new or all-zero disk and will not overwrite data (give another path, or remove this file)"
+    )]
+    Foreign(PathBuf),
+    /// Too small to hold a filesystem.
+    #[error("state disk {path} is {size} bytes; it needs at least 16 MiB")]
+    TooSmall {
+        /// The disk.
+        path: PathBuf,
+        /// Its size.
+        size: u64,
+    },
 }
 
 /// The state disk as measured.
@@ -48,8 +65,12 @@ pub struct StateDisk {
     pub path: PathBuf,
     /// Its size.
     pub size_bytes: u64,
-    /// Whether berm-vmm created it on this run.
+    /// Whether berm-vmm created the file on this run.
     pub created: bool,
+    /// Whether berm-vmm formatted it on this run (new or blank).
+    pub formatted: bool,
+    /// Bytes of zero tail put back because the file was shorter than its filesystem.
+    pub restored_bytes: u64,
     /// sha256 over the per-MiB chunk hashes.
     pub chunked_sha256: String,
     /// Bytes actually read (data extents).
@@ -58,7 +79,10 @@ pub struct StateDisk {
     pub hash_ms: u128,
 }
 
-/// Creates and formats `path` if missing, then digests it.
+/// Smallest disk berm-vmm formats.
+const MIN_SIZE: u64 = 16 << 20;
+
+/// Creates and formats `path` if missing or blank, restores a truncated tail, then digests it.
 pub fn prepare(path: &Path) -> Result<StateDisk, StateError> {
     let io = |source| StateError::Io {
         path: path.to_owned(),
@@ -68,23 +92,55 @@ pub fn prepare(path: &Path) -> Result<StateDisk, StateError> {
     if created {
         let file = File::create_new(path).map_err(io)?;
         file.set_len(DEFAULT_SIZE).map_err(io)?;
-        drop(file);
-        let output = Command::new("mkfs.ext4")
-            .args(["-q", "-F", "-L", "berm-state", "-E", "nodiscard"])
-            .arg(path)
-            .output()
-            .map_err(|e| StateError::Format {
-                path: path.to_owned(),
-                message: e.to_string(),
-            })?;
-        if !output.status.success() {
-            let _ = std::fs::remove_file(path);
-            return Err(StateError::Format {
-                path: path.to_owned(),
-                message: String::from_utf8_lossy(&output.stderr).trim().to_owned(),
-            });
-        }
     }
+    let size = std::fs::metadata(path).map_err(io)?.len();
+    let mut head = vec![0u8; CHUNK.min(size) as usize];
+    File::open(path)
+        .and_then(|f| f.read_exact_at(&mut head, 0))
+        .map_err(io)?;
+    let mut formatted = false;
+    let mut restored_bytes = 0;
+    match ext4_size(&head) {
+        Some(fs_size) if fs_size > size => {
+            // The tail was cut off; it held only zeros (ext4 wrote nothing there, or the
+            // discard that cut it had zeroed it), so sparse zeros restore it exactly.
+            let file = File::options().write(true).open(path).map_err(io)?;
+            file.set_len(fs_size).map_err(io)?;
+            restored_bytes = fs_size - size;
+        }
+        Some(_) => {}
+        None if head.iter().all(|&b| b == 0) => {
+            if size < MIN_SIZE {
+                return Err(StateError::TooSmall {
+                    path: path.to_owned(),
+                    size,
+                });
+            }
+            format(path, created)?;
+            formatted = true;
+        }
+        None => return Err(StateError::Foreign(path.to_owned())),
+    }
+    let (size_bytes, chunked_sha256, hashed_bytes, hash_ms) = digest(path)?;
+    Ok(StateDisk {
+        path: path.to_owned(),
+        size_bytes,
+        created,
+        formatted,
+        restored_bytes,
+        chunked_sha256,
+        hashed_bytes,
+        hash_ms,
+    })
+}
+
+/// sha256 over per-MiB chunk hashes, reading only chunks with data: (size, digest, bytes
+/// read, milliseconds).
+fn digest(path: &Path) -> Result<(u64, String, u64, u128), StateError> {
+    let io = |source| StateError::Io {
+        path: path.to_owned(),
+        source,
+    };
     let started = std::time::Instant::now();
     let file = File::open(path).map_err(io)?;
     let size_bytes = file.metadata().map_err(io)?.len();
@@ -107,19 +163,103 @@ pub fn prepare(path: &Path) -> Result<StateDisk, StateError> {
         }
         offset += len as u64;
     }
-    Ok(StateDisk {
-        path: path.to_owned(),
+    Ok((
         size_bytes,
-        created,
-        chunked_sha256: hex::encode(outer.finalize()),
+        hex::encode(outer.finalize()),
         hashed_bytes,
-        hash_ms: started.elapsed().as_millis(),
-    })
+        started.elapsed().as_millis(),
+    ))
+}
+
+/// mkfs.ext4 with discards off (libkrun's discard handling is what truncates disks).
+fn format(path: &Path, created: bool) -> Result<(), StateError> {
+    let fail = |message: String| {
+        if created {
+            let _ = std::fs::remove_file(path);
+        }
+        StateError::Format {
+            path: path.to_owned(),
+            message,
+        }
+    };
+    let output = Command::new("mkfs.ext4")
+        .args(["-q", "-F", "-L", "berm-state", "-E", "nodiscard"])
+        .arg(path)
+        .output()
+        .map_err(|e| fail(format!("{e} (install e2fsprogs)")))?;
+    if !output.status.success() {
+        return Err(fail(
+            String::from_utf8_lossy(&output.stderr).trim().to_owned(),
+        ));
+    }
+    Ok(())
+}
+
+/// The size in bytes the ext4 superblock (at offset 1024 of `head`) says the filesystem has,
+/// or `None` if `head` holds no ext4 superblock.
+fn ext4_size(head: &[u8]) -> Option<u64> {
+    let sb = head.get(1024..2048)?;
+    let u32_at = |off: usize| u32::from_le_bytes([sb[off], sb[off + 1], sb[off + 2], sb[off + 3]]);
+    if u16::from_le_bytes([sb[0x38], sb[0x39]]) != 0xEF53 {
+        return None;
+    }
+    let log_block = u32_at(0x18);
+    if log_block > 6 {
+        return None;
+    }
+    let block_size = 1024u64 << log_block;
+    let mut blocks = u64::from(u32_at(0x04));
+    // INCOMPAT_64BIT: the high half of the block count is valid.
+    if u32_at(0x60) & 0x80 != 0 {
+        blocks |= u64::from(u32_at(0x150)) << 32;
+    }
+    blocks.checked_mul(block_size)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn new_and_blank_disks_are_formatted_foreign_ones_refused_and_tails_restored() {
+        let tmp = tempfile::tempdir().unwrap();
+        let new = tmp.path().join("new");
+        let disk = prepare(&new).unwrap();
+        assert!(disk.created && disk.formatted && disk.restored_bytes == 0);
+        let again = prepare(&new).unwrap();
+        assert!(!again.created && !again.formatted);
+        assert_eq!(again.chunked_sha256, disk.chunked_sha256);
+
+        let blank = tmp.path().join("blank");
+        File::create(&blank).unwrap().set_len(32 << 20).unwrap();
+        let disk = prepare(&blank).unwrap();
+        assert!(!disk.created && disk.formatted);
+
+        let foreign = tmp.path().join("foreign");
+        std::fs::write(&foreign, vec![7u8; 32 << 20]).unwrap();
+        let err = prepare(&foreign).unwrap_err().to_string();
+        assert!(
+            err.contains("neither an ext4 filesystem nor blank"),
+            "{err}"
+        );
+        assert_eq!(std::fs::read(&foreign).unwrap(), vec![7u8; 32 << 20]);
+
+        // Cut the tail the way libkrun's discard bug does: the filesystem is whole again.
+        let full = std::fs::metadata(&new).unwrap().len();
+        File::options()
+            .write(true)
+            .open(&new)
+            .unwrap()
+            .set_len(full - (64 << 10))
+            .unwrap();
+        let disk = prepare(&new).unwrap();
+        assert_eq!((disk.restored_bytes, disk.size_bytes), (64 << 10, full));
+        assert_eq!(std::fs::metadata(&new).unwrap().len(), full);
+
+        let small = tmp.path().join("small");
+        File::create(&small).unwrap().set_len(1 << 20).unwrap();
+        assert!(prepare(&small).unwrap_err().to_string().contains("16 MiB"));
+    }
 
     #[test]
     fn digest_depends_on_bytes_not_allocation() {
@@ -128,16 +268,15 @@ mod tests {
         let dense = tmp.path().join("dense");
         File::create(&sparse).unwrap().set_len(3 * CHUNK).unwrap();
         std::fs::write(&dense, vec![0u8; 3 * CHUNK as usize]).unwrap();
-        let a = prepare(&sparse).unwrap();
-        let b = prepare(&dense).unwrap();
-        assert_eq!(a.chunked_sha256, b.chunked_sha256);
-        assert!(!a.created);
-        assert_eq!(a.hashed_bytes, 0);
+        let a = digest(&sparse).unwrap();
+        let b = digest(&dense).unwrap();
+        assert_eq!(a.1, b.1);
+        assert_eq!(a.2, 0);
         let f = std::fs::OpenOptions::new()
             .write(true)
             .open(&sparse)
             .unwrap();
         f.write_all_at(b"x", CHUNK + 5).unwrap();
-        assert_ne!(prepare(&sparse).unwrap().chunked_sha256, b.chunked_sha256);
+        assert_ne!(digest(&sparse).unwrap().1, b.1);
     }
 }

@@ -1,0 +1,730 @@
+//! Apps: each one a bermd under its own uid, cgroup, Landlock ruleset and seccomp filter,
+//! serving MCP on vsock 5000+i.
+//!
+//! berm-vmm attaches app i as a read-only erofs disk with the serial `app-<i>`, holding
+//! `app/` (the app folder as given), `code/` (its programs precompiled on the host) and
+//! `launch.json` (the app's name and cgroup limits, derived on the host from `berm.toml`).
+//! The order of `--app` fixes uid 10000+i and port 5000+i. For each app PID 1:
+//!
+//! 1. mounts its disk at `/run/apps/<i>` and reads `launch.json`;
+//! 2. creates the cgroup `/berm/apps/<name>`, writes `cpu.max`, `memory.max`,
+//!    `memory.swap.max` and `pids.max`, and reads them back;
+//! 3. creates `/workspace/<name>` owned by the app's uid (on the state disk when there is one);
+//! 4. starts `berm-init confine PLAN` (see [`crate::confine`]), which reports on a pipe what is
+//!    in force (`app_started`, or `app_refused` — fail-closed) and execs bermd;
+//! 5. waits for bermd's own ready line on a second pipe (`app_ready`).
+//!
+//! An app that fails at any step is refused with the reason; the others still start. The
+//! reaper in `main` reports `app_exited`.
+
+use std::collections::HashSet;
+use std::fs::File;
+use std::io::{BufRead, BufReader, Read};
+use std::os::fd::OwnedFd;
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Stdio};
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use berm_vm_protocol::{
+    APP_UID_BASE, AppExited, AppLimits, AppProgram, AppReady, AppRefused, AppStarted, AppStatus,
+    Event, LogLevel, ProbeCheck, ProbeReport, RPC_PORT_BASE,
+};
+use serde::Deserialize;
+
+use crate::confine::{self, Plan, READY_FD, REPORT_FD, Report};
+use crate::hub::{self, Hub};
+use crate::sys;
+
+/// Where app disks are mounted.
+const APPS_DIR: &str = "/run/apps";
+/// Where the probe disk is mounted.
+const PROBE_DIR: &str = "/run/probe";
+/// The apps' cgroup parent.
+const CGROUP_APPS: &str = "/sys/fs/cgroup/berm/apps";
+/// Every app's workspace lives under this.
+pub const WORKSPACE: &str = "/workspace";
+/// bermd in the rootfs.
+const BERMD: &str = "/usr/bin/bermd";
+/// How long a confining process may take to report.
+const REPORT_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long bermd may take to get ready (under TCG, a program that must be compiled in the
+/// guest takes seconds).
+const READY_TIMEOUT: Duration = Duration::from_secs(300);
+/// Longest line read from a report or ready pipe.
+const MAX_PIPE_LINE: u64 = 64 * 1024;
+
+/// `launch.json` in an app disk.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Launch {
+    name: String,
+    cpu_max: String,
+    memory_max: u64,
+    pids_max: u32,
+}
+
+/// bermd's ready line (see `bermd --ready-fd`); unknown fields are tolerated so bermd can say
+/// more than berm-init relays.
+#[derive(Debug, Deserialize)]
+struct BermdReady {
+    ready: bool,
+    #[serde(default)]
+    tools: u32,
+    #[serde(default)]
+    programs: Vec<BermdProgram>,
+}
+
+#[derive(Debug, Deserialize)]
+struct BermdProgram {
+    name: String,
+    sha256: String,
+    code: String,
+    #[serde(default)]
+    ms: f64,
+}
+
+/// The probe's one output line.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ProbeOutput {
+    checks: Vec<ProbeCheck>,
+}
+
+/// One app as PID 1 tracks it.
+#[derive(Clone, Debug)]
+struct Tracked {
+    status: AppStatus,
+}
+
+/// Every app of this boot, for `status` and the reaper.
+#[derive(Default)]
+pub struct Registry {
+    apps: Mutex<Vec<Tracked>>,
+    mounts: Mutex<Vec<String>>,
+}
+
+impl Registry {
+    /// The apps as `status` lists them.
+    pub fn statuses(&self) -> Vec<AppStatus> {
+        hub::lock(&self.apps)
+            .iter()
+            .map(|t| t.status.clone())
+            .collect()
+    }
+
+    /// Mount points made for apps, in the order they were made.
+    pub fn mounts(&self) -> Vec<String> {
+        hub::lock(&self.mounts).clone()
+    }
+
+    fn update(&self, index: u32, change: impl FnOnce(&mut AppStatus)) {
+        if let Some(t) = hub::lock(&self.apps)
+            .iter_mut()
+            .find(|t| t.status.index == index)
+        {
+            change(&mut t.status);
+        }
+    }
+
+    /// A reaped process: if it was an app's, mark it exited and say so.
+    pub fn reaped(&self, hub: &Hub, pid: u32, code: Option<i32>, signal: Option<i32>) {
+        let mut apps = hub::lock(&self.apps);
+        let Some(t) = apps
+            .iter_mut()
+            .find(|t| t.status.pid == Some(pid) && t.status.state != "exited")
+        else {
+            return;
+        };
+        t.status.state = "exited".into();
+        let event = Event::AppExited(AppExited {
+            app: t.status.app.clone(),
+            index: t.status.index,
+            pid,
+            code,
+            signal,
+        });
+        drop(apps);
+        hub.event(event);
+    }
+}
+
+/// How an app's start ended, sent to the boot sequence.
+enum Settled {
+    Ready,
+    NotReady,
+}
+
+/// Starts every app and waits until each is ready, refused or gone; returns how many are
+/// ready. `probe` names the app whose confinement the test probe runs under.
+pub fn start_all(hub: &Arc<Hub>, count: u32, state_mounted: bool, probe: Option<u32>) -> u32 {
+    let registry = hub.apps();
+    if let Err(message) = prepare(state_mounted, registry) {
+        for index in 0..count {
+            refuse(hub, &format!("app-{index}"), index, &message);
+        }
+        return 0;
+    }
+    let (settled_tx, settled_rx) = mpsc::channel();
+    let mut names = HashSet::new();
+    let mut launched = Vec::new();
+    for index in 0..count {
+        let fallback = format!("app-{index}");
+        match launch(hub, index, &mut names) {
+            Ok(app) => {
+                launched.push(app.clone());
+                let watcher_hub = Arc::clone(hub);
+                let tx = settled_tx.clone();
+                if let Err(e) = std::thread::Builder::new()
+                    .name(format!("app-{index}"))
+                    .spawn(move || watch(&watcher_hub, app, tx))
+                {
+                    refuse(
+                        hub,
+                        &fallback,
+                        index,
+                        &format!("no thread to watch it: {e}"),
+                    );
+                }
+            }
+            Err((name, message)) => {
+                refuse(hub, name.as_deref().unwrap_or(&fallback), index, &message)
+            }
+        }
+    }
+    drop(settled_tx);
+    let ready = wait_settled(&settled_rx, launched.len());
+    if let Some(index) = probe {
+        match launched.iter().find(|a| a.index == index) {
+            Some(app) => run_probe(hub, app, &launched),
+            None => hub.log(
+                LogLevel::Error,
+                format!("probe: app {index} did not start, so nothing runs under its confinement"),
+            ),
+        }
+    }
+    ready
+}
+
+fn wait_settled(rx: &Receiver<Settled>, launched: usize) -> u32 {
+    let deadline = Instant::now() + REPORT_TIMEOUT + READY_TIMEOUT;
+    let mut ready = 0;
+    for _ in 0..launched {
+        match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok(Settled::Ready) => ready += 1,
+            Ok(Settled::NotReady) => {}
+            Err(_) => break,
+        }
+    }
+    ready
+}
+
+fn refuse(hub: &Hub, app: &str, index: u32, reason: &str) {
+    let reason = hub::bounded(reason.replace(|c: char| c.is_control(), " "), 2048);
+    hub.apps().push_refused(app, index);
+    hub.log(LogLevel::Error, format!("app {app} refused: {reason}"));
+    hub.event(Event::AppRefused(AppRefused {
+        app: app.into(),
+        index,
+        reason,
+    }));
+}
+
+impl Registry {
+    fn push_refused(&self, app: &str, index: u32) {
+        let mut apps = hub::lock(&self.apps);
+        apps.retain(|t| t.status.index != index);
+        apps.push(Tracked {
+            status: AppStatus {
+                app: app.into(),
+                index,
+                uid: APP_UID_BASE + index,
+                pid: None,
+                state: "refused".into(),
+                cgroup: String::new(),
+                limits: None,
+            },
+        });
+        apps.sort_by_key(|t| t.status.index);
+    }
+}
+
+/// cgroup controllers for the app tree, and `/workspace`.
+fn prepare(state_mounted: bool, registry: &Registry) -> Result<(), String> {
+    let controllers = "+cpu +memory +pids";
+    for dir in ["/sys/fs/cgroup", "/sys/fs/cgroup/berm", CGROUP_APPS] {
+        if dir != "/sys/fs/cgroup" {
+            mkdir(dir, 0o755)?;
+        }
+        if dir != CGROUP_APPS {
+            std::fs::write(format!("{dir}/cgroup.subtree_control"), controllers)
+                .map_err(|e| format!("enabling {controllers} in {dir}: {e}"))?;
+        }
+    }
+    std::fs::write(format!("{CGROUP_APPS}/cgroup.subtree_control"), controllers)
+        .map_err(|e| format!("enabling {controllers} in {CGROUP_APPS}: {e}"))?;
+    if state_mounted {
+        mkdir("/state/workspace", 0o755)?;
+        sys::bind_mount("/state/workspace", WORKSPACE)
+            .map_err(|e| format!("binding /state/workspace on {WORKSPACE}: {e}"))?;
+    } else {
+        sys::mount(
+            "tmpfs",
+            WORKSPACE,
+            "tmpfs",
+            sys::NOSUID | sys::NODEV,
+            "mode=0755,size=64m",
+        )
+        .map_err(|e| format!("tmpfs on {WORKSPACE}: {e}"))?;
+    }
+    hub::lock(&registry.mounts).push(WORKSPACE.into());
+    mkdir(APPS_DIR, 0o755)
+}
+
+fn mkdir(path: &str, mode: u32) -> Result<(), String> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    match std::fs::DirBuilder::new().mode(mode).create(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(format!("creating {path}: {e}")),
+    }
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+        .map_err(|e| format!("setting the mode of {path}: {e}"))
+}
+
+/// The block device whose virtio serial is `serial`.
+fn disk_with_serial(serial: &str) -> Option<String> {
+    let entries = std::fs::read_dir("/sys/block").ok()?;
+    entries.flatten().find_map(|entry| {
+        let name = entry.file_name().into_string().ok()?;
+        let found = std::fs::read_to_string(entry.path().join("serial")).ok()?;
+        (found.trim_end_matches(['\0', '\n']) == serial).then_some(name)
+    })
+}
+
+/// Mounts a read-only erofs disk by serial.
+fn mount_disk(registry: &Registry, serial: &str, target: &str, exec: bool) -> Result<(), String> {
+    let device = disk_with_serial(serial)
+        .ok_or_else(|| format!("no disk with serial {serial} is attached"))?;
+    mkdir(target, 0o755)?;
+    let mut flags = sys::NOSUID | sys::NODEV | sys::RDONLY;
+    if !exec {
+        flags |= sys::NOEXEC;
+    }
+    sys::mount(&format!("/dev/{device}"), target, "erofs", flags, "")
+        .map_err(|e| format!("mounting /dev/{device} ({serial}) on {target} as erofs: {e}"))?;
+    hub::lock(&registry.mounts).push(target.into());
+    Ok(())
+}
+
+fn valid_name(name: &str) -> bool {
+    let mut bytes = name.bytes();
+    matches!(bytes.next(), Some(b'a'..=b'z'))
+        && name.len() <= 31
+        && bytes.all(|b| matches!(b, b'a'..=b'z' | b'0'..=b'9' | b'-'))
+}
+
+/// An app whose process was started.
+#[derive(Clone)]
+struct Launched {
+    name: String,
+    index: u32,
+    pid: u32,
+    started: Instant,
+    report: Arc<Mutex<Option<File>>>,
+    ready: Arc<Mutex<Option<File>>>,
+}
+
+fn launch(
+    hub: &Arc<Hub>,
+    index: u32,
+    names: &mut HashSet<String>,
+) -> Result<Launched, (Option<String>, String)> {
+    let registry = hub.apps();
+    let root = format!("{APPS_DIR}/{index}");
+    mount_disk(registry, &format!("app-{index}"), &root, false).map_err(|e| (None, e))?;
+    let launch: Launch = std::fs::read(format!("{root}/launch.json"))
+        .map_err(|e| e.to_string())
+        .and_then(|bytes| serde_json::from_slice(&bytes).map_err(|e| e.to_string()))
+        .map_err(|e| (None, format!("{root}/launch.json: {e}")))?;
+    let name = launch.name.clone();
+    let fail = |message: String| (Some(name.clone()), message);
+    if !valid_name(&name) {
+        return Err((
+            None,
+            format!("app name {name:?} is not [a-z][a-z0-9-]{{0,30}}"),
+        ));
+    }
+    if !names.insert(name.clone()) {
+        return Err(fail(format!("a second app is named {name}")));
+    }
+    let uid = APP_UID_BASE + index;
+    let cgroup = format!("{CGROUP_APPS}/{name}");
+    let limits = set_limits(&cgroup, &launch).map_err(fail)?;
+    let workspace = format!("{WORKSPACE}/{name}");
+    mkdir(&workspace, 0o700).map_err(fail)?;
+    sys::chown(&workspace, uid, uid).map_err(|e| fail(format!("chown {workspace}: {e}")))?;
+
+    let plan = Plan {
+        app: name.clone(),
+        uid,
+        gid: uid,
+        cgroup: cgroup.clone(),
+        listen_port: Some(RPC_PORT_BASE + index),
+        read: vec![root.clone()],
+        exec: vec![BERMD.into()],
+        write: vec![workspace.clone()],
+        argv: [
+            BERMD,
+            "--home",
+            &workspace,
+            "--app",
+            &format!("{root}/app"),
+            "--listen-fd",
+            &confine::LISTEN_FD.to_string(),
+            "--ready-fd",
+            &READY_FD.to_string(),
+            "--code-dir",
+            &format!("{root}/code"),
+            "--cpu-profile",
+            "portable",
+        ]
+        .map(String::from)
+        .to_vec(),
+        env: vec![
+            ("HOME".into(), workspace.clone()),
+            ("BERM_LOG".into(), "info".into()),
+        ],
+    };
+    let (report_r, report_w) = sys::pipe().map_err(|e| fail(format!("pipe: {e}")))?;
+    let (ready_r, ready_w) = sys::pipe().map_err(|e| fail(format!("pipe: {e}")))?;
+    let started = Instant::now();
+    let pid = spawn_confined(hub, &plan, &name, report_w, Some(ready_w)).map_err(fail)?;
+    hub::lock(&registry.apps).push(Tracked {
+        status: AppStatus {
+            app: name.clone(),
+            index,
+            uid,
+            pid: Some(pid),
+            state: "starting".into(),
+            cgroup: format!("/berm/apps/{name}"),
+            limits: Some(limits),
+        },
+    });
+    hub::lock(&registry.apps).sort_by_key(|t| t.status.index);
+    Ok(Launched {
+        name,
+        index,
+        pid,
+        started,
+        report: Arc::new(Mutex::new(Some(report_r))),
+        ready: Arc::new(Mutex::new(Some(ready_r))),
+    })
+}
+
+/// Writes the app's limits and reads back what the kernel holds.
+fn set_limits(cgroup: &str, launch: &Launch) -> Result<AppLimits, String> {
+    mkdir(cgroup, 0o755)?;
+    let write = |file: &str, value: &str| {
+        std::fs::write(format!("{cgroup}/{file}"), value)
+            .map_err(|e| format!("writing {value:?} to {cgroup}/{file}: {e}"))
+    };
+    let read = |file: &str| {
+        std::fs::read_to_string(format!("{cgroup}/{file}"))
+            .map(|v| v.trim().to_owned())
+            .map_err(|e| format!("reading {cgroup}/{file}: {e}"))
+    };
+    write("cpu.max", &launch.cpu_max)?;
+    write("memory.max", &launch.memory_max.to_string())?;
+    write("pids.max", &launch.pids_max.to_string())?;
+    // Without CONFIG_SWAP the kernel has no swap at all and no memory.swap.max file.
+    let swap = if std::path::Path::new(&format!("{cgroup}/memory.swap.max")).exists() {
+        write("memory.swap.max", "0")?;
+        read("memory.swap.max")?
+    } else {
+        "none (the kernel has no swap)".into()
+    };
+    let limits = AppLimits {
+        cpu_max: read("cpu.max")?,
+        memory_max: read("memory.max")?,
+        memory_swap_max: swap,
+        pids_max: read("pids.max")?,
+    };
+    let wanted_memory = launch.memory_max.to_string();
+    if limits.memory_max != wanted_memory || limits.pids_max != launch.pids_max.to_string() {
+        return Err(format!(
+            "the kernel holds memory.max {} and pids.max {} instead of {wanted_memory} and {}",
+            limits.memory_max, limits.pids_max, launch.pids_max
+        ));
+    }
+    Ok(limits)
+}
+
+/// Starts `berm-init confine PLAN` with the report pipe on fd 3 (and bermd's ready pipe on
+/// fd 5); its output goes to the logs port under `source`.
+fn spawn_confined(
+    hub: &Arc<Hub>,
+    plan: &Plan,
+    source: &str,
+    report: File,
+    ready: Option<File>,
+) -> Result<u32, String> {
+    let plan_json = serde_json::to_string(plan).map_err(|e| format!("plan: {e}"))?;
+    let (out_r, out_w) = sys::pipe().map_err(|e| format!("pipe: {e}"))?;
+    let out_w2 = out_w.try_clone().map_err(|e| format!("pipe: {e}"))?;
+    let mut command = Command::new("/proc/self/exe");
+    command
+        .arg0("berm-init")
+        .arg("confine")
+        .arg(plan_json)
+        .env_clear()
+        .stdin(Stdio::null())
+        .stdout(out_w)
+        .stderr(out_w2);
+    let mut fds: Vec<(OwnedFd, i32)> = vec![(report.into(), REPORT_FD)];
+    if let Some(ready) = ready {
+        fds.push((ready.into(), READY_FD));
+    }
+    sys::pass_fds(&mut command, fds);
+    let child = command
+        .spawn()
+        .map_err(|e| format!("starting berm-init confine: {e}"))?;
+    drop(command);
+    let pid = child.id();
+    // The reaper in main waits for it (waitpid(-1)); the handle is not needed.
+    drop(child);
+    let hub = Arc::clone(hub);
+    let source = source.to_owned();
+    let _ = std::thread::Builder::new()
+        .name(format!("{source}-out"))
+        .spawn(move || relay_output(&hub, &source, out_r));
+    Ok(pid)
+}
+
+fn relay_output(hub: &Hub, source: &str, out: File) {
+    let mut reader = BufReader::new(out);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        match reader
+            .by_ref()
+            .take(hub::MAX_MESSAGE_BYTES as u64)
+            .read_until(b'\n', &mut line)
+        {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {
+                let text = String::from_utf8_lossy(&line).trim_end().to_owned();
+                hub.log_as(source, LogLevel::Info, text);
+            }
+        }
+    }
+}
+
+fn read_line(file: File, timeout: Duration) -> Result<Option<String>, String> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = Vec::new();
+        let result = BufReader::new(file)
+            .take(MAX_PIPE_LINE)
+            .read_until(b'\n', &mut line)
+            .map(|n| (n > 0).then(|| String::from_utf8_lossy(&line).trim_end().to_owned()));
+        let _ = tx.send(result);
+    });
+    match rx.recv_timeout(timeout) {
+        Ok(Ok(line)) => Ok(line),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err(format!("nothing within {} s", timeout.as_secs())),
+    }
+}
+
+/// Follows one app from its report to ready.
+fn watch(hub: &Arc<Hub>, app: Launched, settled: Sender<Settled>) {
+    let registry = hub.apps();
+    let report = hub::lock(&app.report).take();
+    let ready = hub::lock(&app.ready).take();
+    let (Some(report), Some(ready)) = (report, ready) else {
+        return;
+    };
+    let confined = match read_line(report, REPORT_TIMEOUT) {
+        Ok(Some(line)) => match serde_json::from_str::<Report>(&line) {
+            Ok(Report::Confined {
+                cgroup,
+                uid,
+                gid,
+                enforcement,
+            }) => Ok((cgroup, uid, gid, enforcement)),
+            Ok(Report::Refused(reason)) => Err(reason),
+            Err(e) => Err(format!("unreadable confinement report: {e}")),
+        },
+        Ok(None) => Err("the confining process ended before reporting".into()),
+        Err(e) => Err(format!("no confinement report: {e}")),
+    };
+    let (cgroup, uid, gid, enforcement) = match confined {
+        Ok(c) => c,
+        Err(reason) => {
+            refuse(hub, &app.name, app.index, &reason);
+            let _ = settled.send(Settled::NotReady);
+            return;
+        }
+    };
+    let limits = registry
+        .statuses()
+        .into_iter()
+        .find(|s| s.index == app.index)
+        .and_then(|s| s.limits);
+    let Some(limits) = limits else { return };
+    hub.event(Event::AppStarted(AppStarted {
+        app: app.name.clone(),
+        index: app.index,
+        uid,
+        gid,
+        pid: app.pid,
+        port: RPC_PORT_BASE + app.index,
+        cgroup,
+        limits,
+        enforcement,
+    }));
+    let ready_line = read_line(ready, READY_TIMEOUT);
+    let parsed = match ready_line {
+        Ok(Some(line)) => serde_json::from_str::<BermdReady>(&line)
+            .map_err(|e| format!("bermd's ready line is unreadable: {e}")),
+        Ok(None) => Err("bermd closed its ready pipe without a ready line".into()),
+        Err(e) => Err(format!("bermd did not get ready: {e}")),
+    };
+    match parsed {
+        Ok(ready) if ready.ready => {
+            registry.update(app.index, |s| {
+                if s.state == "starting" {
+                    s.state = "ready".into();
+                }
+            });
+            hub.event(Event::AppReady(AppReady {
+                app: app.name.clone(),
+                index: app.index,
+                pid: app.pid,
+                ms: app.started.elapsed().as_millis() as u64,
+                tools: ready.tools,
+                programs: ready
+                    .programs
+                    .into_iter()
+                    .map(|p| AppProgram {
+                        name: bounded_name(p.name),
+                        sha256: bounded_name(p.sha256),
+                        code: bounded_name(p.code),
+                        ms: p.ms.max(0.0).round() as u64,
+                    })
+                    .collect(),
+            }));
+            let _ = settled.send(Settled::Ready);
+        }
+        Ok(_) => {
+            hub.log(
+                LogLevel::Error,
+                format!("app {}: bermd reported not ready", app.name),
+            );
+            let _ = settled.send(Settled::NotReady);
+        }
+        Err(message) => {
+            hub.log(LogLevel::Error, format!("app {}: {message}", app.name));
+            let _ = settled.send(Settled::NotReady);
+        }
+    }
+}
+
+fn bounded_name(text: String) -> String {
+    hub::bounded(text.replace(|c: char| c.is_control(), " "), 256)
+}
+
+/// Runs the test-only enforcement probe (attached as the disk with serial `probe`) under
+/// exactly `app`'s confinement, plus read and execute of the probe itself, and reports what it
+/// found as `probe_report`.
+fn run_probe(hub: &Arc<Hub>, app: &Launched, all: &[Launched]) {
+    let registry = hub.apps();
+    if let Err(e) = mount_disk(registry, "probe", PROBE_DIR, true) {
+        hub.log(LogLevel::Error, format!("probe: {e}"));
+        return;
+    }
+    let probe = format!("{PROBE_DIR}/berm-probe");
+    let mut argv = vec![
+        probe.clone(),
+        "--own".into(),
+        format!("{WORKSPACE}/{}", app.name),
+    ];
+    for other in all.iter().filter(|o| o.index != app.index) {
+        argv.extend([
+            "--other".into(),
+            format!("{WORKSPACE}/{}", other.name),
+            "--other-share".into(),
+            format!("{APPS_DIR}/{}", other.index),
+        ]);
+    }
+    let uid = APP_UID_BASE + app.index;
+    let plan = Plan {
+        app: app.name.clone(),
+        uid,
+        gid: uid,
+        cgroup: format!("{CGROUP_APPS}/{}", app.name),
+        listen_port: None,
+        read: vec![format!("{APPS_DIR}/{}", app.index)],
+        exec: vec![probe],
+        write: vec![format!("{WORKSPACE}/{}", app.name)],
+        argv,
+        env: Vec::new(),
+    };
+    let result = (|| {
+        let (report_r, report_w) = sys::pipe().map_err(|e| format!("pipe: {e}"))?;
+        let (out_r, out_w) = sys::pipe().map_err(|e| format!("pipe: {e}"))?;
+        let plan_json = serde_json::to_string(&plan).map_err(|e| format!("plan: {e}"))?;
+        let mut command = Command::new("/proc/self/exe");
+        command
+            .arg0("berm-init")
+            .arg("confine")
+            .arg(plan_json)
+            .env_clear()
+            .stdin(Stdio::null())
+            .stdout(out_w)
+            .stderr(Stdio::inherit());
+        sys::pass_fds(&mut command, vec![(report_w.into(), REPORT_FD)]);
+        let child = command
+            .spawn()
+            .map_err(|e| format!("starting the probe: {e}"))?;
+        drop(command);
+        drop(child);
+        let report = read_line(report_r, REPORT_TIMEOUT)?.ok_or("the probe was not confined")?;
+        let Report::Confined {
+            cgroup,
+            uid,
+            gid,
+            enforcement,
+        } = serde_json::from_str::<Report>(&report).map_err(|e| e.to_string())?
+        else {
+            return Err(format!("the probe's confinement was refused: {report}"));
+        };
+        let output = read_line(out_r, REPORT_TIMEOUT)?.ok_or("the probe printed nothing")?;
+        let output: ProbeOutput =
+            serde_json::from_str(&output).map_err(|e| format!("probe output: {e}"))?;
+        Ok(ProbeReport {
+            app: app.name.clone(),
+            index: app.index,
+            uid,
+            gid,
+            cgroup,
+            enforcement,
+            checks: output
+                .checks
+                .into_iter()
+                .map(|c| ProbeCheck {
+                    name: bounded_name(c.name),
+                    expected: bounded_name(c.expected),
+                    outcome: bounded_name(c.outcome),
+                    pass: c.pass,
+                })
+                .collect(),
+        })
+    })();
+    match result {
+        Ok(report) => hub.event(Event::ProbeReport(report)),
+        Err(e) => hub.log(LogLevel::Error, format!("probe: {e}")),
+    }
+}
