@@ -33,11 +33,35 @@ export RUSTFLAGS="--remap-path-prefix=$root=/berm --remap-path-prefix=$cargo_hom
 export CARGO_PROFILE_RELEASE_DEBUG=false CARGO_PROFILE_RELEASE_STRIP=symbols CARGO_INCREMENTAL=0
 export SOURCE_DATE_EPOCH="$epoch" LC_ALL=C TZ=UTC
 packages=()
+crates=()
+binaries=()
 while read -r kind path mode package binary; do
-  [ "$kind" = bin ] && packages+=(-p "$package" --bin "$binary")
+  [ "$kind" = bin ] && packages+=(-p "$package" --bin "$binary") && crates+=(-p "$package") && binaries+=("$binary")
 done < <(grep -v '^[[:space:]]*#' rootfs/contents.txt)
-note "building ${packages[*]} for $target"
-cargo build --quiet --locked --release --target $target "${packages[@]}"
+# The binaries are cached by their inputs — every file of the workspace crates they link,
+# Cargo.lock, the root manifest (profiles), the recipe, the toolchain and the flags — so an
+# unchanged tree skips the long release build of Wasmtime for musl.
+crate_dirs="$(cargo tree --locked --prefix none -e normal --target $target "${crates[@]}" 2>/dev/null \
+  | sed -n "s#^.*(\($root[^)]*\)).*#\1#p" | sort -u)"
+[ -n "$crate_dirs" ] || die "cargo tree listed no workspace crates for ${packages[*]}"
+bin_key="$( {
+  for dir in $crate_dirs; do
+    (cd "$dir" && find . -path ./target -prune -o -type f -print | LC_ALL=C sort | xargs -d '\n' sha256sum | sed "s#  \./#  ${dir#$root/}/#")
+  done
+  sha256sum Cargo.lock Cargo.toml rootfs/contents.txt
+  rustc -vV
+  echo "$target $(echo "$RUSTFLAGS" | sed "s#$root#<checkout>#g; s#$cargo_home#<cargo-home>#g; s#$rustup_home#<rustup-home>#g")"
+} | sha256sum | cut -c1-32)"
+bin_dir="$BERM_CACHE/rootfs-bin/$bin_key"
+if [ -d "$bin_dir" ]; then
+  note "binaries cached: $bin_dir"
+else
+  note "building ${packages[*]} for $target (release, static; the first build takes a while)"
+  cargo build --quiet --locked --release --target $target "${packages[@]}"
+  mkdir -p "$bin_dir.tmp"
+  for binary in "${binaries[@]}"; do cp "$CARGO_TARGET_DIR/$target/release/$binary" "$bin_dir.tmp/"; done
+  rm -rf "$bin_dir"; mv "$bin_dir.tmp" "$bin_dir"
+fi
 
 # 2. The tree, exactly as the recipe says.
 stage="$(mktemp -d "${TMPDIR:-/tmp}/berm-rootfs.XXXXXX")"
@@ -45,7 +69,7 @@ trap 'rm -rf "$stage"' EXIT
 while read -r kind path mode package binary; do
   case "$kind" in
     dir) mkdir -p "$stage$path"; chmod "$mode" "$stage$path" ;;
-    bin) install -D -m "$mode" "$CARGO_TARGET_DIR/$target/release/$binary" "$stage$path"
+    bin) install -D -m "$mode" "$bin_dir/$binary" "$stage$path"
          case "$(file -b "$stage$path")" in
            *"static-pie linked"*|*"statically linked"*) ;;
            *) die "$path is not statically linked" ;;
@@ -73,7 +97,7 @@ else
     || die "mkfs.erofs failed, see $out.tmp/mkfs.log"
   printf '%s\n' "$tree_listing" >"$out.tmp/tree.txt"
   cat >"$out.tmp/inputs.json" <<JSON
-{"recipe_sha256":"$(sha256_of rootfs/contents.txt)","cargo_lock_sha256":"$(sha256_of Cargo.lock)","rustc":"$(rustc --version)","target":"$target","rustflags":"$(echo "$RUSTFLAGS" | sed "s#$root#<checkout>#g; s#$cargo_home#<cargo-home>#g; s#$rustup_home#<rustup-home>#g")","mkfs_erofs":"$mkfs_version","mkfs_options":"${options[*]}","tree_sha256":"$(printf '%s\n' "$tree_listing" | sha256sum | cut -d' ' -f1)","berm_init_sha256":"$(sha256_of "$stage/sbin/berm-init")"}
+{"recipe_sha256":"$(sha256_of rootfs/contents.txt)","cargo_lock_sha256":"$(sha256_of Cargo.lock)","rustc":"$(rustc --version)","target":"$target","rustflags":"$(echo "$RUSTFLAGS" | sed "s#$root#<checkout>#g; s#$cargo_home#<cargo-home>#g; s#$rustup_home#<rustup-home>#g")","mkfs_erofs":"$mkfs_version","mkfs_options":"${options[*]}","tree_sha256":"$(printf '%s\n' "$tree_listing" | sha256sum | cut -d' ' -f1)","berm_init_sha256":"$(sha256_of "$stage/sbin/berm-init")","bermd_sha256":"$(sha256_of "$stage/usr/bin/bermd")"}
 JSON
   rm -rf "$out"; mv "$out.tmp" "$out"
   note "built: $out"
@@ -83,20 +107,24 @@ fi
 sha="$(sha256_of "$out/rootfs.erofs")"
 size="$(size_of "$out/rootfs.erofs")"
 init_sha="$(sha256_of "$stage/sbin/berm-init")"
+bermd_sha="$(sha256_of "$stage/usr/bin/bermd")"
 pin_sha="$(toml_get $manifest image sha256)"
 pin_size="$(toml_get $manifest image size)"
 pin_init="$(toml_get $manifest contents berm_init_sha256)"
-if [ "$sha" != "$pin_sha" ] || [ "$size" != "$pin_size" ] || [ "$init_sha" != "$pin_init" ]; then
+pin_bermd="$(toml_get $manifest contents bermd_sha256)"
+if [ "$sha" != "$pin_sha" ] || [ "$size" != "$pin_size" ] || [ "$init_sha" != "$pin_init" ] || [ "$bermd_sha" != "$pin_bermd" ]; then
   if [ "${BERM_UPDATE_PINS:-0}" = 1 ]; then
     toml_set $manifest image sha256 "\"$sha\""
     toml_set $manifest image size "$size"
     toml_set $manifest contents berm_init_sha256 "\"$init_sha\""
+    toml_set $manifest contents bermd_sha256 "\"$bermd_sha\""
     note "updated rootfs/manifest.toml; rebuild berm-vmm (it compiles the pins in) and commit"
   else
     die "the rebuilt rootfs does not match rootfs/manifest.toml:
   rootfs.erofs     $sha, $size bytes (pinned $pin_sha, $pin_size bytes)
   /sbin/berm-init  $init_sha (pinned $pin_init)
-  If the change is intended (init/, vm-protocol/, Cargo.lock, rootfs/contents.txt or the
+  /usr/bin/bermd   $bermd_sha (pinned $pin_bermd)
+  If the change is intended (init/, vm-protocol/, service/ or what bermd links, Cargo.lock, rootfs/contents.txt or the
   toolchain changed), update the pins with BERM_UPDATE_PINS=1 scripts/build-rootfs.sh, then
   rebuild berm-vmm and commit the manifest. If not, compare $out/inputs.json and tree.txt."
   fi

@@ -57,7 +57,7 @@ enum Command {
     /// Scaffold a new program crate.
     New(commands::new::Args),
     /// Bridge MCP on stdin/stdout to bermd (what an agent harness launches).
-    Mcp,
+    Mcp(commands::mcp::Args),
     /// Push a program image to an OCI registry: one layer, the wasm file itself.
     Push(berm_oci::cli::PushArgs),
     /// Pull a program from a registry into a file, verified against its digest.
@@ -100,7 +100,7 @@ fn main() -> ExitCode {
             Command::Call(args) => commands::call::run(&home, args).await,
             Command::Inspect(args) => commands::inspect::run(&home, args).await,
             Command::New(args) => commands::new::run(args),
-            Command::Mcp => commands::mcp::run(&home).await,
+            Command::Mcp(args) => commands::mcp::run(&home, args).await,
             Command::Push(args) => commands::dist::push(args).await,
             Command::Pull(args) => commands::dist::pull(args).await,
             Command::Search(args) => commands::dist::search(args),

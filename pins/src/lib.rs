@@ -109,6 +109,8 @@ pub struct RootfsPins {
     pub fstype: String,
     /// sha256 of the `berm-init` binary inside the image.
     pub berm_init_sha256: Sha256Hex,
+    /// sha256 of the `bermd` binary inside the image (one runs per app).
+    pub bermd_sha256: Sha256Hex,
 }
 
 #[derive(Deserialize)]
@@ -157,6 +159,7 @@ struct RootfsImageFile {
 #[derive(Deserialize)]
 struct RootfsContentsFile {
     berm_init_sha256: String,
+    bermd_sha256: String,
 }
 
 fn sha(
@@ -216,6 +219,7 @@ impl RootfsPins {
                 "contents.berm_init_sha256",
                 &file.contents.berm_init_sha256,
             )?,
+            bermd_sha256: sha(NAME, "contents.bermd_sha256", &file.contents.bermd_sha256)?,
         })
     }
 

@@ -1,16 +1,42 @@
-//! App folders given with `--app`: checked, digested for the measurement line, and mapped to
-//! vsock ports 5000+i (`rpc-<i>.sock`).
+//! App folders given with `--app`: checked (berm-app), measured, precompiled and packed into
+//! one read-only erofs disk each, which the guest sees with the virtio serial `app-<i>`.
+//!
+//! The order of `--app` fixes the index i: uid 10000+i, vsock port 5000+i, `rpc-<i>.sock`.
+//! An app disk holds:
+//!
+//! - `app/` — the folder exactly as given (its digest is in the measurement line);
+//! - `code/` — each program's machine code, compiled here on the host by [`crate::code`]
+//!   for the guest's engine settings (compiling in a TCG guest is ~200× slower);
+//! - `launch.json` — the app's name and cgroup limits, derived from `berm.toml`, so berm-init
+//!   (a small static PID 1) needs no TOML parser.
+//!
+//! The image is built with fixed timestamps and UUID, so the same folder gives the same
+//! image; its sha256 is measured too.
 
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
+use std::process::Command;
 
+use serde::Serialize;
 use sha2::{Digest, Sha256};
+
+use crate::code::{self, CodeError};
+
+/// Every inode's timestamp in app images (the rootfs's epoch).
+const IMAGE_EPOCH: &str = "1767225600";
 
 /// Why an app folder was refused.
 #[derive(Debug, thiserror::Error)]
 pub enum AppError {
-    /// Not a directory.
-    #[error("app folder {0} is not a directory")]
-    NotADirectory(PathBuf),
+    /// berm.toml or a program file is wrong.
+    #[error("app folder {path}: {source}")]
+    Folder {
+        /// The folder.
+        path: PathBuf,
+        /// What berm-app found.
+        #[source]
+        source: berm_app::AppError,
+    },
     /// It could not be read.
     #[error("reading app folder {path} failed")]
     Read {
@@ -20,48 +46,122 @@ pub enum AppError {
         #[source]
         source: std::io::Error,
     },
+    /// Two apps share a name (their cgroups and workspaces would collide).
+    #[error("two apps are named {0}; app names must be unique in one VM")]
+    DuplicateName(String),
     /// Too many apps.
     #[error("{0} apps given; one VM serves at most 64")]
     TooMany(usize),
+    /// A program could not be precompiled.
+    #[error("app {app}, program {program}: {source}")]
+    Code {
+        /// The app.
+        app: String,
+        /// The program.
+        program: String,
+        /// Why.
+        #[source]
+        source: CodeError,
+    },
+    /// mkfs.erofs failed or is missing.
+    #[error("packing app {app} into an erofs image failed: {message}")]
+    Image {
+        /// The app.
+        app: String,
+        /// What went wrong.
+        message: String,
+    },
 }
 
-/// One app folder, measured.
-#[derive(Clone, Debug)]
+/// One program of an app, measured.
+#[derive(Clone, Debug, Serialize)]
+pub struct ProgramMeasure {
+    /// Its name.
+    pub name: String,
+    /// Its wasm file, relative to the folder.
+    pub wasm: String,
+    /// sha256 of the wasm.
+    pub sha256: String,
+}
+
+/// One precompiled code file in an app image.
+#[derive(Clone, Debug, Serialize)]
+pub struct CodeMeasure {
+    /// The program.
+    pub program: String,
+    /// The file name the guest's engine looks for.
+    pub file: String,
+    /// sha256 of the file.
+    pub sha256: String,
+    /// Whether it came from berm-vmm's code cache.
+    pub cached: bool,
+}
+
+/// The app image as measured.
+#[derive(Clone, Debug, Serialize)]
+pub struct ImageMeasure {
+    /// Where it is (in the run dir).
+    pub path: PathBuf,
+    /// sha256 of the image.
+    pub sha256: String,
+    /// Its size.
+    pub size: u64,
+}
+
+/// One app, checked, measured and packed.
+#[derive(Clone, Debug, Serialize)]
 pub struct App {
-    /// Its index: port 5000+i, `rpc-<i>.sock`.
+    /// Its index: port 5000+i, `rpc-<i>.sock`, uid 10000+i.
     pub index: usize,
+    /// Its name (berm.toml).
+    pub name: String,
     /// The folder.
     pub path: PathBuf,
     /// sha256 over its sorted `<sha256>  <relative path>` lines.
-    pub digest: String,
+    pub sha256: String,
     /// Files digested.
     pub files: usize,
+    /// Its programs.
+    pub programs: Vec<ProgramMeasure>,
+    /// Its precompiled code.
+    pub code: Vec<CodeMeasure>,
+    /// Its disk image.
+    pub image: ImageMeasure,
+    /// The limits berm-init applies.
+    pub limits: Launch,
 }
 
-/// Checks and digests every app folder in order.
-pub fn measure(folders: &[PathBuf]) -> Result<Vec<App>, AppError> {
+/// `launch.json`: what berm-init needs from berm.toml.
+#[derive(Clone, Debug, Serialize)]
+pub struct Launch {
+    /// The app's name.
+    pub name: String,
+    /// `cpu.max`.
+    pub cpu_max: String,
+    /// `memory.max` in bytes.
+    pub memory_max: u64,
+    /// `pids.max`.
+    pub pids_max: u32,
+}
+
+/// Checks, measures, precompiles and packs every app folder in order into `run_dir`.
+pub fn prepare(folders: &[PathBuf], run_dir: &Path) -> Result<Vec<App>, AppError> {
     if folders.len() > 64 {
         return Err(AppError::TooMany(folders.len()));
     }
-    folders
-        .iter()
-        .enumerate()
-        .map(|(index, path)| {
-            if !path.is_dir() {
-                return Err(AppError::NotADirectory(path.clone()));
-            }
-            let mut lines = Vec::new();
-            walk(path, path, &mut lines)?;
-            lines.sort();
-            let digest = hex::encode(Sha256::digest(lines.concat().as_bytes()));
-            Ok(App {
-                index,
-                path: path.clone(),
-                digest,
-                files: lines.len(),
-            })
-        })
-        .collect()
+    let mut names = HashSet::new();
+    let mut apps = Vec::new();
+    for (index, path) in folders.iter().enumerate() {
+        let app = berm_app::load(path).map_err(|source| AppError::Folder {
+            path: path.clone(),
+            source,
+        })?;
+        if !names.insert(app.name.clone()) {
+            return Err(AppError::DuplicateName(app.name));
+        }
+        apps.push(pack(index, path, &app, run_dir)?);
+    }
+    Ok(apps)
 }
 
 fn read_error(path: &Path) -> impl FnOnce(std::io::Error) -> AppError + '_ {
@@ -69,6 +169,98 @@ fn read_error(path: &Path) -> impl FnOnce(std::io::Error) -> AppError + '_ {
         path: path.to_owned(),
         source,
     }
+}
+
+fn pack(index: usize, path: &Path, app: &berm_app::App, run_dir: &Path) -> Result<App, AppError> {
+    let mut lines = Vec::new();
+    walk(&app.dir, &app.dir, &mut lines)?;
+    lines.sort();
+    let digest = hex::encode(Sha256::digest(lines.concat().as_bytes()));
+
+    let stage = run_dir.join(format!("app-{index}.stage"));
+    if stage.exists() {
+        std::fs::remove_dir_all(&stage).map_err(read_error(&stage))?;
+    }
+    let code_dir = stage.join("code");
+    std::fs::create_dir_all(&code_dir).map_err(read_error(&code_dir))?;
+    copy_tree(&app.dir, &stage.join("app"))?;
+
+    let mut programs = Vec::new();
+    let mut code = Vec::new();
+    for program in &app.programs {
+        let bytes = program.read().map_err(|source| AppError::Folder {
+            path: path.to_owned(),
+            source,
+        })?;
+        programs.push(ProgramMeasure {
+            name: program.name.clone(),
+            wasm: program.wasm_relative.clone(),
+            sha256: berm_app::sha256_hex(&bytes),
+        });
+        let compiled = code::precompiled(&bytes).map_err(|source| AppError::Code {
+            app: app.name.clone(),
+            program: program.name.clone(),
+            source,
+        })?;
+        let target = code_dir.join(&compiled.file_name);
+        std::fs::copy(&compiled.path, &target).map_err(read_error(&target))?;
+        code.push(CodeMeasure {
+            program: program.name.clone(),
+            file: compiled.file_name,
+            sha256: compiled.sha256,
+            cached: compiled.cached,
+        });
+    }
+    let limits = Launch {
+        name: app.name.clone(),
+        cpu_max: app.limits.cpu_max(),
+        memory_max: app.limits.memory_max_bytes(),
+        pids_max: app.limits.pids,
+    };
+    let launch = stage.join("launch.json");
+    // Serializing strings and integers cannot fail.
+    let json = serde_json::to_vec(&limits).unwrap_or_default();
+    std::fs::write(&launch, json).map_err(read_error(&launch))?;
+    make_readable(&stage)?;
+
+    let image = run_dir.join(format!("app-{index}.erofs"));
+    let _ = std::fs::remove_file(&image);
+    let uuid = format!("6265726d-6170-7000-0000-{index:012x}");
+    let output = Command::new("mkfs.erofs")
+        .arg(format!("-T{IMAGE_EPOCH}"))
+        .args(["-U", &uuid, "--all-root", "-x-1"])
+        .arg(&image)
+        .arg(&stage)
+        .env_remove("SOURCE_DATE_EPOCH")
+        .output()
+        .map_err(|e| AppError::Image {
+            app: app.name.clone(),
+            message: format!("running mkfs.erofs: {e} (install erofs-utils)"),
+        })?;
+    let _ = std::fs::remove_dir_all(&stage);
+    if !output.status.success() {
+        let _ = std::fs::remove_file(&image);
+        return Err(AppError::Image {
+            app: app.name.clone(),
+            message: String::from_utf8_lossy(&output.stderr).trim().to_owned(),
+        });
+    }
+    let bytes = std::fs::read(&image).map_err(read_error(&image))?;
+    Ok(App {
+        index,
+        name: app.name.clone(),
+        path: path.to_owned(),
+        sha256: digest,
+        files: lines.len(),
+        programs,
+        code,
+        image: ImageMeasure {
+            path: image,
+            sha256: hex::encode(Sha256::digest(&bytes)),
+            size: bytes.len() as u64,
+        },
+        limits,
+    })
 }
 
 fn walk(root: &Path, dir: &Path, lines: &mut Vec<String>) -> Result<(), AppError> {
@@ -96,4 +288,82 @@ fn walk(root: &Path, dir: &Path, lines: &mut Vec<String>) -> Result<(), AppError
         }
     }
     Ok(())
+}
+
+/// Copies the folder's directories, regular files and links (as links) into `to`.
+fn copy_tree(from: &Path, to: &Path) -> Result<(), AppError> {
+    std::fs::create_dir_all(to).map_err(read_error(to))?;
+    for entry in std::fs::read_dir(from).map_err(read_error(from))? {
+        let entry = entry.map_err(read_error(from))?;
+        let source = entry.path();
+        let target = to.join(entry.file_name());
+        let meta = std::fs::symlink_metadata(&source).map_err(read_error(&source))?;
+        if meta.is_dir() {
+            copy_tree(&source, &target)?;
+        } else if meta.file_type().is_symlink() {
+            let link = std::fs::read_link(&source).map_err(read_error(&source))?;
+            std::os::unix::fs::symlink(&link, &target).map_err(read_error(&target))?;
+        } else if meta.is_file() {
+            std::fs::copy(&source, &target).map_err(read_error(&source))?;
+        }
+    }
+    Ok(())
+}
+
+/// Directories 0755 and files 0644: the image is owned by root, and the app's uid reads it.
+fn make_readable(dir: &Path) -> Result<(), AppError> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))
+        .map_err(read_error(dir))?;
+    for entry in std::fs::read_dir(dir).map_err(read_error(dir))? {
+        let path = entry.map_err(read_error(dir))?.path();
+        let meta = std::fs::symlink_metadata(&path).map_err(read_error(&path))?;
+        if meta.is_dir() {
+            make_readable(&path)?;
+        } else if meta.is_file() {
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644))
+                .map_err(read_error(&path))?;
+        }
+    }
+    Ok(())
+}
+
+/// Packs the test-only enforcement probe binary into its own image (serial `probe`).
+pub fn pack_probe(binary: &Path, run_dir: &Path) -> Result<ImageMeasure, AppError> {
+    use std::os::unix::fs::PermissionsExt;
+    let stage = run_dir.join("probe.stage");
+    let _ = std::fs::remove_dir_all(&stage);
+    std::fs::create_dir_all(&stage).map_err(read_error(&stage))?;
+    let target = stage.join("berm-probe");
+    std::fs::copy(binary, &target).map_err(read_error(binary))?;
+    std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o755))
+        .map_err(read_error(&target))?;
+    std::fs::set_permissions(&stage, std::fs::Permissions::from_mode(0o755))
+        .map_err(read_error(&stage))?;
+    let image = run_dir.join("probe.erofs");
+    let _ = std::fs::remove_file(&image);
+    let output = Command::new("mkfs.erofs")
+        .arg(format!("-T{IMAGE_EPOCH}"))
+        .args(["--all-root", "-x-1"])
+        .arg(&image)
+        .arg(&stage)
+        .env_remove("SOURCE_DATE_EPOCH")
+        .output()
+        .map_err(|e| AppError::Image {
+            app: "probe".into(),
+            message: format!("running mkfs.erofs: {e} (install erofs-utils)"),
+        })?;
+    let _ = std::fs::remove_dir_all(&stage);
+    if !output.status.success() {
+        return Err(AppError::Image {
+            app: "probe".into(),
+            message: String::from_utf8_lossy(&output.stderr).trim().to_owned(),
+        });
+    }
+    let bytes = std::fs::read(&image).map_err(read_error(&image))?;
+    Ok(ImageMeasure {
+        path: image,
+        sha256: hex::encode(Sha256::digest(&bytes)),
+        size: bytes.len() as u64,
+    })
 }

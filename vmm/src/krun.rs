@@ -30,6 +30,8 @@ pub struct KrunConfig {
     pub rootfs: PathBuf,
     /// State disk.
     pub state: Option<PathBuf>,
+    /// Read-only disks after root and state: (serial, image).
+    pub disks: Vec<(String, PathBuf)>,
     /// vsock port → Unix socket.
     pub ports: Vec<(u32, PathBuf)>,
     /// Console output file.
@@ -78,6 +80,11 @@ pub fn enter(config: &KrunConfig) -> sys::KrunError {
         cmdline: &config.cmdline,
         rootfs: &config.rootfs,
         state: config.state.as_deref(),
+        disks: config
+            .disks
+            .iter()
+            .map(|(serial, path)| (serial.as_str(), path.as_path()))
+            .collect(),
         ports: config
             .ports
             .iter()

@@ -10,6 +10,7 @@
 
 pub mod apps;
 pub mod artifacts;
+pub mod code;
 pub mod detect;
 pub mod exit;
 pub mod krun;

@@ -36,7 +36,7 @@ enum Commands {
         #[arg(long, default_value_t = 1)]
         cpus: u8,
         /// Guest memory in MiB.
-        #[arg(long, value_name = "MiB", default_value_t = 256)]
+        #[arg(long, value_name = "MiB", default_value_t = 512)]
         memory: u32,
         /// Which backend: libkrun, QEMU, or the best one here.
         #[arg(long, value_enum, default_value_t = Requested::Auto)]
@@ -53,6 +53,13 @@ enum Commands {
         /// Seconds the guest may take to greet on the control port.
         #[arg(long, value_name = "SECONDS", default_value_t = 60)]
         boot_timeout: u64,
+        /// Test boots only: run this static enforcement-probe binary (berm-probe) inside the
+        /// guest under the confinement of app --test-probe-app; the measurement line reports it.
+        #[arg(long, value_name = "FILE", hide_short_help = true)]
+        test_probe: Option<PathBuf>,
+        /// The app (its index) whose confinement the probe runs under.
+        #[arg(long, value_name = "INDEX", default_value_t = 0, requires = "test_probe", hide_short_help = true)]
+        test_probe_app: u32,
     },
     /// Internal: the libkrun child process (berm-vmm re-executes itself).
     #[command(hide = true)]
@@ -100,6 +107,8 @@ fn main() -> ExitCode {
             rootfs,
             env,
             boot_timeout,
+            test_probe,
+            test_probe_app,
         } => {
             if let Err(e) = berm_vmm::catch_stop_signals() {
                 eprintln!("berm-vmm: installing the stop-signal handler failed: {e}");
@@ -116,6 +125,8 @@ fn main() -> ExitCode {
                 rootfs,
                 env,
                 boot_timeout: Duration::from_secs(boot_timeout),
+                test_probe,
+                test_probe_app,
             };
             let (status, message) = match run(&config) {
                 Ok(outcome) => (outcome.status, outcome.summary),

@@ -72,6 +72,8 @@ pub struct QemuVm<'a> {
     pub rootfs: &'a Path,
     /// State disk.
     pub state: Option<&'a Path>,
+    /// Read-only disks after root and state: (serial, image).
+    pub disks: &'a [(String, PathBuf)],
     /// The run directory.
     pub run: &'a RunDir,
     /// How long a relayed connection waits for the guest to listen.
@@ -183,14 +185,25 @@ pub fn start(vm: &QemuVm<'_>) -> Result<QemuChildren, StartQemuError> {
             vm.rootfs.display()
         ),
         "-device".into(),
-        "virtio-blk-device,drive=root".into(),
+        "virtio-blk-device,drive=root,serial=root".into(),
     ];
     if let Some(state) = vm.state {
         args.extend([
             "-drive".into(),
             format!("file={},format=raw,if=none,id=state", state.display()),
             "-device".into(),
-            "virtio-blk-device,drive=state".into(),
+            "virtio-blk-device,drive=state,serial=state".into(),
+        ]);
+    }
+    for (i, (serial, image)) in vm.disks.iter().enumerate() {
+        args.extend([
+            "-drive".into(),
+            format!(
+                "file={},format=raw,if=none,id=disk{i},readonly=on",
+                image.display()
+            ),
+            "-device".into(),
+            format!("virtio-blk-device,drive=disk{i},serial={serial}"),
         ]);
     }
     args.extend([

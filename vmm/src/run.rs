@@ -61,6 +61,11 @@ pub struct RunConfig {
     pub env: Vec<String>,
     /// How long the guest may take to greet on the control port.
     pub boot_timeout: Duration,
+    /// Test boots only: the enforcement probe binary, run under app `test_probe_app`'s
+    /// confinement; reported in the measurement line.
+    pub test_probe: Option<PathBuf>,
+    /// The app whose confinement the probe runs under.
+    pub test_probe_app: u32,
 }
 
 /// Why `run` stopped before or while booting.
@@ -99,6 +104,9 @@ pub enum RunError {
     /// Too little or too much memory.
     #[error("--memory {0} MiB is out of range (64 to 16384)")]
     Memory(u32),
+    /// The probe names an app that is not there.
+    #[error("--test-probe-app {0} names no app (give --app once per app, the first is 0)")]
+    ProbeApp(u32),
 }
 
 impl RunError {
@@ -114,7 +122,8 @@ impl RunError {
             | Self::RunDir(_)
             | Self::State(_)
             | Self::Cpus(_)
-            | Self::Memory(_) => ExitStatus::Refused,
+            | Self::Memory(_)
+            | Self::ProbeApp(_) => ExitStatus::Refused,
             Self::Detect(_) => ExitStatus::NoHypervisor,
             Self::Qemu(_) | Self::Krun(_) => ExitStatus::HypervisorFailed,
         }
@@ -164,12 +173,23 @@ pub fn run(config: &RunConfig) -> Result<Outcome, RunError> {
         .iter()
         .map(|arg| GuestSetting::parse_user(arg))
         .collect::<Result<_, _>>()?;
-    let apps = apps::measure(&config.apps)?;
+    if config.test_probe.is_some() && config.test_probe_app as usize >= config.apps.len() {
+        return Err(RunError::ProbeApp(config.test_probe_app));
+    }
     let detection = Detection::probe();
     let choice = detection.choose(config.hypervisor)?;
     let mut settings = vec![GuestSetting::new("BERM_HYPERVISOR", choice.backend.name())?];
-    if !apps.is_empty() {
-        settings.push(GuestSetting::new("BERM_APPS", &apps.len().to_string())?);
+    if !config.apps.is_empty() {
+        settings.push(GuestSetting::new(
+            "BERM_APPS",
+            &config.apps.len().to_string(),
+        )?);
+    }
+    if config.test_probe.is_some() {
+        settings.push(GuestSetting::new(
+            "BERM_PROBE",
+            &config.test_probe_app.to_string(),
+        )?);
     }
     if config.state.is_some() {
         settings.push(GuestSetting::new("BERM_STATE", "vdb")?);
@@ -190,8 +210,23 @@ pub fn run(config: &RunConfig) -> Result<Outcome, RunError> {
             .unwrap_or_else(|| PathBuf::from("/tmp"));
         base.join(format!("berm-vmm-{}", std::process::id()))
     });
-    let run = RunDir::prepare(&run_dir, apps.len())?;
+    let run = RunDir::prepare(&run_dir, config.apps.len())?;
     let state = config.state.as_deref().map(state::prepare).transpose()?;
+    let apps = apps::prepare(&config.apps, &run.dir)?;
+    let probe = config
+        .test_probe
+        .as_deref()
+        .map(|binary| apps::pack_probe(binary, &run.dir))
+        .transpose()?;
+    // Read-only disks after root (and state): one per app, then the probe. The guest finds
+    // each by its serial, not by its position.
+    let mut disks: Vec<(String, PathBuf)> = apps
+        .iter()
+        .map(|a| (format!("app-{}", a.index), a.image.path.clone()))
+        .collect();
+    if let Some(probe) = &probe {
+        disks.push(("probe".into(), probe.path.clone()));
+    }
 
     // 4. Say what is about to boot.
     report::line(
@@ -204,7 +239,7 @@ pub fn run(config: &RunConfig) -> Result<Outcome, RunError> {
             "run_dir": run.dir, "control": run.control, "logs": run.logs, "console": run.console,
             "hypervisor_log": run.hypervisor_log,
             "rpc": apps.iter().map(|app| json!({
-                "index": app.index, "app": app.path, "port": berm_vm_protocol::RPC_PORT_BASE + app.index as u32,
+                "index": app.index, "name": app.name, "app": app.path, "port": berm_vm_protocol::RPC_PORT_BASE + app.index as u32,
                 "socket": run.rpc[app.index],
             })).collect::<Vec<_>>(),
         }),
@@ -228,7 +263,16 @@ pub fn run(config: &RunConfig) -> Result<Outcome, RunError> {
             "rootfs": {"sha256": rootfs.sha256, "size": rootfs.size, "pinned": rootfs.pinned, "path": rootfs.path,
                        "fstype": rootfs_pins.fstype, "read_only": true, "hash_ms": rootfs.hash_ms},
             "state": state,
-            "apps": apps.iter().map(|a| json!({"index": a.index, "path": a.path, "sha256": a.digest, "files": a.files})).collect::<Vec<_>>(),
+            "apps": apps.iter().map(|a| json!({
+                "index": a.index, "name": a.name, "path": a.path, "sha256": a.sha256, "files": a.files,
+                "programs": a.programs, "code": a.code,
+                "image": {"sha256": a.image.sha256, "size": a.image.size},
+                "limits": a.limits,
+                "uid": berm_vm_protocol::APP_UID_BASE + a.index as u32,
+            })).collect::<Vec<_>>(),
+            "test_probe": probe.as_ref().map(|p| json!({
+                "image": {"sha256": p.sha256, "size": p.size}, "app": config.test_probe_app,
+            })),
         }),
     );
 
@@ -250,6 +294,7 @@ pub fn run(config: &RunConfig) -> Result<Outcome, RunError> {
                 cmdline: cmdline.clone(),
                 rootfs: rootfs.path.clone(),
                 state: state.as_ref().map(|s| s.path.clone()),
+                disks: disks.clone(),
                 ports,
                 console: run.console.clone(),
             };
@@ -272,6 +317,7 @@ pub fn run(config: &RunConfig) -> Result<Outcome, RunError> {
                 cmdline: &cmdline,
                 rootfs: &rootfs.path,
                 state: state.as_ref().map(|s| s.path.as_path()),
+                disks: &disks,
                 run: &run,
                 connect_timeout: config.boot_timeout,
             };

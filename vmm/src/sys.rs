@@ -93,6 +93,8 @@ pub struct KrunVm<'a> {
     pub rootfs: &'a Path,
     /// Optional state disk (vdb).
     pub state: Option<&'a Path>,
+    /// Read-only disks after those: (serial, image); the guest finds them by serial.
+    pub disks: Vec<(&'a str, &'a Path)>,
     /// vsock port → Unix socket libkrun listens on for host connections.
     pub ports: Vec<(u32, &'a Path)>,
     /// Where the guest console goes.
@@ -144,6 +146,17 @@ pub fn krun_enter(vm: &KrunVm<'_>) -> Result<std::convert::Infallible, KrunError
         .collect::<Result<_, _>>()?;
     let root_id = CString::from(c"root");
     let state_id = CString::from(c"state");
+    let disks: Vec<(CString, CString)> = vm
+        .disks
+        .iter()
+        .map(|(serial, path)| {
+            let serial = CString::new(*serial).map_err(|_| KrunError {
+                call: "disk serial with a NUL byte",
+                code: -libc::EINVAL,
+            })?;
+            Ok((serial, c(path)?))
+        })
+        .collect::<Result<_, _>>()?;
 
     // Warnings and errors go to stderr, which berm-vmm points at hypervisor.log.
     ok("krun_set_log_level", krun::krun_set_log_level(2))?;
@@ -171,6 +184,13 @@ pub fn krun_enter(vm: &KrunVm<'_>) -> Result<std::convert::Infallible, KrunError
         // SAFETY: as above.
         ok("krun_add_disk2 (state)", unsafe {
             krun::krun_add_disk2(ctx, state_id.as_ptr(), state.as_ptr(), 0, false)
+        })?;
+    }
+    for (serial, path) in &disks {
+        // SAFETY: both strings are valid NUL-terminated strings that outlive the call; the
+        // serial is what the guest reads from /sys/block/*/serial.
+        ok("krun_add_disk2 (app)", unsafe {
+            krun::krun_add_disk2(ctx, serial.as_ptr(), path.as_ptr(), 0, true)
         })?;
     }
     for (port, path) in &ports {

@@ -5,140 +5,17 @@
 //! A test that cannot run prints `SKIPPED: <why>`; with `BERM_VM_REQUIRE=1` (set by
 //! scripts/test-vm) it fails instead, so nothing skips silently where the VM must run.
 
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+mod common;
+
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use berm_pins::{ArtifactStore, KernelPins, RootfsPins};
 use berm_vm_protocol::client::GuestConnection;
 use berm_vm_protocol::{Event, Phase, Request, Service};
 use berm_vmm::detect::Detection;
+use common::{BOOT, Vmm, bootable, pinned, require_or_skip};
 use serde_json::Value;
-
-const BOOT: Duration = Duration::from_secs(90);
-
-fn require_or_skip(why: &str) -> bool {
-    if std::env::var_os("BERM_VM_REQUIRE").is_some_and(|v| v == "1") {
-        panic!("BERM_VM_REQUIRE=1 but this test cannot run: {why}");
-    }
-    eprintln!("SKIPPED: {why}");
-    false
-}
-
-/// The pinned artifacts' paths, or `None` (after a SKIPPED line) if they are not installed.
-fn pinned() -> Option<(PathBuf, PathBuf)> {
-    let store = ArtifactStore::from_env().expect("HOME is set");
-    let kernel = store.kernel(&KernelPins::compiled_in().unwrap().image.sha256);
-    let rootfs = store.rootfs(&RootfsPins::compiled_in().unwrap().image.sha256);
-    if !kernel.exists() || !rootfs.exists() {
-        require_or_skip(&format!(
-            "pinned artifacts not installed ({} / {}); run scripts/test-vm",
-            kernel.display(),
-            rootfs.display()
-        ));
-        return None;
-    }
-    Some((kernel, rootfs))
-}
-
-/// A host that can boot the guest with QEMU (this machine kind) or libkrun.
-fn bootable() -> bool {
-    let detection = Detection::probe();
-    if detection.krun_runs_user_space()
-        || (detection.qemu.is_some() && detection.vhost_device_vsock.is_some())
-    {
-        return true;
-    }
-    require_or_skip("neither hardware KVM nor QEMU + vhost-device-vsock is available")
-}
-
-/// A running `berm-vmm run` with its stderr lines collected.
-struct Vmm {
-    child: Child,
-    lines: mpsc::Receiver<String>,
-    seen: Vec<String>,
-    run_dir: PathBuf,
-    _tmp: tempfile::TempDir,
-}
-
-impl Vmm {
-    fn start(args: &[&str], envs: &[(&str, &Path)]) -> Self {
-        let tmp = tempfile::tempdir().unwrap();
-        let run_dir = tmp.path().join("run");
-        let mut command = Command::new(env!("CARGO_BIN_EXE_berm-vmm"));
-        command
-            .arg("run")
-            .arg("--run-dir")
-            .arg(&run_dir)
-            .args(args)
-            .stderr(Stdio::piped())
-            .stdout(Stdio::null());
-        for (k, v) in envs {
-            command.env(k, v);
-        }
-        let mut child = command.spawn().unwrap();
-        let stderr = child.stderr.take().unwrap();
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                let _ = tx.send(line);
-            }
-        });
-        Self {
-            child,
-            lines,
-            seen: Vec::new(),
-            run_dir,
-            _tmp: tmp,
-        }
-    }
-
-    /// Waits for the process to end and returns its exit code, with all stderr collected.
-    fn wait(&mut self, timeout: Duration) -> i32 {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                while let Ok(line) = self.lines.recv_timeout(Duration::from_millis(200)) {
-                    self.seen.push(line);
-                }
-                return status.code().expect("berm-vmm ended by a signal");
-            }
-            if Instant::now() > deadline {
-                let _ = self.child.kill();
-                panic!(
-                    "berm-vmm did not end within {timeout:?}; stderr so far:\n{}",
-                    self.seen.join("\n")
-                );
-            }
-            while let Ok(line) = self.lines.try_recv() {
-                self.seen.push(line);
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    /// The JSON lines berm-vmm wrote with this `event`.
-    fn events(&self, event: &str) -> Vec<Value> {
-        self.seen
-            .iter()
-            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-            .filter(|v| v["event"] == event)
-            .collect()
-    }
-
-    fn stderr(&self) -> String {
-        self.seen.join("\n")
-    }
-}
-
-impl Drop for Vmm {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// Boots, checks the greeting, the replayed boot events and `status` on control, the logs
 /// port's greeting, then shuts down and expects exit 0. Returns the stopped Vmm.
@@ -281,28 +158,6 @@ fn a_bad_guest_setting_fails_the_boot_with_exit_10() {
             .contains("BERM_LOG=\"loud\"")
     );
     assert_eq!(vmm.events("exit")[0]["status"], "boot_failed");
-}
-
-#[test]
-fn apps_are_refused_by_this_guest_until_bermd_exists() {
-    if pinned().is_none() || !bootable() {
-        return;
-    }
-    let app = tempfile::tempdir().unwrap();
-    std::fs::write(app.path().join("berm.toml"), "name = \"x\"\n").unwrap();
-    let mut vmm = Vmm::start(&["--app", app.path().to_str().unwrap()], &[]);
-    let code = vmm.wait(BOOT);
-    assert_eq!(code, 10, "stderr:\n{}", vmm.stderr());
-    let endpoints = &vmm.events("endpoints")[0];
-    assert_eq!(endpoints["rpc"][0]["port"], 5000);
-    assert!(
-        endpoints["rpc"][0]["socket"]
-            .as_str()
-            .unwrap()
-            .ends_with("rpc-0.sock")
-    );
-    assert_eq!(vmm.events("measurements")[0]["apps"][0]["files"], 1);
-    assert_eq!(vmm.events("boot_failed")[0]["step"], "apps");
 }
 
 #[test]

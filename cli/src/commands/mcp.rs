@@ -1,11 +1,12 @@
 //! `berm mcp`: the stdio bridge an agent harness launches.
 //!
-//! It copies bytes between stdin/stdout and `$BERM_HOME/mcp.sock`; bermd
+//! It copies bytes between stdin/stdout and `$BERM_HOME/mcp.sock` (or, with
+//! `--socket`, any bermd MCP socket, such as a VM app's `rpc-<i>.sock`); bermd
 //! speaks MCP on the other end. It does not start bermd: a harness that
 //! launched one per session would hold programs nobody deployed to, so when
 //! bermd is not running it says how to start it and exits 2.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use berm_control::ClientError;
@@ -14,11 +15,31 @@ use tokio::net::UnixStream;
 
 use crate::Exit;
 
+/// `berm mcp` arguments.
+#[derive(clap::Args)]
+pub struct Args {
+    /// Bridge to this MCP socket instead of the local bermd's, e.g. a VM
+    /// app's `<run-dir>/rpc-0.sock` (once the app is ready).
+    #[arg(long, value_name = "PATH")]
+    socket: Option<PathBuf>,
+}
+
 /// Bridges until either side closes.
-pub async fn run(home: &Path) -> anyhow::Result<Exit> {
-    let path = home.join(berm_control::home::MCP_SOCKET);
+pub async fn run(home: &Path, args: Args) -> anyhow::Result<Exit> {
+    let path = args
+        .socket
+        .clone()
+        .unwrap_or_else(|| home.join(berm_control::home::MCP_SOCKET));
     let stream = match UnixStream::connect(&path).await {
         Ok(stream) => stream,
+        Err(e) if args.socket.is_some() => {
+            return Err(e).with_context(|| {
+                format!(
+                    "connecting to {} (is the VM running and the app ready?)",
+                    path.display()
+                )
+            });
+        }
         Err(e)
             if matches!(
                 e.kind(),

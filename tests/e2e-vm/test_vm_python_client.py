@@ -1,0 +1,39 @@
+"""The Python MCP SDK (PyPI `mcp`) against an app's bermd inside the VM: straight to
+`rpc-0.sock` (through socat) and through the stdio bridge `berm mcp --socket`."""
+
+import pytest
+from mcp import Client, StdioServerParameters
+
+from conftest import BIN
+
+
+def servers(vm):
+    return {
+        "rpc-socket": StdioServerParameters(command="socat", args=["-", f"UNIX-CONNECT:{vm.rpc}"]),
+        "berm-mcp-bridge": StdioServerParameters(command=str(BIN / "berm"), args=["mcp", "--socket", str(vm.rpc)]),
+    }
+
+
+@pytest.mark.parametrize("route", ["rpc-socket", "berm-mcp-bridge"])
+@pytest.mark.anyio
+async def test_lists_and_calls_the_apps_tools(vm, route):
+    async with Client(servers(vm)[route], mode="legacy", read_timeout_seconds=120, cache=None) as c:
+        assert c.server_info.name == "bermd"
+        tools = {t.name for t in (await c.list_tools()).tools}
+        assert {"notes.add", "notes.list", "notes.search", "notes.delete"} <= tools
+        added = await c.call_tool("notes.add", {"title": f"from {route}", "text": "in the VM"})
+        assert not added.is_error, added.content[0].text
+        listed = await c.call_tool("notes.list", {})
+        assert f"from {route}" in listed.content[0].text
+
+
+@pytest.mark.anyio
+async def test_a_bad_call_is_an_error_not_a_crash(vm):
+    async with Client(servers(vm)["rpc-socket"], mode="legacy", read_timeout_seconds=120, cache=None) as c:
+        bad = await c.call_tool("notes.add", {"title": ""})
+        assert bad.is_error
+
+
+@pytest.fixture
+def anyio_backend():
+    return "asyncio"

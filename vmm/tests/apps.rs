@@ -1,0 +1,270 @@
+//! Apps in the VM, booted for real through `berm-vmm run`: one bermd per app under its own
+//! uid, cgroup, Landlock ruleset and seccomp filter, serving MCP on `rpc-<i>.sock`, with
+//! state on the state disk.
+//!
+//! Like vm.rs, each test prints `SKIPPED: <why>` only where nothing can boot the guest, and
+//! fails instead under `BERM_VM_REQUIRE=1`.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use common::{BOOT, Mcp, Vmm, app_folder, bootable, pinned};
+use serde_json::{Value, json};
+
+/// Starting bermd under TCG, with its programs precompiled on the host.
+const READY: Duration = Duration::from_secs(120);
+
+fn probe_binary() -> PathBuf {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../target/x86_64-unknown-linux-musl/debug/berm-probe");
+    assert!(
+        path.exists(),
+        "{} is missing: scripts/test-vm builds it (cargo build --target x86_64-unknown-linux-musl -p berm-probe)",
+        path.display()
+    );
+    path
+}
+
+fn ready(vmm: &mut Vmm, app: &str) -> Value {
+    vmm.wait_event("berm-init", "app_ready", BOOT + READY, |v| v["app"] == app)
+}
+
+fn started(vmm: &Vmm, app: &str) -> Value {
+    vmm.events("app_started")
+        .into_iter()
+        .find(|v| v["app"] == app)
+        .unwrap_or_else(|| panic!("no app_started for {app}:\n{}", vmm.stderr()))
+}
+
+fn notes_toml(name: &str) -> String {
+    format!(
+        "name = \"{name}\"\n[limits]\ncpu = 0.5\nmemory_mb = 128\npids = 32\n\n\
+         [[program]]\nname = \"notes\"\nwasm = \"notes.wasm\"\ngrants = [\"kv\"]\n"
+    )
+}
+
+#[test]
+fn one_app_answers_mcp_and_its_notes_survive_a_reboot() {
+    if pinned().is_none() || !bootable() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let app = app_folder(tmp.path(), "notes", &["notes"], &notes_toml("notes"));
+    let disk = tmp.path().join("state.img");
+    let args = [
+        "--app",
+        app.to_str().unwrap(),
+        "--state",
+        disk.to_str().unwrap(),
+    ];
+
+    // First boot: a fresh disk, notes added over several connections.
+    let mut vmm = Vmm::start(&args, &[]);
+    let ready_line = ready(&mut vmm, "notes");
+    assert_eq!(ready_line["index"], 0);
+    assert_eq!(ready_line["programs"][0]["code"], "precompiled", "{ready_line}");
+    let measured = &vmm.events("measurements")[0];
+    let first_digest = measured["state"]["chunked_sha256"].clone();
+    assert_eq!(measured["apps"][0]["name"], "notes");
+    assert_eq!(
+        measured["apps"][0]["programs"][0]["sha256"],
+        ready_line["programs"][0]["sha256"],
+        "the guest deployed exactly the measured program"
+    );
+    let start = started(&vmm, "notes");
+    assert_eq!((start["uid"].as_u64(), start["gid"].as_u64()), (Some(10000), Some(10000)));
+    assert_eq!(start["port"], 5000);
+    assert_eq!(start["cgroup"], "0::/berm/apps/notes");
+    assert_eq!(start["limits"]["cpu_max"], "50000 100000");
+    assert_eq!(start["limits"]["memory_max"], (128u64 << 20).to_string());
+    assert_eq!(start["limits"]["pids_max"], "32");
+    assert_eq!(start["enforcement"]["landlock"], "fully_enforced");
+    assert_eq!(start["enforcement"]["seccomp"], "filter");
+    assert_eq!(start["enforcement"]["no_new_privs"], true);
+
+    let rpc = vmm.run_dir.join("rpc-0.sock");
+    for (title, text) in [("first", "one"), ("second", "two")] {
+        let mut mcp = Mcp::connect(&rpc);
+        let tools = mcp.tools();
+        assert!(tools.contains(&"notes.add".to_owned()), "{tools:?}");
+        let (out, is_error) = mcp.call("notes.add", json!({"title": title, "text": text}));
+        assert!(!is_error, "{out}");
+    }
+    let status = control_status(&vmm);
+    assert_eq!(status["apps"][0]["state"], "ready", "{status}");
+    assert_eq!(status["apps"][0]["uid"], 10000);
+    vmm.shut_down();
+
+    // Second boot on the same disk: the notes are there, and the disk's digest moved.
+    let mut vmm = Vmm::start(&args, &[]);
+    ready(&mut vmm, "notes");
+    let measured = &vmm.events("measurements")[0];
+    assert_eq!(measured["state"]["created"], false);
+    assert_ne!(measured["state"]["chunked_sha256"], first_digest);
+    let mut mcp = Mcp::connect(&vmm.run_dir.join("rpc-0.sock"));
+    let (list, is_error) = mcp.call("notes.list", json!({}));
+    assert!(!is_error, "{list}");
+    assert!(list.contains("first") && list.contains("second"), "{list}");
+    drop(mcp);
+    vmm.shut_down();
+}
+
+fn control_status(vmm: &Vmm) -> Value {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let mut control = berm_vm_protocol::client::GuestConnection::connect(
+        &vmm.run_dir.join("control.sock"),
+        berm_vm_protocol::Service::Control,
+        deadline,
+    )
+    .unwrap();
+    let line = control.status(deadline).unwrap();
+    serde_json::to_value(&line).unwrap()
+}
+
+/// Three apps in one VM: a notes app with the probe under its confinement, a hostile app
+/// whose runaway calls fail while it keeps serving, and an app whose bermd is killed by its
+/// own cgroup's memory limit — reported, while the others keep answering.
+#[test]
+fn apps_are_confined_apart_and_survive_each_other() {
+    if pinned().is_none() || !bootable() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let notes = app_folder(tmp.path(), "notes", &["notes"], &notes_toml("notes"));
+    let hostile = app_folder(
+        tmp.path(),
+        "hostile",
+        &["hostile"],
+        "name = \"hostile\"\ncall_deadline_ms = 2000\n[limits]\nmemory_mb = 96\npids = 16\n\n\
+         [[program]]\nname = \"hostile\"\nwasm = \"hostile.wasm\"\nmemory_mb = 16\n",
+    );
+    // Its program may grow to 64 MiB of wasm memory, but its cgroup holds 24 MiB in all.
+    let fragile = app_folder(
+        tmp.path(),
+        "fragile",
+        &["hostile"],
+        "name = \"fragile\"\ncall_deadline_ms = 20000\n[limits]\nmemory_mb = 24\npids = 16\n\n\
+         [[program]]\nname = \"hostile\"\nwasm = \"hostile.wasm\"\n",
+    );
+    let probe = probe_binary();
+    let mut vmm = Vmm::start(
+        &[
+            "--app",
+            notes.to_str().unwrap(),
+            "--app",
+            hostile.to_str().unwrap(),
+            "--app",
+            fragile.to_str().unwrap(),
+            "--test-probe",
+            probe.to_str().unwrap(),
+            "--test-probe-app",
+            "0",
+        ],
+        &[],
+    );
+    for app in ["notes", "hostile", "fragile"] {
+        ready(&mut vmm, app);
+    }
+    let (a, b) = (started(&vmm, "notes"), started(&vmm, "hostile"));
+    assert_eq!((a["uid"].as_u64(), b["uid"].as_u64()), (Some(10000), Some(10001)));
+    assert_ne!(a["cgroup"], b["cgroup"]);
+    assert_eq!(b["limits"]["memory_max"], (96u64 << 20).to_string());
+    assert_eq!(b["limits"]["pids_max"], "16");
+    assert_eq!(b["limits"]["cpu_max"], "100000 100000");
+
+    // The probe ran under app 0's confinement and tried what it must not do.
+    let report = vmm.wait_event("berm-init", "probe_report", READY, |_| true);
+    print_probe_table(&report);
+    assert_eq!(report["uid"], 10000);
+    assert_eq!(report["cgroup"], "0::/berm/apps/notes");
+    assert_eq!(report["enforcement"]["landlock"], "fully_enforced");
+    let checks = report["checks"].as_array().unwrap();
+    assert!(checks.len() >= 18, "{report}");
+    let failed: Vec<&Value> = checks.iter().filter(|c| c["pass"] != true).collect();
+    assert!(failed.is_empty(), "probe checks failed: {failed:#?}");
+
+    // Runaway calls fail; the app keeps serving.
+    let mut mcp = Mcp::connect(&vmm.run_dir.join("rpc-1.sock"));
+    let (out, is_error) = mcp.call("hostile.spin", json!({}));
+    assert!(is_error && out.contains("deadline"), "{out}");
+    let (out, is_error) = mcp.call("hostile.memory_bomb", json!({}));
+    assert!(is_error && out.contains("memory"), "{out}");
+    let (out, is_error) = mcp.call("hostile.counter", json!({}));
+    assert_eq!((out.as_str(), is_error), ("1", false));
+
+    // fragile's bermd dies by its cgroup's memory limit; berm-init says so.
+    let mut doomed = Mcp::connect(&vmm.run_dir.join("rpc-2.sock"));
+    let _ = doomed.try_call("hostile.memory_bomb", json!({}));
+    let exited = vmm.wait_event("berm-init", "app_exited", READY, |v| v["app"] == "fragile");
+    assert_eq!(exited["signal"], 9, "{exited}");
+    // The others keep answering.
+    let (out, is_error) = mcp.call("hostile.counter", json!({}));
+    assert_eq!((out.as_str(), is_error), ("1", false));
+    let mut notes = Mcp::connect(&vmm.run_dir.join("rpc-0.sock"));
+    let (_, is_error) = notes.call("notes.add", json!({"title": "still", "text": "here"}));
+    assert!(!is_error);
+    let status = control_status(&vmm);
+    let states: Vec<&str> = status["apps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["state"].as_str().unwrap())
+        .collect();
+    assert_eq!(states, ["ready", "ready", "exited"], "{status}");
+    drop((mcp, notes, doomed));
+    vmm.shut_down();
+}
+
+/// Prints the probe's findings as a table (the closing note quotes it).
+fn print_probe_table(report: &Value) {
+    eprintln!(
+        "probe under app {} (uid {}, {}, Landlock ABI {} {}):",
+        report["app"],
+        report["uid"],
+        report["cgroup"],
+        report["enforcement"]["landlock_abi"],
+        report["enforcement"]["landlock"]
+    );
+    eprintln!("| check | expected | outcome |\n|---|---|---|");
+    for c in report["checks"].as_array().unwrap() {
+        eprintln!(
+            "| {} | {} | {} |",
+            c["name"].as_str().unwrap(),
+            c["expected"].as_str().unwrap(),
+            c["outcome"].as_str().unwrap()
+        );
+    }
+}
+
+#[test]
+fn a_bad_app_folder_is_refused_before_boot() {
+    if pinned().is_none() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let folder = tmp.path().join("empty");
+    std::fs::create_dir(&folder).unwrap();
+    let mut vmm = Vmm::start(&["--app", folder.to_str().unwrap()], &[]);
+    assert_eq!(vmm.wait(Duration::from_secs(30)), 5, "{}", vmm.stderr());
+    assert!(vmm.stderr().contains("berm.toml"), "{}", vmm.stderr());
+
+    let dup_a = app_folder(tmp.path(), "a", &["echo"], &echo_toml("same"));
+    let dup_b = app_folder(tmp.path(), "b", &["echo"], &echo_toml("same"));
+    let mut vmm = Vmm::start(
+        &[
+            "--app",
+            dup_a.to_str().unwrap(),
+            "--app",
+            dup_b.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert_eq!(vmm.wait(Duration::from_secs(30)), 5, "{}", vmm.stderr());
+    assert!(vmm.stderr().contains("two apps are named same"), "{}", vmm.stderr());
+}
+
+fn echo_toml(name: &str) -> String {
+    format!("name = \"{name}\"\n[[program]]\nname = \"echo\"\nwasm = \"echo.wasm\"\n")
+}

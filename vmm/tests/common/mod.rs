@@ -1,0 +1,325 @@
+//! What the VM test files share: finding the artifacts, skipping loudly, and a running
+//! `berm-vmm run` with its stderr lines collected.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use berm_pins::{ArtifactStore, KernelPins, RootfsPins};
+use berm_vmm::detect::Detection;
+use serde_json::Value;
+
+pub const BOOT: Duration = Duration::from_secs(90);
+
+pub fn require_or_skip(why: &str) -> bool {
+    if std::env::var_os("BERM_VM_REQUIRE").is_some_and(|v| v == "1") {
+        panic!("BERM_VM_REQUIRE=1 but this test cannot run: {why}");
+    }
+    eprintln!("SKIPPED: {why}");
+    false
+}
+
+/// The pinned artifacts' paths, or `None` (after a SKIPPED line) if they are not installed.
+pub fn pinned() -> Option<(PathBuf, PathBuf)> {
+    let store = ArtifactStore::from_env().expect("HOME is set");
+    let kernel = store.kernel(&KernelPins::compiled_in().unwrap().image.sha256);
+    let rootfs = store.rootfs(&RootfsPins::compiled_in().unwrap().image.sha256);
+    if !kernel.exists() || !rootfs.exists() {
+        require_or_skip(&format!(
+            "pinned artifacts not installed ({} / {}); run scripts/test-vm",
+            kernel.display(),
+            rootfs.display()
+        ));
+        return None;
+    }
+    Some((kernel, rootfs))
+}
+
+/// A host that can boot the guest with QEMU (this machine kind) or libkrun.
+pub fn bootable() -> bool {
+    let detection = Detection::probe();
+    if detection.krun_runs_user_space()
+        || (detection.qemu.is_some() && detection.vhost_device_vsock.is_some())
+    {
+        return true;
+    }
+    require_or_skip("neither hardware KVM nor QEMU + vhost-device-vsock is available")
+}
+
+/// A running `berm-vmm run` with its stderr lines collected.
+pub struct Vmm {
+    pub child: Child,
+    pub lines: mpsc::Receiver<String>,
+    pub seen: Vec<String>,
+    pub run_dir: PathBuf,
+    pub tmp: tempfile::TempDir,
+}
+
+impl Vmm {
+    pub fn start(args: &[&str], envs: &[(&str, &Path)]) -> Self {
+        let tmp = tempfile::tempdir().unwrap();
+        let run_dir = tmp.path().join("run");
+        let mut command = Command::new(env!("CARGO_BIN_EXE_berm-vmm"));
+        command
+            .arg("run")
+            .arg("--run-dir")
+            .arg(&run_dir)
+            .args(args)
+            .stderr(Stdio::piped())
+            .stdout(Stdio::null());
+        for (k, v) in envs {
+            command.env(k, v);
+        }
+        let mut child = command.spawn().unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        Self {
+            child,
+            lines,
+            seen: Vec::new(),
+            run_dir,
+            tmp,
+        }
+    }
+
+    /// Waits for the process to end and returns its exit code, with all stderr collected.
+    pub fn wait(&mut self, timeout: Duration) -> i32 {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                while let Ok(line) = self.lines.recv_timeout(Duration::from_millis(200)) {
+                    self.seen.push(line);
+                }
+                return status.code().expect("berm-vmm ended by a signal");
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                panic!(
+                    "berm-vmm did not end within {timeout:?}; stderr so far:\n{}",
+                    self.seen.join("\n")
+                );
+            }
+            while let Ok(line) = self.lines.try_recv() {
+                self.seen.push(line);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The JSON lines berm-vmm wrote with this `event`.
+    pub fn events(&self, event: &str) -> Vec<Value> {
+        self.seen
+            .iter()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|v| v["event"] == event)
+            .collect()
+    }
+
+    pub fn stderr(&self) -> String {
+        self.seen.join("\n")
+    }
+}
+
+impl Drop for Vmm {
+    pub fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+
+impl Vmm {
+    /// Waits for the first stderr line with this `event` (and `source`) that `pred` accepts.
+    pub fn wait_event(
+        &mut self,
+        source: &str,
+        event: &str,
+        timeout: Duration,
+        pred: impl Fn(&Value) -> bool,
+    ) -> Value {
+        let deadline = Instant::now() + timeout;
+        let mut checked = 0;
+        loop {
+            for line in &self.seen[checked..] {
+                if let Ok(v) = serde_json::from_str::<Value>(line)
+                    && v["source"] == source
+                    && v["event"] == event
+                    && pred(&v)
+                {
+                    return v;
+                }
+            }
+            checked = self.seen.len();
+            if let Some(status) = self.child.try_wait().unwrap() {
+                while let Ok(line) = self.lines.try_recv() {
+                    self.seen.push(line);
+                }
+                if self.seen.len() > checked {
+                    continue;
+                }
+                panic!(
+                    "berm-vmm ended ({status}) before {source} {event}; stderr:\n{}",
+                    self.stderr()
+                );
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                panic!("no {source} {event} within {timeout:?}; stderr:\n{}", self.stderr());
+            }
+            if let Ok(line) = self.lines.recv_timeout(left.min(Duration::from_millis(100))) {
+                self.seen.push(line);
+            }
+        }
+    }
+
+    /// Asks the guest to shut down on its control port and expects berm-vmm to exit 0.
+    pub fn shut_down(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut control = berm_vm_protocol::client::GuestConnection::connect(
+            &self.run_dir.join("control.sock"),
+            berm_vm_protocol::Service::Control,
+            deadline,
+        )
+        .unwrap();
+        control
+            .send(berm_vm_protocol::Request::Shutdown, deadline)
+            .unwrap();
+        let _ = control.wait_for(deadline, |l| {
+            matches!(l.event, berm_vm_protocol::Event::PowerOff(_))
+        });
+        drop(control);
+        let code = self.wait(Duration::from_secs(60));
+        assert_eq!(code, 0, "stderr:\n{}", self.stderr());
+    }
+}
+
+/// A newline-delimited JSON-RPC MCP client on a Unix socket (an app's `rpc-<i>.sock`).
+pub struct Mcp {
+    writer: std::os::unix::net::UnixStream,
+    reader: BufReader<std::os::unix::net::UnixStream>,
+    next_id: u64,
+}
+
+impl Mcp {
+    /// Connects and initializes.
+    pub fn connect(socket: &Path) -> Mcp {
+        let writer = std::os::unix::net::UnixStream::connect(socket)
+            .unwrap_or_else(|e| panic!("connecting to {}: {e}", socket.display()));
+        writer
+            .set_read_timeout(Some(Duration::from_secs(120)))
+            .unwrap();
+        let reader = BufReader::new(writer.try_clone().unwrap());
+        let mut mcp = Mcp {
+            writer,
+            reader,
+            next_id: 0,
+        };
+        let init = mcp.request(
+            "initialize",
+            serde_json::json!({"protocolVersion": "2025-06-18", "capabilities": {},
+                               "clientInfo": {"name": "berm-vm-tests", "version": "0"}}),
+        );
+        assert_eq!(init["result"]["serverInfo"]["name"], "bermd", "{init}");
+        mcp.send(&serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+        mcp
+    }
+
+    fn send(&mut self, message: &Value) {
+        use std::io::Write;
+        let mut line = message.to_string();
+        line.push('\n');
+        self.writer.write_all(line.as_bytes()).unwrap();
+    }
+
+    /// One request and its response.
+    pub fn request(&mut self, method: &str, params: Value) -> Value {
+        self.try_request(method, params)
+            .unwrap_or_else(|e| panic!("MCP {method}: {e}"))
+    }
+
+    /// One request and its response, or why none came (the server went away).
+    pub fn try_request(&mut self, method: &str, params: Value) -> Result<Value, String> {
+        use std::io::Write;
+        self.next_id += 1;
+        let id = self.next_id;
+        let mut line = serde_json::json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string();
+        line.push('\n');
+        self.writer
+            .write_all(line.as_bytes())
+            .map_err(|e| e.to_string())?;
+        loop {
+            let mut line = String::new();
+            let n = self.reader.read_line(&mut line).map_err(|e| e.to_string())?;
+            if n == 0 {
+                return Err("the connection closed".into());
+            }
+            let value: Value = serde_json::from_str(&line).map_err(|e| e.to_string())?;
+            if value["id"] == id {
+                return Ok(value);
+            }
+        }
+    }
+
+    /// A `tools/call` that may never be answered (its server may die of it).
+    pub fn try_call(&mut self, tool: &str, args: Value) -> Result<Value, String> {
+        self.try_request("tools/call", serde_json::json!({"name": tool, "arguments": args}))
+    }
+
+    /// Every tool name.
+    pub fn tools(&mut self) -> Vec<String> {
+        let list = self.request("tools/list", serde_json::json!({}));
+        list["result"]["tools"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{list}"))
+            .iter()
+            .map(|t| t["name"].as_str().unwrap().to_owned())
+            .collect()
+    }
+
+    /// `tools/call`: (text, is_error).
+    pub fn call(&mut self, tool: &str, args: Value) -> (String, bool) {
+        let response =
+            self.request("tools/call", serde_json::json!({"name": tool, "arguments": args}));
+        let result = &response["result"];
+        assert!(result.is_object(), "not a result: {response}");
+        (
+            result["content"][0]["text"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
+            result["isError"].as_bool().unwrap_or(false),
+        )
+    }
+}
+
+/// The built wasm of one of the repository's example programs.
+pub fn program_wasm(name: &str) -> PathBuf {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../target/wasm32-unknown-unknown/release")
+        .join(format!("{name}.wasm"));
+    assert!(
+        path.exists(),
+        "{} is missing: run scripts/build-apps.sh first",
+        path.display()
+    );
+    path
+}
+
+/// An app folder in `dir`: `berm.toml` with `toml` (programs' wasm copied in by name).
+pub fn app_folder(dir: &Path, name: &str, programs: &[&str], toml: &str) -> PathBuf {
+    let folder = dir.join(name);
+    std::fs::create_dir_all(&folder).unwrap();
+    for program in programs {
+        std::fs::copy(program_wasm(program), folder.join(format!("{program}.wasm"))).unwrap();
+    }
+    std::fs::write(folder.join("berm.toml"), toml).unwrap();
+    folder
+}
