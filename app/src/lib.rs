@@ -1,0 +1,739 @@
+//! The berm app folder: `berm.toml` and the wasm files of its programs.
+//!
+//! An app is the unit a host runs: a name (which is also its tag — the
+//! cgroup `/berm/apps/<tag>` and the directory `/workspace/<tag>` inside the
+//! microVM), the resource limits of the whole app, and one or more programs
+//! with their grants. The same folder means the same thing under `bermd
+//! --app` on the host and inside the VM, so nothing in it may name a host
+//! path: wasm files are relative and stay inside the folder, and `fs` grants
+//! are relative to a directory bermd chooses ([`Program::resolve_grants`]).
+//!
+//! [`load`] reads and checks everything before anything is deployed, so a
+//! host either runs the whole folder or refuses it with a message naming the
+//! file, the field and what is allowed. This crate is linked into berm-init
+//! (a static musl PID 1) and berm-vmm: it stays free of wasmtime and async
+//! runtimes. The format is documented in `docs/apps.md`.
+#![forbid(unsafe_code)]
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::io::Read;
+use std::path::{Component, Path, PathBuf};
+
+use serde::Deserialize;
+use sha2::{Digest as _, Sha256};
+
+/// The manifest's file name inside an app folder.
+pub const MANIFEST: &str = "berm.toml";
+
+/// Largest `berm.toml` read; a manifest is a few hundred bytes.
+pub const MAX_MANIFEST_BYTES: u64 = 64 << 10;
+
+/// Largest wasm file [`Program::read`] accepts (what bermd's control API
+/// accepts too).
+pub const MAX_WASM_BYTES: u64 = 64 << 20;
+
+/// Most programs one app may hold.
+pub const MAX_PROGRAMS: usize = 64;
+
+/// Defaults and ranges of `[limits]`, in the units of `berm.toml`.
+pub mod defaults {
+    /// `cpu` when absent: one core.
+    pub const CPU: f64 = 1.0;
+    /// Smallest `cpu`.
+    pub const CPU_MIN: f64 = 0.01;
+    /// Largest `cpu`.
+    pub const CPU_MAX: f64 = 64.0;
+    /// `memory_mb` when absent.
+    pub const MEMORY_MB: u64 = 256;
+    /// Smallest `memory_mb`: bermd itself needs this much.
+    pub const MEMORY_MB_MIN: u64 = 16;
+    /// Largest `memory_mb`.
+    pub const MEMORY_MB_MAX: u64 = 65536;
+    /// `pids` when absent.
+    pub const PIDS: u32 = 64;
+    /// Smallest `pids`: bermd's own threads.
+    pub const PIDS_MIN: u32 = 8;
+    /// Largest `pids`.
+    pub const PIDS_MAX: u32 = 4096;
+    /// Largest `call_deadline_ms` (ten minutes); the smallest is 1.
+    pub const CALL_DEADLINE_MS_MAX: u64 = 600_000;
+    /// Largest per-program `memory_mb`: berm's engine caps one program's
+    /// linear memory at 1 GiB.
+    pub const PROGRAM_MEMORY_MB_MAX: u64 = 1024;
+}
+
+/// cgroup v2 `cpu.max` period, in microseconds.
+const CPU_PERIOD_US: u64 = 100_000;
+
+/// An app folder, read and checked.
+#[derive(Debug, Clone, PartialEq)]
+pub struct App {
+    /// The folder, canonical and absolute.
+    pub dir: PathBuf,
+    /// The app's name, also its tag.
+    pub name: String,
+    /// Its programs, in the order `berm.toml` lists them.
+    pub programs: Vec<Program>,
+    /// Limits of the whole app (defaults filled in).
+    pub limits: Limits,
+    /// The deadline of every call, when set; otherwise berm's default.
+    pub call_deadline_ms: Option<u64>,
+}
+
+/// One `[[program]]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Program {
+    /// The name it is deployed under; its tools are `name.tool`.
+    pub name: String,
+    /// The wasm file, absolute: `dir.join(wasm_relative)`.
+    pub wasm: PathBuf,
+    /// The wasm file as `berm.toml` names it, relative to the folder.
+    pub wasm_relative: String,
+    /// berm's grant syntax (`log`, `clock`, `random`, `kv`,
+    /// `fs=DIR[:ro|:rw]` with DIR relative); see [`Program::resolve_grants`].
+    pub grants: Vec<String>,
+    /// This program's memory cap in MiB, when set.
+    pub memory_mb: Option<u64>,
+}
+
+/// The app's resource limits, enforced by the cgroup berm-init creates for
+/// it inside the VM (the host's bermd does not enforce them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// CPU bandwidth in thousandths of a core.
+    pub cpu_millicores: u32,
+    /// Memory of the whole app (bermd and every call), MiB.
+    pub memory_mb: u64,
+    /// Most processes and threads.
+    pub pids: u32,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            cpu_millicores: (defaults::CPU * 1000.0) as u32,
+            memory_mb: defaults::MEMORY_MB,
+            pids: defaults::PIDS,
+        }
+    }
+}
+
+impl Limits {
+    /// The cgroup v2 `cpu.max` value: `"<quota> <period>"` with a 100 ms
+    /// period (`"100000 100000"` for one core).
+    pub fn cpu_max(&self) -> String {
+        let quota = u64::from(self.cpu_millicores) * CPU_PERIOD_US / 1000;
+        format!("{quota} {CPU_PERIOD_US}")
+    }
+
+    /// The cgroup v2 `memory.max` value, in bytes (swap is set to 0 beside it).
+    pub fn memory_max_bytes(&self) -> u64 {
+        self.memory_mb << 20
+    }
+}
+
+/// Why an app folder was refused. Every message names the file, the field or
+/// program involved, and what is allowed.
+#[derive(Debug, thiserror::Error)]
+pub enum AppError {
+    /// The folder itself could not be resolved.
+    #[error("app folder {}: {source}", dir.display())]
+    Dir {
+        /// The folder as given.
+        dir: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// `berm.toml` could not be read.
+    #[error("{}: cannot read it: {source}", file.display())]
+    ReadManifest {
+        /// The manifest.
+        file: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// `berm.toml` is not a regular file.
+    #[error("{}: not a regular file", file.display())]
+    ManifestNotFile {
+        /// The manifest.
+        file: PathBuf,
+    },
+    /// `berm.toml` is larger than any real manifest.
+    #[error("{}: {size} bytes, over the cap of {max} bytes", file.display(), max = MAX_MANIFEST_BYTES)]
+    ManifestTooLarge {
+        /// The manifest.
+        file: PathBuf,
+        /// Its size.
+        size: u64,
+    },
+    /// `berm.toml` is not valid TOML, has an unknown key or a value of the
+    /// wrong type.
+    #[error("{}: {message}", file.display())]
+    Parse {
+        /// The manifest.
+        file: PathBuf,
+        /// The TOML reader's message (with line and column).
+        message: String,
+    },
+    /// `name` breaks the rule.
+    #[error(
+        "{}: `name` = {value:?}: use 1-31 characters of a-z, 0-9 and `-`, starting with a letter",
+        file.display()
+    )]
+    Name {
+        /// The manifest.
+        file: PathBuf,
+        /// The value found.
+        value: String,
+    },
+    /// `call_deadline_ms` is out of range.
+    #[error(
+        "{}: `call_deadline_ms` = {value}: allowed 1 to {max}",
+        file.display(),
+        max = defaults::CALL_DEADLINE_MS_MAX
+    )]
+    CallDeadline {
+        /// The manifest.
+        file: PathBuf,
+        /// The value found.
+        value: u64,
+    },
+    /// `[limits] cpu` is out of range.
+    #[error(
+        "{}: `limits.cpu` = {value}: allowed {min} to {max} cores",
+        file.display(),
+        min = defaults::CPU_MIN,
+        max = defaults::CPU_MAX
+    )]
+    Cpu {
+        /// The manifest.
+        file: PathBuf,
+        /// The value found.
+        value: f64,
+    },
+    /// `[limits] memory_mb` is out of range.
+    #[error(
+        "{}: `limits.memory_mb` = {value}: allowed {min} to {max}",
+        file.display(),
+        min = defaults::MEMORY_MB_MIN,
+        max = defaults::MEMORY_MB_MAX
+    )]
+    Memory {
+        /// The manifest.
+        file: PathBuf,
+        /// The value found.
+        value: u64,
+    },
+    /// `[limits] pids` is out of range.
+    #[error(
+        "{}: `limits.pids` = {value}: allowed {min} to {max}",
+        file.display(),
+        min = defaults::PIDS_MIN,
+        max = defaults::PIDS_MAX
+    )]
+    Pids {
+        /// The manifest.
+        file: PathBuf,
+        /// The value found.
+        value: u64,
+    },
+    /// No `[[program]]` at all.
+    #[error("{}: no `[[program]]`: an app holds 1 to {MAX_PROGRAMS} programs", file.display())]
+    NoPrograms {
+        /// The manifest.
+        file: PathBuf,
+    },
+    /// More programs than an app may hold.
+    #[error("{}: {count} programs: an app holds 1 to {MAX_PROGRAMS}", file.display())]
+    TooManyPrograms {
+        /// The manifest.
+        file: PathBuf,
+        /// How many were listed.
+        count: usize,
+    },
+    /// A program's `name` breaks the naming rule.
+    #[error(
+        "{}: program name {name:?}: use 1-64 of a-z, 0-9, `_`, `-`, starting with a letter or digit (no dots)",
+        file.display()
+    )]
+    ProgramName {
+        /// The manifest.
+        file: PathBuf,
+        /// The name found.
+        name: String,
+    },
+    /// Two programs share a name.
+    #[error("{}: program `{name}` is listed twice: program names must be unique", file.display())]
+    DuplicateProgram {
+        /// The manifest.
+        file: PathBuf,
+        /// The name.
+        name: String,
+    },
+    /// A program's `memory_mb` is out of range.
+    #[error(
+        "{}: program `{program}`: `memory_mb` = {value}: allowed 1 to {max} and at most the app's `limits.memory_mb` ({app})",
+        file.display(),
+        max = defaults::PROGRAM_MEMORY_MB_MAX
+    )]
+    ProgramMemory {
+        /// The manifest.
+        file: PathBuf,
+        /// The program.
+        program: String,
+        /// The value found.
+        value: u64,
+        /// The app's memory limit.
+        app: u64,
+    },
+    /// A grant is not one of berm's.
+    #[error(
+        "{}: program `{program}`: unknown grant {grant:?}: use log, clock, random, kv or fs=DIR[:ro|:rw]",
+        file.display()
+    )]
+    UnknownGrant {
+        /// The manifest.
+        file: PathBuf,
+        /// The program.
+        program: String,
+        /// The grant.
+        grant: String,
+    },
+    /// An `fs` grant's directory is not a plain relative path.
+    #[error(
+        "{}: program `{program}`: grant {grant:?}: {problem}; an app's fs directory is relative to bermd's data directory, without `..`",
+        file.display()
+    )]
+    FsGrant {
+        /// The manifest.
+        file: PathBuf,
+        /// The program.
+        program: String,
+        /// The grant.
+        grant: String,
+        /// What is wrong with it.
+        problem: &'static str,
+    },
+    /// More than one `fs` grant for one program.
+    #[error("{}: program `{program}`: at most one fs directory may be granted", file.display())]
+    DuplicateFsGrant {
+        /// The manifest.
+        file: PathBuf,
+        /// The program.
+        program: String,
+    },
+    /// A program's `wasm` is not a plain relative path inside the folder.
+    #[error(
+        "{}: program `{program}`: `wasm` = {path:?}: {problem}; use a path relative to the app folder, without `..`",
+        file.display()
+    )]
+    WasmPath {
+        /// The manifest.
+        file: PathBuf,
+        /// The program.
+        program: String,
+        /// The path as written.
+        path: String,
+        /// What is wrong with it.
+        problem: &'static str,
+    },
+    /// A program's wasm file does not exist or cannot be resolved.
+    #[error("program `{program}`: wasm file {}: {source}", path.display())]
+    WasmMissing {
+        /// The program.
+        program: String,
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A program's wasm file resolves (through a symlink) outside the folder.
+    #[error(
+        "program `{program}`: wasm file {} leads outside the app folder {} (to {})",
+        path.display(),
+        dir.display(),
+        target.display()
+    )]
+    WasmOutside {
+        /// The program.
+        program: String,
+        /// The file as named.
+        path: PathBuf,
+        /// The app folder.
+        dir: PathBuf,
+        /// Where it really is.
+        target: PathBuf,
+    },
+    /// A program's wasm path is a directory or a special file.
+    #[error("program `{program}`: wasm file {}: not a regular file", path.display())]
+    WasmNotFile {
+        /// The program.
+        program: String,
+        /// The file.
+        path: PathBuf,
+    },
+    /// A program's wasm file is larger than a host accepts.
+    #[error(
+        "program `{program}`: wasm file {}: {size} bytes, over the cap of {max} bytes",
+        path.display(),
+        max = MAX_WASM_BYTES
+    )]
+    WasmTooLarge {
+        /// The program.
+        program: String,
+        /// The file.
+        path: PathBuf,
+        /// Its size.
+        size: u64,
+    },
+}
+
+/// `berm.toml` as written.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawApp {
+    name: String,
+    call_deadline_ms: Option<u64>,
+    #[serde(default)]
+    limits: RawLimits,
+    #[serde(default, rename = "program")]
+    programs: Vec<RawProgram>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawLimits {
+    cpu: Option<Number>,
+    memory_mb: Option<u64>,
+    pids: Option<u64>,
+}
+
+/// TOML keeps integers and floats apart; `cpu = 2` and `cpu = 0.5` are both
+/// meant.
+#[derive(Deserialize, Clone, Copy)]
+#[serde(untagged)]
+enum Number {
+    Int(i64),
+    Float(f64),
+}
+
+impl Number {
+    fn value(self) -> f64 {
+        match self {
+            Number::Int(i) => i as f64,
+            Number::Float(f) => f,
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawProgram {
+    name: String,
+    wasm: String,
+    #[serde(default)]
+    grants: Vec<String>,
+    memory_mb: Option<u64>,
+}
+
+/// Reads and checks the app folder `dir`: `berm.toml`, every value's range,
+/// every grant, and that each wasm file exists as a regular file inside the
+/// folder. Nothing is deployed or written.
+pub fn load(dir: &Path) -> Result<App, AppError> {
+    let dir = fs::canonicalize(dir).map_err(|source| AppError::Dir {
+        dir: dir.to_path_buf(),
+        source,
+    })?;
+    let file = dir.join(MANIFEST);
+    let text = read_manifest(&file)?;
+    let raw: RawApp = toml::from_str(&text).map_err(|e| AppError::Parse {
+        file: file.clone(),
+        message: e.to_string().trim_end().to_string(),
+    })?;
+
+    if !is_valid_app_name(&raw.name) {
+        return Err(AppError::Name {
+            file,
+            value: raw.name,
+        });
+    }
+    if let Some(value) = raw.call_deadline_ms
+        && !(1..=defaults::CALL_DEADLINE_MS_MAX).contains(&value)
+    {
+        return Err(AppError::CallDeadline { file, value });
+    }
+    let limits = limits(&file, &raw.limits)?;
+
+    if raw.programs.is_empty() {
+        return Err(AppError::NoPrograms { file });
+    }
+    if raw.programs.len() > MAX_PROGRAMS {
+        return Err(AppError::TooManyPrograms {
+            file,
+            count: raw.programs.len(),
+        });
+    }
+    let mut names = BTreeSet::new();
+    let mut programs = Vec::with_capacity(raw.programs.len());
+    for program in raw.programs {
+        if !berm_abi::is_valid_name(&program.name) {
+            return Err(AppError::ProgramName {
+                file,
+                name: program.name,
+            });
+        }
+        if !names.insert(program.name.clone()) {
+            return Err(AppError::DuplicateProgram {
+                file,
+                name: program.name,
+            });
+        }
+        if let Some(value) = program.memory_mb
+            && (value == 0 || value > defaults::PROGRAM_MEMORY_MB_MAX || value > limits.memory_mb)
+        {
+            return Err(AppError::ProgramMemory {
+                file,
+                program: program.name,
+                value,
+                app: limits.memory_mb,
+            });
+        }
+        check_grants(&file, &program.name, &program.grants)?;
+        let wasm = wasm_file(&file, &dir, &program.name, &program.wasm)?;
+        programs.push(Program {
+            name: program.name,
+            wasm,
+            wasm_relative: program.wasm,
+            grants: program.grants,
+            memory_mb: program.memory_mb,
+        });
+    }
+    Ok(App {
+        dir,
+        name: raw.name,
+        programs,
+        limits,
+        call_deadline_ms: raw.call_deadline_ms,
+    })
+}
+
+impl Program {
+    /// The grants with every `fs=DIR` made absolute under `root` (bermd
+    /// passes a directory of its data directory), so the same folder grants
+    /// the same files on the host and inside the VM.
+    pub fn resolve_grants(&self, root: &Path) -> Vec<String> {
+        self.grants
+            .iter()
+            .map(|grant| match grant.strip_prefix("fs=") {
+                Some(value) => {
+                    let (dir, mode) = split_fs_mode(value);
+                    format!("fs={}{mode}", root.join(dir).display())
+                }
+                None => grant.clone(),
+            })
+            .collect()
+    }
+
+    /// The wasm file's bytes, refusing one over [`MAX_WASM_BYTES`].
+    pub fn read(&self) -> Result<Vec<u8>, AppError> {
+        let missing = |source| AppError::WasmMissing {
+            program: self.name.clone(),
+            path: self.wasm.clone(),
+            source,
+        };
+        let file = fs::File::open(&self.wasm).map_err(missing)?;
+        let mut bytes = Vec::new();
+        file.take(MAX_WASM_BYTES + 1)
+            .read_to_end(&mut bytes)
+            .map_err(missing)?;
+        if bytes.len() as u64 > MAX_WASM_BYTES {
+            return Err(AppError::WasmTooLarge {
+                program: self.name.clone(),
+                path: self.wasm.clone(),
+                size: bytes.len() as u64,
+            });
+        }
+        Ok(bytes)
+    }
+}
+
+/// The sha256 of `bytes` in lowercase hex: a program's identity (berm prints
+/// it as `sha256:<hex>`).
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+/// `^[a-z][a-z0-9-]{0,30}$`: the name is also a cgroup and a directory name.
+fn is_valid_app_name(name: &str) -> bool {
+    let bytes = name.as_bytes();
+    !bytes.is_empty()
+        && bytes.len() <= 31
+        && bytes[0].is_ascii_lowercase()
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
+}
+
+fn read_manifest(file: &Path) -> Result<String, AppError> {
+    let read = |source| AppError::ReadManifest {
+        file: file.to_path_buf(),
+        source,
+    };
+    let meta = fs::metadata(file).map_err(read)?;
+    if !meta.is_file() {
+        return Err(AppError::ManifestNotFile {
+            file: file.to_path_buf(),
+        });
+    }
+    if meta.len() > MAX_MANIFEST_BYTES {
+        return Err(AppError::ManifestTooLarge {
+            file: file.to_path_buf(),
+            size: meta.len(),
+        });
+    }
+    let mut text = String::new();
+    fs::File::open(file)
+        .and_then(|f| f.take(MAX_MANIFEST_BYTES + 1).read_to_string(&mut text))
+        .map_err(read)?;
+    Ok(text)
+}
+
+fn limits(file: &Path, raw: &RawLimits) -> Result<Limits, AppError> {
+    let mut limits = Limits::default();
+    if let Some(cpu) = raw.cpu {
+        let value = cpu.value();
+        // NaN fails both comparisons and is refused too.
+        if !(value >= defaults::CPU_MIN && value <= defaults::CPU_MAX) {
+            return Err(AppError::Cpu {
+                file: file.to_path_buf(),
+                value,
+            });
+        }
+        limits.cpu_millicores = (value * 1000.0).round() as u32;
+    }
+    if let Some(value) = raw.memory_mb {
+        if !(defaults::MEMORY_MB_MIN..=defaults::MEMORY_MB_MAX).contains(&value) {
+            return Err(AppError::Memory {
+                file: file.to_path_buf(),
+                value,
+            });
+        }
+        limits.memory_mb = value;
+    }
+    if let Some(value) = raw.pids {
+        if !(u64::from(defaults::PIDS_MIN)..=u64::from(defaults::PIDS_MAX)).contains(&value) {
+            return Err(AppError::Pids {
+                file: file.to_path_buf(),
+                value,
+            });
+        }
+        limits.pids = value as u32;
+    }
+    Ok(limits)
+}
+
+/// `DIR:ro` → (`DIR`, `:ro`); the mode suffix is kept as written.
+fn split_fs_mode(value: &str) -> (&str, &str) {
+    for mode in [":ro", ":rw"] {
+        if let Some(dir) = value.strip_suffix(mode) {
+            return (dir, mode);
+        }
+    }
+    (value, "")
+}
+
+/// Why a relative path from `berm.toml` is not plain, if it is not.
+fn relative_path_problem(path: &str) -> Option<&'static str> {
+    if path.is_empty() {
+        return Some("it is empty");
+    }
+    if path.chars().any(|c| c.is_control()) {
+        return Some("it holds a control character");
+    }
+    let path = Path::new(path);
+    if path.is_absolute() {
+        return Some("absolute paths are refused");
+    }
+    if path.components().any(|c| c == Component::ParentDir) {
+        return Some("`..` is refused");
+    }
+    None
+}
+
+fn check_grants(file: &Path, program: &str, grants: &[String]) -> Result<(), AppError> {
+    let mut fs_grants = 0;
+    for grant in grants {
+        match grant.as_str() {
+            "log" | "clock" | "random" | "kv" => {}
+            other => {
+                let Some(value) = other.strip_prefix("fs=") else {
+                    return Err(AppError::UnknownGrant {
+                        file: file.to_path_buf(),
+                        program: program.to_string(),
+                        grant: grant.clone(),
+                    });
+                };
+                let (dir, _) = split_fs_mode(value);
+                if let Some(problem) = relative_path_problem(dir) {
+                    return Err(AppError::FsGrant {
+                        file: file.to_path_buf(),
+                        program: program.to_string(),
+                        grant: grant.clone(),
+                        problem,
+                    });
+                }
+                fs_grants += 1;
+                if fs_grants > 1 {
+                    return Err(AppError::DuplicateFsGrant {
+                        file: file.to_path_buf(),
+                        program: program.to_string(),
+                    });
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The absolute path of a program's wasm file, once it is known to be a
+/// regular file inside the (canonical) folder.
+fn wasm_file(file: &Path, dir: &Path, program: &str, relative: &str) -> Result<PathBuf, AppError> {
+    if let Some(problem) = relative_path_problem(relative) {
+        return Err(AppError::WasmPath {
+            file: file.to_path_buf(),
+            program: program.to_string(),
+            path: relative.to_string(),
+            problem,
+        });
+    }
+    let path = dir.join(relative);
+    let target = fs::canonicalize(&path).map_err(|source| AppError::WasmMissing {
+        program: program.to_string(),
+        path: path.clone(),
+        source,
+    })?;
+    if !target.starts_with(dir) {
+        return Err(AppError::WasmOutside {
+            program: program.to_string(),
+            path,
+            dir: dir.to_path_buf(),
+            target,
+        });
+    }
+    let meta = fs::metadata(&target).map_err(|source| AppError::WasmMissing {
+        program: program.to_string(),
+        path: path.clone(),
+        source,
+    })?;
+    if !meta.is_file() {
+        return Err(AppError::WasmNotFile {
+            program: program.to_string(),
+            path,
+        });
+    }
+    Ok(path)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,431 @@
+//! Every refusal of [`load`], with its message, and what a good folder reads
+//! as.
+
+use super::*;
+
+/// A folder holding `berm.toml` with `manifest` and the files `wasm`.
+fn folder(manifest: &str, wasm: &[&str]) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    fs::write(dir.path().join(MANIFEST), manifest).unwrap();
+    for name in wasm {
+        let path = dir.path().join(name);
+        fs::create_dir_all(path.parent().unwrap()).unwrap();
+        fs::write(path, b"\0asm\x01\0\0\0").unwrap();
+    }
+    dir
+}
+
+/// The message `load` refuses `manifest` with (the files in `wasm` exist).
+fn refusal(manifest: &str, wasm: &[&str]) -> String {
+    let dir = folder(manifest, wasm);
+    match load(dir.path()) {
+        Ok(app) => panic!("accepted: {app:?}"),
+        Err(e) => e.to_string(),
+    }
+}
+
+fn assert_has(message: &str, parts: &[&str]) {
+    for part in parts {
+        assert!(message.contains(part), "{message:?} lacks {part:?}");
+    }
+}
+
+const ONE: &str = r#"
+[[program]]
+name = "notes"
+wasm = "notes.wasm"
+"#;
+
+#[test]
+fn a_full_manifest_reads_with_every_value() {
+    let dir = folder(
+        r#"
+name = "notes"
+call_deadline_ms = 2500
+
+[limits]
+cpu = 0.5
+memory_mb = 128
+pids = 32
+
+[[program]]
+name = "notes"
+wasm = "bin/notes.wasm"
+grants = ["kv", "log", "fs=files/notes:ro"]
+memory_mb = 64
+
+[[program]]
+name = "echo"
+wasm = "echo.wasm"
+"#,
+        &["bin/notes.wasm", "echo.wasm"],
+    );
+    let app = load(dir.path()).unwrap();
+    let root = fs::canonicalize(dir.path()).unwrap();
+    assert_eq!(app.dir, root);
+    assert_eq!(app.name, "notes");
+    assert_eq!(app.call_deadline_ms, Some(2500));
+    assert_eq!(
+        app.limits,
+        Limits {
+            cpu_millicores: 500,
+            memory_mb: 128,
+            pids: 32
+        }
+    );
+    assert_eq!(app.limits.cpu_max(), "50000 100000");
+    assert_eq!(app.limits.memory_max_bytes(), 128 << 20);
+    assert_eq!(app.programs.len(), 2);
+    let notes = &app.programs[0];
+    assert_eq!(notes.name, "notes");
+    assert_eq!(notes.wasm, root.join("bin/notes.wasm"));
+    assert_eq!(notes.wasm_relative, "bin/notes.wasm");
+    assert_eq!(notes.grants, ["kv", "log", "fs=files/notes:ro"]);
+    assert_eq!(notes.memory_mb, Some(64));
+    assert_eq!(
+        notes.resolve_grants(Path::new("/workspace/notes/data")),
+        ["kv", "log", "fs=/workspace/notes/data/files/notes:ro"]
+    );
+    assert_eq!(notes.read().unwrap(), b"\0asm\x01\0\0\0");
+    assert_eq!(app.programs[1].grants, Vec::<String>::new());
+    assert_eq!(app.programs[1].memory_mb, None);
+}
+
+#[test]
+fn defaults_fill_what_is_absent() {
+    let dir = folder(&format!("name = \"a\"\n{ONE}"), &["notes.wasm"]);
+    let app = load(dir.path()).unwrap();
+    assert_eq!(app.limits, Limits::default());
+    assert_eq!(app.limits.cpu_millicores, 1000);
+    assert_eq!(app.limits.cpu_max(), "100000 100000");
+    assert_eq!(app.limits.memory_mb, 256);
+    assert_eq!(app.limits.pids, 64);
+    assert_eq!(app.call_deadline_ms, None);
+}
+
+#[test]
+fn cpu_may_be_an_integer_and_rounds_to_millicores() {
+    let dir = folder(
+        &format!("name = \"a\"\n[limits]\ncpu = 2\n{ONE}"),
+        &["notes.wasm"],
+    );
+    assert_eq!(load(dir.path()).unwrap().limits.cpu_max(), "200000 100000");
+    let dir = folder(
+        &format!("name = \"a\"\n[limits]\ncpu = 0.01\n{ONE}"),
+        &["notes.wasm"],
+    );
+    let limits = load(dir.path()).unwrap().limits;
+    assert_eq!(limits.cpu_millicores, 10);
+    assert_eq!(limits.cpu_max(), "1000 100000");
+}
+
+#[test]
+fn refuses_a_missing_folder_and_manifest() {
+    let message = match load(Path::new("/nonexistent/berm-app")) {
+        Err(e) => e.to_string(),
+        Ok(_) => panic!("accepted"),
+    };
+    assert_has(
+        &message,
+        &["app folder /nonexistent/berm-app", "No such file"],
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let message = load(dir.path()).unwrap_err().to_string();
+    assert_has(&message, &["berm.toml: cannot read it", "No such file"]);
+}
+
+#[test]
+fn refuses_a_manifest_that_is_a_directory_or_too_large() {
+    let dir = tempfile::tempdir().unwrap();
+    fs::create_dir(dir.path().join(MANIFEST)).unwrap();
+    let message = load(dir.path()).unwrap_err().to_string();
+    assert_has(&message, &["berm.toml: not a regular file"]);
+
+    let big = format!("name = \"a\"\n# {}\n", "x".repeat(70_000));
+    let message = refusal(&big, &[]);
+    assert_has(&message, &["berm.toml: ", "over the cap of 65536 bytes"]);
+}
+
+#[test]
+fn refuses_toml_that_does_not_parse() {
+    let message = refusal("name = ", &[]);
+    assert_has(&message, &["berm.toml: ", "line 1"]);
+}
+
+#[test]
+fn refuses_unknown_keys_everywhere() {
+    let message = refusal(&format!("name = \"a\"\ncolour = 1\n{ONE}"), &["notes.wasm"]);
+    assert_has(&message, &["berm.toml: ", "unknown field `colour`"]);
+    let message = refusal(
+        &format!("name = \"a\"\n[limits]\ndisk_mb = 1\n{ONE}"),
+        &["notes.wasm"],
+    );
+    assert_has(&message, &["unknown field `disk_mb`", "cpu"]);
+    let message = refusal(
+        "name = \"a\"\n[[program]]\nname = \"p\"\nwasm = \"p.wasm\"\ngrant = [\"kv\"]\n",
+        &["p.wasm"],
+    );
+    assert_has(&message, &["unknown field `grant`", "grants"]);
+}
+
+#[test]
+fn refuses_a_missing_name_or_wasm() {
+    let message = refusal(ONE, &["notes.wasm"]);
+    assert_has(&message, &["missing field `name`"]);
+    let message = refusal("name = \"a\"\n[[program]]\nname = \"p\"\n", &[]);
+    assert_has(&message, &["missing field `wasm`"]);
+}
+
+#[test]
+fn refuses_bad_app_names() {
+    for name in ["", "Notes", "1notes", "no_tes", "a.b", &"a".repeat(32)] {
+        let message = refusal(&format!("name = {name:?}\n{ONE}"), &["notes.wasm"]);
+        assert_has(
+            &message,
+            &[
+                "berm.toml: `name` = ",
+                "use 1-31 characters of a-z, 0-9 and `-`, starting with a letter",
+            ],
+        );
+    }
+    let dir = folder(
+        &format!("name = \"{}\"\n{ONE}", "a".repeat(31)),
+        &["notes.wasm"],
+    );
+    load(dir.path()).unwrap();
+}
+
+#[test]
+fn refuses_call_deadlines_out_of_range() {
+    for value in [0, 600_001] {
+        let message = refusal(
+            &format!("name = \"a\"\ncall_deadline_ms = {value}\n{ONE}"),
+            &["notes.wasm"],
+        );
+        assert_has(
+            &message,
+            &[&format!(
+                "`call_deadline_ms` = {value}: allowed 1 to 600000"
+            )],
+        );
+    }
+    let message = refusal(
+        &format!("name = \"a\"\ncall_deadline_ms = -5\n{ONE}"),
+        &["notes.wasm"],
+    );
+    assert_has(&message, &["berm.toml: ", "-5"]);
+}
+
+#[test]
+fn refuses_limits_out_of_range() {
+    let limit = |key: &str, value: &str| {
+        refusal(
+            &format!("name = \"a\"\n[limits]\n{key} = {value}\n{ONE}"),
+            &["notes.wasm"],
+        )
+    };
+    for value in ["0.009", "64.5", "0", "nan"] {
+        assert_has(
+            &limit("cpu", value),
+            &["`limits.cpu` = ", "allowed 0.01 to 64 cores"],
+        );
+    }
+    for value in ["15", "65537"] {
+        assert_has(
+            &limit("memory_mb", value),
+            &[&format!(
+                "`limits.memory_mb` = {value}: allowed 16 to 65536"
+            )],
+        );
+    }
+    for value in ["7", "4097"] {
+        assert_has(
+            &limit("pids", value),
+            &[&format!("`limits.pids` = {value}: allowed 8 to 4096")],
+        );
+    }
+}
+
+#[test]
+fn refuses_no_programs_and_too_many() {
+    let message = refusal("name = \"a\"\n", &[]);
+    assert_has(
+        &message,
+        &["berm.toml: no `[[program]]`: an app holds 1 to 64 programs"],
+    );
+    let mut manifest = String::from("name = \"a\"\n");
+    for i in 0..65 {
+        manifest.push_str(&format!(
+            "[[program]]\nname = \"p{i}\"\nwasm = \"p.wasm\"\n"
+        ));
+    }
+    let message = refusal(&manifest, &["p.wasm"]);
+    assert_has(&message, &["65 programs: an app holds 1 to 64"]);
+}
+
+#[test]
+fn refuses_bad_and_duplicate_program_names() {
+    let message = refusal(
+        "name = \"a\"\n[[program]]\nname = \"my.prog\"\nwasm = \"p.wasm\"\n",
+        &["p.wasm"],
+    );
+    assert_has(&message, &["program name \"my.prog\": use 1-64 of a-z"]);
+    let message = refusal(
+        "name = \"a\"\n[[program]]\nname = \"p\"\nwasm = \"p.wasm\"\n[[program]]\nname = \"p\"\nwasm = \"p.wasm\"\n",
+        &["p.wasm"],
+    );
+    assert_has(
+        &message,
+        &["program `p` is listed twice: program names must be unique"],
+    );
+}
+
+#[test]
+fn refuses_program_memory_out_of_range() {
+    for (value, app) in [(0, 256), (1025, 65536), (300, 256)] {
+        let message = refusal(
+            &format!(
+                "name = \"a\"\n[limits]\nmemory_mb = {app}\n[[program]]\nname = \"p\"\nwasm = \"p.wasm\"\nmemory_mb = {value}\n"
+            ),
+            &["p.wasm"],
+        );
+        assert_has(
+            &message,
+            &[&format!(
+                "program `p`: `memory_mb` = {value}: allowed 1 to 1024 and at most the app's `limits.memory_mb` ({app})"
+            )],
+        );
+    }
+}
+
+fn with_grants(grants: &str) -> String {
+    refusal(
+        &format!("name = \"a\"\n[[program]]\nname = \"p\"\nwasm = \"p.wasm\"\ngrants = {grants}\n"),
+        &["p.wasm"],
+    )
+}
+
+#[test]
+fn refuses_unknown_grants() {
+    for grant in ["http", "kv=1", "fs", "FS=x"] {
+        assert_has(
+            &with_grants(&format!("[{grant:?}]")),
+            &[
+                &format!("program `p`: unknown grant {grant:?}"),
+                "use log, clock, random, kv or fs=DIR[:ro|:rw]",
+            ],
+        );
+    }
+}
+
+#[test]
+fn refuses_fs_grants_that_name_host_paths() {
+    for (grant, problem) in [
+        ("fs=/etc", "absolute paths are refused"),
+        ("fs=/etc:ro", "absolute paths are refused"),
+        ("fs=../up", "`..` is refused"),
+        ("fs=a/../../b:rw", "`..` is refused"),
+        ("fs=", "it is empty"),
+        ("fs=:ro", "it is empty"),
+    ] {
+        assert_has(
+            &with_grants(&format!("[{grant:?}]")),
+            &[
+                &format!("program `p`: grant {grant:?}: {problem}"),
+                "relative to bermd's data directory",
+            ],
+        );
+    }
+    assert_has(
+        &with_grants(r#"["fs=a", "fs=b:ro"]"#),
+        &["program `p`: at most one fs directory may be granted"],
+    );
+}
+
+fn with_wasm(path: &str, files: &[&str]) -> String {
+    refusal(
+        &format!("name = \"a\"\n[[program]]\nname = \"p\"\nwasm = {path:?}\n"),
+        files,
+    )
+}
+
+#[test]
+fn refuses_wasm_paths_that_are_not_plain_and_relative() {
+    for (path, problem) in [
+        ("/bin/p.wasm", "absolute paths are refused"),
+        ("../p.wasm", "`..` is refused"),
+        ("a/../../p.wasm", "`..` is refused"),
+        ("", "it is empty"),
+    ] {
+        assert_has(
+            &with_wasm(path, &[]),
+            &[
+                &format!("program `p`: `wasm` = {path:?}: {problem}"),
+                "use a path relative to the app folder",
+            ],
+        );
+    }
+}
+
+#[test]
+fn refuses_missing_and_non_regular_wasm_files() {
+    assert_has(
+        &with_wasm("p.wasm", &[]),
+        &["program `p`: wasm file ", "p.wasm: No such file"],
+    );
+    let dir = folder(
+        "name = \"a\"\n[[program]]\nname = \"p\"\nwasm = \"sub\"\n",
+        &[],
+    );
+    fs::create_dir(dir.path().join("sub")).unwrap();
+    let message = load(dir.path()).unwrap_err().to_string();
+    assert_has(
+        &message,
+        &["program `p`: wasm file ", "sub: not a regular file"],
+    );
+}
+
+#[test]
+fn refuses_a_symlink_that_leads_out_but_follows_one_that_stays_in() {
+    let outside = tempfile::tempdir().unwrap();
+    fs::write(outside.path().join("x.wasm"), b"\0asm").unwrap();
+    let dir = folder(
+        "name = \"a\"\n[[program]]\nname = \"p\"\nwasm = \"p.wasm\"\n",
+        &["real.wasm"],
+    );
+    std::os::unix::fs::symlink(outside.path().join("x.wasm"), dir.path().join("p.wasm")).unwrap();
+    let message = load(dir.path()).unwrap_err().to_string();
+    assert_has(
+        &message,
+        &["program `p`: wasm file ", "leads outside the app folder"],
+    );
+
+    fs::remove_file(dir.path().join("p.wasm")).unwrap();
+    std::os::unix::fs::symlink("real.wasm", dir.path().join("p.wasm")).unwrap();
+    let app = load(dir.path()).unwrap();
+    assert_eq!(app.programs[0].wasm_relative, "p.wasm");
+}
+
+#[test]
+fn read_refuses_a_file_that_grew_past_the_cap() {
+    let dir = folder(&format!("name = \"a\"\n{ONE}"), &["notes.wasm"]);
+    let app = load(dir.path()).unwrap();
+    let file = fs::File::create(dir.path().join("notes.wasm")).unwrap();
+    file.set_len(MAX_WASM_BYTES + 1).unwrap();
+    let message = app.programs[0].read().unwrap_err().to_string();
+    assert_has(
+        &message,
+        &[
+            "program `notes`: wasm file ",
+            "over the cap of 67108864 bytes",
+        ],
+    );
+}
+
+#[test]
+fn sha256_hex_is_lowercase_hex() {
+    assert_eq!(
+        sha256_hex(b""),
+        "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+    );
+}
