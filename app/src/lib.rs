@@ -603,8 +603,8 @@ fn limits(file: &Path, raw: &RawLimits) -> Result<Limits, AppError> {
     let mut limits = Limits::default();
     if let Some(cpu) = raw.cpu {
         let value = cpu.value();
-        // NaN fails both comparisons and is refused too.
-        if !(value >= defaults::CPU_MIN && value <= defaults::CPU_MAX) {
+        // NaN is in no range and is refused too.
+        if !(defaults::CPU_MIN..=defaults::CPU_MAX).contains(&value) {
             return Err(AppError::Cpu {
                 file: file.to_path_buf(),
                 value,
