@@ -1,9 +1,11 @@
-//! The on-disk compiled-code cache: a restart deploys from it without
-//! compiling.
+//! Compiled code on disk: the writable cache a restart deploys from without
+//! compiling, and the read-only directory of precompiled code a microVM's
+//! bermd is given.
 //!
-//! Files are `<digest hex>-<engine fingerprint>.cwasm`. The fingerprint is a
-//! sha256 of Wasmtime's own compatibility hash, so code compiled with other
-//! settings or another Wasmtime is never looked at.
+//! Files are `<digest hex>-<engine fingerprint>.cwasm` in both. The
+//! fingerprint is a sha256 of Wasmtime's own compatibility hash, so code
+//! compiled with other settings, for another target or by another Wasmtime
+//! is never looked at.
 
 use std::fs;
 use std::hash::{Hash, Hasher};
@@ -14,9 +16,26 @@ use sha2::{Digest as _, Sha256};
 
 use crate::{DeployError, Digest};
 
+/// One directory of compiled code.
 pub(crate) struct CodeCache {
     dir: PathBuf,
     fingerprint: String,
+    /// Whether berm owns the directory: it stores code there and removes
+    /// files Wasmtime refuses. A read-only (precompiled) directory is only
+    /// read; a refused file there is logged and skipped.
+    writable: bool,
+}
+
+/// The fingerprint of the code `engine` compiles and loads.
+pub(crate) fn fingerprint(engine: &wasmtime::Engine) -> String {
+    let mut hasher = Sha256Hasher(Sha256::new());
+    engine.precompile_compatibility_hash().hash(&mut hasher);
+    hex::encode(&hasher.0.finalize()[..8])
+}
+
+/// The file name of `digest`'s code for an engine with `fingerprint`.
+pub(crate) fn file_name(digest: &Digest, fingerprint: &str) -> String {
+    format!("{}-{fingerprint}.cwasm", digest.hex())
 }
 
 /// Feeds `Hash` output into sha256, so the fingerprint is stable across
@@ -35,20 +54,32 @@ impl Hasher for Sha256Hasher {
 }
 
 impl CodeCache {
-    pub fn new(dir: PathBuf, engine: &wasmtime::Engine) -> CodeCache {
-        let mut hasher = Sha256Hasher(Sha256::new());
-        engine.precompile_compatibility_hash().hash(&mut hasher);
-        let fingerprint = hex::encode(&hasher.0.finalize()[..8]);
-        CodeCache { dir, fingerprint }
+    /// The writable cache in `dir`, for code of `fingerprint`.
+    pub fn writable(dir: PathBuf, fingerprint: &str) -> CodeCache {
+        CodeCache {
+            dir,
+            fingerprint: fingerprint.to_string(),
+            writable: true,
+        }
+    }
+
+    /// A read-only directory of precompiled code of `fingerprint`.
+    pub fn read_only(dir: PathBuf, fingerprint: &str) -> CodeCache {
+        CodeCache {
+            dir,
+            fingerprint: fingerprint.to_string(),
+            writable: false,
+        }
     }
 
     pub fn path(&self, digest: &Digest) -> PathBuf {
-        self.dir
-            .join(format!("{}-{}.cwasm", digest.hex(), self.fingerprint))
+        self.dir.join(file_name(digest, &self.fingerprint))
     }
 
-    /// The cached module, if there is a usable one. A file that Wasmtime
-    /// refuses is removed so that it is replaced by a fresh compile.
+    /// The module stored for `digest`, if there is a usable one. A file that
+    /// Wasmtime refuses is removed from a writable cache (a fresh compile
+    /// replaces it) and left alone in a read-only directory; either way it
+    /// is logged and the caller goes on to the next source.
     pub fn load(&self, engine: &wasmtime::Engine, digest: &Digest) -> Option<wasmtime::Module> {
         let path = self.path(digest);
         if !path.exists() {
@@ -56,9 +87,13 @@ impl CodeCache {
         }
         match crate::sys::deserialize_file(engine, &path) {
             Ok(module) => Some(module),
-            Err(e) => {
-                tracing::warn!(path = %path.display(), "discarding unusable compiled code: {e}");
+            Err(e) if self.writable => {
+                tracing::warn!(path = %path.display(), "discarding unusable compiled code: {e:#}");
                 let _ = fs::remove_file(&path);
+                None
+            }
+            Err(e) => {
+                tracing::warn!(path = %path.display(), "skipping unusable precompiled code: {e:#}");
                 None
             }
         }

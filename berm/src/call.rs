@@ -25,6 +25,22 @@ pub struct CallOptions {
     pub deadline: Option<Duration>,
 }
 
+/// Where a [`Berm`] looks for compiled code before compiling: first the
+/// read-only `precompiled` directory, then the writable `cache` (where what
+/// it compiles is stored). Files in both are named
+/// `<digest hex>-<engine fingerprint>.cwasm` ([`crate::Precompiled::file_name`]),
+/// so code from an engine with other settings is never picked up.
+#[derive(Debug, Clone, Default)]
+pub struct CodeDirs {
+    /// The writable compiled-code cache; `None` keeps compiled code in
+    /// memory only.
+    pub cache: Option<PathBuf>,
+    /// A read-only directory of [`crate::Engine::precompile`] output from an
+    /// engine with the same configuration. Never written to: a file there
+    /// Wasmtime refuses is logged and skipped, and the code is compiled.
+    pub precompiled: Option<PathBuf>,
+}
+
 /// The runtime: programs deployed by name, each called on a fresh instance.
 /// Cheap to clone; clones share everything.
 #[derive(Clone)]
@@ -39,6 +55,7 @@ pub(crate) struct Inner {
     base: Linker<CallState>,
     programs: RwLock<HashMap<String, Arc<Program>>>,
     modules: Mutex<HashMap<Digest, Module>>,
+    precompiled: Option<CodeCache>,
     cache: Option<CodeCache>,
 }
 
@@ -48,7 +65,7 @@ impl Berm {
     /// calls nested at most `max_depth` deep. A syscall listed twice is
     /// served by the last entry.
     pub fn new(engine: &Engine, max_depth: u32, syscalls: Vec<Syscall>) -> Berm {
-        Berm::build(engine, max_depth, syscalls, None)
+        Berm::with_code_dirs(engine, max_depth, syscalls, CodeDirs::default())
     }
 
     /// Like [`Berm::new`], with compiled code stored in and loaded from
@@ -59,14 +76,21 @@ impl Berm {
         syscalls: Vec<Syscall>,
         cache_dir: PathBuf,
     ) -> Berm {
-        Berm::build(engine, max_depth, syscalls, Some(cache_dir))
+        let dirs = CodeDirs {
+            cache: Some(cache_dir),
+            precompiled: None,
+        };
+        Berm::with_code_dirs(engine, max_depth, syscalls, dirs)
     }
 
-    fn build(
+    /// Like [`Berm::new`], with compiled code looked for in `dirs` (the
+    /// read-only precompiled directory first, then the cache) before
+    /// anything is compiled.
+    pub fn with_code_dirs(
         engine: &Engine,
         max_depth: u32,
         syscalls: Vec<Syscall>,
-        cache: Option<PathBuf>,
+        dirs: CodeDirs,
     ) -> Berm {
         let table = syscalls
             .into_iter()
@@ -80,7 +104,12 @@ impl Berm {
                 base: linker::convention_linker(engine.wasmtime()),
                 programs: RwLock::new(HashMap::new()),
                 modules: Mutex::new(HashMap::new()),
-                cache: cache.map(|dir| CodeCache::new(dir, engine.wasmtime())),
+                precompiled: dirs
+                    .precompiled
+                    .map(|dir| CodeCache::read_only(dir, engine.fingerprint())),
+                cache: dirs
+                    .cache
+                    .map(|dir| CodeCache::writable(dir, engine.fingerprint())),
             }),
         }
     }
@@ -105,6 +134,7 @@ impl Berm {
         }
         let manifest = Manifest::from_image(wasm)?;
         manifest.check()?;
+        crate::shape::check(wasm)?;
         let limits = options
             .limits
             .unwrap_or_else(|| self.inner.engine.config().limits.clone());
@@ -116,7 +146,9 @@ impl Berm {
             });
         }
         let digest = Digest::of(wasm);
+        let started = Instant::now();
         let (module, source) = self.inner.module(digest, wasm)?;
+        let code_time = started.elapsed();
         let linker = linker::program_linker(
             &self.inner.base,
             &module,
@@ -157,6 +189,8 @@ impl Berm {
             manifest: manifest.clone(),
             grants: options.grants,
             limits,
+            source,
+            code_time,
             pre,
             tools,
             memory,
@@ -173,6 +207,7 @@ impl Berm {
             digest,
             manifest,
             source,
+            code_time,
             replaced,
         })
     }
@@ -392,16 +427,24 @@ impl Inner {
             return Ok((module.clone(), CompileSource::Memory));
         }
         let engine = self.engine.wasmtime();
-        let (module, source) = match self.cache.as_ref().and_then(|c| c.load(engine, &digest)) {
-            Some(module) => (module, CompileSource::DiskCache),
-            None => {
-                let module = Module::from_binary(engine, wasm)
-                    .map_err(|e| DeployError::Compile(format!("{e:#}")))?;
-                if let Some(cache) = &self.cache {
-                    cache.store(&digest, &module)?;
+        let precompiled = self
+            .precompiled
+            .as_ref()
+            .and_then(|c| c.load(engine, &digest));
+        let cached = || self.cache.as_ref().and_then(|c| c.load(engine, &digest));
+        let (module, source) = match precompiled {
+            Some(module) => (module, CompileSource::Precompiled),
+            None => match cached() {
+                Some(module) => (module, CompileSource::DiskCache),
+                None => {
+                    let module = Module::from_binary(engine, wasm)
+                        .map_err(|e| DeployError::Compile(format!("{e:#}")))?;
+                    if let Some(cache) = &self.cache {
+                        cache.store(&digest, &module)?;
+                    }
+                    (module, CompileSource::Compiled)
                 }
-                (module, CompileSource::Compiled)
-            }
+            },
         };
         modules.insert(digest, module.clone());
         Ok((module, source))

@@ -12,6 +12,8 @@ use std::time::Duration;
 
 use wasmtime::{InstanceAllocationStrategy, PoolingAllocationConfig};
 
+use crate::{DeployError, Digest, Manifest};
+
 /// Up to this many dirty bytes of a finished call's memory are reset in
 /// place rather than released to the kernel.
 const KEEP_RESIDENT_BYTES: usize = 2 << 20;
@@ -55,6 +57,54 @@ mod millis {
     }
 }
 
+/// Which processor the engine compiles code for.
+///
+/// Compiled code is only ever loaded by an engine with the same target and
+/// flags (the fingerprint in the code's file name covers both), so a host
+/// that compiles for the microVM must use [`EngineConfig::vm`], exactly as
+/// the guest's bermd does.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum CpuProfile {
+    /// This machine's target and every feature its CPU has (the fastest
+    /// code, usable only here).
+    #[default]
+    Native,
+    /// The guest bermd's target — [`PORTABLE_TARGET`], a static musl binary
+    /// — and a fixed baseline instruction set ([`PORTABLE_FLAGS`]) instead
+    /// of the features detected here, so code compiled on one machine runs
+    /// on any CPU that has the baseline.
+    ///
+    /// An engine with this profile in a program that is not itself built for
+    /// that target (e.g. a glibc host) can precompile code but not run it:
+    /// Wasmtime refuses with "target … does not match the host".
+    Portable,
+}
+
+/// The target triple of [`CpuProfile::Portable`].
+#[cfg(target_arch = "x86_64")]
+pub const PORTABLE_TARGET: &str = "x86_64-unknown-linux-musl";
+/// The target triple of [`CpuProfile::Portable`].
+#[cfg(target_arch = "aarch64")]
+pub const PORTABLE_TARGET: &str = "aarch64-unknown-linux-musl";
+
+/// The Cranelift ISA flags [`CpuProfile::Portable`] enables: x86-64-v2
+/// (SSE3, SSSE3, SSE4.1, SSE4.2, POPCNT, CMPXCHG16B), which every x86-64 CPU
+/// of the last fifteen years and every common hypervisor's default model
+/// has.
+#[cfg(target_arch = "x86_64")]
+pub const PORTABLE_FLAGS: &[&str] = &[
+    "has_sse3",
+    "has_ssse3",
+    "has_sse41",
+    "has_sse42",
+    "has_popcnt",
+    "has_cmpxchg16b",
+];
+/// The Cranelift ISA flags [`CpuProfile::Portable`] enables: none beyond
+/// armv8.0, which every aarch64 CPU has.
+#[cfg(target_arch = "aarch64")]
+pub const PORTABLE_FLAGS: &[&str] = &[];
+
 /// How the engine is built. The defaults suit a host serving a few hundred
 /// concurrent calls; every field can be raised.
 #[derive(Debug, Clone)]
@@ -71,6 +121,20 @@ pub struct EngineConfig {
     pub max_instances: u32,
     /// How often the deadline clock ticks; deadlines are this precise.
     pub epoch_tick: Duration,
+    /// Which processor code is compiled for.
+    pub cpu: CpuProfile,
+}
+
+impl EngineConfig {
+    /// The one configuration of the microVM: berm-vmm precompiles with it on
+    /// the host and the guest's bermd loads code with it, so their
+    /// fingerprints agree. [`CpuProfile::Portable`] and the defaults.
+    pub fn vm() -> EngineConfig {
+        EngineConfig {
+            cpu: CpuProfile::Portable,
+            ..EngineConfig::default()
+        }
+    }
 }
 
 impl Default for EngineConfig {
@@ -81,6 +145,7 @@ impl Default for EngineConfig {
             max_memory_bytes: 1 << 30,
             max_instances: 256,
             epoch_tick: Duration::from_millis(1),
+            cpu: CpuProfile::Native,
         }
     }
 }
@@ -113,6 +178,7 @@ pub struct Engine {
 
 struct EngineInner {
     wasmtime: wasmtime::Engine,
+    fingerprint: String,
     config: EngineConfig,
     stop: Arc<AtomicBool>,
 }
@@ -155,14 +221,21 @@ impl Engine {
             .async_stack_size(config.max_wasm_stack + (1 << 20))
             .memory_init_cow(true)
             .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+        if config.cpu == CpuProfile::Portable {
+            wasm.target(PORTABLE_TARGET)
+                .map_err(|e| EngineError::Configure(format!("target {PORTABLE_TARGET}: {e:#}")))?;
+            crate::sys::enable_isa_flags(&mut wasm, PORTABLE_FLAGS);
+        }
         let wasmtime =
             wasmtime::Engine::new(&wasm).map_err(|e| EngineError::Configure(format!("{e:#}")))?;
 
         let stop = Arc::new(AtomicBool::new(false));
         spawn_ticker(wasmtime.weak(), config.epoch_tick, stop.clone())
             .map_err(EngineError::Ticker)?;
+        let fingerprint = crate::cache::fingerprint(&wasmtime);
         Ok(Engine {
             inner: Arc::new(EngineInner {
+                fingerprint,
                 wasmtime,
                 config: config.clone(),
                 stop,
@@ -179,6 +252,48 @@ impl Engine {
     pub fn config(&self) -> &EngineConfig {
         &self.inner.config
     }
+
+    /// Which compiled code this engine can load: 16 hex digits of a sha256 of
+    /// Wasmtime's compatibility hash (its version, target, and every compiler
+    /// and ISA flag). Part of every compiled-code file name.
+    pub fn fingerprint(&self) -> &str {
+        &self.inner.fingerprint
+    }
+
+    /// Compiles `wasm` for this engine's target without loading it, for a
+    /// host that ships code to another (berm-vmm for the microVM). The module
+    /// is checked exactly as [`crate::Berm::deploy_with`] checks it, so a
+    /// module deploy would refuse is refused here with the same error.
+    /// Store the bytes under [`Precompiled::file_name`] in the directory the
+    /// loading side passes as [`crate::CodeDirs::precompiled`].
+    pub fn precompile(&self, wasm: &[u8]) -> Result<Precompiled, DeployError> {
+        let manifest = Manifest::from_image(wasm)?;
+        manifest.check()?;
+        crate::shape::check(wasm)?;
+        let bytes = self
+            .inner
+            .wasmtime
+            .precompile_module(wasm)
+            .map_err(|e| DeployError::Compile(format!("{e:#}")))?;
+        let digest = Digest::of(wasm);
+        Ok(Precompiled {
+            file_name: crate::cache::file_name(&digest, self.fingerprint()),
+            digest,
+            bytes,
+        })
+    }
+}
+
+/// Compiled code made by [`Engine::precompile`].
+#[derive(Debug, Clone)]
+pub struct Precompiled {
+    /// The digest of the wasm it was compiled from.
+    pub digest: Digest,
+    /// The file name the loading side looks for:
+    /// `<digest hex>-<engine fingerprint>.cwasm`.
+    pub file_name: String,
+    /// The code, as `wasmtime::Module::serialize` would write it.
+    pub bytes: Vec<u8>,
 }
 
 /// Advances the engine's epoch every `tick` until the engine is dropped.

@@ -35,13 +35,17 @@ mod engine;
 mod error;
 mod linker;
 mod program;
+mod shape;
 mod sys;
 pub mod syscall;
 
 pub use berm_abi as abi;
 pub use berm_manifest::{self as manifest, Digest, DigestParseError, Manifest, ManifestError};
-pub use call::{Berm, CallOptions};
-pub use engine::{Engine, EngineConfig, EngineError, Limits};
+pub use call::{Berm, CallOptions, CodeDirs};
+pub use engine::{
+    CpuProfile, Engine, EngineConfig, EngineError, Limits, PORTABLE_FLAGS, PORTABLE_TARGET,
+    Precompiled,
+};
 pub use error::{DeployError, Error, Failure};
 pub use program::{CompileSource, DeployOptions, Deployed, Grants, ProgramInfo};
 pub use syscall::{Reply, Syscall, SyscallContext, SyscallError};

@@ -4,6 +4,7 @@ use std::any::Any;
 use std::collections::{BTreeSet, HashMap};
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
 use wasmtime::{InstancePre, ModuleExport};
 
@@ -66,6 +67,9 @@ pub enum CompileSource {
     Compiled,
     /// Loaded from the on-disk compiled-code cache; nothing was compiled.
     DiskCache,
+    /// Loaded from the read-only directory of precompiled code
+    /// ([`crate::CodeDirs::precompiled`]); nothing was compiled.
+    Precompiled,
     /// Already in memory from an earlier deploy of the same digest.
     Memory,
 }
@@ -79,6 +83,8 @@ pub struct Deployed {
     pub manifest: Arc<Manifest>,
     /// Where its compiled code came from.
     pub source: CompileSource,
+    /// How long getting the code took (compiling, or loading it).
+    pub code_time: Duration,
     /// The digest this name pointed at before, if it was replaced.
     pub replaced: Option<Digest>,
 }
@@ -96,6 +102,10 @@ pub struct ProgramInfo {
     pub grants: Grants,
     /// Its limits.
     pub limits: Limits,
+    /// Where its compiled code came from when it was deployed.
+    pub source: CompileSource,
+    /// How long getting the code took at deploy (compiling, or loading it).
+    pub code_time: Duration,
 }
 
 /// A program ready to be called: compiled, linked and pre-instantiated.
@@ -105,6 +115,8 @@ pub(crate) struct Program {
     pub manifest: Arc<Manifest>,
     pub grants: Grants,
     pub limits: Limits,
+    pub source: CompileSource,
+    pub code_time: Duration,
     pub pre: InstancePre<CallState>,
     pub tools: HashMap<String, ModuleExport>,
     pub memory: ModuleExport,
@@ -119,6 +131,8 @@ impl Program {
             manifest: self.manifest.clone(),
             grants: self.grants.clone(),
             limits: self.limits.clone(),
+            source: self.source,
+            code_time: self.code_time,
         }
     }
 }
