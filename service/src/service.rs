@@ -198,6 +198,7 @@ fn source_name(source: CompileSource) -> &'static str {
     match source {
         CompileSource::Compiled => "compiled",
         CompileSource::DiskCache => "disk_cache",
+        CompileSource::Precompiled => "precompiled",
         CompileSource::Memory => "memory",
     }
 }

@@ -58,7 +58,13 @@ enum Commands {
         #[arg(long, value_name = "FILE", hide_short_help = true)]
         test_probe: Option<PathBuf>,
         /// The app (its index) whose confinement the probe runs under.
-        #[arg(long, value_name = "INDEX", default_value_t = 0, requires = "test_probe", hide_short_help = true)]
+        #[arg(
+            long,
+            value_name = "INDEX",
+            default_value_t = 0,
+            requires = "test_probe",
+            hide_short_help = true
+        )]
         test_probe_app: u32,
     },
     /// Internal: the libkrun child process (berm-vmm re-executes itself).

@@ -64,17 +64,22 @@ fn one_app_answers_mcp_and_its_notes_survive_a_reboot() {
     let mut vmm = Vmm::start(&args, &[]);
     let ready_line = ready(&mut vmm, "notes");
     assert_eq!(ready_line["index"], 0);
-    assert_eq!(ready_line["programs"][0]["code"], "precompiled", "{ready_line}");
+    assert_eq!(
+        ready_line["programs"][0]["code"], "precompiled",
+        "{ready_line}"
+    );
     let measured = &vmm.events("measurements")[0];
     let first_digest = measured["state"]["chunked_sha256"].clone();
     assert_eq!(measured["apps"][0]["name"], "notes");
     assert_eq!(
-        measured["apps"][0]["programs"][0]["sha256"],
-        ready_line["programs"][0]["sha256"],
+        measured["apps"][0]["programs"][0]["sha256"], ready_line["programs"][0]["sha256"],
         "the guest deployed exactly the measured program"
     );
     let start = started(&vmm, "notes");
-    assert_eq!((start["uid"].as_u64(), start["gid"].as_u64()), (Some(10000), Some(10000)));
+    assert_eq!(
+        (start["uid"].as_u64(), start["gid"].as_u64()),
+        (Some(10000), Some(10000))
+    );
     assert_eq!(start["port"], 5000);
     assert_eq!(start["cgroup"], "0::/berm/apps/notes");
     assert_eq!(start["limits"]["cpu_max"], "50000 100000");
@@ -168,7 +173,10 @@ fn apps_are_confined_apart_and_survive_each_other() {
         ready(&mut vmm, app);
     }
     let (a, b) = (started(&vmm, "notes"), started(&vmm, "hostile"));
-    assert_eq!((a["uid"].as_u64(), b["uid"].as_u64()), (Some(10000), Some(10001)));
+    assert_eq!(
+        (a["uid"].as_u64(), b["uid"].as_u64()),
+        (Some(10000), Some(10001))
+    );
     assert_ne!(a["cgroup"], b["cgroup"]);
     assert_eq!(b["limits"]["memory_max"], (96u64 << 20).to_string());
     assert_eq!(b["limits"]["pids_max"], "16");
@@ -262,7 +270,11 @@ fn a_bad_app_folder_is_refused_before_boot() {
         &[],
     );
     assert_eq!(vmm.wait(Duration::from_secs(30)), 5, "{}", vmm.stderr());
-    assert!(vmm.stderr().contains("two apps are named same"), "{}", vmm.stderr());
+    assert!(
+        vmm.stderr().contains("two apps are named same"),
+        "{}",
+        vmm.stderr()
+    );
 }
 
 fn echo_toml(name: &str) -> String {

@@ -8,6 +8,7 @@
 mod common;
 
 use std::path::Path;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use berm_pins::{ArtifactStore, KernelPins, RootfsPins};

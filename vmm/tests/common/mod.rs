@@ -129,12 +129,11 @@ impl Vmm {
 }
 
 impl Drop for Vmm {
-    pub fn drop(&mut self) {
+    fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
 }
-
 
 impl Vmm {
     /// Waits for the first stderr line with this `event` (and `source`) that `pred` accepts.
@@ -172,9 +171,15 @@ impl Vmm {
             }
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                panic!("no {source} {event} within {timeout:?}; stderr:\n{}", self.stderr());
+                panic!(
+                    "no {source} {event} within {timeout:?}; stderr:\n{}",
+                    self.stderr()
+                );
             }
-            if let Ok(line) = self.lines.recv_timeout(left.min(Duration::from_millis(100))) {
+            if let Ok(line) = self
+                .lines
+                .recv_timeout(left.min(Duration::from_millis(100)))
+            {
                 self.seen.push(line);
             }
         }
@@ -250,14 +255,19 @@ impl Mcp {
         use std::io::Write;
         self.next_id += 1;
         let id = self.next_id;
-        let mut line = serde_json::json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string();
+        let mut line =
+            serde_json::json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})
+                .to_string();
         line.push('\n');
         self.writer
             .write_all(line.as_bytes())
             .map_err(|e| e.to_string())?;
         loop {
             let mut line = String::new();
-            let n = self.reader.read_line(&mut line).map_err(|e| e.to_string())?;
+            let n = self
+                .reader
+                .read_line(&mut line)
+                .map_err(|e| e.to_string())?;
             if n == 0 {
                 return Err("the connection closed".into());
             }
@@ -270,7 +280,10 @@ impl Mcp {
 
     /// A `tools/call` that may never be answered (its server may die of it).
     pub fn try_call(&mut self, tool: &str, args: Value) -> Result<Value, String> {
-        self.try_request("tools/call", serde_json::json!({"name": tool, "arguments": args}))
+        self.try_request(
+            "tools/call",
+            serde_json::json!({"name": tool, "arguments": args}),
+        )
     }
 
     /// Every tool name.
@@ -286,8 +299,10 @@ impl Mcp {
 
     /// `tools/call`: (text, is_error).
     pub fn call(&mut self, tool: &str, args: Value) -> (String, bool) {
-        let response =
-            self.request("tools/call", serde_json::json!({"name": tool, "arguments": args}));
+        let response = self.request(
+            "tools/call",
+            serde_json::json!({"name": tool, "arguments": args}),
+        );
         let result = &response["result"];
         assert!(result.is_object(), "not a result: {response}");
         (
@@ -318,7 +333,11 @@ pub fn app_folder(dir: &Path, name: &str, programs: &[&str], toml: &str) -> Path
     let folder = dir.join(name);
     std::fs::create_dir_all(&folder).unwrap();
     for program in programs {
-        std::fs::copy(program_wasm(program), folder.join(format!("{program}.wasm"))).unwrap();
+        std::fs::copy(
+            program_wasm(program),
+            folder.join(format!("{program}.wasm")),
+        )
+        .unwrap();
     }
     std::fs::write(folder.join("berm.toml"), toml).unwrap();
     folder
