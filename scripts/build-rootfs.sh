@@ -65,6 +65,8 @@ fi
 
 # 2. The tree, exactly as the recipe says.
 stage="$(mktemp -d "${TMPDIR:-/tmp}/berm-rootfs.XXXXXX")"
+# mktemp makes 0700; the image root must be traversable by the apps' uids.
+chmod 0755 "$stage"
 trap 'rm -rf "$stage"' EXIT
 while read -r kind path mode package binary; do
   case "$kind" in
@@ -78,9 +80,9 @@ while read -r kind path mode package binary; do
     *) die "rootfs/contents.txt: unknown entry kind $kind" ;;
   esac
 done < <(grep -v '^[[:space:]]*#' rootfs/contents.txt)
-tree_listing="$(cd "$stage" && find . -mindepth 1 | sort | while read -r p; do
+tree_listing="$(cd "$stage" && find . | sort | while read -r p; do
   if [ -f "$p" ]; then printf '%s %s %s %s\n' "$(stat -c %a "$p")" "$(stat -c %s "$p")" "$(sha256sum "$p" | cut -d' ' -f1)" "${p#.}"
-  else printf '%s dir - %s\n' "$(stat -c %a "$p")" "${p#.}"; fi
+  else p2="${p#.}"; printf '%s dir - %s\n' "$(stat -c %a "$p")" "${p2:-/}"; fi
 done)"
 mkfs_version="$(mkfs.erofs --help 2>&1 | sed -n 1p)"
 options=(-T"$epoch" -U "$uuid" --all-root -x-1)
