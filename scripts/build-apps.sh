@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Builds every program under apps/ for wasm32-unknown-unknown. Each lands at
 # target/wasm32-unknown-unknown/release/<app>.wasm in the repository root.
+# Then assembles the ready-made app folders of examples/apps/<name>/ at
+# target/apps/<name>/ (berm.toml + <name>.wasm), for `bermd --app` and
+# `berm deploy --app`.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 rustup target list --installed 2>/dev/null | grep -qx wasm32-unknown-unknown \
@@ -8,3 +11,12 @@ rustup target list --installed 2>/dev/null | grep -qx wasm32-unknown-unknown \
 cargo build --quiet --locked --release --target wasm32-unknown-unknown \
   --manifest-path "$root/apps/Cargo.toml" --target-dir "$root/target"
 ls "$root"/target/wasm32-unknown-unknown/release/*.wasm >/dev/null
+
+for folder in "$root"/examples/apps/*/; do
+  name=$(basename "$folder")
+  out="$root/target/apps/$name"
+  rm -rf "$out"
+  mkdir -p "$out"
+  cp "$folder/berm.toml" "$out/berm.toml"
+  cp "$root/target/wasm32-unknown-unknown/release/$name.wasm" "$out/$name.wasm"
+done

@@ -429,3 +429,35 @@ fn sha256_hex_is_lowercase_hex() {
         "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
     );
 }
+
+/// The repository's own folders and the example in docs/apps.md load.
+#[test]
+fn the_shipped_examples_and_the_documented_one_load() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut checked = 0;
+    for entry in fs::read_dir(root.join("examples/apps")).unwrap() {
+        let source = entry.unwrap().path();
+        let name = source.file_name().unwrap().to_str().unwrap().to_string();
+        let manifest = fs::read_to_string(source.join(MANIFEST)).unwrap();
+        let wasm = format!("{name}.wasm");
+        let dir = folder(&manifest, &[&wasm]);
+        let app = load(dir.path()).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(app.name, name);
+        checked += 1;
+    }
+    assert_eq!(checked, 4);
+
+    let doc = fs::read_to_string(root.join("docs/apps.md")).unwrap();
+    let start = doc.find("cat > /tmp/journal/berm.toml <<'EOF'\n").unwrap();
+    let body = &doc[start..];
+    let body = &body[body.find('\n').unwrap() + 1..];
+    let manifest = &body[..body.find("\nEOF\n").unwrap()];
+    let dir = folder(manifest, &["notes.wasm", "files.wasm"]);
+    let app = load(dir.path()).unwrap();
+    assert_eq!(app.name, "journal");
+    assert_eq!(app.limits.cpu_max(), "50000 100000");
+    assert_eq!(
+        app.programs[1].resolve_grants(Path::new("/home/u/.berm/data")),
+        ["fs=/home/u/.berm/data/attachments:rw"]
+    );
+}

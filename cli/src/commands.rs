@@ -2,6 +2,7 @@
 
 pub mod call;
 pub mod deploy;
+pub mod deploy_app;
 pub mod dist;
 pub mod inspect;
 pub mod ls;

@@ -297,3 +297,95 @@ fn berm_new_scaffolds_a_program_that_builds_and_deploys_as_is() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
 }
+
+/// A ready-made app folder assembled by scripts/build-apps.sh.
+fn app_folder(name: &str) -> PathBuf {
+    let dir = root().join("target/apps").join(name);
+    assert!(
+        dir.join("berm.toml").exists(),
+        "{} is missing — run scripts/build-apps.sh first",
+        dir.display()
+    );
+    dir
+}
+
+#[test]
+fn deploy_app_deploys_every_program_of_a_folder_or_none() {
+    let bermd = Bermd::start();
+
+    // A folder whose second program is not a program: checked whole before
+    // the first deploy, so nothing is deployed, and the message names it.
+    let folder = tempfile::tempdir().unwrap();
+    std::fs::copy(wasm("echo"), folder.path().join("echo.wasm")).unwrap();
+    std::fs::write(folder.path().join("broken.wasm"), b"\0asm\x01\0\0\0").unwrap();
+    std::fs::write(
+        folder.path().join("berm.toml"),
+        "name = \"pair\"\n[[program]]\nname = \"echo\"\nwasm = \"echo.wasm\"\n[[program]]\nname = \"broken\"\nwasm = \"broken.wasm\"\n",
+    )
+    .unwrap();
+    let out = bermd.berm(&["deploy", "--app", folder.path().to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stdout));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("app `pair`: program `broken`") && stderr.contains("nothing was deployed"),
+        "{stderr}"
+    );
+    let out = bermd.berm(&["ls"]);
+    assert!(!text(&out.stdout).contains("echo"), "{}", text(&out.stdout));
+
+    // A bad berm.toml: the berm-app message.
+    std::fs::write(folder.path().join("berm.toml"), "name = \"Pair\"\n").unwrap();
+    let out = bermd.berm(&["deploy", "--app", folder.path().to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("berm.toml: `name` = \"Pair\": use 1-31 characters"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    // --app does not mix with a single program's arguments.
+    let out = bermd.berm(&["deploy", "echo", "x.wasm", "--app", "."]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("cannot be used with"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    // The real notes folder: deployed under its program name with its grant
+    // and bounds.
+    let notes = app_folder("notes");
+    let out = bermd.berm(&["deploy", "--app", notes.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(stdout.starts_with("deployed notes sha256:"), "{stdout}");
+    assert!(
+        stdout.contains("app notes: 1 program(s) deployed from"),
+        "{stdout}"
+    );
+    let out = bermd.berm(&["ls", "--json"]);
+    let listed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let program = &listed[0];
+    assert_eq!(program["name"], "notes", "{listed}");
+    assert_eq!(program["grants"], serde_json::json!(["kv"]), "{listed}");
+    assert_eq!(program["limits"]["deadline_ms"], 10000, "{listed}");
+    assert_eq!(program["limits"]["memory_bytes"], 64 << 20, "{listed}");
+    let out = bermd.berm(&[
+        "call",
+        "notes.add",
+        r#"{"title":"app","text":"from a folder"}"#,
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+
+    // An fs grant lands under the data directory.
+    let out = bermd.berm(&["deploy", "--app", app_folder("files").to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(bermd.home.join("data/files").is_dir());
+    let out = bermd.berm(&[
+        "call",
+        "files.write_file",
+        r#"{"path":"a.txt","content":"x"}"#,
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(bermd.home.join("data/files/a.txt").exists());
+}

@@ -1,14 +1,19 @@
-//! Running bermd: take the data directory's lock, restore, listen on the
-//! sockets, serve until SIGINT or SIGTERM.
+//! Running bermd: take the data directory's lock, restore, deploy app
+//! folders, listen on the sockets (or serve the inherited listener), say
+//! ready, serve until SIGINT or SIGTERM.
 
 use std::fs::OpenOptions;
+use std::os::fd::OwnedFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Instant;
 
 use rustix::fs::FlockOperation;
 
+use crate::app::{self, AppDeployError, Ready};
 use crate::http::{self, HttpConfig, HttpError};
+use crate::listen::{InheritedListener, ListenError};
 use crate::service::{OpenError, Service, ServiceConfig};
 use crate::transport;
 
@@ -18,9 +23,12 @@ use crate::transport;
 pub enum Exit {
     /// Stopped by SIGINT or SIGTERM.
     Clean = 0,
-    /// Could not start or keep running (data directory, sockets, engine).
+    /// Could not start or keep running (data directory, sockets, engine, a
+    /// program of an app folder refused).
     Failed = 1,
-    /// Bad command line or configuration (e.g. a refused HTTP address).
+    /// Bad command line or configuration (a refused HTTP address, an app
+    /// folder that does not load, an inherited descriptor that is not what
+    /// its flag needs).
     Usage = 2,
     /// Another bermd already serves this `$BERM_HOME`.
     AlreadyRunning = 3,
@@ -33,7 +41,7 @@ impl From<Exit> for ExitCode {
 }
 
 /// Everything bermd runs with.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct DaemonConfig {
     /// The service.
     pub service: ServiceConfig,
@@ -41,6 +49,30 @@ pub struct DaemonConfig {
     pub http: Option<HttpConfig>,
     /// Largest JSON-RPC line read on the Unix socket.
     pub max_frame_bytes: usize,
+    /// App folders whose programs are deployed at start (`--app`).
+    pub apps: Vec<berm_app::App>,
+    /// An inherited listening socket to serve MCP on instead of creating
+    /// any socket (`--listen-fd`): no mcp.sock, no control.sock, no HTTP.
+    pub listener: Option<InheritedListener>,
+    /// Where to write the ready line once serving (`--ready-fd`).
+    pub ready: Option<OwnedFd>,
+    /// When the process started, for the ready line's `ms`.
+    pub started: Instant,
+}
+
+impl DaemonConfig {
+    /// A config with no apps, no inherited descriptors and no HTTP.
+    pub fn new(service: ServiceConfig) -> DaemonConfig {
+        DaemonConfig {
+            service,
+            http: None,
+            max_frame_bytes: crate::transport::DEFAULT_MAX_FRAME_BYTES,
+            apps: Vec::new(),
+            listener: None,
+            ready: None,
+            started: Instant::now(),
+        }
+    }
 }
 
 /// Why bermd stopped.
@@ -76,6 +108,15 @@ pub enum RunError {
     /// HTTP could not be served.
     #[error(transparent)]
     Http(#[from] HttpError),
+    /// A program of an app folder was refused.
+    #[error(transparent)]
+    App(#[from] AppDeployError),
+    /// The inherited listener could not be served.
+    #[error(transparent)]
+    Listen(#[from] ListenError),
+    /// The ready line could not be written.
+    #[error("could not write the ready line to --ready-fd")]
+    Ready(#[source] std::io::Error),
     /// Waiting for a signal failed.
     #[error("could not install signal handlers")]
     Signals(#[source] std::io::Error),
@@ -86,7 +127,7 @@ impl RunError {
     pub fn exit(&self) -> Exit {
         match self {
             RunError::AlreadyRunning { .. } => Exit::AlreadyRunning,
-            RunError::Http(HttpError::NotLoopback { .. }) => Exit::Usage,
+            RunError::Http(HttpError::NotLoopback { .. }) | RunError::Listen(_) => Exit::Usage,
             _ => Exit::Failed,
         }
     }
@@ -113,6 +154,44 @@ pub async fn run(config: DaemonConfig) -> Result<(), RunError> {
         home = %home.root().display(),
         "bermd restored its programs"
     );
+    // Apps after the restore: a folder's program replaces a stored one of
+    // the same name, and is served before any connection is accepted.
+    let mut programs = Vec::new();
+    for folder in &config.apps {
+        // Deploying may compile; nothing else runs yet, so blocking here
+        // holds up no one.
+        programs.extend(tokio::task::block_in_place(|| {
+            app::deploy(&service, folder)
+        })?);
+    }
+    let ready = Ready {
+        ready: true,
+        app: match config.apps.as_slice() {
+            [one] => Some(one.name.clone()),
+            _ => None,
+        },
+        tools: 0,
+        ms: 0.0,
+        programs,
+    };
+
+    if let Some(listener) = config.listener {
+        // Inside the microVM: the one inherited socket is all bermd serves
+        // on; it creates no socket of its own (seccomp would refuse it).
+        let serving = listener.serve(service.clone(), config.max_frame_bytes)?;
+        let accept = tokio::spawn(serving);
+        tracing::info!("bermd is ready: serving MCP on the inherited listener");
+        if let Some(fd) = config.ready {
+            let ready = Ready {
+                tools: service.catalog().list().len(),
+                ..ready
+            };
+            app::announce(fd, &ready, config.started).map_err(RunError::Ready)?;
+        }
+        let stopped = wait_for_signal().await;
+        accept.abort();
+        return stopped;
+    }
 
     let bind = |path: PathBuf| {
         transport::bind_private(&path).map_err(|source| RunError::Bind { path, source })
@@ -140,6 +219,13 @@ pub async fn run(config: DaemonConfig) -> Result<(), RunError> {
         mcp = %home.mcp_socket().display(),
         "bermd is ready"
     );
+    if let Some(fd) = config.ready {
+        let ready = Ready {
+            tools: service.catalog().list().len(),
+            ..ready
+        };
+        app::announce(fd, &ready, config.started).map_err(RunError::Ready)?;
+    }
 
     let stopped = wait_for_signal().await;
     tasks.abort_all();

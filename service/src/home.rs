@@ -7,6 +7,7 @@
 //!   deployments/<name>.json   name → digest, grants, limits
 //!   cache/               compiled code (berm's on-disk cache)
 //!   state/<name>/kv.log  a program's keyspace
+//!   data/<DIR>           what an app folder's `fs=DIR` grants reach
 //!   control.sock         the control API (0600)
 //!   mcp.sock             MCP, newline-delimited JSON-RPC (0600)
 //! ```
@@ -82,6 +83,12 @@ impl Home {
     /// berm's compiled-code cache.
     pub fn code_cache(&self) -> PathBuf {
         self.root.join("cache")
+    }
+
+    /// Where the `fs=DIR` grants of app folders point: `data/DIR`, so an
+    /// app's files stay under the data directory on the host and in the VM.
+    pub fn app_data(&self) -> PathBuf {
+        self.root.join("data")
     }
 
     /// Where programs' state lives.

@@ -5,12 +5,16 @@
 //!   start, calls validated against each tool's schema.
 //! - [`syscalls`]: `log`, `clock`, `random`, `kv`, `fs` — granted per
 //!   deployment, nothing by default.
+//! - [`app`]: app folders deployed at start (`--app`) and the ready line;
+//!   [`listen`]: MCP on an inherited listening socket (`--listen-fd`).
 //! - [`mcp`]: the rmcp handler; [`transport`] (Unix socket) and [`http`]
 //!   (Streamable HTTP) serve it; [`control`] is the CLI's HTTP API.
 //!
 //! `docs/service.md` describes the layout, the API and the grants.
-#![forbid(unsafe_code)]
+// Unsafe code lives only in `sys` (taking inherited descriptors).
+#![deny(unsafe_code)]
 
+pub mod app;
 pub mod catalog;
 pub mod control;
 pub mod daemon;
@@ -18,9 +22,11 @@ pub mod fs;
 pub mod home;
 pub mod http;
 pub mod kv;
+pub mod listen;
 pub mod mcp;
 pub mod service;
 pub mod store;
+pub mod sys;
 pub mod syscalls;
 pub mod transport;
 

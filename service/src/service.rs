@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
-use berm::{Berm, CompileSource, DeployOptions, Engine, EngineConfig, Failure, Grants};
+use berm::{Berm, CodeDirs, CompileSource, DeployOptions, Engine, EngineConfig, Failure, Grants};
 use berm_control::{DeployResponse, Grant, LimitsSpec, ProgramView, RemoveResponse};
 use tokio::sync::broadcast;
 
@@ -26,6 +26,11 @@ pub struct ServiceConfig {
     pub engine: EngineConfig,
     /// Bounds on each program's keyspace.
     pub kv_caps: KvCaps,
+    /// A read-only directory of precompiled code (`bermd --code-dir`),
+    /// looked in before the compiled-code cache. Its code must come from
+    /// `Engine::precompile` with this same engine configuration (for the
+    /// microVM: `EngineConfig::vm()`), or it is skipped.
+    pub code_dir: Option<PathBuf>,
 }
 
 impl ServiceConfig {
@@ -35,6 +40,7 @@ impl ServiceConfig {
             home,
             engine: EngineConfig::default(),
             kv_caps: KvCaps::default(),
+            code_dir: None,
         }
     }
 }
@@ -209,11 +215,14 @@ impl Service {
     pub fn open(config: &ServiceConfig) -> Result<(Arc<Service>, RestoreReport), OpenError> {
         let home = Home::create(&config.home)?;
         let engine = Engine::new(&config.engine)?;
-        let berm = Berm::with_code_cache(
+        let berm = Berm::with_code_dirs(
             &engine,
             berm::call::DEFAULT_CALL_DEPTH,
             syscalls::table(),
-            home.code_cache(),
+            CodeDirs {
+                cache: Some(home.code_cache()),
+                precompiled: config.code_dir.clone(),
+            },
         );
         let (changes, _) = broadcast::channel(16);
         let service = Arc::new(Service {
@@ -284,6 +293,30 @@ impl Service {
         grants: Vec<Grant>,
         limits: LimitsSpec,
     ) -> Result<DeployResponse, DeployError> {
+        self.deploy_as(name, image, grants, limits, true)
+    }
+
+    /// Like [`Service::deploy`] but nothing is written to the store: the
+    /// program lives as long as this process. For programs of an app folder
+    /// (`bermd --app`), which the folder brings back on every start.
+    pub fn deploy_transient(
+        &self,
+        name: &str,
+        image: &[u8],
+        grants: Vec<Grant>,
+        limits: LimitsSpec,
+    ) -> Result<DeployResponse, DeployError> {
+        self.deploy_as(name, image, grants, limits, false)
+    }
+
+    fn deploy_as(
+        &self,
+        name: &str,
+        image: &[u8],
+        grants: Vec<Grant>,
+        limits: LimitsSpec,
+        persist: bool,
+    ) -> Result<DeployResponse, DeployError> {
         // The name becomes file names under $BERM_HOME: check it before
         // anything touches the disk.
         if !berm_abi::is_valid_name(name) {
@@ -301,7 +334,11 @@ impl Service {
             limits,
         };
         self.install(record.clone(), image)?;
-        if let Err(source) = self.store.save(&record, &berm::Digest::of(image), image) {
+        let saved = match persist {
+            true => self.store.save(&record, &berm::Digest::of(image), image),
+            false => Ok(()),
+        };
+        if let Err(source) = saved {
             // Not on disk means not deployed: a restart would not bring it
             // back, so do not serve it now.
             self.berm.remove(name);

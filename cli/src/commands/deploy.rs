@@ -1,4 +1,5 @@
-//! `berm deploy NAME FILE [--grant …]`.
+//! `berm deploy NAME FILE [--grant …]`, and `berm deploy --app DIR`
+//! (in [`super::deploy_app`]).
 
 use std::path::{Path, PathBuf};
 
@@ -11,10 +12,17 @@ use crate::Exit;
 #[derive(clap::Args)]
 pub struct Args {
     /// The name to deploy under (tools become NAME.TOOL).
-    name: String,
+    #[arg(required_unless_present = "app")]
+    name: Option<String>,
     /// The program image: a .wasm file, or an OCI reference
     /// (`registry/repo:tag` or `…@sha256:…`) pulled and verified first.
-    source: String,
+    #[arg(required_unless_present = "app")]
+    source: Option<String>,
+    /// Deploy every program of this app folder (berm.toml) instead, under
+    /// the names, grants and bounds it gives; the whole folder is checked
+    /// before the first deploy.
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["name", "source", "grants", "deadline_ms", "memory_mb"])]
+    app: Option<PathBuf>,
     /// Registry access, when SOURCE is a reference.
     #[command(flatten)]
     registry: berm_oci::cli::RegistryArgs,
@@ -32,14 +40,20 @@ pub struct Args {
 
 /// Deploys and prints what happened.
 pub async fn run(home: &Path, args: Args) -> anyhow::Result<Exit> {
-    let image = if berm_oci::cli::is_reference(&args.source) {
-        let pulled = berm_oci::cli::fetch_for_deploy(&args.source, &args.registry)
+    let (name, source) = match (args.app, args.name, args.source) {
+        (Some(dir), _, _) => return super::deploy_app::run(home, &dir).await,
+        (None, Some(name), Some(source)) => (name, source),
+        // clap requires NAME and SOURCE unless --app is given.
+        _ => anyhow::bail!("berm deploy needs NAME and FILE, or --app DIR"),
+    };
+    let image = if berm_oci::cli::is_reference(&source) {
+        let pulled = berm_oci::cli::fetch_for_deploy(&source, &args.registry)
             .await
-            .with_context(|| format!("pulling {}", args.source))?;
+            .with_context(|| format!("pulling {source}"))?;
         eprintln!("{pulled}");
         pulled.bytes
     } else {
-        let file = PathBuf::from(&args.source);
+        let file = PathBuf::from(&source);
         std::fs::read(&file).with_context(|| format!("reading {}", file.display()))?
     };
     // bermd resolves fs directories itself; relative ones are relative to
@@ -61,7 +75,7 @@ pub async fn run(home: &Path, args: Args) -> anyhow::Result<Exit> {
         memory_bytes: args.memory_mb.map(|mb| mb << 20),
     };
     let deployed = super::client(home)
-        .deploy(&args.name, &DeployRequest::new(&image, grants, limits))
+        .deploy(&name, &DeployRequest::new(&image, grants, limits))
         .await?;
     let program = &deployed.program;
     let tools: Vec<_> = program

@@ -2,14 +2,18 @@
 //! in the `berm-service` library. Exit codes: [`berm_service::Exit`].
 
 use std::net::SocketAddr;
+use std::os::fd::RawFd;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Instant;
 
 use anyhow::Context;
+use berm::EngineConfig;
 use berm_service::http::HttpConfig;
+use berm_service::listen::InheritedListener;
 use berm_service::transport::DEFAULT_MAX_FRAME_BYTES;
 use berm_service::{DaemonConfig, Exit, ServiceConfig};
-use clap::Parser;
+use clap::{Parser, ValueEnum};
 
 /// Deploys berm programs and serves every one of their tools over MCP.
 ///
@@ -33,9 +37,41 @@ struct Args {
     /// Largest JSON-RPC message read on the MCP socket, in bytes.
     #[arg(long, default_value_t = DEFAULT_MAX_FRAME_BYTES)]
     max_frame_bytes: usize,
+    /// Deploy every program of this app folder (berm.toml) at start, read in
+    /// place. Repeat for several folders.
+    #[arg(long = "app", value_name = "DIR")]
+    apps: Vec<PathBuf>,
+    /// Serve MCP on this inherited, listening stream socket (AF_UNIX or
+    /// AF_VSOCK) and create no socket at all: no mcp.sock, no control.sock.
+    #[arg(long, value_name = "N", conflicts_with = "http")]
+    listen_fd: Option<RawFd>,
+    /// Once serving, write one JSON line ({"ready":true,…}) to this
+    /// inherited descriptor and close it.
+    #[arg(long, value_name = "N")]
+    ready_fd: Option<RawFd>,
+    /// A read-only directory of precompiled code, looked in before the
+    /// compiled-code cache. It must come from Engine::precompile with the
+    /// same configuration (for the microVM: EngineConfig::vm(), i.e.
+    /// --cpu-profile portable).
+    #[arg(long, value_name = "DIR")]
+    code_dir: Option<PathBuf>,
+    /// Which CPU code is compiled for: native (this machine) or portable (the
+    /// microVM's musl target and an x86-64-v2 baseline).
+    #[arg(long, value_enum, default_value_t = Cpu::Native)]
+    cpu_profile: Cpu,
+}
+
+/// `--cpu-profile`.
+#[derive(Clone, Copy, ValueEnum)]
+enum Cpu {
+    /// This machine's target and CPU features.
+    Native,
+    /// EngineConfig::vm(): the microVM's target and a fixed baseline.
+    Portable,
 }
 
 fn main() -> ExitCode {
+    let started = Instant::now();
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
@@ -55,7 +91,7 @@ fn main() -> ExitCode {
             };
         }
     };
-    match start(args) {
+    match start(args, started) {
         Ok(()) => Exit::Clean.into(),
         Err((exit, error)) => {
             eprintln!("bermd: {error:#}");
@@ -64,7 +100,36 @@ fn main() -> ExitCode {
     }
 }
 
-fn start(args: Args) -> Result<(), (Exit, anyhow::Error)> {
+fn start(args: Args, started: Instant) -> Result<(), (Exit, anyhow::Error)> {
+    let usage = |e: anyhow::Error| (Exit::Usage, e);
+    // Inherited descriptors first, before anything opens a file that could
+    // take a number that was not inherited.
+    if args.listen_fd.is_some() && args.listen_fd == args.ready_fd {
+        return Err(usage(anyhow::anyhow!(
+            "--listen-fd and --ready-fd name the same descriptor"
+        )));
+    }
+    let listener = match args.listen_fd {
+        Some(fd) => {
+            let owned =
+                berm_service::sys::inherit_fd("--listen-fd", fd).map_err(|e| usage(e.into()))?;
+            Some(InheritedListener::check(owned, fd).map_err(|e| usage(e.into()))?)
+        }
+        None => None,
+    };
+    let ready = match args.ready_fd {
+        Some(fd) => {
+            Some(berm_service::sys::inherit_fd("--ready-fd", fd).map_err(|e| usage(e.into()))?)
+        }
+        None => None,
+    };
+    // Every folder is read and checked whole before anything is deployed.
+    let apps = args
+        .apps
+        .iter()
+        .map(|dir| berm_app::load(dir))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| usage(e.into()))?;
     let home = args.home.unwrap_or_else(berm_control::home::berm_home);
     let token = match &args.http_token_file {
         Some(path) => Some(
@@ -76,14 +141,24 @@ fn start(args: Args) -> Result<(), (Exit, anyhow::Error)> {
         ),
         None => None,
     };
+    let mut service = ServiceConfig::new(home);
+    service.engine = match args.cpu_profile {
+        Cpu::Native => EngineConfig::default(),
+        Cpu::Portable => EngineConfig::vm(),
+    };
+    service.code_dir = args.code_dir;
     let config = DaemonConfig {
-        service: ServiceConfig::new(home),
         http: args.http.map(|addr| HttpConfig {
             addr,
             allow_remote: args.http_allow_remote,
             token,
         }),
         max_frame_bytes: args.max_frame_bytes,
+        apps,
+        listener,
+        ready,
+        started,
+        ..DaemonConfig::new(service)
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -1,0 +1,123 @@
+//! `berm deploy --app DIR`: every program of an app folder, to the running
+//! bermd.
+//!
+//! All or nothing from the user's point of view: the whole folder (berm.toml,
+//! every wasm file and its manifest) is read and checked before the first
+//! deploy, and if bermd still refuses a program, the programs this command
+//! had newly deployed are removed again and the message names the program.
+
+use std::path::Path;
+use std::str::FromStr;
+
+use anyhow::Context;
+use berm_control::{DeployRequest, Grant, LimitsSpec};
+
+use crate::Exit;
+
+/// One program of the folder, read and checked, ready to send.
+struct Prepared {
+    name: String,
+    image: Vec<u8>,
+    grants: Vec<Grant>,
+    limits: LimitsSpec,
+}
+
+/// Deploys every program of the folder `dir` and prints what happened.
+pub async fn run(home: &Path, dir: &Path) -> anyhow::Result<Exit> {
+    let app = berm_app::load(dir)?;
+    // Where bermd keeps an app's files: `fs=DIR` means `$BERM_HOME/data/DIR`,
+    // as under `bermd --app`.
+    let data = home.join("data");
+    let mut prepared = Vec::with_capacity(app.programs.len());
+    for program in &app.programs {
+        let image = program.read()?;
+        berm_manifest::Manifest::from_image(&image)
+            .and_then(|m| m.check())
+            .with_context(|| {
+                format!(
+                    "app `{}`: program `{}` ({}) cannot be deployed; nothing was deployed",
+                    app.name,
+                    program.name,
+                    program.wasm.display()
+                )
+            })?;
+        let mut grants = Vec::new();
+        for text in program.resolve_grants(&data) {
+            let grant = Grant::from_str(&text)
+                .with_context(|| format!("app `{}`: program `{}`", app.name, program.name))?;
+            grants.push(grant);
+        }
+        prepared.push(Prepared {
+            name: program.name.clone(),
+            image,
+            grants,
+            limits: LimitsSpec {
+                deadline_ms: app.call_deadline_ms,
+                memory_bytes: program.memory_mb.map(|mb| mb << 20),
+            },
+        });
+    }
+    // bermd wants fs directories to exist; create them only once the whole
+    // folder has been checked.
+    for program in &prepared {
+        for grant in &program.grants {
+            if let Grant::Fs { dir, .. } = grant {
+                std::fs::create_dir_all(dir).with_context(|| {
+                    format!("creating {} for `{}`", dir.display(), program.name)
+                })?;
+            }
+        }
+    }
+
+    let client = super::client(home);
+    let mut added = Vec::new();
+    let mut replaced = Vec::new();
+    for program in prepared {
+        let request = DeployRequest::new(&program.image, program.grants, program.limits);
+        match client.deploy(&program.name, &request).await {
+            Ok(deployed) => {
+                let view = &deployed.program;
+                println!(
+                    "deployed {} {} ({})",
+                    view.name, view.digest, view.code_source
+                );
+                match deployed.replaced {
+                    Some(old) => {
+                        println!("  replaced {old}");
+                        replaced.push(program.name);
+                    }
+                    None => added.push(program.name),
+                }
+            }
+            Err(e) => {
+                let mut undone = Vec::new();
+                for name in &added {
+                    if client.remove(name).await.is_ok() {
+                        undone.push(name.as_str());
+                    }
+                }
+                let mut message = format!(
+                    "app `{}`: program `{}` was refused: {e}",
+                    app.name, program.name
+                );
+                if !undone.is_empty() {
+                    message.push_str(&format!("; removed again: {}", undone.join(", ")));
+                }
+                if !replaced.is_empty() {
+                    message.push_str(&format!(
+                        "; already replaced (now the folder's version): {}",
+                        replaced.join(", ")
+                    ));
+                }
+                anyhow::bail!(message);
+            }
+        }
+    }
+    println!(
+        "app {}: {} program(s) deployed from {}",
+        app.name,
+        added.len() + replaced.len(),
+        app.dir.display()
+    );
+    Ok(Exit::Ok)
+}

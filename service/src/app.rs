@@ -1,0 +1,175 @@
+//! App folders (`bermd --app DIR`): every program of a folder deployed at
+//! start with its grants and bounds, and the ready line a supervisor waits
+//! for (`--ready-fd`).
+//!
+//! The folder is read where it is (read-only, never copied into the store):
+//! its programs are deployed without a record, so they exist exactly while
+//! bermd runs with that folder. berm-init reads the ready line to emit
+//! `app_ready`; readiness is never guessed from logs.
+
+use std::io::Write;
+use std::os::fd::OwnedFd;
+use std::str::FromStr;
+use std::time::Instant;
+
+use berm_app::App;
+use berm_control::{Grant, LimitsSpec};
+use serde::Serialize;
+
+use crate::service::{DeployError, Service};
+
+/// Why an app's program could not be deployed.
+#[derive(Debug, thiserror::Error)]
+pub enum AppDeployError {
+    /// The program's wasm file could not be read.
+    #[error("app `{app}`: {source}")]
+    Read {
+        /// The app.
+        app: String,
+        /// Why (boxed: it is large and this path is cold).
+        source: Box<berm_app::AppError>,
+    },
+    /// A grant did not parse once resolved.
+    #[error("app `{app}`: program `{program}`: grant `{grant}`: {message}")]
+    Grant {
+        /// The app.
+        app: String,
+        /// The program.
+        program: String,
+        /// The grant.
+        grant: String,
+        /// Why.
+        message: String,
+    },
+    /// The directory an `fs` grant points at could not be created.
+    #[error("app `{app}`: program `{program}`: cannot create {}: {source}", dir.display())]
+    FsDir {
+        /// The app.
+        app: String,
+        /// The program.
+        program: String,
+        /// The directory.
+        dir: std::path::PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// bermd refused the program.
+    #[error("app `{app}`: program `{program}` ({}) was not deployed", wasm.display())]
+    Deploy {
+        /// The app.
+        app: String,
+        /// The program.
+        program: String,
+        /// Its wasm file.
+        wasm: std::path::PathBuf,
+        /// Why (boxed: it is large and this path is cold).
+        #[source]
+        source: Box<DeployError>,
+    },
+}
+
+/// One program of the ready line.
+#[derive(Debug, Clone, Serialize)]
+pub struct ProgramReady {
+    /// Its name.
+    pub name: String,
+    /// The sha256 of its wasm, lowercase hex.
+    pub sha256: String,
+    /// Where its code came from: `precompiled`, `cache` (the compiled-code
+    /// cache, or code already loaded for an identical image) or `compiled`.
+    pub code: &'static str,
+    /// How long getting its code took, in milliseconds.
+    pub ms: f64,
+}
+
+/// The one line `--ready-fd` receives.
+#[derive(Debug, Clone, Serialize)]
+pub struct Ready {
+    /// Always true: the line is only written once bermd serves.
+    pub ready: bool,
+    /// The app's name when bermd runs exactly one app folder, else null.
+    pub app: Option<String>,
+    /// How many tools the MCP endpoint lists.
+    pub tools: usize,
+    /// Milliseconds from bermd's start to now.
+    pub ms: f64,
+    /// Every program deployed from app folders, in folder order.
+    pub programs: Vec<ProgramReady>,
+}
+
+/// Deploys every program of `app`, in order. The folder was checked whole
+/// by [`berm_app::load`]; a program the runtime refuses stops here, naming
+/// it.
+pub fn deploy(service: &Service, app: &App) -> Result<Vec<ProgramReady>, AppDeployError> {
+    let mut ready = Vec::with_capacity(app.programs.len());
+    for program in &app.programs {
+        let image = program.read().map_err(|source| AppDeployError::Read {
+            app: app.name.clone(),
+            source: Box::new(source),
+        })?;
+        let mut grants = Vec::new();
+        for text in program.resolve_grants(&service.home().app_data()) {
+            let grant = Grant::from_str(&text).map_err(|e| AppDeployError::Grant {
+                app: app.name.clone(),
+                program: program.name.clone(),
+                grant: text.clone(),
+                message: e.to_string(),
+            })?;
+            if let Grant::Fs { dir, .. } = &grant {
+                std::fs::create_dir_all(dir).map_err(|source| AppDeployError::FsDir {
+                    app: app.name.clone(),
+                    program: program.name.clone(),
+                    dir: dir.clone(),
+                    source,
+                })?;
+            }
+            grants.push(grant);
+        }
+        let limits = LimitsSpec {
+            deadline_ms: app.call_deadline_ms,
+            memory_bytes: program.memory_mb.map(|mb| mb << 20),
+        };
+        service
+            .deploy_transient(&program.name, &image, grants, limits)
+            .map_err(|source| AppDeployError::Deploy {
+                app: app.name.clone(),
+                program: program.name.clone(),
+                wasm: program.wasm.clone(),
+                source: Box::new(source),
+            })?;
+        // Deployed just above, and nothing else deploys or removes while
+        // bermd starts, so the program is there.
+        let info = service.berm().get(&program.name);
+        let (code, ms) = match &info {
+            Some(info) => (
+                match info.source {
+                    berm::CompileSource::Precompiled => "precompiled",
+                    berm::CompileSource::Compiled => "compiled",
+                    berm::CompileSource::DiskCache | berm::CompileSource::Memory => "cache",
+                },
+                info.code_time.as_secs_f64() * 1000.0,
+            ),
+            None => ("compiled", 0.0),
+        };
+        tracing::info!(app = %app.name, program = %program.name, code, ms, "deployed from the app folder");
+        ready.push(ProgramReady {
+            name: program.name.clone(),
+            sha256: berm_app::sha256_hex(&image),
+            code,
+            ms,
+        });
+    }
+    Ok(ready)
+}
+
+/// Writes `ready` as one JSON line to `fd` and closes it.
+pub fn announce(fd: OwnedFd, ready: &Ready, started: Instant) -> std::io::Result<()> {
+    let mut ready = ready.clone();
+    ready.ms = started.elapsed().as_secs_f64() * 1000.0;
+    // Serializing plain strings and numbers cannot fail.
+    let mut line = serde_json::to_vec(&ready).unwrap_or_default();
+    line.push(b'\n');
+    let mut file = std::fs::File::from(fd);
+    file.write_all(&line)
+    // Dropping the file closes the descriptor: the reader sees EOF.
+}

@@ -1,0 +1,326 @@
+//! bermd as the microVM runs it: an app folder (`--app`), MCP on an
+//! inherited listener (`--listen-fd`) and no socket of its own, the ready
+//! line on `--ready-fd`, and precompiled code (`--code-dir`). Real processes
+//! and real sockets; an AF_UNIX listener stands in for the VM's AF_VSOCK one.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read};
+use std::os::fd::{AsFd, AsRawFd};
+use std::os::unix::net::UnixListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+
+use common::{Session, result_text};
+use serde_json::{Value, json};
+
+/// A ready-made app folder assembled by scripts/build-apps.sh.
+fn app_folder(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../target/apps")
+        .join(name);
+    assert!(
+        dir.join("berm.toml").exists(),
+        "{} is missing — run scripts/build-apps.sh first",
+        dir.display()
+    );
+    dir
+}
+
+/// Held from making a descriptor inheritable until the child that should
+/// inherit it is spawned and the parent's copy is closed, so that no other
+/// test's child inherits it too (which would keep a pipe open past its EOF).
+static SPAWN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Lets a child process inherit `fd`.
+fn inheritable(fd: &impl std::os::fd::AsFd) {
+    rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::empty()).unwrap();
+}
+
+/// bermd on an inherited listener, with its ready line read.
+struct VmBermd {
+    child: Child,
+    home: PathBuf,
+    socket: PathBuf,
+    ready: Value,
+    _dir: tempfile::TempDir,
+}
+
+impl VmBermd {
+    fn start(extra: &[&str]) -> VmBermd {
+        let dir = tempfile::tempdir().unwrap();
+        let home = dir.path().join("home");
+        let socket = dir.path().join("rpc-0.sock");
+        let listener = UnixListener::bind(&socket).unwrap();
+        let (ready_read, ready_write) = std::io::pipe().unwrap();
+        let spawning = SPAWN.lock().unwrap_or_else(|p| p.into_inner());
+        inheritable(&listener);
+        inheritable(&ready_write);
+        let child = Command::new(env!("CARGO_BIN_EXE_bermd"))
+            .arg("--home")
+            .arg(&home)
+            .args(["--listen-fd", &listener.as_raw_fd().to_string()])
+            .args(["--ready-fd", &ready_write.as_raw_fd().to_string()])
+            .args(extra)
+            .env("BERM_LOG", "info,rmcp=warn")
+            .env_remove("BERM_HOME")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Only bermd holds these now: EOF on the pipe means it closed it.
+        drop(listener);
+        drop(ready_write);
+        drop(spawning);
+        let mut lines = BufReader::new(ready_read);
+        let mut line = String::new();
+        lines.read_line(&mut line).unwrap();
+        let mut child = child;
+        if line.is_empty() {
+            let _ = child.kill();
+            let mut log = String::new();
+            child
+                .stderr
+                .take()
+                .unwrap()
+                .read_to_string(&mut log)
+                .unwrap();
+            panic!("bermd closed --ready-fd without a ready line: {log}");
+        }
+        // Exactly one line, then the descriptor is closed.
+        let mut rest = String::new();
+        lines.read_to_string(&mut rest).unwrap();
+        assert_eq!(rest, "", "more than one line on --ready-fd");
+        VmBermd {
+            child,
+            home,
+            socket,
+            ready: serde_json::from_str(&line).unwrap(),
+            _dir: dir,
+        }
+    }
+}
+
+impl Drop for VmBermd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Every socket file under `dir`, recursively.
+fn sockets_under(dir: &Path) -> Vec<PathBuf> {
+    use std::os::unix::fs::FileTypeExt;
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let entry = entry.unwrap();
+        let kind = entry.file_type().unwrap();
+        if kind.is_dir() {
+            found.extend(sockets_under(&entry.path()));
+        } else if kind.is_socket() {
+            found.push(entry.path());
+        }
+    }
+    found
+}
+
+#[test]
+fn an_app_is_served_on_the_inherited_listener_and_announces_ready() {
+    let folder = app_folder("notes");
+    let bermd = VmBermd::start(&["--app", folder.to_str().unwrap()]);
+
+    let ready = &bermd.ready;
+    assert_eq!(ready["ready"], json!(true), "{ready}");
+    assert_eq!(ready["app"], json!("notes"), "{ready}");
+    assert_eq!(ready["tools"], json!(4), "{ready}");
+    assert!(ready["ms"].as_f64().unwrap() > 0.0, "{ready}");
+    let programs = ready["programs"].as_array().unwrap();
+    assert_eq!(programs.len(), 1, "{ready}");
+    let wasm = std::fs::read(folder.join("notes.wasm")).unwrap();
+    assert_eq!(programs[0]["name"], json!("notes"));
+    assert_eq!(programs[0]["sha256"], json!(berm_app::sha256_hex(&wasm)));
+    assert_eq!(programs[0]["code"], json!("compiled"));
+    assert!(programs[0]["ms"].as_f64().unwrap() > 0.0);
+
+    let mut session = Session::connect(&bermd.socket);
+    session.initialize();
+    let tools = session.request("tools/list", json!({}));
+    let names: Vec<&str> = tools["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert!(names.contains(&"notes.add"), "{names:?}");
+    assert_eq!(names.len(), 4, "{names:?}");
+    let (text, error) = result_text(&session.call(
+        "notes.add",
+        json!({"title": "vm", "text": "served on an inherited socket"}),
+    ));
+    assert!(!error, "{text}");
+    let (text, error) = result_text(&session.call("notes.search", json!({"query": "inherited"})));
+    assert!(!error && text.contains("vm"), "{text}");
+    // A second connection on the same listener gets its own session.
+    let mut second = Session::connect(&bermd.socket);
+    second.initialize();
+    let (text, _) = result_text(&second.call("notes.list", json!({})));
+    assert!(text.contains("vm"), "{text}");
+
+    // bermd made no socket of its own, and wrote only under its home.
+    assert_eq!(sockets_under(&bermd.home), Vec::<PathBuf>::new());
+    assert!(!bermd.home.join("mcp.sock").exists());
+    assert!(!bermd.home.join("control.sock").exists());
+    // The folder was not copied into the store.
+    assert_eq!(
+        std::fs::read_dir(bermd.home.join("deployments"))
+            .unwrap()
+            .count(),
+        0
+    );
+    assert!(bermd.home.join("state/notes/kv.log").exists());
+}
+
+#[test]
+fn precompiled_code_from_the_code_dir_is_used() {
+    let folder = app_folder("echo");
+    let wasm = std::fs::read(folder.join("echo.wasm")).unwrap();
+    // What berm-vmm does for the VM, with the host's own (native) engine so
+    // that this host can run the code.
+    let engine = berm::Engine::new(&berm::EngineConfig::default()).unwrap();
+    let precompiled = engine.precompile(&wasm).unwrap();
+    let code = tempfile::tempdir().unwrap();
+    std::fs::write(code.path().join(&precompiled.file_name), &precompiled.bytes).unwrap();
+
+    let bermd = VmBermd::start(&[
+        "--app",
+        folder.to_str().unwrap(),
+        "--code-dir",
+        code.path().to_str().unwrap(),
+    ]);
+    let program = &bermd.ready["programs"][0];
+    assert_eq!(program["code"], json!("precompiled"), "{}", bermd.ready);
+    // Nothing was compiled into the writable cache.
+    assert_eq!(
+        std::fs::read_dir(bermd.home.join("cache")).unwrap().count(),
+        0
+    );
+    let mut session = Session::connect(&bermd.socket);
+    session.initialize();
+    let (text, error) = result_text(&session.call("echo.echo", json!({"message": "hi"})));
+    assert_eq!((text.as_str(), error), ("hi", false));
+}
+
+#[test]
+fn portable_code_is_refused_on_a_host_of_another_target() {
+    if cfg!(target_env = "musl") {
+        return;
+    }
+    // The guest's engine configuration on this (glibc) host: it can compile
+    // but not run, and bermd says so instead of serving.
+    let folder = app_folder("echo");
+    let output = bermd_output(&[
+        "--app",
+        folder.to_str().unwrap(),
+        "--cpu-profile",
+        "portable",
+    ]);
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("program `echo`"), "{stderr}");
+    assert!(stderr.contains("does not match the host"), "{stderr}");
+}
+
+/// Runs bermd to completion on a fresh home.
+fn bermd_output(args: &[&str]) -> Output {
+    let _spawning = SPAWN.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    Command::new(env!("CARGO_BIN_EXE_bermd"))
+        .arg("--home")
+        .arg(dir.path().join("home"))
+        .args(args)
+        .env("BERM_LOG", "warn")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn a_bad_app_folder_stops_bermd_with_the_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("berm.toml"),
+        "name = \"bad\"\n[limits]\ncpu = 100\n[[program]]\nname = \"p\"\nwasm = \"p.wasm\"\n",
+    )
+    .unwrap();
+    let output = bermd_output(&["--app", dir.path().to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(2), "{output:?}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("berm.toml: `limits.cpu` = 100: allowed 0.01 to 64 cores"),
+        "{stderr}"
+    );
+
+    // A folder that reads fine but whose program the runtime refuses.
+    std::fs::write(
+        dir.path().join("berm.toml"),
+        "name = \"bad\"\n[[program]]\nname = \"p\"\nwasm = \"p.wasm\"\n",
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("p.wasm"), b"not wasm").unwrap();
+    let output = bermd_output(&["--app", dir.path().to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("app `bad`: program `p`") && stderr.contains("was not deployed"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn listen_fd_refuses_what_is_not_a_listening_stream_socket() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = std::fs::File::create(dir.path().join("plain")).unwrap();
+    let unbound = std::os::unix::net::UnixDatagram::unbound().unwrap();
+    let (connected, _peer) = std::os::unix::net::UnixStream::pair().unwrap();
+    for (fd, expected) in [
+        (
+            file.as_raw_fd(),
+            "not a socket; pass a listening SOCK_STREAM socket",
+        ),
+        (
+            unbound.as_raw_fd(),
+            "a SOCK_DGRAM socket; bermd needs a listening SOCK_STREAM socket",
+        ),
+        (
+            connected.as_raw_fd(),
+            "a stream socket that is not listening; call listen(2) on it",
+        ),
+        (999, "no such open file descriptor"),
+        (1, "descriptors 0-2 are stdin, stdout and stderr"),
+    ] {
+        let output = {
+            let _spawning = SPAWN.lock().unwrap_or_else(|p| p.into_inner());
+            for fd in [file.as_fd(), unbound.as_fd(), connected.as_fd()] {
+                inheritable(&fd);
+            }
+            let output = Command::new(env!("CARGO_BIN_EXE_bermd"))
+                .arg("--home")
+                .arg(dir.path().join("home"))
+                .args(["--listen-fd", &fd.to_string()])
+                .stdin(Stdio::null())
+                .output()
+                .unwrap();
+            for fd in [file.as_fd(), unbound.as_fd(), connected.as_fd()] {
+                rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::CLOEXEC).unwrap();
+            }
+            output
+        };
+        assert_eq!(output.status.code(), Some(2), "{output:?}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            stderr.contains(&format!("--listen-fd {fd}: {expected}")),
+            "{stderr}"
+        );
+    }
+}
