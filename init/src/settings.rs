@@ -124,6 +124,7 @@ mod tests {
             (s.apps, s.state.as_deref(), s.log_level),
             (2, Some("vdb"), LogLevel::Debug)
         );
+        assert_eq!(parse(vars(&[("BERM_PROBE", "1")])).unwrap().probe, Some(1));
     }
 
     #[test]
@@ -135,6 +136,8 @@ mod tests {
             ("BERM_STATE", "vd", "BERM_STATE=\"vd\""),
             ("BERM_FOO", "1", "unknown guest setting BERM_FOO"),
             ("BERM_STOP_GRACE_MS", "-1", "BERM_STOP_GRACE_MS"),
+            ("BERM_PROBE", "64", "BERM_PROBE=\"64\""),
+            ("BERM_PROBE", "x", "BERM_PROBE=\"x\""),
         ] {
             let err = parse(vars(&[(name, value)])).unwrap_err();
             assert!(err.contains(want), "{err}");
