@@ -53,6 +53,14 @@ enum Commands {
         /// Seconds the guest may take to greet on the control port.
         #[arg(long, value_name = "SECONDS", default_value_t = 60)]
         boot_timeout: u64,
+        /// Run unconfined: no Landlock and no seccomp deny list on berm-vmm (reported in the
+        /// host_sandbox line and in `berm attest` records).
+        #[arg(long)]
+        no_host_sandbox: bool,
+        /// Once confined, try to read, write and create beside FILE and to exec, and report
+        /// the outcome as a host_sandbox_probe line (tests; nothing is changed if it holds).
+        #[arg(long, value_name = "FILE", hide = true)]
+        sandbox_probe: Option<PathBuf>,
     },
     /// Internal: the libkrun child process (berm-vmm re-executes itself).
     #[command(hide = true)]
@@ -100,6 +108,8 @@ fn main() -> ExitCode {
             rootfs,
             env,
             boot_timeout,
+            no_host_sandbox,
+            sandbox_probe,
         } => {
             if let Err(e) = berm_vmm::catch_stop_signals() {
                 eprintln!("berm-vmm: installing the stop-signal handler failed: {e}");
@@ -116,6 +126,8 @@ fn main() -> ExitCode {
                 rootfs,
                 env,
                 boot_timeout: Duration::from_secs(boot_timeout),
+                host_sandbox: !no_host_sandbox,
+                sandbox_probe,
             };
             let (status, message) = match run(&config) {
                 Ok(outcome) => (outcome.status, outcome.summary),
@@ -143,5 +155,13 @@ fn main() -> ExitCode {
 fn krun_enter(config: &str) -> anyhow::Result<std::convert::Infallible> {
     let config: berm_vmm::krun::KrunConfig =
         serde_json::from_str(config).context("reading the libkrun child's configuration")?;
+    // Just before krun_start_enter, while this process is still single-threaded: fail-closed.
+    if let Some(policy) = &config.host_sandbox {
+        let report = berm_vmm::sandbox::confine(policy).context("confining the libkrun child")?;
+        eprintln!(
+            "{}",
+            serde_json::json!({"source": "berm-vmm", "event": "host_sandbox", "process": "krun-enter", "report": report})
+        );
+    }
     Err(berm_vmm::krun::enter(&config)).context("running the VM with libkrun")
 }

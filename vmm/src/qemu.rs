@@ -84,6 +84,30 @@ pub struct QemuChildren {
     pub vhost: Child,
     /// QEMU.
     pub qemu: Child,
+    /// The run dir's sockets, bound but not served yet.
+    pub relays: Relays,
+}
+
+/// The bound `control.sock`, `logs.sock` and `rpc-<i>.sock` listeners. Connections queue until
+/// [`Relays::serve`] starts a thread per socket; run.rs calls it only after berm-vmm has
+/// confined itself, which needs the process to be single-threaded.
+pub struct Relays {
+    listeners: Vec<(UnixListener, u32)>,
+    uds: PathBuf,
+    console: PathBuf,
+    timeout: Duration,
+}
+
+impl Relays {
+    /// Starts relaying every socket to its guest port.
+    pub fn serve(self) {
+        for (listener, port) in self.listeners {
+            let uds = self.uds.clone();
+            let console = self.console.clone();
+            let timeout = self.timeout;
+            std::thread::spawn(move || serve(listener, uds, console, port, timeout));
+        }
+    }
 }
 
 fn log_stdio(log: &Path, program: &Path) -> Result<(Stdio, Stdio), StartQemuError> {
@@ -133,16 +157,20 @@ pub fn start(vm: &QemuVm<'_>) -> Result<QemuChildren, StartQemuError> {
     for (i, rpc) in run.rpc.iter().enumerate() {
         relays.push((rpc.clone(), berm_vm_protocol::RPC_PORT_BASE + i as u32));
     }
+    let mut listeners = Vec::new();
     for (path, port) in relays {
         let listener = UnixListener::bind(&path).map_err(|source| StartQemuError::Bind {
             path: path.clone(),
             source,
         })?;
-        let uds = run.vsock.clone();
-        let console = run.console.clone();
-        let timeout = vm.connect_timeout;
-        std::thread::spawn(move || serve(listener, uds, console, port, timeout));
+        listeners.push((listener, port));
     }
+    let relays = Relays {
+        listeners,
+        uds: run.vsock.clone(),
+        console: run.console.clone(),
+        timeout: vm.connect_timeout,
+    };
 
     let memory = format!("{}M", vm.memory_mib);
     let mut args: Vec<String> = vec![
@@ -215,7 +243,11 @@ pub fn start(vm: &QemuVm<'_>) -> Result<QemuChildren, StartQemuError> {
         .stderr(err);
     sys::kill_with_parent(&mut command);
     match command.spawn() {
-        Ok(qemu) => Ok(QemuChildren { vhost, qemu }),
+        Ok(qemu) => Ok(QemuChildren {
+            vhost,
+            qemu,
+            relays,
+        }),
         Err(source) => {
             let _ = vhost.kill();
             let _ = vhost.wait();

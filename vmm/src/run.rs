@@ -24,6 +24,7 @@ use crate::krun::{self, KrunConfig, SpawnKrunError};
 use crate::qemu::{self, QemuVm, StartQemuError};
 use crate::report;
 use crate::run_dir::{RunDir, RunDirError};
+use crate::sandbox::{self, SandboxError};
 use crate::settings::{self, GuestSetting, SettingError};
 use crate::state::{self, StateError};
 
@@ -61,6 +62,12 @@ pub struct RunConfig {
     pub env: Vec<String>,
     /// How long the guest may take to greet on the control port.
     pub boot_timeout: Duration,
+    /// Confine berm-vmm (and the libkrun child) before the guest is served; `false` is
+    /// `--no-host-sandbox`.
+    pub host_sandbox: bool,
+    /// Once confined, try to read and write this host file and to exec, and report what
+    /// happened in a `host_sandbox_probe` line (`--sandbox-probe`, for tests).
+    pub sandbox_probe: Option<PathBuf>,
 }
 
 /// Why `run` stopped before or while booting.
@@ -84,6 +91,9 @@ pub enum RunError {
     /// The state disk could not be prepared.
     #[error(transparent)]
     State(#[from] StateError),
+    /// The run record (`vmm.jsonl`) could not be started.
+    #[error(transparent)]
+    Record(#[from] report::RecordError),
     /// No usable hypervisor.
     #[error(transparent)]
     Detect(#[from] DetectError),
@@ -93,6 +103,9 @@ pub enum RunError {
     /// The libkrun child did not start.
     #[error(transparent)]
     Krun(#[from] SpawnKrunError),
+    /// berm-vmm could not confine itself (fail-closed).
+    #[error(transparent)]
+    Sandbox(#[from] SandboxError),
     /// Too many vCPUs.
     #[error("--cpus {0} is out of range (1 to 16, the guest kernel's NR_CPUS)")]
     Cpus(u8),
@@ -113,6 +126,8 @@ impl RunError {
             | Self::App(_)
             | Self::RunDir(_)
             | Self::State(_)
+            | Self::Record(_)
+            | Self::Sandbox(_)
             | Self::Cpus(_)
             | Self::Memory(_) => ExitStatus::Refused,
             Self::Detect(_) => ExitStatus::NoHypervisor,
@@ -191,6 +206,7 @@ pub fn run(config: &RunConfig) -> Result<Outcome, RunError> {
         base.join(format!("berm-vmm-{}", std::process::id()))
     });
     let run = RunDir::prepare(&run_dir, apps.len())?;
+    report::record_to(&run.dir)?;
     let state = config.state.as_deref().map(state::prepare).transpose()?;
 
     // 4. Say what is about to boot.
@@ -233,6 +249,7 @@ pub fn run(config: &RunConfig) -> Result<Outcome, RunError> {
     );
 
     // 5. Boot.
+    let host_sandbox = config.host_sandbox;
     let mut ports = vec![
         (berm_vm_protocol::CONTROL_PORT, run.control.clone()),
         (berm_vm_protocol::LOGS_PORT, run.logs.clone()),
@@ -240,6 +257,19 @@ pub fn run(config: &RunConfig) -> Result<Outcome, RunError> {
     for (i, rpc) in run.rpc.iter().enumerate() {
         ports.push((berm_vm_protocol::RPC_PORT_BASE + i as u32, rpc.clone()));
     }
+    // What the host sandbox grants: the artifacts and shares to read, the run dir and the
+    // state disk to write; the libkrun child also gets /dev/kvm.
+    let policy = sandbox::Policy {
+        read: [kernel.path.clone(), rootfs.path.clone()]
+            .into_iter()
+            .chain(apps.iter().map(|a| a.path.clone()))
+            .collect(),
+        read_write: std::iter::once(run.dir.clone())
+            .chain(state.as_ref().map(|s| s.path.clone()))
+            .collect(),
+        devices: Vec::new(),
+    };
+    let mut relays = None;
     let started = Instant::now();
     let mut children = match choice.backend {
         Backend::Krun => {
@@ -252,6 +282,10 @@ pub fn run(config: &RunConfig) -> Result<Outcome, RunError> {
                 state: state.as_ref().map(|s| s.path.clone()),
                 ports,
                 console: run.console.clone(),
+                host_sandbox: host_sandbox.then(|| sandbox::Policy {
+                    devices: vec![PathBuf::from("/dev/kvm")],
+                    ..policy.clone()
+                }),
             };
             vec![krun::spawn(&config, &run.hypervisor_log)?]
         }
@@ -276,10 +310,32 @@ pub fn run(config: &RunConfig) -> Result<Outcome, RunError> {
                 connect_timeout: config.boot_timeout,
             };
             let children = qemu::start(&vm)?;
+            relays = Some(children.relays);
             // The VM is QEMU; vhost-device-vsock is its helper and is stopped after it.
             vec![children.qemu, children.vhost]
         }
     };
+
+    // 6. berm-vmm confines itself: the hypervisor is started, nothing of the guest's has been
+    // served yet, and the process is still single-threaded (the relays start after this).
+    let confined = if host_sandbox {
+        sandbox::confine(&policy).inspect_err(|_| stop(&mut children))?
+    } else {
+        sandbox::Report::disabled("--no-host-sandbox")
+    };
+    report::line(
+        "host_sandbox",
+        serde_json::to_value(&confined).unwrap_or_default(),
+    );
+    if let Some(outside) = &config.sandbox_probe {
+        report::line(
+            "host_sandbox_probe",
+            sandbox::probe(outside, &kernel.path, &run.dir),
+        );
+    }
+    if let Some(relays) = relays {
+        relays.serve();
+    }
     Ok(supervise(&run, &mut children, config.boot_timeout, started))
 }
 
