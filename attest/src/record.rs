@@ -423,9 +423,8 @@ impl Record {
                     })
                 }
                 (Some("berm-vmm"), "host_sandbox") => {
-                    host_sandbox = Some(
-                        host_sandbox_of(&value).map_err(|p| malformed("host_sandbox", p))?,
-                    )
+                    host_sandbox =
+                        Some(host_sandbox_of(&value).map_err(|p| malformed("host_sandbox", p))?)
                 }
                 (Some("berm-vmm"), "guest_greeted") => greeted_boot_id = str_of(&value, "boot_id"),
                 (Some("berm-vmm"), "exit") => {
@@ -575,7 +574,12 @@ fn host_sandbox_of(v: &Value) -> Result<HostSandbox, String> {
         denied: v
             .get("denied")
             .and_then(Value::as_array)
-            .map(|d| d.iter().filter_map(Value::as_str).map(str::to_owned).collect())
+            .map(|d| {
+                d.iter()
+                    .filter_map(Value::as_str)
+                    .map(str::to_owned)
+                    .collect()
+            })
             .unwrap_or_default(),
         policy_sha256: str_of(v, "policy_sha256").unwrap_or_default(),
         reason: str_of(v, "reason"),
@@ -594,7 +598,12 @@ fn guest_event(v: &Value) -> Result<Option<GuestEvent>, String> {
             lsm: v
                 .get("lsm")
                 .and_then(Value::as_array)
-                .map(|l| l.iter().filter_map(Value::as_str).map(str::to_owned).collect())
+                .map(|l| {
+                    l.iter()
+                        .filter_map(Value::as_str)
+                        .map(str::to_owned)
+                        .collect()
+                })
                 .unwrap_or_default(),
             landlock_abi: u64_of(v, "landlock_abi"),
         },
@@ -609,7 +618,10 @@ fn guest_event(v: &Value) -> Result<Option<GuestEvent>, String> {
                 cgroup: str_of(v, "cgroup").unwrap_or_default(),
                 limits: v.get("limits").cloned().unwrap_or(Value::Null),
                 enforcement: Enforcement {
-                    no_new_privs: e.get("no_new_privs").and_then(Value::as_bool).unwrap_or(false),
+                    no_new_privs: e
+                        .get("no_new_privs")
+                        .and_then(Value::as_bool)
+                        .unwrap_or(false),
                     landlock_abi: u64_of(e, "landlock_abi").unwrap_or(0),
                     landlock: str_of(e, "landlock").unwrap_or_default(),
                     seccomp: str_of(e, "seccomp").unwrap_or_default(),

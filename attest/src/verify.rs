@@ -254,7 +254,10 @@ pub fn verify(record: &Value, pins: &Pins) -> Verdict {
 
 fn check(value: &Value, pins: &Pins, p: &mut Problems) {
     let Some(claimed) = value.get("recordSha256").and_then(Value::as_str) else {
-        p.add(Code::RecordMalformed, "the record has no recordSha256 string");
+        p.add(
+            Code::RecordMalformed,
+            "the record has no recordSha256 string",
+        );
         return;
     };
     let actual = record_sha256(value);
@@ -329,10 +332,7 @@ fn check_artifacts(r: &Record, pins: &Pins, p: &mut Problems) {
             Code::KernelUnpinned,
             format!(
                 "kernel sha256 {} ({} bytes) is not the pinned {} ({} bytes)",
-                r.kernel.sha256,
-                r.kernel.size,
-                kernel.sha256,
-                kernel.size
+                r.kernel.sha256, r.kernel.size, kernel.sha256, kernel.size
             ),
         );
     }
@@ -342,10 +342,7 @@ fn check_artifacts(r: &Record, pins: &Pins, p: &mut Problems) {
             Code::RootfsUnpinned,
             format!(
                 "rootfs sha256 {} ({} bytes) is not the pinned {} ({} bytes)",
-                r.rootfs.sha256,
-                r.rootfs.size,
-                rootfs.sha256,
-                rootfs.size
+                r.rootfs.sha256, r.rootfs.size, rootfs.sha256, rootfs.size
             ),
         );
     }
@@ -466,7 +463,13 @@ fn check_guest(r: &Record, p: &mut Problems) {
     }
 }
 
-fn check_app(index: u64, label: &str, app: &crate::record::App, reports: &AppReports<'_>, p: &mut Problems) {
+fn check_app(
+    index: u64,
+    label: &str,
+    app: &crate::record::App,
+    reports: &AppReports<'_>,
+    p: &mut Problems,
+) {
     for refused in &reports.refused {
         if let GuestEvent::AppRefused { reason, .. } = refused {
             p.add(

@@ -28,7 +28,8 @@ fn vmm(event: &str, fields: Value) -> Value {
 }
 
 fn guest(event: &str, uptime: u64, fields: Value) -> Value {
-    let mut line = json!({"source": "berm-init", "boot_id": BOOT_ID, "uptime_ms": uptime, "event": event});
+    let mut line =
+        json!({"source": "berm-init", "boot_id": BOOT_ID, "uptime_ms": uptime, "event": event});
     line.as_object_mut()
         .unwrap()
         .extend(fields.as_object().unwrap().clone());

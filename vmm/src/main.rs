@@ -74,7 +74,7 @@ const EXIT_CODES: &str = "Exit codes (docs/vm.md):
   0 clean             guest powered off with exit code 0
   1 internal          berm-vmm itself failed
   2 usage             bad arguments
-  3 artifact_missing  kernel or rootfs not installed (scripts/build-kernel.sh, scripts/build-rootfs.sh)
+  3 artifact_missing  kernel or rootfs not installed (berm vm install, or scripts/build-kernel.sh + build-rootfs.sh)
   4 pin_mismatch      kernel or rootfs differs from the pins compiled in
   5 refused           configuration refused before boot (guest settings, apps, run dir, state disk)
   6 no_hypervisor     no backend can run the guest here

@@ -404,7 +404,9 @@ fn missing_artifacts_name_the_build_scripts() {
         "{message}"
     );
     assert!(
-        message.contains("scripts/build-kernel.sh") && message.contains("scripts/build-rootfs.sh"),
+        message.contains("berm vm install")
+            && message.contains("scripts/build-kernel.sh")
+            && message.contains("scripts/build-rootfs.sh"),
         "{message}"
     );
 }
