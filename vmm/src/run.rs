@@ -267,9 +267,10 @@ pub fn run(config: &RunConfig) -> Result<Outcome, RunError> {
         read_write: std::iter::once(run.dir.clone())
             .chain(state.as_ref().map(|s| s.path.clone()))
             .collect(),
-        devices: Vec::new(),
+        ..sandbox::Policy::default()
     };
     let mut relays = None;
+    let mut child_sandboxes = Vec::new();
     let started = Instant::now();
     let mut children = match choice.backend {
         Backend::Krun => {
@@ -287,6 +288,14 @@ pub fn run(config: &RunConfig) -> Result<Outcome, RunError> {
                     ..policy.clone()
                 }),
             };
+            if let Some(policy) = &config.host_sandbox {
+                child_sandboxes.push(sandbox::ChildReport {
+                    program: PathBuf::from("berm-vmm krun-enter"),
+                    landlock: "fully_enforced",
+                    seccomp: "deny_list".into(),
+                    policy_sha256: policy.sha256(),
+                });
+            }
             vec![krun::spawn(&config, &run.hypervisor_log)?]
         }
         Backend::Qemu => {
@@ -308,9 +317,11 @@ pub fn run(config: &RunConfig) -> Result<Outcome, RunError> {
                 state: state.as_ref().map(|s| s.path.as_path()),
                 run: &run,
                 connect_timeout: config.boot_timeout,
+                sandbox: host_sandbox.then_some(&policy),
             };
             let children = qemu::start(&vm)?;
             relays = Some(children.relays);
+            child_sandboxes = children.sandboxes;
             // The VM is QEMU; vhost-device-vsock is its helper and is stopped after it.
             vec![children.qemu, children.vhost]
         }
@@ -318,11 +329,12 @@ pub fn run(config: &RunConfig) -> Result<Outcome, RunError> {
 
     // 6. berm-vmm confines itself: the hypervisor is started, nothing of the guest's has been
     // served yet, and the process is still single-threaded (the relays start after this).
-    let confined = if host_sandbox {
+    let mut confined = if host_sandbox {
         sandbox::confine(&policy).inspect_err(|_| stop(&mut children))?
     } else {
         sandbox::Report::disabled("--no-host-sandbox")
     };
+    confined.children = child_sandboxes;
     report::line(
         "host_sandbox",
         serde_json::to_value(&confined).unwrap_or_default(),

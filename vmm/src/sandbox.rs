@@ -76,6 +76,97 @@ pub struct Policy {
     pub read_write: Vec<PathBuf>,
     /// Devices readable, writable and ioctl-able (`/dev/kvm` for the libkrun child only).
     pub devices: Vec<PathBuf>,
+    /// Files and folders readable and executable: only in a hypervisor child's policy (its
+    /// own program and the shared libraries it loads); berm-vmm itself may execute nothing.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub execute: Vec<PathBuf>,
+}
+
+/// Where a dynamically linked program's loader and libraries live (Debian, merged /usr).
+const LIBRARY_DIRS: &[&str] = &["/lib", "/lib64", "/usr/lib", "/usr/lib64", "/usr/local/lib"];
+/// Read-only system data a hypervisor child needs: the loader cache and QEMU's firmware.
+const SYSTEM_DATA: &[&str] = &["/etc/ld.so.cache", "/usr/share/qemu", "/usr/share/seabios"];
+
+impl Policy {
+    /// `self` widened just enough to exec `program` and let it load its libraries and
+    /// firmware: the policy of a hypervisor child (QEMU, vhost-device-vsock).
+    pub fn for_program(&self, program: &Path) -> Policy {
+        let existing = |paths: &[&str]| -> Vec<PathBuf> {
+            paths
+                .iter()
+                .map(PathBuf::from)
+                .filter(|p| p.exists())
+                .collect()
+        };
+        let mut policy = self.clone();
+        policy.execute.push(program.to_owned());
+        policy.execute.extend(existing(LIBRARY_DIRS));
+        policy.read.extend(existing(SYSTEM_DATA));
+        policy
+    }
+}
+
+/// How one hypervisor child was confined, as the `host_sandbox` line reports it.
+#[derive(Clone, Debug, Serialize)]
+pub struct ChildReport {
+    /// The program.
+    pub program: PathBuf,
+    /// Landlock in the child: `fully_enforced` (a child that cannot have it is not started).
+    pub landlock: &'static str,
+    /// The child's syscall filter: berm-vmm's deny list, QEMU's own `-sandbox`, or none.
+    pub seccomp: String,
+    /// sha256 of the child's policy.
+    pub policy_sha256: String,
+}
+
+/// A Landlock ruleset built in the parent, applied by the child between fork and exec (so
+/// the child allocates nothing there).
+pub struct ChildSandbox {
+    #[cfg(target_os = "linux")]
+    ruleset: Option<landlock::RulesetCreated>,
+}
+
+impl ChildSandbox {
+    /// Builds the ruleset for `policy`; fails closed like [`confine`].
+    pub fn prepare(policy: &Policy) -> Result<Self, SandboxError> {
+        #[cfg(target_os = "linux")]
+        {
+            Ok(Self {
+                ruleset: Some(linux::ruleset(policy)?),
+            })
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            let _ = policy;
+            Err(SandboxError::Unsupported)
+        }
+    }
+
+    /// Applies it to the calling process (the forked child): `Err` unless enforced with
+    /// `no_new_privs`, and the spawn then fails, so the child never runs unconfined.
+    pub fn apply(&mut self) -> std::io::Result<()> {
+        #[cfg(target_os = "linux")]
+        {
+            let ruleset = self
+                .ruleset
+                .take()
+                .ok_or_else(|| std::io::Error::other("the child sandbox was applied twice"))?;
+            match ruleset.restrict_self() {
+                Ok(status)
+                    if status.ruleset != landlock::RulesetStatus::NotEnforced
+                        && status.no_new_privs =>
+                {
+                    Ok(())
+                }
+                Ok(_) => Err(std::io::Error::other("Landlock is not enforced")),
+                Err(e) => Err(std::io::Error::other(e)),
+            }
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            Err(std::io::Error::other("no host sandbox on this OS"))
+        }
+    }
 }
 
 impl Policy {
@@ -85,6 +176,7 @@ impl Policy {
         let canonical = serde_json::json!({
             "landlock_handled_abi": 5,
             "read": self.read, "read_write": self.read_write, "devices": self.devices,
+            "execute": self.execute,
             "seccomp_deny": DENIED,
         });
         hex::encode(Sha256::digest(canonical.to_string().as_bytes()))
@@ -112,6 +204,8 @@ pub struct Report {
     pub grants: Policy,
     /// Why it is disabled (`--no-host-sandbox`), if it is.
     pub reason: Option<String>,
+    /// The hypervisor children berm-vmm started, and how each is confined.
+    pub children: Vec<ChildReport>,
 }
 
 impl Report {
@@ -127,6 +221,7 @@ impl Report {
             policy_sha256: Policy::default().sha256(),
             grants: Policy::default(),
             reason: Some(reason.to_owned()),
+            children: Vec::new(),
         }
     }
 }
@@ -230,12 +325,8 @@ mod linux {
         Ok(PathBeneath::new(fd, access))
     }
 
-    pub(super) fn confine(policy: &Policy) -> Result<Report, SandboxError> {
-        match thread_count() {
-            Some(1) => {}
-            Some(n) => return Err(SandboxError::Threaded(n)),
-            None => return Err(SandboxError::Threaded(0)),
-        }
+    /// The Landlock ruleset for `policy`, created but not yet applied.
+    pub(super) fn ruleset(policy: &Policy) -> Result<landlock::RulesetCreated, SandboxError> {
         let read = AccessFs::ReadFile | AccessFs::ReadDir;
         let read_write = AccessFs::from_all(HANDLED) & !AccessFs::Execute;
         let device = AccessFs::ReadFile | AccessFs::WriteFile | AccessFs::IoctlDev;
@@ -254,6 +345,7 @@ mod linux {
             (&policy.read, read),
             (&policy.read_write, read_write),
             (&policy.devices, device),
+            (&policy.execute, read | AccessFs::Execute),
         ] {
             for path in paths {
                 ruleset = ruleset
@@ -261,7 +353,16 @@ mod linux {
                     .map_err(|e| SandboxError::Ruleset(boxed(e)))?;
             }
         }
-        let status = ruleset
+        Ok(ruleset)
+    }
+
+    pub(super) fn confine(policy: &Policy) -> Result<Report, SandboxError> {
+        match thread_count() {
+            Some(1) => {}
+            Some(n) => return Err(SandboxError::Threaded(n)),
+            None => return Err(SandboxError::Threaded(0)),
+        }
+        let status = ruleset(policy)?
             .restrict_self()
             .map_err(|e| SandboxError::Ruleset(boxed(e)))?;
         let abi = match status.landlock {
@@ -294,6 +395,7 @@ mod linux {
             policy_sha256: policy.sha256(),
             grants: policy.clone(),
             reason: None,
+            children: Vec::new(),
         })
     }
 

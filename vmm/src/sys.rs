@@ -59,6 +59,19 @@ pub fn kill_with_parent(command: &mut Command) {
     }
 }
 
+/// Makes the child apply `sandbox` between fork and exec; a child that cannot is never
+/// executed (the spawn fails with the error).
+pub fn confine_child(command: &mut Command, mut sandbox: crate::sandbox::ChildSandbox) {
+    // SAFETY: the closure runs in the child between fork and exec. The ruleset was built in
+    // the parent; applying it is prctl(PR_SET_NO_NEW_PRIVS) and landlock_restrict_self(2),
+    // both async-signal-safe system calls, and builds a plain status value: no allocation on
+    // success and no lock. (berm-vmm spawns its hypervisor children while still
+    // single-threaded, so no other thread's lock can be held across the fork anyway.)
+    unsafe {
+        command.pre_exec(move || sandbox.apply());
+    }
+}
+
 /// The offset of the first data byte at or after `offset`, or `None` when the rest of the
 /// file is a hole (SEEK_DATA; ENXIO means no more data).
 pub fn next_data(file: &File, offset: u64) -> io::Result<Option<u64>> {

@@ -164,11 +164,32 @@ fn berm_vmm_confines_itself_and_the_vm_still_works() {
     );
     let pid = run.child.id();
     let mut filtered = (None, None);
+    let mut children = Vec::new();
     run.boot_and_shut_down(|run| {
-        // While the guest runs, the kernel shows berm-vmm filtered and without new privileges.
+        // While the guest runs, the kernel shows berm-vmm filtered and without new privileges,
+        // and each hypervisor child without new privileges (Landlock needs it).
         filtered = (proc_status(pid, "Seccomp"), proc_status(pid, "NoNewPrivs"));
         assert!(run.event("host_sandbox").is_some());
+        let list =
+            std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+        for child in list.split_whitespace() {
+            let child: u32 = child.parse().unwrap();
+            let name = std::fs::read_to_string(format!("/proc/{child}/comm")).unwrap_or_default();
+            children.push((
+                name.trim().to_owned(),
+                proc_status(child, "NoNewPrivs"),
+                proc_status(child, "Seccomp"),
+            ));
+        }
     });
+    eprintln!("hypervisor children (comm, NoNewPrivs, Seccomp): {children:?}");
+    assert!(!children.is_empty());
+    for (name, nnp, seccomp) in &children {
+        assert_eq!(nnp.as_deref(), Some("1"), "{name}");
+        if name.starts_with("qemu") {
+            assert_eq!(seccomp.as_deref(), Some("2"), "QEMU's own -sandbox");
+        }
+    }
     assert_eq!(
         filtered,
         (Some("2".into()), Some("1".into())),
@@ -199,6 +220,11 @@ fn berm_vmm_confines_itself_and_the_vm_still_works() {
         "reboot",
     ] {
         assert!(denied.contains(&syscall), "{syscall} not denied: {sandbox}");
+    }
+    let reported: Vec<&Value> = sandbox["children"].as_array().unwrap().iter().collect();
+    assert_eq!(reported.len(), children.len(), "{sandbox}");
+    for child in reported {
+        assert_eq!(child["landlock"], "fully_enforced", "{child}");
     }
     let probe = run.event("host_sandbox_probe").unwrap();
     eprintln!("host-sandbox probe: {probe}");
