@@ -70,7 +70,7 @@ enum Command {
     /// The microVM's artifacts: `berm vm install`.
     #[command(subcommand)]
     Vm(commands::vm::Command),
-    /// Check this host: KVM, the VM artifacts, QEMU, the wasm32 target, bermd.
+    /// Check this host: KVM, the host sandbox, the VM artifacts, QEMU, the wasm32 target, bermd.
     Doctor(commands::doctor::Args),
     /// The record of a berm-vmm run (`berm attest RUN_DIR`), or its offline check
     /// (`berm attest verify RECORD`).

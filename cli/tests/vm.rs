@@ -318,14 +318,17 @@ fn doctor_names_each_gap_with_a_fix() {
         .iter()
         .map(|c| c["name"].as_str().unwrap())
         .collect();
-    assert_eq!(names, ["kvm", "artifacts", "qemu", "wasm32", "bermd"]);
+    assert_eq!(
+        names,
+        ["kvm", "sandbox", "artifacts", "qemu", "wasm32", "bermd"]
+    );
     for check in checks.as_array().unwrap() {
         if check["status"] != "ok" {
             let fix = check["fix"].as_str().unwrap_or_default();
             assert!(!fix.is_empty() && !fix.contains('\n'), "{check}");
         }
     }
-    let artifacts = &checks[1];
+    let artifacts = &checks[2];
     assert_eq!(artifacts["status"], "fail", "{artifacts}");
     assert!(
         artifacts["fix"]
@@ -334,7 +337,7 @@ fn doctor_names_each_gap_with_a_fix() {
             .contains("berm vm install")
     );
     assert_eq!(
-        checks[4]["status"], "fail",
+        checks[5]["status"], "fail",
         "no bermd runs on this BERM_HOME"
     );
     let kvm = &checks[0];
@@ -346,7 +349,7 @@ fn doctor_names_each_gap_with_a_fix() {
     if let Some(source) = source_store() {
         let out = berm(source.root(), &["doctor", "--json"]);
         let checks: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-        assert_eq!(checks[1]["status"], "ok", "{}", checks[1]);
+        assert_eq!(checks[2]["status"], "ok", "{}", checks[2]);
     }
 }
 

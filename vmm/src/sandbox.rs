@@ -16,8 +16,13 @@
 //!
 //! Both are applied while the process is single-threaded (checked, not assumed: Landlock binds
 //! only the calling thread and the threads it creates later), and fail closed: a kernel
-//! without Landlock, a ruleset that is not fully enforced, or a filter that does not load stops
-//! the run. `--no-host-sandbox` runs unconfined, and the `host_sandbox` line says so.
+//! without Landlock, a ruleset the kernel does not enforce, or a filter that does not load
+//! stops the run. A kernel older than Landlock ABI 5 (Linux 6.10) enforces only the rights it
+//! knows: the run goes on, reported `partially_enforced` (and refused by `berm attest
+//! verify`). `--no-host-sandbox` runs unconfined, and the `host_sandbox` line says so.
+//!
+//! The hypervisor children (QEMU and vhost-device-vsock, or the libkrun child) get the same
+//! policy widened just enough to run: see [`Policy::for_program`] and [`ChildSandbox`].
 
 use std::path::{Path, PathBuf};
 
@@ -331,12 +336,16 @@ mod linux {
         let read_write = AccessFs::from_all(HANDLED) & !AccessFs::Execute;
         let device = AccessFs::ReadFile | AccessFs::WriteFile | AccessFs::IoctlDev;
         let mut ruleset = Ruleset::default()
-            // The filesystem rights must all be there; TCP rights only where the kernel has
-            // them (ABI 4, Linux 6.7): an older kernel still gets a fully enforced filesystem.
+            // Landlock itself is required (ABI 1: read, write, execute, create, remove). The
+            // later rights — refer (ABI 2), truncate (3), TCP (4), device ioctl (5) — are
+            // applied where the kernel has them; without them the status is
+            // `partially_enforced`, which the host_sandbox line and `berm attest` report.
             .set_compatibility(CompatLevel::HardRequirement)
-            .handle_access(AccessFs::from_all(HANDLED))
+            .handle_access(AccessFs::from_all(ABI::V1))
             .map_err(|e| landlock_error(&e))?
             .set_compatibility(CompatLevel::BestEffort)
+            .handle_access(AccessFs::from_all(HANDLED))
+            .map_err(|e| SandboxError::Ruleset(boxed(e)))?
             .handle_access(AccessNet::from_all(ABI::V4))
             .map_err(|e| SandboxError::Ruleset(boxed(e)))?
             .create()
@@ -377,8 +386,8 @@ mod linux {
             RulesetStatus::PartiallyEnforced => "partially_enforced",
             RulesetStatus::NotEnforced => "not_enforced",
         };
-        // Only the network part may be missing (an older kernel); the filesystem part is a
-        // hard requirement above, so anything short of it never gets here.
+        // Landlock's core is a hard requirement above; a status short of enforced here would
+        // mean the kernel accepted nothing, so fail closed.
         if status.ruleset == RulesetStatus::NotEnforced || !status.no_new_privs {
             return Err(SandboxError::Landlock {
                 status: landlock.replace('_', " "),

@@ -47,6 +47,9 @@ pub fn stop_requested() -> bool {
 /// stops the guest in order).
 pub fn kill_with_parent(command: &mut Command) {
     command.process_group(0);
+    // macOS has no PR_SET_PDEATHSIG: there the children die with berm-vmm only when it
+    // exits normally (it kills and waits for them); see docs/macos.md.
+    #[cfg(target_os = "linux")]
     // SAFETY: the closure runs in the child between fork and exec and calls only prctl(2),
     // which is async-signal-safe; it allocates nothing and touches no lock.
     unsafe {

@@ -1,4 +1,6 @@
-//! `berm doctor`: can this host run berm, and if not, the one thing to do about each gap.
+//! `berm doctor`: can this host run berm, and if not, the one thing to do about each gap:
+//! KVM (hardware or PVM), the host sandbox (Landlock), the pinned artifacts, the QEMU
+//! fallback, the wasm32 target, bermd.
 //!
 //! Each check prints one line — `ok`, `warn` (works, with a caveat) or `fail` — and, unless
 //! it is ok, a one-line fix. Exit 0 when nothing fails, 2 otherwise. `--json` prints the same
@@ -51,7 +53,7 @@ fn check(name: &'static str, status: Status, detail: String, fix: Option<&str>) 
 
 /// Runs `berm doctor`.
 pub async fn run(home: &Path, args: Args) -> anyhow::Result<Exit> {
-    let mut checks = vec![kvm(), artifacts(), qemu(), wasm_target()];
+    let mut checks = vec![kvm(), host_sandbox(), artifacts(), qemu(), wasm_target()];
     checks.push(bermd(home).await);
     if args.json {
         println!("{}", serde_json::to_string_pretty(&checks)?);
@@ -125,6 +127,55 @@ fn kvm() -> Check {
         format!("/dev/kvm is usable, {kind}: berm-vmm uses libkrun"),
         None,
     )
+}
+
+/// Whether berm-vmm can confine itself here (vmm/src/sandbox.rs needs Landlock; ABI 5 for
+/// every right it asks for).
+fn host_sandbox() -> Check {
+    #[cfg(target_os = "linux")]
+    {
+        use landlock::{ABI, Access, AccessFs, CompatLevel, Compatible, Ruleset, RulesetAttr};
+        let with = |abi: ABI| {
+            Ruleset::default()
+                .set_compatibility(CompatLevel::HardRequirement)
+                .handle_access(AccessFs::from_all(abi))
+                .and_then(|ruleset| ruleset.create())
+                .is_ok()
+        };
+        if with(ABI::V5) {
+            check(
+                "sandbox",
+                Status::Ok,
+                "Landlock ABI 5+ is enabled: berm-vmm confines itself fully".into(),
+                None,
+            )
+        } else if with(ABI::V1) {
+            check(
+                "sandbox",
+                Status::Warn,
+                "Landlock is older than ABI 5: berm-vmm's sandbox is partially enforced (attest refuses it)".into(),
+                Some("run a Linux 6.10 or newer kernel"),
+            )
+        } else {
+            check(
+                "sandbox",
+                Status::Fail,
+                "Landlock is not enabled: berm-vmm refuses to run unconfined".into(),
+                Some(
+                    "boot with landlock in lsm= (CONFIG_SECURITY_LANDLOCK), or pass --no-host-sandbox to berm-vmm run",
+                ),
+            )
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        check(
+            "sandbox",
+            Status::Warn,
+            "berm-vmm has no host sandbox on this OS yet (docs/macos.md)".into(),
+            Some("run berm-vmm run --no-host-sandbox; see docs/macos.md"),
+        )
+    }
 }
 
 fn sha256_of(path: &Path) -> std::io::Result<String> {
