@@ -410,3 +410,13 @@ fn a_run_dir_without_measurements_is_not_a_record() {
         .to_string();
     assert!(err.contains("vmm.jsonl"), "{err}");
 }
+
+#[test]
+fn every_code_is_documented_in_docs_vm_md() {
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/vm.md"))
+        .unwrap();
+    for code in Code::ALL {
+        let row = format!("| `{code}` |");
+        assert!(doc.contains(&row), "docs/vm.md lacks the row {row}");
+    }
+}
