@@ -413,8 +413,8 @@ fn a_run_dir_without_measurements_is_not_a_record() {
 
 #[test]
 fn every_code_is_documented_in_docs_vm_md() {
-    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/vm.md"))
-        .unwrap();
+    let doc =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/vm.md")).unwrap();
     for code in Code::ALL {
         let row = format!("| `{code}` |");
         assert!(doc.contains(&row), "docs/vm.md lacks the row {row}");

@@ -109,6 +109,8 @@ enum Serve {
     Truncated,
     /// One byte more than the pin, announced and sent.
     Oversized,
+    /// Half the kernel sent, then the connection held open (until the test kills berm).
+    Stall,
 }
 
 /// A loopback HTTP/1.1 server over the store layout: `/kernel/<sha>/vmlinux`, `/rootfs/...`.
@@ -161,6 +163,12 @@ fn answer(mut stream: TcpStream, source: &ArtifactStore, mode: Serve) -> std::io
         )
         .as_bytes(),
     )?;
+    if matches!(mode, Serve::Stall) && kernel {
+        stream.write_all(&body[..body.len() / 2])?;
+        stream.flush()?;
+        std::thread::sleep(Duration::from_secs(30));
+        return Ok(());
+    }
     stream.write_all(&body)?;
     stream.flush()
 }
@@ -280,6 +288,44 @@ fn a_missing_artifact_names_the_url_and_status() {
     assert_eq!(out.status.code(), Some(2));
     assert!(text.contains("404"), "{text}");
     assert!(text.contains("/nowhere/"), "{text}");
+}
+
+#[test]
+fn a_download_killed_midway_leaves_no_artifact_and_the_next_install_restarts() {
+    let Some(source) = source_store() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    let kernel =
+        ArtifactKind::Kernel.path_in(&ArtifactStore::at(&store), &pin(ArtifactKind::Kernel).0);
+    let partial = kernel.with_extension("partial");
+    let stalling = serve(source.clone(), Serve::Stall, 1);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_berm"))
+        .args(["vm", "install", "--from", &stalling])
+        .env("BERM_VM_ARTIFACTS", &store)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Wait until half the kernel has been written, then kill berm as a power cut would.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let half = pin(ArtifactKind::Kernel).1 / 2;
+    while std::fs::metadata(&partial).map(|m| m.len()).unwrap_or(0) < half {
+        assert!(Instant::now() < deadline, "the download did not progress");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(
+        !kernel.exists(),
+        "a killed download must never leave the artifact's name"
+    );
+    assert!(partial.exists());
+    // The next install starts the partial file over and ends with exactly the pinned files.
+    let good = serve(source.clone(), Serve::Honest, 2);
+    let out = berm(&store, &["vm", "install", "--from", &good]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_installed(&store, &source);
 }
 
 #[test]
