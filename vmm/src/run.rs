@@ -334,7 +334,14 @@ pub fn run(config: &RunConfig) -> Result<Outcome, RunError> {
     } else {
         sandbox::Report::disabled("--no-host-sandbox")
     };
-    confined.children = child_sandboxes;
+    // A child's ruleset is enforced as far as this kernel's Landlock goes, like berm-vmm's own.
+    confined.children = child_sandboxes
+        .into_iter()
+        .map(|child| sandbox::ChildReport {
+            landlock: confined.landlock,
+            ..child
+        })
+        .collect();
     report::line(
         "host_sandbox",
         serde_json::to_value(&confined).unwrap_or_default(),

@@ -116,7 +116,8 @@ impl Policy {
 pub struct ChildReport {
     /// The program.
     pub program: PathBuf,
-    /// Landlock in the child: `fully_enforced` (a child that cannot have it is not started).
+    /// Landlock in the child, as far as this kernel enforces it (a child that cannot be
+    /// confined at all is never started).
     pub landlock: &'static str,
     /// The child's syscall filter: berm-vmm's deny list, QEMU's own `-sandbox`, or none.
     pub seccomp: String,
