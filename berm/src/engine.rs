@@ -192,6 +192,19 @@ impl Drop for EngineInner {
 impl Engine {
     /// Builds the engine and starts its epoch ticker.
     pub fn new(config: &EngineConfig) -> Result<Engine, EngineError> {
+        Self::build(config, true)
+    }
+
+    /// An engine for [`Engine::precompile`] only: no epoch ticker thread and no compiler
+    /// threads, so a process that must stay single-threaded (berm-vmm, which confines itself
+    /// with a seccomp filter that needs one thread) can compile with it. Its code and file
+    /// names are the same as an engine from [`Engine::new`] with the same config; calls made
+    /// on it would never reach their deadline, so make none.
+    pub fn compile_only(config: &EngineConfig) -> Result<Engine, EngineError> {
+        Self::build(config, false)
+    }
+
+    fn build(config: &EngineConfig, ticker: bool) -> Result<Engine, EngineError> {
         if config.limits.memory_bytes > config.max_memory_bytes {
             return Err(EngineError::MemoryCap {
                 cap: config.limits.memory_bytes,
@@ -221,6 +234,9 @@ impl Engine {
             .async_stack_size(config.max_wasm_stack + (1 << 20))
             .memory_init_cow(true)
             .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+        if !ticker {
+            wasm.parallel_compilation(false);
+        }
         if config.cpu == CpuProfile::Portable {
             wasm.target(PORTABLE_TARGET)
                 .map_err(|e| EngineError::Configure(format!("target {PORTABLE_TARGET}: {e:#}")))?;
@@ -230,8 +246,10 @@ impl Engine {
             wasmtime::Engine::new(&wasm).map_err(|e| EngineError::Configure(format!("{e:#}")))?;
 
         let stop = Arc::new(AtomicBool::new(false));
-        spawn_ticker(wasmtime.weak(), config.epoch_tick, stop.clone())
-            .map_err(EngineError::Ticker)?;
+        if ticker {
+            spawn_ticker(wasmtime.weak(), config.epoch_tick, stop.clone())
+                .map_err(EngineError::Ticker)?;
+        }
         let fingerprint = crate::cache::fingerprint(&wasmtime);
         Ok(Engine {
             inner: Arc::new(EngineInner {

@@ -1,14 +1,17 @@
 //! One module per subcommand.
 
+pub mod attest;
 pub mod call;
 pub mod deploy;
 pub mod deploy_app;
 pub mod dist;
+pub mod doctor;
 pub mod inspect;
 pub mod ls;
 pub mod mcp;
 pub mod new;
 pub mod rm;
+pub mod vm;
 
 use std::path::Path;
 

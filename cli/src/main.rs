@@ -67,6 +67,14 @@ enum Command {
     /// Update the index clone, or write the entry for a pushed program.
     #[command(subcommand)]
     Index(berm_index::cli::IndexCommand),
+    /// The microVM's artifacts: `berm vm install`.
+    #[command(subcommand)]
+    Vm(commands::vm::Command),
+    /// Check this host: KVM, the host sandbox, the VM artifacts, QEMU, the wasm32 target, bermd.
+    Doctor(commands::doctor::Args),
+    /// The record of a berm-vmm run (`berm attest RUN_DIR`), or its offline check
+    /// (`berm attest verify RECORD`).
+    Attest(commands::attest::Args),
 }
 
 fn main() -> ExitCode {
@@ -105,6 +113,9 @@ fn main() -> ExitCode {
             Command::Pull(args) => commands::dist::pull(args).await,
             Command::Search(args) => commands::dist::search(args),
             Command::Index(command) => commands::dist::index(command).await,
+            Command::Vm(command) => commands::vm::run(command).await,
+            Command::Doctor(args) => commands::doctor::run(&home, args).await,
+            Command::Attest(args) => commands::attest::run(args),
         }
     });
     match outcome {

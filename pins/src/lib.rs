@@ -7,7 +7,8 @@
 //! the binary) is updated. The build scripts read the same files.
 //!
 //! This crate also fixes the artifact cache layout (see [`ArtifactStore`]) that the build
-//! scripts install into and berm-vmm (and later `berm vm install`) reads from.
+//! scripts and `berm vm install` install into and berm-vmm reads from, and where
+//! `berm vm install` fetches from by default ([`DEFAULT_URL_TEMPLATE`]).
 #![forbid(unsafe_code)]
 
 use std::fmt;
@@ -284,6 +285,58 @@ impl ArtifactStore {
     }
 }
 
+/// Where `berm vm install` fetches the pinned artifacts by default: the public repository's
+/// `vm-artifacts` release, one asset per artifact named by its sha256 (see docs/vm.md).
+/// Placeholders: `{kind}` (`kernel`, `rootfs`), `{sha256}`, `{file}` (`vmlinux`, `rootfs.erofs`).
+pub const DEFAULT_URL_TEMPLATE: &str =
+    "https://github.com/berm-os/berm/releases/download/vm-artifacts/{kind}-{sha256}-{file}";
+
+/// The two pinned artifacts, named the way the store, the URL template and messages name them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ArtifactKind {
+    /// The ELF vmlinux.
+    Kernel,
+    /// The erofs image.
+    Rootfs,
+}
+
+impl ArtifactKind {
+    /// Both, in install order.
+    pub const ALL: [ArtifactKind; 2] = [ArtifactKind::Kernel, ArtifactKind::Rootfs];
+
+    /// `kernel` or `rootfs`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Kernel => "kernel",
+            Self::Rootfs => "rootfs",
+        }
+    }
+
+    /// The file name inside the store: `vmlinux` or `rootfs.erofs`.
+    pub fn file(self) -> &'static str {
+        match self {
+            Self::Kernel => "vmlinux",
+            Self::Rootfs => "rootfs.erofs",
+        }
+    }
+
+    /// Where the store keeps the artifact with this digest.
+    pub fn path_in(self, store: &ArtifactStore, sha256: &Sha256Hex) -> PathBuf {
+        match self {
+            Self::Kernel => store.kernel(sha256),
+            Self::Rootfs => store.rootfs(sha256),
+        }
+    }
+
+    /// The URL of the artifact with this digest under `template`.
+    pub fn url(self, template: &str, sha256: &Sha256Hex) -> String {
+        template
+            .replace("{kind}", self.name())
+            .replace("{sha256}", sha256.as_str())
+            .replace("{file}", self.file())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -310,6 +363,20 @@ mod tests {
         assert!(Sha256Hex::parse(&"A".repeat(64)).is_none());
         assert!(Sha256Hex::parse(&"a".repeat(63)).is_none());
         assert!(Sha256Hex::parse(&"g".repeat(64)).is_none());
+    }
+
+    #[test]
+    fn url_templates_fill_every_placeholder() {
+        let digest = Sha256Hex::parse(&"1".repeat(64)).unwrap();
+        let url = ArtifactKind::Rootfs.url(DEFAULT_URL_TEMPLATE, &digest);
+        assert_eq!(
+            url,
+            format!(
+                "https://github.com/berm-os/berm/releases/download/vm-artifacts/rootfs-{}-rootfs.erofs",
+                "1".repeat(64)
+            )
+        );
+        assert!(!url.contains('{'));
     }
 
     #[test]

@@ -10,8 +10,8 @@ use berm_pins::{ArtifactStore, ImagePin, Sha256Hex};
 use sha2::{Digest, Sha256};
 
 /// How to get the artifacts a build is missing.
-pub const HOW_TO_BUILD: &str = "build them with scripts/build-kernel.sh and scripts/build-rootfs.sh \
-     (or run scripts/test-vm, which builds both); `berm vm install` will fetch them once it exists";
+pub const HOW_TO_BUILD: &str = "run `berm vm install` to fetch and verify them, or build them with \
+     scripts/build-kernel.sh and scripts/build-rootfs.sh (scripts/test-vm builds both)";
 
 /// Why an artifact could not be used.
 #[derive(Debug, thiserror::Error)]

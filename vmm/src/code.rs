@@ -53,7 +53,11 @@ pub struct Compiled {
 fn engine() -> Result<&'static berm::Engine, CodeError> {
     static ENGINE: OnceLock<Result<berm::Engine, String>> = OnceLock::new();
     ENGINE
-        .get_or_init(|| berm::Engine::new(&berm::EngineConfig::vm()).map_err(|e| e.to_string()))
+        // compile_only: no ticker or compiler threads, because berm-vmm confines itself later
+        // and its seccomp filter needs it single-threaded.
+        .get_or_init(|| {
+            berm::Engine::compile_only(&berm::EngineConfig::vm()).map_err(|e| e.to_string())
+        })
         .as_ref()
         .map_err(|e| CodeError::Engine(e.clone()))
 }

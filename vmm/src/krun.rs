@@ -36,6 +36,9 @@ pub struct KrunConfig {
     pub ports: Vec<(u32, PathBuf)>,
     /// Console output file.
     pub console: PathBuf,
+    /// The host sandbox the child applies to itself just before `krun_start_enter`
+    /// (`None` with `--no-host-sandbox`).
+    pub host_sandbox: Option<crate::sandbox::Policy>,
 }
 
 /// Why the libkrun child could not be started.

@@ -18,6 +18,7 @@ pub mod qemu;
 pub mod report;
 pub mod run;
 pub mod run_dir;
+pub mod sandbox;
 pub mod settings;
 pub mod state;
 #[allow(unsafe_code)]

@@ -66,6 +66,14 @@ enum Commands {
             hide_short_help = true
         )]
         test_probe_app: u32,
+        /// Run unconfined: no Landlock and no seccomp deny list on berm-vmm (reported in the
+        /// host_sandbox line and in `berm attest` records).
+        #[arg(long)]
+        no_host_sandbox: bool,
+        /// Once confined, try to read, write and create beside FILE and to exec, and report
+        /// the outcome as a host_sandbox_probe line (tests; nothing is changed if it holds).
+        #[arg(long, value_name = "FILE", hide = true)]
+        sandbox_probe: Option<PathBuf>,
     },
     /// Internal: the libkrun child process (berm-vmm re-executes itself).
     #[command(hide = true)]
@@ -79,7 +87,7 @@ const EXIT_CODES: &str = "Exit codes (docs/vm.md):
   0 clean             guest powered off with exit code 0
   1 internal          berm-vmm itself failed
   2 usage             bad arguments
-  3 artifact_missing  kernel or rootfs not installed (scripts/build-kernel.sh, scripts/build-rootfs.sh)
+  3 artifact_missing  kernel or rootfs not installed (berm vm install, or scripts/build-kernel.sh + build-rootfs.sh)
   4 pin_mismatch      kernel or rootfs differs from the pins compiled in
   5 refused           configuration refused before boot (guest settings, apps, run dir, state disk)
   6 no_hypervisor     no backend can run the guest here
@@ -115,6 +123,8 @@ fn main() -> ExitCode {
             boot_timeout,
             test_probe,
             test_probe_app,
+            no_host_sandbox,
+            sandbox_probe,
         } => {
             if let Err(e) = berm_vmm::catch_stop_signals() {
                 eprintln!("berm-vmm: installing the stop-signal handler failed: {e}");
@@ -133,6 +143,8 @@ fn main() -> ExitCode {
                 boot_timeout: Duration::from_secs(boot_timeout),
                 test_probe,
                 test_probe_app,
+                host_sandbox: !no_host_sandbox,
+                sandbox_probe,
             };
             let (status, message) = match run(&config) {
                 Ok(outcome) => (outcome.status, outcome.summary),
@@ -160,5 +172,13 @@ fn main() -> ExitCode {
 fn krun_enter(config: &str) -> anyhow::Result<std::convert::Infallible> {
     let config: berm_vmm::krun::KrunConfig =
         serde_json::from_str(config).context("reading the libkrun child's configuration")?;
+    // Just before krun_start_enter, while this process is still single-threaded: fail-closed.
+    if let Some(policy) = &config.host_sandbox {
+        let report = berm_vmm::sandbox::confine(policy).context("confining the libkrun child")?;
+        eprintln!(
+            "{}",
+            serde_json::json!({"source": "berm-vmm", "event": "host_sandbox", "process": "krun-enter", "report": report})
+        );
+    }
     Err(berm_vmm::krun::enter(&config)).context("running the VM with libkrun")
 }

@@ -17,7 +17,13 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::run_dir::RunDir;
+use crate::sandbox::{ChildReport, ChildSandbox, Policy, SandboxError};
 use crate::sys;
+
+/// QEMU's own seccomp sandbox for itself: no obsolete syscalls, no privilege changes, no
+/// fork/exec, no scheduler or resource changes.
+const QEMU_SANDBOX: &str =
+    "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny";
 
 /// The guest CID vhost-device-vsock gives the VM.
 const GUEST_CID: u32 = 3;
@@ -41,6 +47,15 @@ pub enum StartQemuError {
     /// vhost-device-vsock did not create its socket in time.
     #[error("vhost-device-vsock did not create {0} within 5 s (see hypervisor.log in the run dir)")]
     VhostNotReady(PathBuf),
+    /// A child's host sandbox could not be prepared.
+    #[error("confining {program} failed")]
+    Sandbox {
+        /// The program.
+        program: PathBuf,
+        /// Why.
+        #[source]
+        source: SandboxError,
+    },
     /// A relay socket could not be bound.
     #[error("listening on {path} failed")]
     Bind {
@@ -78,6 +93,9 @@ pub struct QemuVm<'a> {
     pub run: &'a RunDir,
     /// How long a relayed connection waits for the guest to listen.
     pub connect_timeout: Duration,
+    /// berm-vmm's own host-sandbox policy, which each child gets widened just enough to run
+    /// (`None`: `--no-host-sandbox`).
+    pub sandbox: Option<&'a Policy>,
 }
 
 /// The running children, vhost-device-vsock first.
@@ -86,6 +104,57 @@ pub struct QemuChildren {
     pub vhost: Child,
     /// QEMU.
     pub qemu: Child,
+    /// The run dir's sockets, bound but not served yet.
+    pub relays: Relays,
+    /// How each child is confined.
+    pub sandboxes: Vec<ChildReport>,
+}
+
+/// Confines `command` (which runs `program`) to `policy`, if there is one.
+fn confine(
+    command: &mut Command,
+    program: &Path,
+    policy: Option<Policy>,
+    seccomp: &str,
+    reports: &mut Vec<ChildReport>,
+) -> Result<(), StartQemuError> {
+    let Some(policy) = policy else {
+        return Ok(());
+    };
+    let sandbox = ChildSandbox::prepare(&policy).map_err(|source| StartQemuError::Sandbox {
+        program: program.to_owned(),
+        source,
+    })?;
+    sys::confine_child(command, sandbox);
+    reports.push(ChildReport {
+        program: program.to_owned(),
+        landlock: "fully_enforced",
+        seccomp: seccomp.to_owned(),
+        policy_sha256: policy.sha256(),
+    });
+    Ok(())
+}
+
+/// The bound `control.sock`, `logs.sock` and `rpc-<i>.sock` listeners. Connections queue until
+/// [`Relays::serve`] starts a thread per socket; run.rs calls it only after berm-vmm has
+/// confined itself, which needs the process to be single-threaded.
+pub struct Relays {
+    listeners: Vec<(UnixListener, u32)>,
+    uds: PathBuf,
+    console: PathBuf,
+    timeout: Duration,
+}
+
+impl Relays {
+    /// Starts relaying every socket to its guest port.
+    pub fn serve(self) {
+        for (listener, port) in self.listeners {
+            let uds = self.uds.clone();
+            let console = self.console.clone();
+            let timeout = self.timeout;
+            std::thread::spawn(move || serve(listener, uds, console, port, timeout));
+        }
+    }
 }
 
 fn log_stdio(log: &Path, program: &Path) -> Result<(Stdio, Stdio), StartQemuError> {
@@ -114,6 +183,22 @@ pub fn start(vm: &QemuVm<'_>) -> Result<QemuChildren, StartQemuError> {
         .stdout(out)
         .stderr(err);
     sys::kill_with_parent(&mut command);
+    let mut sandboxes = Vec::new();
+    // vhost-device-vsock needs only its run-dir sockets.
+    let vhost_policy = vm.sandbox.map(|_| {
+        Policy {
+            read_write: vec![run.dir.clone()],
+            ..Policy::default()
+        }
+        .for_program(vm.vhost_device_vsock)
+    });
+    confine(
+        &mut command,
+        vm.vhost_device_vsock,
+        vhost_policy,
+        "none",
+        &mut sandboxes,
+    )?;
     let mut vhost = command.spawn().map_err(|source| StartQemuError::Spawn {
         program: vm.vhost_device_vsock.to_owned(),
         source,
@@ -135,16 +220,20 @@ pub fn start(vm: &QemuVm<'_>) -> Result<QemuChildren, StartQemuError> {
     for (i, rpc) in run.rpc.iter().enumerate() {
         relays.push((rpc.clone(), berm_vm_protocol::RPC_PORT_BASE + i as u32));
     }
+    let mut listeners = Vec::new();
     for (path, port) in relays {
         let listener = UnixListener::bind(&path).map_err(|source| StartQemuError::Bind {
             path: path.clone(),
             source,
         })?;
-        let uds = run.vsock.clone();
-        let console = run.console.clone();
-        let timeout = vm.connect_timeout;
-        std::thread::spawn(move || serve(listener, uds, console, port, timeout));
+        listeners.push((listener, port));
     }
+    let relays = Relays {
+        listeners,
+        uds: run.vsock.clone(),
+        console: run.console.clone(),
+        timeout: vm.connect_timeout,
+    };
 
     let memory = format!("{}M", vm.memory_mib);
     let mut args: Vec<String> = vec![
@@ -219,6 +308,9 @@ pub fn start(vm: &QemuVm<'_>) -> Result<QemuChildren, StartQemuError> {
         "-device".into(),
         "virtconsole,chardev=console".into(),
     ]);
+    if vm.sandbox.is_some() {
+        args.extend(["-sandbox".into(), QEMU_SANDBOX.into()]);
+    }
     let (out, err) = log_stdio(&run.hypervisor_log, vm.qemu)?;
     let mut command = Command::new(vm.qemu);
     command
@@ -227,8 +319,31 @@ pub fn start(vm: &QemuVm<'_>) -> Result<QemuChildren, StartQemuError> {
         .stdout(out)
         .stderr(err);
     sys::kill_with_parent(&mut command);
+    let qemu_policy = vm.sandbox.map(|base| {
+        let mut policy = base.for_program(vm.qemu);
+        if vm.accel == "kvm" {
+            policy.devices.push(PathBuf::from("/dev/kvm"));
+        }
+        policy
+    });
+    if let Err(e) = confine(
+        &mut command,
+        vm.qemu,
+        qemu_policy,
+        &format!("qemu -sandbox {QEMU_SANDBOX}"),
+        &mut sandboxes,
+    ) {
+        let _ = vhost.kill();
+        let _ = vhost.wait();
+        return Err(e);
+    }
     match command.spawn() {
-        Ok(qemu) => Ok(QemuChildren { vhost, qemu }),
+        Ok(qemu) => Ok(QemuChildren {
+            vhost,
+            qemu,
+            relays,
+            sandboxes,
+        }),
         Err(source) => {
             let _ = vhost.kill();
             let _ = vhost.wait();

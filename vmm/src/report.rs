@@ -1,10 +1,69 @@
 //! The JSON lines berm-vmm writes on stderr. Every line is one JSON object with
 //! `"source":"berm-vmm"` (or `"berm-init"` for guest events it relays, re-serialized from the
 //! parsed line, never copied raw), so the CLI can read stderr line by line.
+//!
+//! Every line is also appended to `<run-dir>/vmm.jsonl` (mode 0600), the run's record that
+//! `berm attest RUN_DIR` reads after the fact. Lines written before the run dir exists are
+//! buffered and written there first, once [`record_to`] names it, so the file holds the whole
+//! run in order.
 
+use std::fs::File;
 use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 use serde_json::{Map, Value};
+
+/// The record file's name inside the run dir.
+pub const RECORD_FILE: &str = "vmm.jsonl";
+
+/// Where lines go besides stderr: a buffer until the run dir exists, then the file.
+enum Record {
+    Buffer(Vec<String>),
+    File(File),
+}
+
+static RECORD: Mutex<Record> = Mutex::new(Record::Buffer(Vec::new()));
+
+/// Why the run record could not be started.
+#[derive(Debug, thiserror::Error)]
+#[error("writing the run record {path} failed")]
+pub struct RecordError {
+    /// `<run-dir>/vmm.jsonl`.
+    pub path: PathBuf,
+    /// The I/O error.
+    #[source]
+    pub source: std::io::Error,
+}
+
+/// Starts `<run_dir>/vmm.jsonl` (truncated, mode 0600) with every line written so far; every
+/// later line is appended as it is written.
+pub fn record_to(run_dir: &Path) -> Result<(), RecordError> {
+    let path = run_dir.join(RECORD_FILE);
+    let fail = |source| RecordError {
+        path: path.clone(),
+        source,
+    };
+    let mut file = File::options()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&path)
+        .map_err(fail)?;
+    // An existing file keeps its mode through open(); make it 0600 whatever it was.
+    file.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o600))
+        .map_err(fail)?;
+    let mut record = RECORD
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    if let Record::Buffer(lines) = &*record {
+        file.write_all(lines.concat().as_bytes()).map_err(fail)?;
+    }
+    *record = Record::File(file);
+    Ok(())
+}
 
 /// Writes one `{"source":"berm-vmm","event":EVENT,...fields}` line to stderr.
 pub fn line(event: &str, fields: Value) {
@@ -31,6 +90,16 @@ pub fn guest(line: &berm_vm_protocol::GuestLine) {
 fn emit(value: Value) {
     let mut text = value.to_string();
     text.push('\n');
+    // One lock for both writes keeps the two streams in the same order.
+    let mut record = RECORD
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
     // stderr is unbuffered; one write per line keeps lines whole between threads.
     let _ = std::io::stderr().lock().write_all(text.as_bytes());
+    match &mut *record {
+        Record::Buffer(lines) => lines.push(text),
+        // A failed append cannot be reported anywhere better than the stderr line just
+        // written; the record then lacks the line, which `berm attest` reports as missing.
+        Record::File(file) => drop(file.write_all(text.as_bytes())),
+    }
 }

@@ -24,6 +24,7 @@ use crate::krun::{self, KrunConfig, SpawnKrunError};
 use crate::qemu::{self, QemuVm, StartQemuError};
 use crate::report;
 use crate::run_dir::{RunDir, RunDirError};
+use crate::sandbox::{self, SandboxError};
 use crate::settings::{self, GuestSetting, SettingError};
 use crate::state::{self, StateError};
 
@@ -66,6 +67,12 @@ pub struct RunConfig {
     pub test_probe: Option<PathBuf>,
     /// The app whose confinement the probe runs under.
     pub test_probe_app: u32,
+    /// Confine berm-vmm (and the libkrun child) before the guest is served; `false` is
+    /// `--no-host-sandbox`.
+    pub host_sandbox: bool,
+    /// Once confined, try to read and write this host file and to exec, and report what
+    /// happened in a `host_sandbox_probe` line (`--sandbox-probe`, for tests).
+    pub sandbox_probe: Option<PathBuf>,
 }
 
 /// Why `run` stopped before or while booting.
@@ -89,6 +96,9 @@ pub enum RunError {
     /// The state disk could not be prepared.
     #[error(transparent)]
     State(#[from] StateError),
+    /// The run record (`vmm.jsonl`) could not be started.
+    #[error(transparent)]
+    Record(#[from] report::RecordError),
     /// No usable hypervisor.
     #[error(transparent)]
     Detect(#[from] DetectError),
@@ -98,6 +108,9 @@ pub enum RunError {
     /// The libkrun child did not start.
     #[error(transparent)]
     Krun(#[from] SpawnKrunError),
+    /// berm-vmm could not confine itself (fail-closed).
+    #[error(transparent)]
+    Sandbox(#[from] SandboxError),
     /// Too many vCPUs.
     #[error("--cpus {0} is out of range (1 to 16, the guest kernel's NR_CPUS)")]
     Cpus(u8),
@@ -121,6 +134,8 @@ impl RunError {
             | Self::App(_)
             | Self::RunDir(_)
             | Self::State(_)
+            | Self::Record(_)
+            | Self::Sandbox(_)
             | Self::Cpus(_)
             | Self::Memory(_)
             | Self::ProbeApp(_) => ExitStatus::Refused,
@@ -211,6 +226,7 @@ pub fn run(config: &RunConfig) -> Result<Outcome, RunError> {
         base.join(format!("berm-vmm-{}", std::process::id()))
     });
     let run = RunDir::prepare(&run_dir, config.apps.len())?;
+    report::record_to(&run.dir)?;
     let state = config.state.as_deref().map(state::prepare).transpose()?;
     let apps = apps::prepare(&config.apps, &run.dir)?;
     let probe = config
@@ -277,6 +293,7 @@ pub fn run(config: &RunConfig) -> Result<Outcome, RunError> {
     );
 
     // 5. Boot.
+    let host_sandbox = config.host_sandbox;
     let mut ports = vec![
         (berm_vm_protocol::CONTROL_PORT, run.control.clone()),
         (berm_vm_protocol::LOGS_PORT, run.logs.clone()),
@@ -284,6 +301,20 @@ pub fn run(config: &RunConfig) -> Result<Outcome, RunError> {
     for (i, rpc) in run.rpc.iter().enumerate() {
         ports.push((berm_vm_protocol::RPC_PORT_BASE + i as u32, rpc.clone()));
     }
+    // What the host sandbox grants: the artifacts and shares to read, the run dir and the
+    // state disk to write; the libkrun child also gets /dev/kvm.
+    let policy = sandbox::Policy {
+        read: [kernel.path.clone(), rootfs.path.clone()]
+            .into_iter()
+            .chain(apps.iter().map(|a| a.path.clone()))
+            .collect(),
+        read_write: std::iter::once(run.dir.clone())
+            .chain(state.as_ref().map(|s| s.path.clone()))
+            .collect(),
+        ..sandbox::Policy::default()
+    };
+    let mut relays = None;
+    let mut child_sandboxes = Vec::new();
     let started = Instant::now();
     let mut children = match choice.backend {
         Backend::Krun => {
@@ -297,7 +328,19 @@ pub fn run(config: &RunConfig) -> Result<Outcome, RunError> {
                 disks: disks.clone(),
                 ports,
                 console: run.console.clone(),
+                host_sandbox: host_sandbox.then(|| sandbox::Policy {
+                    devices: vec![PathBuf::from("/dev/kvm")],
+                    ..policy.clone()
+                }),
             };
+            if let Some(policy) = &config.host_sandbox {
+                child_sandboxes.push(sandbox::ChildReport {
+                    program: PathBuf::from("berm-vmm krun-enter"),
+                    landlock: "fully_enforced",
+                    seccomp: "deny_list".into(),
+                    policy_sha256: policy.sha256(),
+                });
+            }
             vec![krun::spawn(&config, &run.hypervisor_log)?]
         }
         Backend::Qemu => {
@@ -320,12 +363,44 @@ pub fn run(config: &RunConfig) -> Result<Outcome, RunError> {
                 disks: &disks,
                 run: &run,
                 connect_timeout: config.boot_timeout,
+                sandbox: host_sandbox.then_some(&policy),
             };
             let children = qemu::start(&vm)?;
+            relays = Some(children.relays);
+            child_sandboxes = children.sandboxes;
             // The VM is QEMU; vhost-device-vsock is its helper and is stopped after it.
             vec![children.qemu, children.vhost]
         }
     };
+
+    // 6. berm-vmm confines itself: the hypervisor is started, nothing of the guest's has been
+    // served yet, and the process is still single-threaded (the relays start after this).
+    let mut confined = if host_sandbox {
+        sandbox::confine(&policy).inspect_err(|_| stop(&mut children))?
+    } else {
+        sandbox::Report::disabled("--no-host-sandbox")
+    };
+    // A child's ruleset is enforced as far as this kernel's Landlock goes, like berm-vmm's own.
+    confined.children = child_sandboxes
+        .into_iter()
+        .map(|child| sandbox::ChildReport {
+            landlock: confined.landlock,
+            ..child
+        })
+        .collect();
+    report::line(
+        "host_sandbox",
+        serde_json::to_value(&confined).unwrap_or_default(),
+    );
+    if let Some(outside) = &config.sandbox_probe {
+        report::line(
+            "host_sandbox_probe",
+            sandbox::probe(outside, &kernel.path, &run.dir),
+        );
+    }
+    if let Some(relays) = relays {
+        relays.serve();
+    }
     Ok(supervise(&run, &mut children, config.boot_timeout, started))
 }
 

@@ -47,6 +47,9 @@ pub fn stop_requested() -> bool {
 /// stops the guest in order).
 pub fn kill_with_parent(command: &mut Command) {
     command.process_group(0);
+    // macOS has no PR_SET_PDEATHSIG: there the children die with berm-vmm only when it
+    // exits normally (it kills and waits for them); see docs/macos.md.
+    #[cfg(target_os = "linux")]
     // SAFETY: the closure runs in the child between fork and exec and calls only prctl(2),
     // which is async-signal-safe; it allocates nothing and touches no lock.
     unsafe {
@@ -56,6 +59,19 @@ pub fn kill_with_parent(command: &mut Command) {
             }
             Ok(())
         });
+    }
+}
+
+/// Makes the child apply `sandbox` between fork and exec; a child that cannot is never
+/// executed (the spawn fails with the error).
+pub fn confine_child(command: &mut Command, mut sandbox: crate::sandbox::ChildSandbox) {
+    // SAFETY: the closure runs in the child between fork and exec. The ruleset was built in
+    // the parent; applying it is prctl(PR_SET_NO_NEW_PRIVS) and landlock_restrict_self(2),
+    // both async-signal-safe system calls, and builds a plain status value: no allocation on
+    // success and no lock. (berm-vmm spawns its hypervisor children while still
+    // single-threaded, so no other thread's lock can be held across the fork anyway.)
+    unsafe {
+        command.pre_exec(move || sandbox.apply());
     }
 }
 

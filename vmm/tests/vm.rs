@@ -260,7 +260,9 @@ fn missing_artifacts_name_the_build_scripts() {
         "{message}"
     );
     assert!(
-        message.contains("scripts/build-kernel.sh") && message.contains("scripts/build-rootfs.sh"),
+        message.contains("berm vm install")
+            && message.contains("scripts/build-kernel.sh")
+            && message.contains("scripts/build-rootfs.sh"),
         "{message}"
     );
 }
@@ -367,6 +369,13 @@ fn libkrun_smoke() {
     );
     let console = std::fs::read_to_string(vmm.run_dir.join("console.log")).unwrap_or_default();
     let log = std::fs::read_to_string(vmm.run_dir.join("hypervisor.log")).unwrap_or_default();
+    // The libkrun child confined itself just before krun_start_enter (its stderr is this log).
+    assert!(
+        log.lines().any(|l| l.contains(r#""process":"krun-enter""#)
+            && l.contains(r#""landlock":"fully_enforced""#)
+            && l.contains(r#""seccomp":"deny_list""#)),
+        "no host_sandbox line from the libkrun child:\n{log}"
+    );
     let kernel_printed = console.contains("Linux version");
     let vsock_up = console.contains("PF_VSOCK");
     eprintln!(

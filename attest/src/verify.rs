@@ -1,0 +1,551 @@
+//! Offline verification: the verdict re-derived from a record and the pins, nothing else.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use berm_pins::{KernelPins, ParsePinsError, RootfsPins};
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::canonical::record_sha256;
+use crate::record::{FORMAT, GuestEvent, Record};
+
+/// Extra kernel words berm-vmm adds for libkrun on kvm_pvm hosts (vmm/src/run.rs).
+const PVM_WORDS: &str = " noxsave clearcpuid=popcnt,smap";
+
+/// Every problem [`verify`] can report: a closed list, each with a stable code.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Code {
+    /// Not a JSON object of the record's shape (missing, extra or mistyped fields).
+    RecordMalformed,
+    /// `format` is not one this verifier knows.
+    FormatUnsupported,
+    /// `recordSha256` does not cover the record as it is: edited after hashing.
+    RecordHashMismatch,
+    /// A digest field is not 64 lowercase hex digits.
+    DigestMalformed,
+    /// The kernel's sha256 or size differs from the pins.
+    KernelUnpinned,
+    /// The rootfs's sha256 or size differs from the pins.
+    RootfsUnpinned,
+    /// The command line is not the pinned one plus validated guest settings.
+    CmdlineMismatch,
+    /// berm-vmm wrote no `host_sandbox` line.
+    HostSandboxMissing,
+    /// berm-vmm ran unconfined (`--no-host-sandbox`).
+    HostSandboxDisabled,
+    /// berm-vmm's Landlock was not fully enforced, or seccomp was not its deny list.
+    HostSandboxWeak,
+    /// The guest reported nothing (no `boot_start`).
+    GuestMissing,
+    /// A guest event carries another boot id than the greeting's (or there is none).
+    BootIdMismatch,
+    /// The guest reported `boot_failed`.
+    BootFailed,
+    /// A measured app was refused by the guest.
+    AppRefused,
+    /// A measured app has no `app_started` (and so no enforcement report).
+    EnforcementMissing,
+    /// An app ran without fully enforced Landlock, `no_new_privs` or its seccomp filter.
+    EnforcementWeak,
+    /// An app's enforcement report has no policy digest.
+    PolicyDigestMissing,
+    /// A started app never reported `app_ready`.
+    AppNotReady,
+    /// A program the guest loaded differs from the one measured on the host (or is absent).
+    ProgramDigestMismatch,
+    /// The guest loaded a program the host never measured.
+    ProgramUnmeasured,
+    /// The guest reported an app the host never measured.
+    AppUnmeasured,
+}
+
+impl Code {
+    /// Every code, in a fixed order (for documentation and tests).
+    pub const ALL: [Code; 21] = [
+        Code::RecordMalformed,
+        Code::FormatUnsupported,
+        Code::RecordHashMismatch,
+        Code::DigestMalformed,
+        Code::KernelUnpinned,
+        Code::RootfsUnpinned,
+        Code::CmdlineMismatch,
+        Code::HostSandboxMissing,
+        Code::HostSandboxDisabled,
+        Code::HostSandboxWeak,
+        Code::GuestMissing,
+        Code::BootIdMismatch,
+        Code::BootFailed,
+        Code::AppRefused,
+        Code::EnforcementMissing,
+        Code::EnforcementWeak,
+        Code::PolicyDigestMissing,
+        Code::AppNotReady,
+        Code::ProgramDigestMismatch,
+        Code::ProgramUnmeasured,
+        Code::AppUnmeasured,
+    ];
+
+    /// The code as written in reports.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Code::RecordMalformed => "record_malformed",
+            Code::FormatUnsupported => "format_unsupported",
+            Code::RecordHashMismatch => "record_hash_mismatch",
+            Code::DigestMalformed => "digest_malformed",
+            Code::KernelUnpinned => "kernel_unpinned",
+            Code::RootfsUnpinned => "rootfs_unpinned",
+            Code::CmdlineMismatch => "cmdline_mismatch",
+            Code::HostSandboxMissing => "host_sandbox_missing",
+            Code::HostSandboxDisabled => "host_sandbox_disabled",
+            Code::HostSandboxWeak => "host_sandbox_weak",
+            Code::GuestMissing => "guest_missing",
+            Code::BootIdMismatch => "boot_id_mismatch",
+            Code::BootFailed => "boot_failed",
+            Code::AppRefused => "app_refused",
+            Code::EnforcementMissing => "enforcement_missing",
+            Code::EnforcementWeak => "enforcement_weak",
+            Code::PolicyDigestMissing => "policy_digest_missing",
+            Code::AppNotReady => "app_not_ready",
+            Code::ProgramDigestMismatch => "program_digest_mismatch",
+            Code::ProgramUnmeasured => "program_unmeasured",
+            Code::AppUnmeasured => "app_unmeasured",
+        }
+    }
+}
+
+impl fmt::Display for Code {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One problem: its code and what exactly was wrong.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Problem {
+    /// The code.
+    pub code: Code,
+    /// A sentence naming the field and values involved.
+    pub detail: String,
+}
+
+/// The outcome of [`verify`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Verdict {
+    /// True when there is no problem.
+    pub ok: bool,
+    /// Every problem found (all checks run; none stops the others).
+    pub problems: Vec<Problem>,
+}
+
+impl Verdict {
+    /// The distinct codes, sorted.
+    pub fn codes(&self) -> Vec<Code> {
+        let mut codes: Vec<Code> = self.problems.iter().map(|p| p.code).collect();
+        codes.sort();
+        codes.dedup();
+        codes
+    }
+}
+
+/// The pins a record is verified against.
+#[derive(Clone, Debug)]
+pub struct Pins {
+    /// The kernel's.
+    pub kernel: KernelPins,
+    /// The rootfs's.
+    pub rootfs: RootfsPins,
+}
+
+/// Why pins could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum PinsError {
+    /// A manifest could not be read.
+    #[error("reading {path} failed")]
+    Read {
+        /// The manifest.
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A manifest is not a valid pins manifest.
+    #[error(transparent)]
+    Parse(#[from] ParsePinsError),
+}
+
+impl Pins {
+    /// The pins compiled into this binary (the same crate berm-vmm compiles in).
+    pub fn compiled_in() -> Result<Self, PinsError> {
+        Ok(Self {
+            kernel: KernelPins::compiled_in()?,
+            rootfs: RootfsPins::compiled_in()?,
+        })
+    }
+
+    /// The pins in `dir/kernel/manifest.toml` and `dir/rootfs/manifest.toml` (a checkout of
+    /// the release the record claims to come from).
+    pub fn from_dir(dir: &Path) -> Result<Self, PinsError> {
+        let read = |relative: &str| {
+            let path = dir.join(relative);
+            std::fs::read_to_string(&path).map_err(|source| PinsError::Read { path, source })
+        };
+        Ok(Self {
+            kernel: KernelPins::parse(&read("kernel/manifest.toml")?)?,
+            rootfs: RootfsPins::parse(&read("rootfs/manifest.toml")?)?,
+        })
+    }
+}
+
+struct Problems(Vec<Problem>);
+
+impl Problems {
+    fn add(&mut self, code: Code, detail: impl Into<String>) {
+        self.0.push(Problem {
+            code,
+            detail: detail.into(),
+        });
+    }
+}
+
+fn is_sha256(s: &str) -> bool {
+    s.len() == 64 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+/// A guest setting word as berm-vmm validates it: an upper-case identifier, `=`, and a value
+/// without whitespace, quotes, backslashes or control characters.
+fn is_setting_word(word: &str) -> bool {
+    let Some((name, value)) = word.split_once('=') else {
+        return false;
+    };
+    let mut name_bytes = name.bytes();
+    name_bytes
+        .next()
+        .is_some_and(|b| b.is_ascii_uppercase() || b == b'_')
+        && name_bytes.all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
+        && value
+            .bytes()
+            .all(|b| b.is_ascii_graphic() && !matches!(b, b'"' | b'\'' | b'\\'))
+}
+
+fn cmdline_ok(cmdline: &str, pinned: &str) -> bool {
+    let Some(rest) = cmdline.strip_prefix(pinned) else {
+        return false;
+    };
+    let rest = rest.strip_prefix(PVM_WORDS).unwrap_or(rest);
+    if rest.is_empty() {
+        return true;
+    }
+    rest.strip_prefix(' ')
+        .is_some_and(|words| words.split(' ').all(is_setting_word))
+}
+
+/// Verifies a record (as parsed JSON) against `pins`, offline.
+pub fn verify(record: &Value, pins: &Pins) -> Verdict {
+    let mut problems = Problems(Vec::new());
+    check(record, pins, &mut problems);
+    Verdict {
+        ok: problems.0.is_empty(),
+        problems: problems.0,
+    }
+}
+
+fn check(value: &Value, pins: &Pins, p: &mut Problems) {
+    let Some(claimed) = value.get("recordSha256").and_then(Value::as_str) else {
+        p.add(
+            Code::RecordMalformed,
+            "the record has no recordSha256 string",
+        );
+        return;
+    };
+    let actual = record_sha256(value);
+    if claimed != actual {
+        p.add(
+            Code::RecordHashMismatch,
+            format!("recordSha256 is {claimed}, but the record hashes to {actual}"),
+        );
+    }
+    if let Some(format) = value.get("format").and_then(Value::as_str)
+        && format != FORMAT
+    {
+        p.add(
+            Code::FormatUnsupported,
+            format!("format {format:?} is not {FORMAT:?}"),
+        );
+        return;
+    }
+    let record: Record = match serde_json::from_value(value.clone()) {
+        Ok(record) => record,
+        Err(e) => {
+            p.add(Code::RecordMalformed, format!("the record's shape: {e}"));
+            return;
+        }
+    };
+    check_digests(&record, p);
+    check_artifacts(&record, pins, p);
+    check_host_sandbox(&record, p);
+    check_guest(&record, p);
+}
+
+fn check_digests(r: &Record, p: &mut Problems) {
+    let mut digests: Vec<(String, &str)> = vec![
+        ("kernel.sha256".into(), &r.kernel.sha256),
+        ("rootfs.sha256".into(), &r.rootfs.sha256),
+    ];
+    if let Some(state) = &r.state {
+        digests.push(("state.chunkedSha256".into(), &state.chunked_sha256));
+    }
+    for app in &r.apps {
+        digests.push((format!("apps[{}].sha256", app.index), &app.sha256));
+        for program in &app.programs {
+            digests.push((
+                format!("apps[{}].programs[{}].sha256", app.index, program.name),
+                &program.sha256,
+            ));
+        }
+        if let Some(image) = &app.image {
+            digests.push((format!("apps[{}].image.sha256", app.index), &image.sha256));
+        }
+        for code in &app.code {
+            digests.push((
+                format!("apps[{}].code[{}].sha256", app.index, code.program),
+                &code.sha256,
+            ));
+        }
+    }
+    for (field, digest) in digests {
+        if !is_sha256(digest) {
+            p.add(
+                Code::DigestMalformed,
+                format!("{field} is {digest:?}, not a sha256"),
+            );
+        }
+    }
+}
+
+fn check_artifacts(r: &Record, pins: &Pins, p: &mut Problems) {
+    let kernel = &pins.kernel.image;
+    if r.kernel.sha256 != kernel.sha256.as_str() || r.kernel.size != kernel.size {
+        p.add(
+            Code::KernelUnpinned,
+            format!(
+                "kernel sha256 {} ({} bytes) is not the pinned {} ({} bytes)",
+                r.kernel.sha256, r.kernel.size, kernel.sha256, kernel.size
+            ),
+        );
+    }
+    let rootfs = &pins.rootfs.image;
+    if r.rootfs.sha256 != rootfs.sha256.as_str() || r.rootfs.size != rootfs.size {
+        p.add(
+            Code::RootfsUnpinned,
+            format!(
+                "rootfs sha256 {} ({} bytes) is not the pinned {} ({} bytes)",
+                r.rootfs.sha256, r.rootfs.size, rootfs.sha256, rootfs.size
+            ),
+        );
+    }
+    if !cmdline_ok(&r.kernel.cmdline, &pins.kernel.cmdline) {
+        p.add(
+            Code::CmdlineMismatch,
+            format!(
+                "kernel.cmdline {:?} is not the pinned command line followed only by guest settings (NAME=VALUE)",
+                r.kernel.cmdline
+            ),
+        );
+    }
+}
+
+fn check_host_sandbox(r: &Record, p: &mut Problems) {
+    let Some(sandbox) = &r.host_sandbox else {
+        p.add(
+            Code::HostSandboxMissing,
+            "berm-vmm reported no host_sandbox line",
+        );
+        return;
+    };
+    if !sandbox.enabled {
+        p.add(
+            Code::HostSandboxDisabled,
+            format!(
+                "berm-vmm ran unconfined ({})",
+                sandbox.reason.as_deref().unwrap_or("no reason given")
+            ),
+        );
+        return;
+    }
+    if sandbox.landlock != "fully_enforced"
+        || sandbox.seccomp != "deny_list"
+        || sandbox.denied.is_empty()
+        || !is_sha256(&sandbox.policy_sha256)
+    {
+        p.add(
+            Code::HostSandboxWeak,
+            format!(
+                "berm-vmm's Landlock is {:?} and its seccomp {:?} ({} syscalls denied)",
+                sandbox.landlock,
+                sandbox.seccomp,
+                sandbox.denied.len()
+            ),
+        );
+    }
+}
+
+/// What the guest said about one app index.
+#[derive(Default)]
+struct AppReports<'a> {
+    started: Vec<&'a GuestEvent>,
+    ready: Vec<&'a GuestEvent>,
+    refused: Vec<&'a GuestEvent>,
+}
+
+fn check_guest(r: &Record, p: &mut Problems) {
+    let events = &r.guest.events;
+    if !events
+        .iter()
+        .any(|e| matches!(e, GuestEvent::BootStart { .. }))
+    {
+        p.add(Code::GuestMissing, "the guest reported no boot_start");
+    }
+    match &r.guest.boot_id {
+        None => {
+            if !events.is_empty() {
+                p.add(Code::BootIdMismatch, "the record names no boot id");
+            }
+        }
+        Some(boot_id) => {
+            for event in events {
+                if event.boot_id() != boot_id {
+                    p.add(
+                        Code::BootIdMismatch,
+                        format!(
+                            "a guest event carries boot id {}, not the greeting's {boot_id}",
+                            event.boot_id()
+                        ),
+                    );
+                }
+            }
+        }
+    }
+    let mut by_index: BTreeMap<u64, AppReports<'_>> = BTreeMap::new();
+    for event in events {
+        match event {
+            GuestEvent::BootFailed { step, message, .. } => p.add(
+                Code::BootFailed,
+                format!("the guest's boot failed at {step}: {message}"),
+            ),
+            GuestEvent::AppStarted { index, .. } => {
+                by_index.entry(*index).or_default().started.push(event)
+            }
+            GuestEvent::AppReady { index, .. } => {
+                by_index.entry(*index).or_default().ready.push(event)
+            }
+            GuestEvent::AppRefused { index, .. } => {
+                by_index.entry(*index).or_default().refused.push(event)
+            }
+            _ => {}
+        }
+    }
+    for index in by_index.keys() {
+        if !r.apps.iter().any(|a| a.index == *index) {
+            p.add(
+                Code::AppUnmeasured,
+                format!("the guest reported app {index}, which the host never measured"),
+            );
+        }
+    }
+    let none = AppReports::default();
+    for app in &r.apps {
+        let reports = by_index.get(&app.index).unwrap_or(&none);
+        let label = app.name.clone().unwrap_or_else(|| app.path.clone());
+        check_app(app.index, &label, app, reports, p);
+    }
+}
+
+fn check_app(
+    index: u64,
+    label: &str,
+    app: &crate::record::App,
+    reports: &AppReports<'_>,
+    p: &mut Problems,
+) {
+    for refused in &reports.refused {
+        if let GuestEvent::AppRefused { reason, .. } = refused {
+            p.add(
+                Code::AppRefused,
+                format!("app {index} ({label}) was refused by the guest: {reason}"),
+            );
+        }
+    }
+    if !reports.refused.is_empty() {
+        return;
+    }
+    if reports.started.is_empty() {
+        p.add(
+            Code::EnforcementMissing,
+            format!("app {index} ({label}) has no app_started, so no enforcement report"),
+        );
+        return;
+    }
+    for started in &reports.started {
+        let GuestEvent::AppStarted { enforcement: e, .. } = started else {
+            continue;
+        };
+        if e.landlock != "fully_enforced" || !e.no_new_privs || e.seccomp != "filter" {
+            p.add(
+                Code::EnforcementWeak,
+                format!(
+                    "app {index} ({label}) ran with Landlock {:?}, no_new_privs {}, seccomp {:?}",
+                    e.landlock, e.no_new_privs, e.seccomp
+                ),
+            );
+        }
+        if !is_sha256(&e.policy_sha256) {
+            p.add(
+                Code::PolicyDigestMissing,
+                format!(
+                    "app {index} ({label}) reported policy digest {:?}",
+                    e.policy_sha256
+                ),
+            );
+        }
+    }
+    let Some(GuestEvent::AppReady { programs, .. }) = reports.ready.last() else {
+        p.add(
+            Code::AppNotReady,
+            format!("app {index} ({label}) started but never reported app_ready"),
+        );
+        return;
+    };
+    for measured in &app.programs {
+        match programs.iter().find(|loaded| loaded.name == measured.name) {
+            Some(loaded) if loaded.sha256 == measured.sha256 => {}
+            Some(loaded) => p.add(
+                Code::ProgramDigestMismatch,
+                format!(
+                    "app {index} ({label}) loaded program {} with sha256 {}, measured {}",
+                    measured.name, loaded.sha256, measured.sha256
+                ),
+            ),
+            None => p.add(
+                Code::ProgramDigestMismatch,
+                format!(
+                    "app {index} ({label}) did not load the measured program {} ({})",
+                    measured.name, measured.sha256
+                ),
+            ),
+        }
+    }
+    for loaded in programs {
+        if !app.programs.iter().any(|m| m.name == loaded.name) {
+            p.add(
+                Code::ProgramUnmeasured,
+                format!(
+                    "app {index} ({label}) loaded program {} ({}), which the host never measured",
+                    loaded.name, loaded.sha256
+                ),
+            );
+        }
+    }
+}

@@ -1,0 +1,358 @@
+//! `berm doctor`: can this host run berm, and if not, the one thing to do about each gap:
+//! KVM (hardware or PVM), the host sandbox (Landlock), the pinned artifacts, the QEMU
+//! fallback, the wasm32 target, bermd.
+//!
+//! Each check prints one line — `ok`, `warn` (works, with a caveat) or `fail` — and, unless
+//! it is ok, a one-line fix. Exit 0 when nothing fails, 2 otherwise. `--json` prints the same
+//! as one JSON array for scripts.
+
+use std::fs::File;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use berm_pins::{ArtifactKind, ArtifactStore, ImagePin, KernelPins, RootfsPins};
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+use crate::Exit;
+
+/// Arguments of `berm doctor`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// Print the checks as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// One check's outcome.
+#[derive(Debug, Serialize, PartialEq, Eq, Clone, Copy)]
+#[serde(rename_all = "snake_case")]
+enum Status {
+    Ok,
+    Warn,
+    Fail,
+}
+
+#[derive(Debug, Serialize)]
+struct Check {
+    name: &'static str,
+    status: Status,
+    detail: String,
+    fix: Option<String>,
+}
+
+fn check(name: &'static str, status: Status, detail: String, fix: Option<&str>) -> Check {
+    Check {
+        name,
+        status,
+        detail,
+        fix: fix.map(str::to_owned),
+    }
+}
+
+/// Runs `berm doctor`.
+pub async fn run(home: &Path, args: Args) -> anyhow::Result<Exit> {
+    let mut checks = vec![kvm(), host_sandbox(), artifacts(), qemu(), wasm_target()];
+    checks.push(bermd(home).await);
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&checks)?);
+    } else {
+        for c in &checks {
+            let status = match c.status {
+                Status::Ok => "ok  ",
+                Status::Warn => "warn",
+                Status::Fail => "FAIL",
+            };
+            println!("{status} {:<10} {}", c.name, c.detail);
+            if let Some(fix) = &c.fix {
+                println!("     {:<10} fix: {fix}", "");
+            }
+        }
+    }
+    Ok(if checks.iter().any(|c| c.status == Status::Fail) {
+        Exit::Error
+    } else {
+        Exit::Ok
+    })
+}
+
+fn kvm() -> Check {
+    let dev = Path::new("/dev/kvm");
+    let pvm = Path::new("/sys/module/kvm_pvm").exists();
+    let hardware =
+        Path::new("/sys/module/kvm_intel").exists() || Path::new("/sys/module/kvm_amd").exists();
+    if !dev.exists() {
+        return check(
+            "kvm",
+            Status::Warn,
+            "/dev/kvm is absent: VMs run under QEMU/TCG (slow)".into(),
+            Some(
+                "enable virtualization in the firmware and load kvm_intel or kvm_amd (modprobe kvm_intel)",
+            ),
+        );
+    }
+    if std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(dev)
+        .is_err()
+    {
+        return check(
+            "kvm",
+            Status::Warn,
+            "/dev/kvm exists but this user cannot open it read-write".into(),
+            Some("add yourself to the kvm group (sudo usermod -aG kvm $USER) and log in again"),
+        );
+    }
+    if pvm {
+        return check(
+            "kvm",
+            Status::Warn,
+            "/dev/kvm is kvm_pvm (PVM), which cannot run guest user space: berm-vmm uses QEMU here"
+                .into(),
+            Some(
+                "for the fast libkrun path run on hardware KVM (a bare-metal host or nested virtualization)",
+            ),
+        );
+    }
+    let kind = if hardware {
+        "hardware KVM"
+    } else {
+        "KVM (module unknown)"
+    };
+    check(
+        "kvm",
+        Status::Ok,
+        format!("/dev/kvm is usable, {kind}: berm-vmm uses libkrun"),
+        None,
+    )
+}
+
+/// Whether berm-vmm can confine itself here (vmm/src/sandbox.rs needs Landlock; ABI 5 for
+/// every right it asks for).
+fn host_sandbox() -> Check {
+    #[cfg(target_os = "linux")]
+    {
+        use landlock::{ABI, Access, AccessFs, CompatLevel, Compatible, Ruleset, RulesetAttr};
+        let with = |abi: ABI| {
+            Ruleset::default()
+                .set_compatibility(CompatLevel::HardRequirement)
+                .handle_access(AccessFs::from_all(abi))
+                .and_then(|ruleset| ruleset.create())
+                .is_ok()
+        };
+        if with(ABI::V5) {
+            check(
+                "sandbox",
+                Status::Ok,
+                "Landlock ABI 5+ is enabled: berm-vmm confines itself fully".into(),
+                None,
+            )
+        } else if with(ABI::V1) {
+            check(
+                "sandbox",
+                Status::Warn,
+                "Landlock is older than ABI 5: berm-vmm's sandbox is partially enforced (attest refuses it)".into(),
+                Some("run a Linux 6.10 or newer kernel"),
+            )
+        } else {
+            check(
+                "sandbox",
+                Status::Fail,
+                "Landlock is not enabled: berm-vmm refuses to run unconfined".into(),
+                Some(
+                    "boot with landlock in lsm= (CONFIG_SECURITY_LANDLOCK), or pass --no-host-sandbox to berm-vmm run",
+                ),
+            )
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        check(
+            "sandbox",
+            Status::Warn,
+            "berm-vmm has no host sandbox on this OS yet (docs/macos.md)".into(),
+            Some("run berm-vmm run --no-host-sandbox; see docs/macos.md"),
+        )
+    }
+}
+
+fn sha256_of(path: &Path) -> std::io::Result<String> {
+    let mut file = File::open(path)?;
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = file.read(&mut buf)?;
+        if n == 0 {
+            return Ok(hex::encode(hasher.finalize()));
+        }
+        hasher.update(&buf[..n]);
+    }
+}
+
+fn artifacts() -> Check {
+    let Some(store) = ArtifactStore::from_env() else {
+        return check(
+            "artifacts",
+            Status::Fail,
+            "no artifact store: none of BERM_VM_ARTIFACTS, XDG_CACHE_HOME, HOME is set".into(),
+            Some("set HOME (or BERM_VM_ARTIFACTS), then run berm vm install"),
+        );
+    };
+    let pins: Vec<(ArtifactKind, Option<ImagePin>)> = vec![
+        (
+            ArtifactKind::Kernel,
+            KernelPins::compiled_in().ok().map(|p| p.image),
+        ),
+        (
+            ArtifactKind::Rootfs,
+            RootfsPins::compiled_in().ok().map(|p| p.image),
+        ),
+    ];
+    let mut problems = Vec::new();
+    for (kind, pin) in pins {
+        let Some(pin) = pin else {
+            problems.push(format!(
+                "the {} pins compiled into berm are broken",
+                kind.name()
+            ));
+            continue;
+        };
+        let path = kind.path_in(&store, &pin.sha256);
+        match sha256_of(&path) {
+            Err(_) => problems.push(format!("{} missing ({})", kind.name(), path.display())),
+            Ok(sha) if sha != pin.sha256.as_str() => problems.push(format!(
+                "{} at {} has sha256 {sha}, not the pinned {}",
+                kind.name(),
+                path.display(),
+                pin.sha256
+            )),
+            Ok(_) => {}
+        }
+    }
+    if problems.is_empty() {
+        check(
+            "artifacts",
+            Status::Ok,
+            format!(
+                "the pinned kernel and rootfs are in {}",
+                store.root().display()
+            ),
+            None,
+        )
+    } else {
+        check(
+            "artifacts",
+            Status::Fail,
+            problems.join("; "),
+            Some("berm vm install (or scripts/build-kernel.sh and scripts/build-rootfs.sh)"),
+        )
+    }
+}
+
+fn in_path(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(name))
+        .find(|p| p.is_file())
+}
+
+fn env_file(name: &str) -> Option<PathBuf> {
+    std::env::var_os(name)
+        .map(PathBuf::from)
+        .filter(|p| p.is_file())
+}
+
+/// The same search berm-vmm makes (vmm/src/detect.rs).
+fn qemu() -> Check {
+    let qemu = env_file("BERM_QEMU").or_else(|| in_path("qemu-system-x86_64"));
+    let cache = std::env::var_os("BERM_CACHE")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("XDG_CACHE_HOME").map(|c| PathBuf::from(c).join("berm")))
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/berm")));
+    let vhost = env_file("BERM_VHOST_DEVICE_VSOCK")
+        .or_else(|| in_path("vhost-device-vsock"))
+        .or_else(|| {
+            cache
+                .map(|c| c.join("tools/bin/vhost-device-vsock"))
+                .filter(|p| p.is_file())
+        });
+    match (qemu, vhost) {
+        (Some(q), Some(v)) => check(
+            "qemu",
+            Status::Ok,
+            format!("QEMU fallback available: {} + {}", q.display(), v.display()),
+            None,
+        ),
+        (None, _) => check(
+            "qemu",
+            Status::Warn,
+            "qemu-system-x86_64 not found: no fallback where libkrun cannot run".into(),
+            Some("apt-get install qemu-system-x86 (or set BERM_QEMU)"),
+        ),
+        (Some(_), None) => check(
+            "qemu",
+            Status::Warn,
+            "vhost-device-vsock not found: QEMU cannot serve the guest's vsock".into(),
+            Some("cargo install vhost-device-vsock --version 0.3.0 --locked"),
+        ),
+    }
+}
+
+fn wasm_target() -> Check {
+    let sysroot = std::process::Command::new("rustc")
+        .args(["--print", "sysroot"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()));
+    match sysroot {
+        None => check(
+            "wasm32",
+            Status::Warn,
+            "rustc not found: programs cannot be built here (running them needs no Rust)".into(),
+            Some("install Rust from https://rustup.rs, then rustup target add wasm32-unknown-unknown"),
+        ),
+        Some(root) if root.join("lib/rustlib/wasm32-unknown-unknown").is_dir() => check(
+            "wasm32",
+            Status::Ok,
+            "the wasm32-unknown-unknown target is installed: berm new / cargo build can build programs".into(),
+            None,
+        ),
+        Some(_) => check(
+            "wasm32",
+            Status::Warn,
+            "the wasm32-unknown-unknown target is missing: programs cannot be built".into(),
+            Some("rustup target add wasm32-unknown-unknown"),
+        ),
+    }
+}
+
+async fn bermd(home: &Path) -> Check {
+    let client = super::client(home);
+    let socket = client.socket().display().to_string();
+    match tokio::time::timeout(Duration::from_secs(3), client.list()).await {
+        Ok(Ok(programs)) => check(
+            "bermd",
+            Status::Ok,
+            format!(
+                "bermd answers on {socket} ({} programs deployed)",
+                programs.len()
+            ),
+            None,
+        ),
+        Ok(Err(e)) => check(
+            "bermd",
+            Status::Fail,
+            format!("bermd is not reachable on {socket}: {e}"),
+            Some("start it: bermd (or set BERM_HOME / --home to the data directory it uses)"),
+        ),
+        Err(_) => check(
+            "bermd",
+            Status::Fail,
+            format!("bermd did not answer on {socket} within 3 s"),
+            Some("restart bermd; if it is busy, try again"),
+        ),
+    }
+}

@@ -1,0 +1,542 @@
+//! berm-vmm confines itself: the host sandbox.
+//!
+//! A VMM is the host process a hostile guest attacks first (every virtio device is parsed in
+//! it). Once the VM's files are open and the hypervisor is started, berm-vmm needs nothing but
+//! the artifacts, the app shares, the state disk and its run dir, so it takes away everything
+//! else before it serves the guest a single byte:
+//!
+//! - **Landlock**: read the kernel, the rootfs and each app share; read and write the state
+//!   disk and the run dir; nothing else on the filesystem (no execute right anywhere), and no
+//!   TCP bind or connect where the kernel can refuse them (ABI 4+).
+//! - **seccomp**, a deny list answering `EPERM`: exec, ptrace and cross-process memory, the
+//!   mount family, namespaces (`unshare`, `setns`, `clone` with a `CLONE_NEW*` flag), module
+//!   and kexec loading, bpf, keyrings, io_uring, reboot, swap, chroot, perf events,
+//!   userfaultfd, accounting, handle-based opens. `clone3` answers `ENOSYS` instead (its flags
+//!   live in memory a filter cannot read), which makes the C library fall back to `clone`.
+//!
+//! Both are applied while the process is single-threaded (checked, not assumed: Landlock binds
+//! only the calling thread and the threads it creates later), and fail closed: a kernel
+//! without Landlock, a ruleset the kernel does not enforce, or a filter that does not load
+//! stops the run. A kernel older than Landlock ABI 5 (Linux 6.10) enforces only the rights it
+//! knows: the run goes on, reported `partially_enforced` (and refused by `berm attest
+//! verify`). `--no-host-sandbox` runs unconfined, and the `host_sandbox` line says so.
+//!
+//! The hypervisor children (QEMU and vhost-device-vsock, or the libkrun child) get the same
+//! policy widened just enough to run: see [`Policy::for_program`] and [`ChildSandbox`].
+
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+/// The syscalls the deny list refuses with `EPERM`, by name (reported in `host_sandbox`).
+pub const DENIED: &[&str] = &[
+    "execve",
+    "execveat",
+    "ptrace",
+    "process_vm_readv",
+    "process_vm_writev",
+    "mount",
+    "umount2",
+    "pivot_root",
+    "chroot",
+    "move_mount",
+    "open_tree",
+    "fsopen",
+    "fsconfig",
+    "fsmount",
+    "fspick",
+    "mount_setattr",
+    "unshare",
+    "setns",
+    "clone(CLONE_NEW*)",
+    "clone3(ENOSYS)",
+    "init_module",
+    "finit_module",
+    "delete_module",
+    "kexec_load",
+    "kexec_file_load",
+    "bpf",
+    "add_key",
+    "request_key",
+    "keyctl",
+    "io_uring_setup",
+    "io_uring_enter",
+    "io_uring_register",
+    "reboot",
+    "swapon",
+    "swapoff",
+    "perf_event_open",
+    "userfaultfd",
+    "acct",
+    "open_by_handle_at",
+];
+
+/// What the sandbox grants: everything else is refused.
+#[derive(Clone, Debug, Default, Serialize, serde::Deserialize, PartialEq, Eq)]
+pub struct Policy {
+    /// Files and folders readable (kernel, rootfs, app shares).
+    pub read: Vec<PathBuf>,
+    /// Files and folders readable and writable (state disk, run dir).
+    pub read_write: Vec<PathBuf>,
+    /// Devices readable, writable and ioctl-able (`/dev/kvm` for the libkrun child only).
+    pub devices: Vec<PathBuf>,
+    /// Files and folders readable and executable: only in a hypervisor child's policy (its
+    /// own program and the shared libraries it loads); berm-vmm itself may execute nothing.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub execute: Vec<PathBuf>,
+}
+
+/// Where a dynamically linked program's loader and libraries live (Debian, merged /usr).
+const LIBRARY_DIRS: &[&str] = &["/lib", "/lib64", "/usr/lib", "/usr/lib64", "/usr/local/lib"];
+/// Read-only system data a hypervisor child needs: the loader cache and QEMU's firmware.
+const SYSTEM_DATA: &[&str] = &["/etc/ld.so.cache", "/usr/share/qemu", "/usr/share/seabios"];
+
+impl Policy {
+    /// `self` widened just enough to exec `program` and let it load its libraries and
+    /// firmware: the policy of a hypervisor child (QEMU, vhost-device-vsock).
+    pub fn for_program(&self, program: &Path) -> Policy {
+        let existing = |paths: &[&str]| -> Vec<PathBuf> {
+            paths
+                .iter()
+                .map(PathBuf::from)
+                .filter(|p| p.exists())
+                .collect()
+        };
+        let mut policy = self.clone();
+        policy.execute.push(program.to_owned());
+        policy.execute.extend(existing(LIBRARY_DIRS));
+        policy.read.extend(existing(SYSTEM_DATA));
+        policy
+    }
+}
+
+/// How one hypervisor child was confined, as the `host_sandbox` line reports it.
+#[derive(Clone, Debug, Serialize)]
+pub struct ChildReport {
+    /// The program.
+    pub program: PathBuf,
+    /// Landlock in the child, as far as this kernel enforces it (a child that cannot be
+    /// confined at all is never started).
+    pub landlock: &'static str,
+    /// The child's syscall filter: berm-vmm's deny list, QEMU's own `-sandbox`, or none.
+    pub seccomp: String,
+    /// sha256 of the child's policy.
+    pub policy_sha256: String,
+}
+
+/// A Landlock ruleset built in the parent, applied by the child between fork and exec (so
+/// the child allocates nothing there).
+pub struct ChildSandbox {
+    #[cfg(target_os = "linux")]
+    ruleset: Option<landlock::RulesetCreated>,
+}
+
+impl ChildSandbox {
+    /// Builds the ruleset for `policy`; fails closed like [`confine`].
+    pub fn prepare(policy: &Policy) -> Result<Self, SandboxError> {
+        #[cfg(target_os = "linux")]
+        {
+            Ok(Self {
+                ruleset: Some(linux::ruleset(policy)?),
+            })
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            let _ = policy;
+            Err(SandboxError::Unsupported)
+        }
+    }
+
+    /// Applies it to the calling process (the forked child): `Err` unless enforced with
+    /// `no_new_privs`, and the spawn then fails, so the child never runs unconfined.
+    pub fn apply(&mut self) -> std::io::Result<()> {
+        #[cfg(target_os = "linux")]
+        {
+            let ruleset = self
+                .ruleset
+                .take()
+                .ok_or_else(|| std::io::Error::other("the child sandbox was applied twice"))?;
+            match ruleset.restrict_self() {
+                Ok(status)
+                    if status.ruleset != landlock::RulesetStatus::NotEnforced
+                        && status.no_new_privs =>
+                {
+                    Ok(())
+                }
+                Ok(_) => Err(std::io::Error::other("Landlock is not enforced")),
+                Err(e) => Err(std::io::Error::other(e)),
+            }
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            Err(std::io::Error::other("no host sandbox on this OS"))
+        }
+    }
+}
+
+impl Policy {
+    /// sha256 of the policy's canonical JSON (the grants and the deny list), so a record can
+    /// say exactly which policy a run had.
+    pub fn sha256(&self) -> String {
+        let canonical = serde_json::json!({
+            "landlock_handled_abi": 5,
+            "read": self.read, "read_write": self.read_write, "devices": self.devices,
+            "execute": self.execute,
+            "seccomp_deny": DENIED,
+        });
+        hex::encode(Sha256::digest(canonical.to_string().as_bytes()))
+    }
+}
+
+/// What was applied, as the `host_sandbox` line reports it.
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    /// Whether berm-vmm is confined.
+    pub enabled: bool,
+    /// The kernel's Landlock ABI (0 when unknown or not applied).
+    pub landlock_abi: u32,
+    /// `fully_enforced`, `partially_enforced` or `not_enforced`.
+    pub landlock: &'static str,
+    /// Whether `no_new_privs` is set.
+    pub no_new_privs: bool,
+    /// `deny_list` or `none`.
+    pub seccomp: &'static str,
+    /// The denied syscalls ([`DENIED`]), empty when disabled.
+    pub denied: Vec<&'static str>,
+    /// [`Policy::sha256`].
+    pub policy_sha256: String,
+    /// The grants.
+    pub grants: Policy,
+    /// Why it is disabled (`--no-host-sandbox`), if it is.
+    pub reason: Option<String>,
+    /// The hypervisor children berm-vmm started, and how each is confined.
+    pub children: Vec<ChildReport>,
+}
+
+impl Report {
+    /// The report for a run with `--no-host-sandbox`.
+    pub fn disabled(reason: &str) -> Self {
+        Self {
+            enabled: false,
+            landlock_abi: 0,
+            landlock: "not_enforced",
+            no_new_privs: false,
+            seccomp: "none",
+            denied: Vec::new(),
+            policy_sha256: Policy::default().sha256(),
+            grants: Policy::default(),
+            reason: Some(reason.to_owned()),
+            children: Vec::new(),
+        }
+    }
+}
+
+/// Why berm-vmm could not confine itself (the run stops: fail-closed).
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxError {
+    /// More than one thread: Landlock would bind only this one.
+    #[error(
+        "berm-vmm has {0} threads where the host sandbox needs exactly one; refusing to run partly confined"
+    )]
+    Threaded(usize),
+    /// A granted path could not be opened for its rule.
+    #[error("the host sandbox cannot grant {path}")]
+    Grant {
+        /// The path.
+        path: PathBuf,
+        /// What Landlock said.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// Landlock could not be applied, or not fully.
+    #[error(
+        "Landlock is {status} on this kernel, so berm-vmm cannot confine itself; run on a kernel with Landlock enabled (lsm=…,landlock) or pass --no-host-sandbox to run unconfined"
+    )]
+    Landlock {
+        /// What the kernel allowed.
+        status: String,
+    },
+    /// The Landlock calls failed.
+    #[error("applying the Landlock ruleset failed")]
+    Ruleset(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// The seccomp filter could not be built or loaded.
+    #[error("loading the seccomp deny list failed")]
+    Seccomp(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// This OS has no host sandbox in berm-vmm yet.
+    #[error(
+        "berm-vmm has no host sandbox on this OS yet; pass --no-host-sandbox to run unconfined"
+    )]
+    Unsupported,
+}
+
+/// The threads of this process, from `/proc/self/status`.
+pub fn thread_count() -> Option<usize> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Threads:"))
+        .and_then(|n| n.trim().parse().ok())
+}
+
+/// Confines the calling process (which must be single-threaded) to `policy`, fail-closed.
+pub fn confine(policy: &Policy) -> Result<Report, SandboxError> {
+    #[cfg(target_os = "linux")]
+    {
+        linux::confine(policy)
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = policy;
+        Err(SandboxError::Unsupported)
+    }
+}
+
+#[cfg(target_os = "linux")]
+mod linux {
+    use std::collections::BTreeMap;
+
+    use landlock::{
+        ABI, Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, LandlockStatus,
+        PathBeneath, PathFd, Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus,
+    };
+    use seccompiler::{
+        BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
+        SeccompRule, TargetArch,
+    };
+
+    use super::*;
+
+    /// The access rights berm-vmm asks the kernel to handle (ABI 5: up to ioctl on devices).
+    const HANDLED: ABI = ABI::V5;
+
+    fn boxed<E: std::error::Error + Send + Sync + 'static>(
+        e: E,
+    ) -> Box<dyn std::error::Error + Send + Sync> {
+        Box::new(e)
+    }
+
+    fn rule(path: &Path, access: BitFlags<AccessFs>) -> Result<PathBeneath<PathFd>, SandboxError> {
+        let grant = |e| SandboxError::Grant {
+            path: path.to_owned(),
+            source: boxed(e),
+        };
+        let fd = PathFd::new(path).map_err(grant)?;
+        // A rule on a file may only carry file rights; the kernel refuses directory rights.
+        let access = if path.is_dir() {
+            access
+        } else {
+            access & AccessFs::from_file(HANDLED)
+        };
+        Ok(PathBeneath::new(fd, access))
+    }
+
+    /// The Landlock ruleset for `policy`, created but not yet applied.
+    pub(super) fn ruleset(policy: &Policy) -> Result<landlock::RulesetCreated, SandboxError> {
+        let read = AccessFs::ReadFile | AccessFs::ReadDir;
+        let read_write = AccessFs::from_all(HANDLED) & !AccessFs::Execute;
+        let device = AccessFs::ReadFile | AccessFs::WriteFile | AccessFs::IoctlDev;
+        let mut ruleset = Ruleset::default()
+            // Landlock itself is required (ABI 1: read, write, execute, create, remove). The
+            // later rights — refer (ABI 2), truncate (3), TCP (4), device ioctl (5) — are
+            // applied where the kernel has them; without them the status is
+            // `partially_enforced`, which the host_sandbox line and `berm attest` report.
+            .set_compatibility(CompatLevel::HardRequirement)
+            .handle_access(AccessFs::from_all(ABI::V1))
+            .map_err(|e| landlock_error(&e))?
+            .set_compatibility(CompatLevel::BestEffort)
+            .handle_access(AccessFs::from_all(HANDLED))
+            .map_err(|e| SandboxError::Ruleset(boxed(e)))?
+            .handle_access(AccessNet::from_all(ABI::V4))
+            .map_err(|e| SandboxError::Ruleset(boxed(e)))?
+            .create()
+            .map_err(|e| SandboxError::Ruleset(boxed(e)))?;
+        for (paths, access) in [
+            (&policy.read, read),
+            (&policy.read_write, read_write),
+            (&policy.devices, device),
+            (&policy.execute, read | AccessFs::Execute),
+        ] {
+            for path in paths {
+                ruleset = ruleset
+                    .add_rule(rule(path, access)?)
+                    .map_err(|e| SandboxError::Ruleset(boxed(e)))?;
+            }
+        }
+        Ok(ruleset)
+    }
+
+    pub(super) fn confine(policy: &Policy) -> Result<Report, SandboxError> {
+        match thread_count() {
+            Some(1) => {}
+            Some(n) => return Err(SandboxError::Threaded(n)),
+            None => return Err(SandboxError::Threaded(0)),
+        }
+        let status = ruleset(policy)?
+            .restrict_self()
+            .map_err(|e| SandboxError::Ruleset(boxed(e)))?;
+        let abi = match status.landlock {
+            LandlockStatus::Available {
+                effective_abi,
+                kernel_abi,
+            } => kernel_abi.map_or(effective_abi as u32, |k| k as u32),
+            _ => 0,
+        };
+        let landlock = match status.ruleset {
+            RulesetStatus::FullyEnforced => "fully_enforced",
+            RulesetStatus::PartiallyEnforced => "partially_enforced",
+            RulesetStatus::NotEnforced => "not_enforced",
+        };
+        // Landlock's core is a hard requirement above; a status short of enforced here would
+        // mean the kernel accepted nothing, so fail closed.
+        if status.ruleset == RulesetStatus::NotEnforced || !status.no_new_privs {
+            return Err(SandboxError::Landlock {
+                status: landlock.replace('_', " "),
+            });
+        }
+        load_deny_list()?;
+        Ok(Report {
+            enabled: true,
+            landlock_abi: abi,
+            landlock,
+            no_new_privs: status.no_new_privs,
+            seccomp: "deny_list",
+            denied: DENIED.to_vec(),
+            policy_sha256: policy.sha256(),
+            grants: policy.clone(),
+            reason: None,
+            children: Vec::new(),
+        })
+    }
+
+    fn landlock_error(e: &landlock::RulesetError) -> SandboxError {
+        SandboxError::Landlock {
+            status: format!("unavailable ({e})"),
+        }
+    }
+
+    fn arch() -> Result<TargetArch, SandboxError> {
+        TargetArch::try_from(std::env::consts::ARCH).map_err(|e| SandboxError::Seccomp(boxed(e)))
+    }
+
+    fn load(rules: BTreeMap<i64, Vec<SeccompRule>>, errno: i32) -> Result<(), SandboxError> {
+        let filter = SeccompFilter::new(
+            rules,
+            SeccompAction::Allow,
+            SeccompAction::Errno(errno as u32),
+            arch()?,
+        )
+        .map_err(|e| SandboxError::Seccomp(boxed(e)))?;
+        let program: BpfProgram = filter
+            .try_into()
+            .map_err(|e: seccompiler::BackendError| SandboxError::Seccomp(boxed(e)))?;
+        // All threads: there is one (checked), and any the C library might have started would
+        // be filtered too.
+        seccompiler::apply_filter_all_threads(&program).map_err(|e| SandboxError::Seccomp(boxed(e)))
+    }
+
+    fn load_deny_list() -> Result<(), SandboxError> {
+        let plain = [
+            libc::SYS_execve,
+            libc::SYS_execveat,
+            libc::SYS_ptrace,
+            libc::SYS_process_vm_readv,
+            libc::SYS_process_vm_writev,
+            libc::SYS_mount,
+            libc::SYS_umount2,
+            libc::SYS_pivot_root,
+            libc::SYS_chroot,
+            libc::SYS_move_mount,
+            libc::SYS_open_tree,
+            libc::SYS_fsopen,
+            libc::SYS_fsconfig,
+            libc::SYS_fsmount,
+            libc::SYS_fspick,
+            libc::SYS_mount_setattr,
+            libc::SYS_unshare,
+            libc::SYS_setns,
+            libc::SYS_init_module,
+            libc::SYS_finit_module,
+            libc::SYS_delete_module,
+            libc::SYS_kexec_load,
+            libc::SYS_kexec_file_load,
+            libc::SYS_bpf,
+            libc::SYS_add_key,
+            libc::SYS_request_key,
+            libc::SYS_keyctl,
+            libc::SYS_io_uring_setup,
+            libc::SYS_io_uring_enter,
+            libc::SYS_io_uring_register,
+            libc::SYS_reboot,
+            libc::SYS_swapon,
+            libc::SYS_swapoff,
+            libc::SYS_perf_event_open,
+            libc::SYS_userfaultfd,
+            libc::SYS_acct,
+            libc::SYS_open_by_handle_at,
+        ];
+        let mut rules: BTreeMap<i64, Vec<SeccompRule>> =
+            plain.iter().map(|&nr| (nr, Vec::new())).collect();
+        // clone with any namespace flag: one rule per flag (a rule's conditions are ANDed,
+        // the rules of one syscall ORed).
+        let namespace_flags = [
+            libc::CLONE_NEWNS,
+            libc::CLONE_NEWUTS,
+            libc::CLONE_NEWIPC,
+            libc::CLONE_NEWUSER,
+            libc::CLONE_NEWPID,
+            libc::CLONE_NEWNET,
+            libc::CLONE_NEWCGROUP,
+        ];
+        let clone_rules = namespace_flags
+            .iter()
+            .map(|&flag| {
+                let flag = flag as u64;
+                SeccompCondition::new(
+                    0,
+                    SeccompCmpArgLen::Qword,
+                    SeccompCmpOp::MaskedEq(flag),
+                    flag,
+                )
+                .and_then(|c| SeccompRule::new(vec![c]))
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| SandboxError::Seccomp(boxed(e)))?;
+        rules.insert(libc::SYS_clone, clone_rules);
+        load(rules, libc::EPERM)?;
+        load(
+            BTreeMap::from([(libc::SYS_clone3, Vec::new())]),
+            libc::ENOSYS,
+        )
+    }
+}
+
+/// What the `host_sandbox_probe` line reports: berm-vmm, once confined, tries what the sandbox
+/// must refuse and what it must still allow, and says what happened (used by the tests, and by
+/// anyone who wants to see the sandbox hold on their machine).
+pub fn probe(outside: &Path, kernel: &Path, run_dir: &Path) -> serde_json::Value {
+    use std::io::{Read, Write};
+    fn outcome<T>(result: std::io::Result<T>) -> String {
+        match result {
+            Ok(_) => "allowed".into(),
+            Err(e) => match e.raw_os_error() {
+                Some(libc::EACCES) => "EACCES".into(),
+                Some(libc::EPERM) => "EPERM".into(),
+                Some(code) => format!("errno {code}"),
+                None => e.to_string(),
+            },
+        }
+    }
+    let sibling = outside.with_extension("berm-probe-created");
+    // Inherited stdio: `Stdio::null()` would open /dev/null first, which the sandbox refuses
+    // (EACCES) before exec is even tried. /bin/true prints nothing.
+    let exec = std::process::Command::new("/bin/true").status();
+    serde_json::json!({
+        "read_outside": outcome(std::fs::File::open(outside).and_then(|mut f| f.read(&mut [0u8; 1]))),
+        "write_outside": outcome(std::fs::File::options().append(true).open(outside).and_then(|mut f| f.write_all(b"x"))),
+        "create_outside": outcome(std::fs::File::create_new(&sibling)),
+        "exec": outcome(exec),
+        "read_kernel": outcome(std::fs::File::open(kernel).and_then(|mut f| f.read(&mut [0u8; 1]))),
+        "write_run_dir": outcome(std::fs::write(run_dir.join("sandbox-probe"), b"ok")),
+    })
+}
