@@ -145,12 +145,12 @@ fn apps_are_confined_apart_and_survive_each_other() {
         "name = \"hostile\"\ncall_deadline_ms = 2000\n[limits]\nmemory_mb = 96\npids = 16\n\n\
          [[program]]\nname = \"hostile\"\nwasm = \"hostile.wasm\"\nmemory_mb = 16\n",
     );
-    // Its program may grow to 64 MiB of wasm memory, but its cgroup holds 24 MiB in all.
+    // Its program may grow to 64 MiB of wasm memory, but its cgroup holds 40 MiB in all.
     let fragile = app_folder(
         tmp.path(),
         "fragile",
         &["hostile"],
-        "name = \"fragile\"\ncall_deadline_ms = 20000\n[limits]\nmemory_mb = 24\npids = 16\n\n\
+        "name = \"fragile\"\ncall_deadline_ms = 20000\n[limits]\nmemory_mb = 40\npids = 16\n\n\
          [[program]]\nname = \"hostile\"\nwasm = \"hostile.wasm\"\n",
     );
     let probe = probe_binary();
