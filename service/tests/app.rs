@@ -324,3 +324,38 @@ fn listen_fd_refuses_what_is_not_a_listening_stream_socket() {
         );
     }
 }
+
+#[test]
+fn an_app_beside_the_usual_sockets_is_listed_and_not_stored() {
+    let folder = app_folder("files");
+    let bermd = {
+        // No other test's inheritable descriptor may leak into this child.
+        let _spawning = SPAWN.lock().unwrap_or_else(|p| p.into_inner());
+        common::Bermd::start(&["--app", folder.to_str().unwrap()])
+    };
+    let programs = common::block_on(bermd.control().list()).unwrap();
+    assert_eq!(programs.len(), 1);
+    assert_eq!(programs[0].name, "files");
+    // `fs=files:rw` resolved under the data directory, which now exists.
+    let data = std::fs::canonicalize(bermd.home.join("data/files")).unwrap();
+    assert_eq!(
+        programs[0].grants,
+        vec![
+            berm_control::Grant::Log,
+            berm_control::Grant::Fs {
+                dir: data,
+                read_only: false
+            }
+        ]
+    );
+    let mut session = bermd.session();
+    let tools = session.request("tools/list", json!({}));
+    assert!(tools.to_string().contains("files.write_file"), "{tools}");
+    assert_eq!(
+        std::fs::read_dir(bermd.home.join("deployments"))
+            .unwrap()
+            .count(),
+        0,
+        "an app's programs are not recorded in the store"
+    );
+}
