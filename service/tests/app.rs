@@ -271,6 +271,21 @@ fn a_bad_app_folder_stops_bermd_with_the_reason() {
         "{stderr}"
     );
 
+    // Two folders may not deploy the same program name.
+    let echo = app_folder("echo");
+    let output = bermd_output(&[
+        "--app",
+        echo.to_str().unwrap(),
+        "--app",
+        echo.to_str().unwrap(),
+    ]);
+    assert_eq!(output.status.code(), Some(2), "{output:?}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("two app folders are named `echo`"),
+        "{stderr}"
+    );
+
     // A folder that reads fine but whose program the runtime refuses.
     std::fs::write(
         dir.path().join("berm.toml"),
