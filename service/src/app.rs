@@ -68,6 +68,59 @@ pub enum AppDeployError {
     },
 }
 
+/// Why several app folders cannot run in one bermd.
+#[derive(Debug, thiserror::Error)]
+pub enum AppsError {
+    /// Two folders have the same name (tag).
+    #[error("two app folders are named `{name}` ({} and {}): an app's name must be unique", first.display(), second.display())]
+    SameName {
+        /// The name.
+        name: String,
+        /// One folder.
+        first: std::path::PathBuf,
+        /// The other.
+        second: std::path::PathBuf,
+    },
+    /// Two folders deploy a program under the same name.
+    #[error(
+        "apps `{first}` and `{second}` both have a program named `{program}`: one would replace the other"
+    )]
+    SameProgram {
+        /// The program.
+        program: String,
+        /// One app.
+        first: String,
+        /// The other.
+        second: String,
+    },
+}
+
+/// Checks that `apps` can run side by side in one bermd: distinct app names
+/// and no program name in two of them.
+pub fn check_distinct(apps: &[App]) -> Result<(), AppsError> {
+    let mut names = std::collections::HashMap::new();
+    let mut programs = std::collections::HashMap::new();
+    for app in apps {
+        if let Some(first) = names.insert(app.name.as_str(), &app.dir) {
+            return Err(AppsError::SameName {
+                name: app.name.clone(),
+                first: first.clone(),
+                second: app.dir.clone(),
+            });
+        }
+        for program in &app.programs {
+            if let Some(first) = programs.insert(program.name.as_str(), app.name.as_str()) {
+                return Err(AppsError::SameProgram {
+                    program: program.name.clone(),
+                    first: first.to_string(),
+                    second: app.name.clone(),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
 /// One program of the ready line.
 #[derive(Debug, Clone, Serialize)]
 pub struct ProgramReady {
@@ -172,4 +225,43 @@ pub fn announce(fd: OwnedFd, ready: &Ready, started: Instant) -> std::io::Result
     let mut file = std::fs::File::from(fd);
     file.write_all(&line)
     // Dropping the file closes the descriptor: the reader sees EOF.
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn app(name: &str, programs: &[&str]) -> App {
+        App {
+            dir: std::path::PathBuf::from(format!("/apps/{name}")),
+            name: name.to_string(),
+            programs: programs
+                .iter()
+                .map(|p| berm_app::Program {
+                    name: p.to_string(),
+                    wasm: std::path::PathBuf::from(format!("/apps/{name}/{p}.wasm")),
+                    wasm_relative: format!("{p}.wasm"),
+                    grants: Vec::new(),
+                    memory_mb: None,
+                })
+                .collect(),
+            limits: berm_app::Limits::default(),
+            call_deadline_ms: None,
+        }
+    }
+
+    #[test]
+    fn apps_side_by_side_need_distinct_names_and_programs() {
+        check_distinct(&[app("a", &["x", "y"]), app("b", &["z"])]).unwrap();
+        let clash = check_distinct(&[app("a", &["x", "y"]), app("b", &["y"])]).unwrap_err();
+        assert_eq!(
+            clash.to_string(),
+            "apps `a` and `b` both have a program named `y`: one would replace the other"
+        );
+        let clash = check_distinct(&[app("a", &["x"]), app("a", &["z"])]).unwrap_err();
+        assert_eq!(
+            clash.to_string(),
+            "two app folders are named `a` (/apps/a and /apps/a): an app's name must be unique"
+        );
+    }
 }

@@ -154,6 +154,7 @@ pub async fn run(config: DaemonConfig) -> Result<(), RunError> {
         home = %home.root().display(),
         "bermd restored its programs"
     );
+    let signals = Signals::install()?;
     // Apps after the restore: a folder's program replaces a stored one of
     // the same name, and is served before any connection is accepted.
     let mut programs = Vec::new();
@@ -188,9 +189,9 @@ pub async fn run(config: DaemonConfig) -> Result<(), RunError> {
             };
             app::announce(fd, &ready, config.started).map_err(RunError::Ready)?;
         }
-        let stopped = wait_for_signal().await;
+        signals.wait().await;
         accept.abort();
-        return stopped;
+        return Ok(());
     }
 
     let bind = |path: PathBuf| {
@@ -227,12 +228,12 @@ pub async fn run(config: DaemonConfig) -> Result<(), RunError> {
         app::announce(fd, &ready, config.started).map_err(RunError::Ready)?;
     }
 
-    let stopped = wait_for_signal().await;
+    signals.wait().await;
     tasks.abort_all();
     for path in [home.control_socket(), home.mcp_socket()] {
         let _ = std::fs::remove_file(path);
     }
-    stopped
+    Ok(())
 }
 
 fn lock(path: &std::path::Path) -> Result<std::fs::File, RunError> {
@@ -258,13 +259,27 @@ fn lock(path: &std::path::Path) -> Result<std::fs::File, RunError> {
     }
 }
 
-async fn wait_for_signal() -> Result<(), RunError> {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = signal(SignalKind::terminate()).map_err(RunError::Signals)?;
-    let mut int = signal(SignalKind::interrupt()).map_err(RunError::Signals)?;
-    tokio::select! {
-        _ = term.recv() => tracing::info!("SIGTERM: stopping"),
-        _ = int.recv() => tracing::info!("SIGINT: stopping"),
+/// SIGTERM and SIGINT, caught from the moment this is built: install it
+/// before saying ready, so a supervisor that stops bermd right after the
+/// ready line gets a clean stop, not the default action.
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn install() -> Result<Signals, RunError> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(Signals {
+            term: signal(SignalKind::terminate()).map_err(RunError::Signals)?,
+            int: signal(SignalKind::interrupt()).map_err(RunError::Signals)?,
+        })
     }
-    Ok(())
+
+    async fn wait(mut self) {
+        tokio::select! {
+            _ = self.term.recv() => tracing::info!("SIGTERM: stopping"),
+            _ = self.int.recv() => tracing::info!("SIGINT: stopping"),
+        }
+    }
 }

@@ -179,6 +179,16 @@ fn an_app_is_served_on_the_inherited_listener_and_announces_ready() {
         0
     );
     assert!(bermd.home.join("state/notes/kv.log").exists());
+
+    // SIGTERM is caught from before the ready line: a clean stop, exit 0.
+    let mut bermd = bermd;
+    let status = Command::new("kill")
+        .args(["-TERM", &bermd.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let status = bermd.child.wait().unwrap();
+    assert_eq!(status.code(), Some(0), "{status:?}");
 }
 
 #[test]
@@ -261,6 +271,21 @@ fn a_bad_app_folder_stops_bermd_with_the_reason() {
         "{stderr}"
     );
 
+    // Two folders may not deploy the same program name.
+    let echo = app_folder("echo");
+    let output = bermd_output(&[
+        "--app",
+        echo.to_str().unwrap(),
+        "--app",
+        echo.to_str().unwrap(),
+    ]);
+    assert_eq!(output.status.code(), Some(2), "{output:?}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("two app folders are named `echo`"),
+        "{stderr}"
+    );
+
     // A folder that reads fine but whose program the runtime refuses.
     std::fs::write(
         dir.path().join("berm.toml"),
@@ -323,4 +348,39 @@ fn listen_fd_refuses_what_is_not_a_listening_stream_socket() {
             "{stderr}"
         );
     }
+}
+
+#[test]
+fn an_app_beside_the_usual_sockets_is_listed_and_not_stored() {
+    let folder = app_folder("files");
+    let bermd = {
+        // No other test's inheritable descriptor may leak into this child.
+        let _spawning = SPAWN.lock().unwrap_or_else(|p| p.into_inner());
+        common::Bermd::start(&["--app", folder.to_str().unwrap()])
+    };
+    let programs = common::block_on(bermd.control().list()).unwrap();
+    assert_eq!(programs.len(), 1);
+    assert_eq!(programs[0].name, "files");
+    // `fs=files:rw` resolved under the data directory, which now exists.
+    let data = std::fs::canonicalize(bermd.home.join("data/files")).unwrap();
+    assert_eq!(
+        programs[0].grants,
+        vec![
+            berm_control::Grant::Log,
+            berm_control::Grant::Fs {
+                dir: data,
+                read_only: false
+            }
+        ]
+    );
+    let mut session = bermd.session();
+    let tools = session.request("tools/list", json!({}));
+    assert!(tools.to_string().contains("files.write_file"), "{tools}");
+    assert_eq!(
+        std::fs::read_dir(bermd.home.join("deployments"))
+            .unwrap()
+            .count(),
+        0,
+        "an app's programs are not recorded in the store"
+    );
 }

@@ -130,6 +130,7 @@ fn start(args: Args, started: Instant) -> Result<(), (Exit, anyhow::Error)> {
         .map(|dir| berm_app::load(dir))
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| usage(e.into()))?;
+    berm_service::app::check_distinct(&apps).map_err(|e| usage(e.into()))?;
     let home = args.home.unwrap_or_else(berm_control::home::berm_home);
     let token = match &args.http_token_file {
         Some(path) => Some(
