@@ -23,6 +23,6 @@ mod verify;
 pub use canonical::{canonical_json, record_sha256};
 pub use record::{
     App, BuildError, Enforcement, Exit, FORMAT, Guest, GuestEvent, HostSandbox, Hypervisor, Kernel,
-    MeasuredCode, MeasuredImage, MeasuredProgram, ReadyProgram, Record, Rootfs, State,
+    MeasuredCode, MeasuredImage, MeasuredProgram, ReadyProgram, Record, Rootfs, State, TestProbe,
 };
 pub use verify::{Code, Pins, PinsError, Problem, Verdict, verify};

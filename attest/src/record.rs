@@ -35,6 +35,8 @@ pub struct Record {
     pub state: Option<State>,
     /// Every app, in port order, as berm-vmm measured it.
     pub apps: Vec<App>,
+    /// The test-only enforcement probe, if this boot attached one (`--test-probe`).
+    pub test_probe: Option<TestProbe>,
     /// The backend that ran the VM.
     pub hypervisor: Option<Hypervisor>,
     /// How berm-vmm confined itself (`None`: it never said).
@@ -105,6 +107,16 @@ pub struct App {
     pub image: Option<MeasuredImage>,
     /// Precompiled code per program.
     pub code: Vec<MeasuredCode>,
+}
+
+/// The enforcement probe a test boot attached.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TestProbe {
+    /// sha256 of the probe's disk image.
+    pub image_sha256: String,
+    /// The app whose confinement it ran under.
+    pub app: u64,
 }
 
 /// A program image measured on the host.
@@ -450,7 +462,7 @@ impl Record {
             event: "measurements".into(),
             problem,
         };
-        let (kernel, rootfs, state, apps) = measured(&m).map_err(malformed)?;
+        let (kernel, rootfs, state, apps, test_probe) = measured(&m).map_err(malformed)?;
         let boot_id = greeted_boot_id.or_else(|| events.first().map(|e| e.boot_id().to_owned()));
         let mut record = Record {
             format: FORMAT.into(),
@@ -459,6 +471,7 @@ impl Record {
             rootfs,
             state,
             apps,
+            test_probe,
             hypervisor,
             host_sandbox,
             guest: Guest { boot_id, events },
@@ -486,7 +499,7 @@ fn need<T>(value: Option<T>, what: &str) -> Result<T, String> {
     value.ok_or_else(|| format!("has no {what}"))
 }
 
-type Measured = (Kernel, Rootfs, Option<State>, Vec<App>);
+type Measured = (Kernel, Rootfs, Option<State>, Vec<App>, Option<TestProbe>);
 
 fn measured(m: &Value) -> Result<Measured, String> {
     let k = need(m.get("kernel"), "kernel")?;
@@ -562,7 +575,17 @@ fn measured(m: &Value) -> Result<Measured, String> {
             code,
         });
     }
-    Ok((kernel, rootfs, state, apps))
+    let test_probe = match m.get("test_probe") {
+        None | Some(Value::Null) => None,
+        Some(t) => Some(TestProbe {
+            image_sha256: need(
+                t.get("image").and_then(|i| str_of(i, "sha256")),
+                "test_probe.image.sha256",
+            )?,
+            app: need(u64_of(t, "app"), "test_probe.app")?,
+        }),
+    };
+    Ok((kernel, rootfs, state, apps, test_probe))
 }
 
 fn host_sandbox_of(v: &Value) -> Result<HostSandbox, String> {

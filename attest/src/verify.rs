@@ -60,11 +60,13 @@ pub enum Code {
     ProgramUnmeasured,
     /// The guest reported an app the host never measured.
     AppUnmeasured,
+    /// The boot attached the test-only enforcement probe: a test boot, not one to trust.
+    TestProbePresent,
 }
 
 impl Code {
     /// Every code, in a fixed order (for documentation and tests).
-    pub const ALL: [Code; 21] = [
+    pub const ALL: [Code; 22] = [
         Code::RecordMalformed,
         Code::FormatUnsupported,
         Code::RecordHashMismatch,
@@ -86,6 +88,7 @@ impl Code {
         Code::ProgramDigestMismatch,
         Code::ProgramUnmeasured,
         Code::AppUnmeasured,
+        Code::TestProbePresent,
     ];
 
     /// The code as written in reports.
@@ -112,6 +115,7 @@ impl Code {
             Code::ProgramDigestMismatch => "program_digest_mismatch",
             Code::ProgramUnmeasured => "program_unmeasured",
             Code::AppUnmeasured => "app_unmeasured",
+            Code::TestProbePresent => "test_probe_present",
         }
     }
 }
@@ -284,6 +288,15 @@ fn check(value: &Value, pins: &Pins, p: &mut Problems) {
         }
     };
     check_digests(&record, p);
+    if let Some(probe) = &record.test_probe {
+        p.add(
+            Code::TestProbePresent,
+            format!(
+                "the test-only enforcement probe (image {}) ran under app {}'s confinement",
+                probe.image_sha256, probe.app
+            ),
+        );
+    }
     check_artifacts(&record, pins, p);
     check_host_sandbox(&record, p);
     check_guest(&record, p);

@@ -275,6 +275,11 @@ fn corpus() -> Vec<(&'static str, Value, Code)> {
         Code::AppUnmeasured,
     );
     add(
+        "a test boot that attached the enforcement probe",
+        &|r| r["testProbe"] = json!({"imageSha256": "c".repeat(64), "app": 0}),
+        Code::TestProbePresent,
+    );
+    add(
         "no host_sandbox line",
         &|r| r["hostSandbox"] = Value::Null,
         Code::HostSandboxMissing,

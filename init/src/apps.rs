@@ -343,7 +343,10 @@ fn launch(
 ) -> Result<Launched, (Option<String>, String)> {
     let registry = hub.apps();
     let root = format!("{APPS_DIR}/{index}");
-    mount_disk(registry, &format!("app-{index}"), &root, false).map_err(|e| (None, e))?;
+    // Not noexec: bermd maps the precompiled code from `code/` executable (Wasmtime's
+    // deserialize_file); the app's Landlock ruleset grants no execute right here, so nothing
+    // in the image can be exec'd.
+    mount_disk(registry, &format!("app-{index}"), &root, true).map_err(|e| (None, e))?;
     let launch: Launch = std::fs::read(format!("{root}/launch.json"))
         .map_err(|e| e.to_string())
         .and_then(|bytes| serde_json::from_slice(&bytes).map_err(|e| e.to_string()))

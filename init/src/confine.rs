@@ -189,7 +189,14 @@ fn confine(plan: &Plan) -> Result<Report, String> {
         .to_owned();
     if let Some(port) = plan.listen_port {
         let listener = sys::vsock_listen(port).map_err(|e| format!("vsock port {port}: {e}"))?;
-        sys::dup_to(&listener, LISTEN_FD).map_err(|e| format!("placing fd {LISTEN_FD}: {e}"))?;
+        // The socket may already be fd 4 (the lowest free number): then it is kept open as it
+        // is; otherwise it is duplicated there and the original closed.
+        if std::os::fd::AsRawFd::as_raw_fd(&listener) == LISTEN_FD {
+            let _ = std::os::fd::IntoRawFd::into_raw_fd(listener);
+        } else {
+            sys::dup_to(&listener, LISTEN_FD)
+                .map_err(|e| format!("placing fd {LISTEN_FD}: {e}"))?;
+        }
     }
     for fd in [LISTEN_FD, READY_FD] {
         // Both are meant for the program (fd 5 only when PID 1 passed it); fcntl on a number

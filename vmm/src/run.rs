@@ -419,6 +419,9 @@ fn supervise(
     started: Instant,
 ) -> Outcome {
     let (tx, rx) = mpsc::channel();
+    let logs = run.logs.clone();
+    let guest_log = run.dir.join("guest.log");
+    std::thread::spawn(move || pump_logs(&logs, &guest_log, started + boot_timeout));
     let control = run.control.clone();
     std::thread::spawn(move || {
         let mut conn =
@@ -568,6 +571,38 @@ fn supervise(
                     run.console.display()
                 ),
             )
+        }
+    }
+}
+
+/// Keeps the guest's log port (berm-init's own lines and every app's bermd output) in
+/// `guest.log` in the run dir, one parsed and re-escaped line each, so a failed app can be
+/// read after the fact. Lines a host connects too late for are still there: the guest keeps a
+/// backlog for new connections.
+fn pump_logs(logs: &std::path::Path, path: &std::path::Path, deadline: Instant) {
+    use std::io::Write;
+    let Ok(mut conn) = GuestConnection::connect(logs, Service::Logs, deadline) else {
+        return;
+    };
+    let Ok(mut file) = std::fs::File::options()
+        .create(true)
+        .append(true)
+        .open(path)
+    else {
+        return;
+    };
+    while let Ok(line) = conn.receive(Instant::now() + Duration::from_secs(3600)) {
+        if let Event::Log(log) = &line.event {
+            let text = format!(
+                "{:>8} {:?} {}: {}\n",
+                line.uptime_ms,
+                log.level,
+                log.source,
+                log.message.escape_debug()
+            );
+            if file.write_all(text.as_bytes()).is_err() {
+                return;
+            }
         }
     }
 }

@@ -96,7 +96,11 @@ impl RunDir {
                 std::fs::remove_file(&path).map_err(io(&path))?;
             }
         }
-        for log in [&run.console, &run.hypervisor_log] {
+        for log in [
+            &run.console,
+            &run.hypervisor_log,
+            &run.dir.join("guest.log"),
+        ] {
             std::fs::write(log, b"").map_err(io(log))?;
         }
         Ok(run)

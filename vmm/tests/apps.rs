@@ -114,6 +114,18 @@ fn one_app_answers_mcp_and_its_notes_survive_a_reboot() {
     assert!(list.contains("first") && list.contains("second"), "{list}");
     drop(mcp);
     vmm.shut_down();
+
+    // The run's attestation record carries the app, its program digests and its
+    // enforcement report, and verifies offline against the pins.
+    let record = berm_attest::Record::from_run_dir(&vmm.run_dir)
+        .unwrap()
+        .to_value();
+    let verdict = berm_attest::verify(&record, &berm_attest::Pins::compiled_in().unwrap());
+    assert!(verdict.ok, "{:#?}\n{record:#}", verdict.problems);
+    eprintln!(
+        "attest: a one-app record is {} bytes",
+        record.to_string().len()
+    );
 }
 
 fn control_status(vmm: &Vmm) -> Value {
@@ -195,10 +207,16 @@ fn apps_are_confined_apart_and_survive_each_other() {
 
     // Runaway calls fail; the app keeps serving.
     let mut mcp = Mcp::connect(&vmm.run_dir.join("rpc-1.sock"));
-    let (out, is_error) = mcp.call("hostile.spin", json!({}));
-    assert!(is_error && out.contains("deadline"), "{out}");
-    let (out, is_error) = mcp.call("hostile.memory_bomb", json!({}));
-    assert!(is_error && out.contains("memory"), "{out}");
+    let spin = mcp.request(
+        "tools/call",
+        json!({"name": "hostile.spin", "arguments": {}}),
+    );
+    assert!(failure_text(&spin).contains("deadline"), "{spin}");
+    let bomb = mcp.request(
+        "tools/call",
+        json!({"name": "hostile.memory_bomb", "arguments": {}}),
+    );
+    assert!(failure_text(&bomb).contains("memory"), "{bomb}");
     let (out, is_error) = mcp.call("hostile.counter", json!({}));
     assert_eq!((out.as_str(), is_error), ("1", false));
 
@@ -223,6 +241,19 @@ fn apps_are_confined_apart_and_survive_each_other() {
     assert_eq!(states, ["ready", "ready", "exited"], "{status}");
     drop((mcp, notes, doomed));
     vmm.shut_down();
+}
+
+/// What a failed call says: a tool result with `isError`, or a JSON-RPC error (how bermd
+/// reports a call the host stopped: deadline, memory cap).
+fn failure_text(response: &Value) -> String {
+    if let Some(message) = response["error"]["message"].as_str() {
+        return message.to_owned();
+    }
+    assert_eq!(response["result"]["isError"], true, "{response}");
+    response["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
 }
 
 /// Prints the probe's findings as a table (the closing note quotes it).
