@@ -3,6 +3,7 @@
 
 import pytest
 from mcp import Client, StdioServerParameters
+from mcp.shared.exceptions import MCPError
 
 from conftest import BIN
 
@@ -28,10 +29,17 @@ async def test_lists_and_calls_the_apps_tools(vm, route):
 
 
 @pytest.mark.anyio
-async def test_a_bad_call_is_an_error_not_a_crash(vm):
+async def test_failures_are_answered_and_the_app_keeps_serving(vm):
     async with Client(servers(vm)["rpc-socket"], mode="legacy", read_timeout_seconds=120, cache=None) as c:
-        bad = await c.call_tool("notes.add", {"title": ""})
-        assert bad.is_error
+        # Arguments that do not match the schema: refused before the program runs.
+        with pytest.raises(MCPError, match='"text" is a required property'):
+            await c.call_tool("notes.add", {"title": "no text"})
+        # The program itself reports a failure: a tool result marked as an error.
+        failed = await c.call_tool("notes.add", {"title": " ", "text": "x"})
+        assert failed.is_error
+        assert "non-empty title" in failed.content[0].text
+        listed = await c.call_tool("notes.list", {})
+        assert not listed.is_error
 
 
 @pytest.fixture
