@@ -164,18 +164,3 @@ fn portable_code_cannot_run_on_a_host_of_another_target() {
     let message = berm.deploy("echo", &app("echo")).unwrap_err().to_string();
     assert!(message.contains("does not match the host"), "{message}");
 }
-
-#[test]
-fn a_compile_only_engine_starts_no_thread_and_names_code_like_a_full_one() {
-    let threads = || std::fs::read_dir("/proc/self/task").unwrap().count();
-    let config = EngineConfig::vm();
-    let full = Engine::new(&config).unwrap();
-    let before = threads();
-    let compiler = Engine::compile_only(&config).unwrap();
-    let wasm = app("echo");
-    let a = compiler.precompile(&wasm).unwrap();
-    assert_eq!(threads(), before, "compile_only started a thread");
-    let b = full.precompile(&wasm).unwrap();
-    assert_eq!(a.file_name, b.file_name);
-    assert_eq!(compiler.fingerprint(), full.fingerprint());
-}
