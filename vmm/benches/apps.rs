@@ -129,9 +129,10 @@ fn boot_once(hypervisor: &str, apps: &[PathBuf], work: &Path) -> Result<Sample, 
     let mut control =
         GuestConnection::connect(&run_dir.join("control.sock"), Service::Control, deadline)
             .map_err(|e| e.to_string())?;
-    control
+    let complete = control
         .wait_for(deadline, |l| matches!(l.event, Event::BootComplete(_)))
         .map_err(|e| e.to_string())?;
+    sample.boot_complete_uptime = complete.uptime_ms as f64;
     for seen in control.seen() {
         let at = seen.uptime_ms as f64;
         match &seen.event {
@@ -140,7 +141,6 @@ fn boot_once(hypervisor: &str, apps: &[PathBuf], work: &Path) -> Result<Sample, 
                 sample.first_app_started_uptime = at;
             }
             Event::AppReady(_) => sample.last_app_ready_uptime = at,
-            Event::BootComplete(_) => sample.boot_complete_uptime = at,
             _ => {}
         }
     }
