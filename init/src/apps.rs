@@ -547,6 +547,7 @@ fn watch(hub: &Arc<Hub>, app: Launched, settled: Sender<Settled>) {
     let report = hub::lock(&app.report).take();
     let ready = hub::lock(&app.ready).take();
     let (Some(report), Some(ready)) = (report, ready) else {
+        let _ = settled.send(Settled::NotReady);
         return;
     };
     let confined = match read_line(report, REPORT_TIMEOUT) {
@@ -576,7 +577,10 @@ fn watch(hub: &Arc<Hub>, app: Launched, settled: Sender<Settled>) {
         .into_iter()
         .find(|s| s.index == app.index)
         .and_then(|s| s.limits);
-    let Some(limits) = limits else { return };
+    let Some(limits) = limits else {
+        let _ = settled.send(Settled::NotReady);
+        return;
+    };
     hub.event(Event::AppStarted(AppStarted {
         app: app.name.clone(),
         index: app.index,
