@@ -464,6 +464,31 @@ fn set_limits(cgroup: &str, launch: &Launch) -> Result<AppLimits, String> {
     Ok(limits)
 }
 
+/// Starts `berm-init confine PLAN` with `fds` placed at their numbers and returns its pid. The
+/// reaper in main waits for it (waitpid(-1)), so no handle is kept.
+fn start_confine(
+    plan: &Plan,
+    stdout: Stdio,
+    stderr: Stdio,
+    fds: Vec<(OwnedFd, i32)>,
+) -> Result<u32, String> {
+    let plan_json = serde_json::to_string(plan).map_err(|e| format!("plan: {e}"))?;
+    let mut command = Command::new("/proc/self/exe");
+    command
+        .arg0("berm-init")
+        .arg("confine")
+        .arg(plan_json)
+        .env_clear()
+        .stdin(Stdio::null())
+        .stdout(stdout)
+        .stderr(stderr);
+    sys::pass_fds(&mut command, fds);
+    let child = command
+        .spawn()
+        .map_err(|e| format!("starting berm-init confine: {e}"))?;
+    Ok(child.id())
+}
+
 /// Starts `berm-init confine PLAN` with the report pipe on fd 3 (and bermd's ready pipe on
 /// fd 5); its output goes to the logs port under `source`.
 fn spawn_confined(
@@ -473,30 +498,13 @@ fn spawn_confined(
     report: File,
     ready: Option<File>,
 ) -> Result<u32, String> {
-    let plan_json = serde_json::to_string(plan).map_err(|e| format!("plan: {e}"))?;
     let (out_r, out_w) = sys::pipe().map_err(|e| format!("pipe: {e}"))?;
     let out_w2 = out_w.try_clone().map_err(|e| format!("pipe: {e}"))?;
-    let mut command = Command::new("/proc/self/exe");
-    command
-        .arg0("berm-init")
-        .arg("confine")
-        .arg(plan_json)
-        .env_clear()
-        .stdin(Stdio::null())
-        .stdout(out_w)
-        .stderr(out_w2);
     let mut fds: Vec<(OwnedFd, i32)> = vec![(report.into(), REPORT_FD)];
     if let Some(ready) = ready {
         fds.push((ready.into(), READY_FD));
     }
-    sys::pass_fds(&mut command, fds);
-    let child = command
-        .spawn()
-        .map_err(|e| format!("starting berm-init confine: {e}"))?;
-    drop(command);
-    let pid = child.id();
-    // The reaper in main waits for it (waitpid(-1)); the handle is not needed.
-    drop(child);
+    let pid = start_confine(plan, out_w.into(), out_w2.into(), fds)?;
     let hub = Arc::clone(hub);
     let source = source.to_owned();
     let _ = std::thread::Builder::new()
@@ -682,22 +690,12 @@ fn run_probe(hub: &Arc<Hub>, app: &Launched, all: &[Launched]) {
     let result = (|| {
         let (report_r, report_w) = sys::pipe().map_err(|e| format!("pipe: {e}"))?;
         let (out_r, out_w) = sys::pipe().map_err(|e| format!("pipe: {e}"))?;
-        let plan_json = serde_json::to_string(&plan).map_err(|e| format!("plan: {e}"))?;
-        let mut command = Command::new("/proc/self/exe");
-        command
-            .arg0("berm-init")
-            .arg("confine")
-            .arg(plan_json)
-            .env_clear()
-            .stdin(Stdio::null())
-            .stdout(out_w)
-            .stderr(Stdio::inherit());
-        sys::pass_fds(&mut command, vec![(report_w.into(), REPORT_FD)]);
-        let child = command
-            .spawn()
-            .map_err(|e| format!("starting the probe: {e}"))?;
-        drop(command);
-        drop(child);
+        start_confine(
+            &plan,
+            out_w.into(),
+            Stdio::inherit(),
+            vec![(report_w.into(), REPORT_FD)],
+        )?;
         let report = read_line(report_r, REPORT_TIMEOUT)?.ok_or("the probe was not confined")?;
         let Report::Confined {
             cgroup,

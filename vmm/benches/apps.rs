@@ -7,6 +7,8 @@
 //! `BERM_BENCH_RUNS` (default 11) boots per row; the first is a warm-up (it also fills
 //! berm-vmm's compiled-code cache). Each boot gets a fresh state disk.
 
+mod common;
+
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -16,6 +18,7 @@ use std::time::{Duration, Instant};
 use berm_vm_protocol::client::GuestConnection;
 use berm_vm_protocol::{Event, Request, Service};
 use berm_vmm::detect::Detection;
+use common::{median, status_kib};
 use serde_json::{Value, json};
 
 const MEMORY_MIB: u32 = 512;
@@ -29,19 +32,6 @@ struct Sample {
     boot_complete_uptime: f64,
     guest_used_mib: f64,
     vmm_hwm_kib: f64,
-}
-
-fn status_kib(pid: u32, field: &str) -> f64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines().find_map(|l| {
-                l.strip_prefix(field)
-                    .map(|v| v.trim().trim_end_matches(" kB").parse().ok())
-            })
-        })
-        .flatten()
-        .unwrap_or(f64::NAN)
 }
 
 /// Connects, initializes and calls `tool` once; `None` until the app answers.
@@ -166,16 +156,6 @@ fn boot_once(hypervisor: &str, apps: &[PathBuf], work: &Path) -> Result<Sample, 
             return Err("berm-vmm did not exit".into());
         }
         std::thread::sleep(Duration::from_millis(5));
-    }
-}
-
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    let n = values.len();
-    match n {
-        0 => f64::NAN,
-        _ if n % 2 == 1 => values[n / 2],
-        _ => (values[n / 2 - 1] + values[n / 2]) / 2.0,
     }
 }
 

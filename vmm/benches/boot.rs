@@ -5,6 +5,8 @@
 //!
 //! `BERM_BENCH_RUNS` (default 11) boots per hypervisor; the first is a warm-up.
 
+mod common;
+
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -12,6 +14,7 @@ use std::time::{Duration, Instant};
 use berm_vm_protocol::client::GuestConnection;
 use berm_vm_protocol::{Event, Request, Service};
 use berm_vmm::detect::Detection;
+use common::{median, status_kib};
 
 #[derive(Default)]
 struct Sample {
@@ -23,19 +26,6 @@ struct Sample {
     power_off_uptime_after_request: f64,
     vmm_hwm_kib: f64,
     hypervisor_hwm_kib: f64,
-}
-
-fn status_kib(pid: u32, field: &str) -> f64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines().find_map(|l| {
-                l.strip_prefix(field)
-                    .map(|v| v.trim().trim_end_matches(" kB").parse().ok())
-            })
-        })
-        .flatten()
-        .unwrap_or(f64::NAN)
 }
 
 fn children(pid: u32) -> Vec<u32> {
@@ -108,19 +98,6 @@ fn boot_once(hypervisor: &str, run_dir: &Path) -> Result<Sample, String> {
     sample.exit_ms = spawned.elapsed().as_secs_f64() * 1e3;
     sample.shutdown_ms = requested.elapsed().as_secs_f64() * 1e3;
     Ok(sample)
-}
-
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    let n = values.len();
-    if n == 0 {
-        return f64::NAN;
-    }
-    if n % 2 == 1 {
-        values[n / 2]
-    } else {
-        (values[n / 2 - 1] + values[n / 2]) / 2.0
-    }
 }
 
 fn main() {

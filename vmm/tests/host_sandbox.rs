@@ -7,130 +7,62 @@
 //! boots and shuts down cleanly, and that the run's record (`vmm.jsonl`) attests.
 //! Like vm.rs, a test that cannot boot prints `SKIPPED: <why>` (fails with BERM_VM_REQUIRE=1).
 
-use std::io::{BufRead, BufReader};
+mod common;
+
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use berm_attest::{Code, Pins, Record, verify};
-use berm_pins::{ArtifactStore, KernelPins, RootfsPins};
 use berm_vm_protocol::client::GuestConnection;
 use berm_vm_protocol::{Event, Request, Service};
-use berm_vmm::detect::Detection;
+use common::{BOOT, Vmm, bootable, pinned};
 use serde_json::Value;
 
-const BOOT: Duration = Duration::from_secs(90);
-
-fn require_or_skip(why: &str) -> bool {
-    if std::env::var_os("BERM_VM_REQUIRE").is_some_and(|v| v == "1") {
-        panic!("BERM_VM_REQUIRE=1 but this test cannot run: {why}");
-    }
-    eprintln!("SKIPPED: {why}");
-    false
-}
-
 fn can_boot() -> bool {
-    let store = ArtifactStore::from_env().expect("HOME is set");
-    let kernel = store.kernel(&KernelPins::compiled_in().unwrap().image.sha256);
-    let rootfs = store.rootfs(&RootfsPins::compiled_in().unwrap().image.sha256);
-    if !kernel.exists() || !rootfs.exists() {
-        return require_or_skip("pinned artifacts not installed; run scripts/test-vm");
-    }
-    let detection = Detection::probe();
-    if detection.krun_runs_user_space()
-        || (detection.qemu.is_some() && detection.vhost_device_vsock.is_some())
-    {
-        return true;
-    }
-    require_or_skip("neither hardware KVM nor QEMU + vhost-device-vsock is available")
+    pinned().is_some() && bootable()
 }
 
-struct Run {
-    child: Child,
-    lines: mpsc::Receiver<String>,
-    seen: Vec<String>,
-    run_dir: PathBuf,
+/// Every stderr line berm-vmm has written so far.
+fn collect(run: &mut Vmm) {
+    while let Ok(line) = run.lines.try_recv() {
+        run.seen.push(line);
+    }
 }
 
-impl Run {
-    fn start(run_dir: &Path, args: &[&std::ffi::OsStr]) -> Self {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_berm-vmm"))
-            .arg("run")
-            .arg("--run-dir")
-            .arg(run_dir)
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stderr = child.stderr.take().unwrap();
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                let _ = tx.send(line);
-            }
-        });
-        Self {
-            child,
-            lines,
-            seen: Vec::new(),
-            run_dir: run_dir.to_owned(),
+/// The first line with this `event`.
+fn event(run: &mut Vmm, event: &str) -> Option<Value> {
+    collect(run);
+    run.events(event).into_iter().next()
+}
+
+/// Boots to boot_complete, runs `during`, shuts down and waits for exit 0.
+fn boot_and_shut_down(run: &mut Vmm, during: impl FnOnce(&mut Vmm)) {
+    let deadline = Instant::now() + BOOT;
+    let mut control = GuestConnection::connect(
+        &run.run_dir.join("control.sock"),
+        Service::Control,
+        deadline,
+    )
+    .unwrap_or_else(|e| panic!("{e}; stderr:\n{}", run.seen.join("\n")));
+    control
+        .wait_for(deadline, |l| matches!(l.event, Event::BootComplete(_)))
+        .unwrap();
+    during(run);
+    control.send(Request::Shutdown, deadline).unwrap();
+    control
+        .wait_for(deadline, |l| matches!(l.event, Event::PowerOff(_)))
+        .unwrap();
+    drop(control);
+    let status = loop {
+        if let Some(status) = run.child.try_wait().unwrap() {
+            break status;
         }
-    }
-
-    fn collect(&mut self) {
-        while let Ok(line) = self.lines.try_recv() {
-            self.seen.push(line);
-        }
-    }
-
-    fn event(&mut self, event: &str) -> Option<Value> {
-        self.collect();
-        self.seen
-            .iter()
-            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-            .find(|v| v["event"] == event)
-    }
-
-    /// Boots to boot_complete, runs `during`, shuts down and waits for exit 0.
-    fn boot_and_shut_down(&mut self, during: impl FnOnce(&mut Self)) {
-        let deadline = Instant::now() + BOOT;
-        let mut control = GuestConnection::connect(
-            &self.run_dir.join("control.sock"),
-            Service::Control,
-            deadline,
-        )
-        .unwrap_or_else(|e| panic!("{e}; stderr:\n{}", self.seen.join("\n")));
-        control
-            .wait_for(deadline, |l| matches!(l.event, Event::BootComplete(_)))
-            .unwrap();
-        during(self);
-        control.send(Request::Shutdown, deadline).unwrap();
-        control
-            .wait_for(deadline, |l| matches!(l.event, Event::PowerOff(_)))
-            .unwrap();
-        drop(control);
-        let status = loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                break status;
-            }
-            assert!(Instant::now() < deadline, "berm-vmm did not exit");
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        std::thread::sleep(Duration::from_millis(200));
-        self.collect();
-        assert_eq!(status.code(), Some(0), "stderr:\n{}", self.seen.join("\n"));
-    }
-}
-
-impl Drop for Run {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+        assert!(Instant::now() < deadline, "berm-vmm did not exit");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    std::thread::sleep(Duration::from_millis(200));
+    collect(run);
+    assert_eq!(status.code(), Some(0), "stderr:\n{}", run.seen.join("\n"));
 }
 
 fn proc_status(pid: u32, field: &str) -> Option<String> {
@@ -153,23 +85,24 @@ fn berm_vmm_confines_itself_and_the_vm_still_works() {
     std::fs::write(&outside, "secret\n").unwrap();
     let run_dir = tmp.path().join("run");
     let state = tmp.path().join("state.img");
-    let mut run = Run::start(
-        &run_dir,
+    let mut run = Vmm::start_in(
+        tmp,
         &[
             "--state".as_ref(),
             state.as_os_str(),
             "--sandbox-probe".as_ref(),
             outside.as_os_str(),
         ],
+        &[],
     );
     let pid = run.child.id();
     let mut filtered = (None, None);
     let mut children = Vec::new();
-    run.boot_and_shut_down(|run| {
+    boot_and_shut_down(&mut run, |run| {
         // While the guest runs, the kernel shows berm-vmm filtered and without new privileges,
         // and each hypervisor child without new privileges (Landlock needs it).
         filtered = (proc_status(pid, "Seccomp"), proc_status(pid, "NoNewPrivs"));
-        assert!(run.event("host_sandbox").is_some());
+        assert!(event(run, "host_sandbox").is_some());
         let list =
             std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
         for child in list.split_whitespace() {
@@ -196,7 +129,7 @@ fn berm_vmm_confines_itself_and_the_vm_still_works() {
         "Seccomp / NoNewPrivs of berm-vmm"
     );
 
-    let sandbox = run.event("host_sandbox").unwrap();
+    let sandbox = event(&mut run, "host_sandbox").unwrap();
     assert_eq!(sandbox["enabled"], true, "{sandbox}");
     assert_eq!(sandbox["landlock"], "fully_enforced", "{sandbox}");
     assert_eq!(sandbox["seccomp"], "deny_list", "{sandbox}");
@@ -226,7 +159,7 @@ fn berm_vmm_confines_itself_and_the_vm_still_works() {
     for child in reported {
         assert_eq!(child["landlock"], "fully_enforced", "{child}");
     }
-    let probe = run.event("host_sandbox_probe").unwrap();
+    let probe = event(&mut run, "host_sandbox_probe").unwrap();
     eprintln!("host-sandbox probe: {probe}");
     assert_eq!(probe["read_outside"], "EACCES", "{probe}");
     assert_eq!(probe["write_outside"], "EACCES", "{probe}");
@@ -285,22 +218,23 @@ fn no_host_sandbox_runs_unconfined_and_says_so() {
     let outside = tmp.path().join("users-file.txt");
     std::fs::write(&outside, "x").unwrap();
     let run_dir = tmp.path().join("run");
-    let mut run = Run::start(
-        &run_dir,
+    let mut run = Vmm::start_in(
+        tmp,
         &[
             "--no-host-sandbox".as_ref(),
             "--sandbox-probe".as_ref(),
             outside.as_os_str(),
         ],
+        &[],
     );
     let pid = run.child.id();
     let mut seccomp = None;
-    run.boot_and_shut_down(|_| seccomp = proc_status(pid, "Seccomp"));
+    boot_and_shut_down(&mut run, |_| seccomp = proc_status(pid, "Seccomp"));
     assert_eq!(seccomp.as_deref(), Some("0"));
-    let sandbox = run.event("host_sandbox").unwrap();
+    let sandbox = event(&mut run, "host_sandbox").unwrap();
     assert_eq!(sandbox["enabled"], false, "{sandbox}");
     assert_eq!(sandbox["reason"], "--no-host-sandbox", "{sandbox}");
-    let probe = run.event("host_sandbox_probe").unwrap();
+    let probe = event(&mut run, "host_sandbox_probe").unwrap();
     assert_eq!(probe["read_outside"], "allowed", "{probe}");
     assert_eq!(probe["exec"], "allowed", "{probe}");
     let _ = std::fs::remove_file(outside.with_extension("berm-probe-created"));

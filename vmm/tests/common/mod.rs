@@ -60,7 +60,17 @@ pub struct Vmm {
 
 impl Vmm {
     pub fn start(args: &[&str], envs: &[(&str, &Path)]) -> Self {
-        let tmp = tempfile::tempdir().unwrap();
+        let args: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_ref()).collect();
+        Self::start_in(tempfile::tempdir().unwrap(), &args, envs)
+    }
+
+    /// Starts `berm-vmm run` with its run dir at `tmp/run` (so a test can put files of its
+    /// own beside it before the start).
+    pub fn start_in(
+        tmp: tempfile::TempDir,
+        args: &[&std::ffi::OsStr],
+        envs: &[(&str, &Path)],
+    ) -> Self {
         let run_dir = tmp.path().join("run");
         let mut command = Command::new(env!("CARGO_BIN_EXE_berm-vmm"));
         command
@@ -68,6 +78,7 @@ impl Vmm {
             .arg("--run-dir")
             .arg(&run_dir)
             .args(args)
+            .stdin(Stdio::null())
             .stderr(Stdio::piped())
             .stdout(Stdio::null());
         for (k, v) in envs {
