@@ -1,17 +1,20 @@
 //! MCP over a Unix socket: newline-delimited JSON-RPC, one session per
 //! connection, behind a frame guard.
 //!
-//! The guard sits between the socket and rmcp. It bounds every incoming line
-//! and answers what rmcp would silently drop — a line over the cap, or one
-//! that is not JSON — with a JSON-RPC error (`id: null`, since no id can be
-//! read from it), so a client always learns why it got no answer. Whole
-//! lines only ever reach the socket, so those errors never split a message
-//! rmcp is writing.
+//! The guard is rmcp's transport for the session. It bounds every incoming
+//! line and answers what rmcp would silently drop or answer vaguely — a line
+//! over the cap, one that is not JSON, JSON that is not a JSON-RPC message —
+//! with a JSON-RPC error (`id: null`, since no id can be read from it) that
+//! says what was wrong, so a client always learns why it got no answer.
+//! Whole lines only ever reach the socket, so those errors never split a
+//! message rmcp is writing.
 
 use std::path::Path;
 use std::sync::Arc;
 
-use rmcp::ServiceExt;
+use rmcp::service::{RxJsonRpcMessage, TxJsonRpcMessage};
+use rmcp::transport::Transport;
+use rmcp::{RoleServer, ServiceExt};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::Mutex;
@@ -54,69 +57,143 @@ where
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
 {
-    let writer = Arc::new(Mutex::new(write));
-    let (session_side, guard_side) = tokio::io::duplex(256 << 10);
-    let (from_session, to_session) = tokio::io::split(guard_side);
-    let inbound = tokio::spawn(guard_inbound(read, to_session, writer.clone(), max_frame));
-    let outbound = tokio::spawn(relay_outbound(from_session, writer));
-    match McpServer::new(service).serve(session_side).await {
+    let transport = GuardedTransport::new(read, write, max_frame);
+    match McpServer::new(service).serve(transport).await {
         Ok(running) => {
             let _ = running.waiting().await;
         }
         Err(e) => tracing::debug!("mcp session ended before it began: {e}"),
     }
-    // The session has dropped its end of the pipe, so the relay drains what
-    // rmcp wrote and then ends; the client gets every answer.
-    inbound.abort();
-    let _ = outbound.await;
 }
 
-/// Reads bounded lines from the client; forwards whole JSON lines to rmcp and
-/// answers the rest itself.
-async fn guard_inbound<R, S, W>(read: R, mut session: S, writer: Arc<Mutex<W>>, max_frame: usize)
+/// rmcp's transport for one session, with the frame guard built into its
+/// reader: it reads bounded lines from the client, hands rmcp the ones that
+/// parse as JSON-RPC and answers the rest itself. The guard runs inside
+/// rmcp's own receive, so a message costs no task hop or copy beyond what
+/// rmcp's stock transport costs, and each line is parsed once.
+struct GuardedTransport<R, W> {
+    read: BufReader<R>,
+    line: Vec<u8>,
+    max_frame: usize,
+    /// Taken on close; the answers of rmcp and of the guard share it, and
+    /// each is written whole under the lock, so lines never interleave.
+    write: Arc<Mutex<Option<W>>>,
+}
+
+impl<R, W> GuardedTransport<R, W>
 where
-    R: AsyncRead + Unpin,
-    S: AsyncWrite + Unpin,
-    W: AsyncWrite + Unpin,
+    R: AsyncRead + Unpin + Send,
+    W: AsyncWrite + Unpin + Send + 'static,
 {
-    let mut read = BufReader::with_capacity(64 << 10, read);
-    let mut line = Vec::new();
-    loop {
-        line.clear();
-        let oversized = match read_bounded_line(&mut read, &mut line, max_frame).await {
-            Ok(Some(oversized)) => oversized,
-            Ok(None) | Err(_) => break,
+    fn new(read: R, write: W, max_frame: usize) -> Self {
+        GuardedTransport {
+            read: BufReader::with_capacity(64 << 10, read),
+            line: Vec::new(),
+            max_frame,
+            write: Arc::new(Mutex::new(Some(write))),
+        }
+    }
+
+    /// What the guard makes of one line within bounds: a message for rmcp,
+    /// nothing (blank, or a notification rmcp would ignore), or an answer.
+    fn judge(&self) -> Judgement {
+        let line = self
+            .line
+            .strip_prefix(b"\xEF\xBB\xBF")
+            .unwrap_or(&self.line);
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if line.iter().all(u8::is_ascii_whitespace) {
+            return Judgement::Skip;
+        }
+        let error = match serde_json::from_slice::<RxJsonRpcMessage<RoleServer>>(line) {
+            Ok(message) => return Judgement::Message(Box::new(message)),
+            Err(error) => error,
         };
-        let reply = if let Some(size) = oversized {
-            Some(error_line(
-                INVALID_REQUEST,
-                &format!(
-                    "message of {size} bytes or more exceeds bermd's frame cap of {max_frame} bytes"
-                ),
-            ))
-        } else if line.iter().all(u8::is_ascii_whitespace) {
-            continue;
-        } else if let Err(e) = serde_json::from_slice::<serde::de::IgnoredAny>(&line) {
-            Some(error_line(PARSE_ERROR, &format!("not valid JSON: {e}")))
-        } else {
-            None
-        };
-        match reply {
-            Some(reply) => {
-                if write_line(&writer, reply.as_bytes()).await.is_err() {
-                    break;
-                }
+        // The slow path, for lines rmcp cannot take: say why.
+        match serde_json::from_slice::<serde_json::Value>(line) {
+            Err(e) => Judgement::Answer(error_line(PARSE_ERROR, &format!("not valid JSON: {e}"))),
+            // A notification gets no answer, even a malformed one; rmcp
+            // ignores those it does not know.
+            Ok(value) if value.get("method").is_some() && value.get("id").is_none() => {
+                tracing::debug!("ignoring a notification rmcp cannot read: {error}");
+                Judgement::Skip
             }
-            None => {
-                if session.write_all(&line).await.is_err()
-                    || session.write_all(b"\n").await.is_err()
-                {
-                    break;
+            Ok(_) => Judgement::Answer(error_line(
+                INVALID_REQUEST,
+                &format!("not a JSON-RPC message bermd understands: {error}"),
+            )),
+        }
+    }
+}
+
+enum Judgement {
+    Message(Box<RxJsonRpcMessage<RoleServer>>),
+    Skip,
+    Answer(String),
+}
+
+impl<R, W> Transport<RoleServer> for GuardedTransport<R, W>
+where
+    R: AsyncRead + Unpin + Send,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    type Error = std::io::Error;
+
+    fn send(
+        &mut self,
+        item: TxJsonRpcMessage<RoleServer>,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        // Serialized here rather than in the future, so the spawned send
+        // only writes.
+        let line = serde_json::to_vec(&item).map(|mut line| {
+            line.push(b'\n');
+            line
+        });
+        let write = self.write.clone();
+        async move { write_line(&write, &line.map_err(std::io::Error::other)?).await }
+    }
+
+    async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleServer>> {
+        loop {
+            self.line.clear();
+            let oversized =
+                match read_bounded_line(&mut self.read, &mut self.line, self.max_frame).await {
+                    Ok(Some(oversized)) => oversized,
+                    Ok(None) => return None,
+                    Err(e) => {
+                        tracing::debug!("mcp session read: {e}");
+                        return None;
+                    }
+                };
+            let judgement = match oversized {
+                Some(size) => Judgement::Answer(error_line(
+                    INVALID_REQUEST,
+                    &format!(
+                        "message of {size} bytes or more exceeds bermd's frame cap of {} bytes",
+                        self.max_frame
+                    ),
+                )),
+                None => self.judge(),
+            };
+            match judgement {
+                Judgement::Message(message) => return Some(*message),
+                Judgement::Skip => {}
+                Judgement::Answer(answer) => {
+                    write_line(&self.write, answer.as_bytes()).await.ok()?;
                 }
             }
         }
     }
-    let _ = session.shutdown().await;
+
+    async fn close(&mut self) -> Result<(), Self::Error> {
+        // Dropping the writer ends the client's side once rmcp's pending
+        // answers (which hold the lock in turn) are written.
+        let writer = self.write.lock().await.take();
+        if let Some(mut writer) = writer {
+            writer.shutdown().await?;
+        }
+        Ok(())
+    }
 }
 
 /// Reads one line (without its newline) into `line`. `Ok(None)` at end of
@@ -161,29 +238,15 @@ async fn read_bounded_line<R: AsyncRead + Unpin>(
     }
 }
 
-/// Copies rmcp's output to the client a whole line at a time.
-async fn relay_outbound<S, W>(session: S, writer: Arc<Mutex<W>>)
-where
-    S: AsyncRead + Unpin,
-    W: AsyncWrite + Unpin,
-{
-    let mut session = BufReader::with_capacity(64 << 10, session);
-    let mut line = Vec::new();
-    loop {
-        line.clear();
-        match session.read_until(b'\n', &mut line).await {
-            Ok(0) | Err(_) => break,
-            Ok(_) => {
-                if write_line(&writer, &line).await.is_err() {
-                    break;
-                }
-            }
-        }
-    }
-}
-
-async fn write_line<W: AsyncWrite + Unpin>(writer: &Mutex<W>, line: &[u8]) -> std::io::Result<()> {
+/// Writes one whole line, unless the session has closed its writer.
+async fn write_line<W: AsyncWrite + Unpin>(
+    writer: &Mutex<Option<W>>,
+    line: &[u8],
+) -> std::io::Result<()> {
     let mut writer = writer.lock().await;
+    let Some(writer) = writer.as_mut() else {
+        return Err(std::io::ErrorKind::NotConnected.into());
+    };
     writer.write_all(line).await?;
     if !line.ends_with(b"\n") {
         writer.write_all(b"\n").await?;

@@ -159,7 +159,16 @@ fn bad_input_gets_errors_and_bermd_stays_up() {
     // Well-formed JSON that is not JSON-RPC.
     session.send_raw(b"[1, 2, 3]\n");
     let reply = session.read();
-    assert!(reply["error"].is_object(), "{reply}");
+    assert_eq!(reply["error"]["code"], -32600, "{reply}");
+    assert!(
+        reply["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("not a JSON-RPC message"),
+        "{reply}"
+    );
+    // A notification gets no answer, even one nobody knows.
+    session.send_raw(b"{\"jsonrpc\": \"2.0\", \"method\": \"notifications/nosuch\"}\n");
 
     // The session and bermd are still fine.
     let (text, error) = result_text(&session.call("echo.echo", json!({"message": "still here"})));
