@@ -18,6 +18,9 @@ pub struct ToolEntry {
     pub mcp: Tool,
     /// Checks arguments against the tool's input schema before it runs.
     pub validator: Arc<Validator>,
+    /// Whether a call may start on the thread that read the request: see
+    /// [`never_waits`].
+    pub starts_inline: bool,
 }
 
 /// All tools, by `{program}.{tool}`.
@@ -34,6 +37,7 @@ impl Catalog {
     pub fn build(programs: &[ProgramInfo]) -> Catalog {
         let mut tools = BTreeMap::new();
         for program in programs {
+            let starts_inline = never_waits(&program.manifest);
             for tool in &program.manifest.tools {
                 let name = format!("{}.{}", program.name, tool.name);
                 let validator = match jsonschema::validator_for(&tool.input_schema) {
@@ -51,6 +55,7 @@ impl Catalog {
                         tool: tool.name.clone(),
                         mcp,
                         validator,
+                        starts_inline,
                     },
                 );
             }
@@ -68,6 +73,19 @@ impl Catalog {
     pub fn list(&self) -> Arc<Vec<Tool>> {
         self.list.clone()
     }
+}
+
+/// Whether nothing a program can reach makes it wait: it imports no syscall
+/// but the clock and random bytes, so no disk (`kv`, `fs`), no log pipe and
+/// no other program (`berm.call`). Such a program's call starts on the
+/// serving thread and leaves it at its first epoch tick at the latest; any
+/// other call goes straight to the call threads, so a slow disk never holds
+/// the threads that read requests.
+pub fn never_waits(manifest: &berm::Manifest) -> bool {
+    manifest
+        .syscalls
+        .iter()
+        .all(|s| matches!(s.module.as_str(), "clock" | "random"))
 }
 
 /// Checks a manifest's schemas compile, so deploy can refuse what MCP could
@@ -112,4 +130,38 @@ fn mcp_tool(name: &str, program: &ProgramInfo, tool: &berm_manifest::Tool) -> To
         mcp = mcp.with_annotations(annotations);
     }
     mcp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn importing(modules: &[&str]) -> berm::Manifest {
+        berm::Manifest {
+            abi: 1,
+            description: String::new(),
+            usage: String::new(),
+            tools: vec![],
+            calls: vec![],
+            syscalls: modules
+                .iter()
+                .map(|m| berm_manifest::Import {
+                    module: m.to_string(),
+                    name: "x".into(),
+                })
+                .collect(),
+            tool_exports: vec![],
+            exports_memory: true,
+            other_imports: vec![],
+        }
+    }
+
+    #[test]
+    fn only_programs_that_cannot_wait_start_inline() {
+        assert!(never_waits(&importing(&[])));
+        assert!(never_waits(&importing(&["clock", "random"])));
+        for waits in ["kv", "fs", "log", "berm"] {
+            assert!(!never_waits(&importing(&["clock", waits])), "{waits}");
+        }
+    }
 }

@@ -2,8 +2,10 @@
 //! behind every transport (MCP and the control API).
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, RwLock};
+use std::task::Poll;
 use std::time::Duration;
 
 use berm::{Berm, CodeDirs, CompileSource, DeployOptions, Engine, EngineConfig, Failure, Grants};
@@ -152,6 +154,10 @@ pub struct RestoreReport {
 /// The threads programs run on, apart from the ones serving sockets: a
 /// program that spins until its deadline keeps a call thread busy (yielding
 /// every epoch tick), never the threads that read requests and write answers.
+/// A program that cannot wait on anything ([`catalog::never_waits`]) starts
+/// on the serving thread and only comes here if it is still running at its
+/// first epoch tick (≤ 1 ms); the hop costs tens of µs on an idle machine,
+/// more than a short call itself.
 struct CallThreads(Option<tokio::runtime::Runtime>);
 
 impl CallThreads {
@@ -430,7 +436,17 @@ impl Service {
         // Serializing a Value cannot fail.
         let bytes = serde_json::to_vec(args).unwrap_or_default();
         let (berm, program, tool) = (self.berm.clone(), entry.program.clone(), entry.tool.clone());
-        let run = async move { berm.call(None, &program, &tool, bytes).await };
+        let mut run = Box::pin(async move { berm.call(None, &program, &tool, bytes).await });
+        if entry.starts_inline {
+            // One poll here, on the serving task: a short call (most are a
+            // few µs) is done before it would have reached a call thread,
+            // and costs no cross-thread wake-up either way. A call still
+            // running at its first epoch tick yields, and moves on.
+            let first = std::future::poll_fn(|cx| Poll::Ready(run.as_mut().poll(cx))).await;
+            if let Poll::Ready(outcome) = first {
+                return Ok(outcome?);
+            }
+        }
         let outcome = match self.calls.handle() {
             Some(calls) => calls
                 .spawn(run)

@@ -71,13 +71,27 @@ where
 /// parse as JSON-RPC and answers the rest itself. The guard runs inside
 /// rmcp's own receive, so a message costs no task hop or copy beyond what
 /// rmcp's stock transport costs, and each line is parsed once.
+///
+/// `receive` is cancel-safe, as rmcp needs: its loop drops a pending receive
+/// whenever another event (an answer going out) comes first. So everything
+/// read of an unfinished line lives in `self`, never in the future, and the
+/// guard's own answers are written by a task of their own, which a dropped
+/// receive cannot cut off halfway through a line.
 struct GuardedTransport<R, W> {
     read: BufReader<R>,
+    /// The line being read, up to the frame cap.
     line: Vec<u8>,
+    /// How many bytes of the line being read have arrived (past the cap
+    /// they are counted and dropped).
+    seen: usize,
     max_frame: usize,
     /// Taken on close; the answers of rmcp and of the guard share it, and
     /// each is written whole under the lock, so lines never interleave.
     write: Arc<Mutex<Option<W>>>,
+    /// The guard's answer being written. The next line is read only after
+    /// it is out, so a client that sends garbage without reading gets
+    /// backpressure rather than a queue that grows.
+    answering: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
 }
 
 impl<R, W> GuardedTransport<R, W>
@@ -89,8 +103,50 @@ where
         GuardedTransport {
             read: BufReader::with_capacity(64 << 10, read),
             line: Vec::new(),
+            seen: 0,
             max_frame,
             write: Arc::new(Mutex::new(Some(write))),
+            answering: None,
+        }
+    }
+
+    /// Reads until the current line is complete. `Ok(None)` at the end of
+    /// the stream with nothing pending; `Ok(Some(Some(n)))` when the line
+    /// passed the cap (it was consumed and dropped; `n` bytes were seen);
+    /// `Ok(Some(None))` when `self.line` holds a line within bounds. Safe
+    /// to drop at its await: each chunk is copied and consumed in one step.
+    async fn read_line(&mut self) -> std::io::Result<Option<Option<usize>>> {
+        loop {
+            let buffer = self.read.fill_buf().await?;
+            if buffer.is_empty() {
+                let seen = std::mem::take(&mut self.seen);
+                return Ok(if seen == 0 {
+                    None
+                } else if seen > self.max_frame {
+                    Some(Some(seen))
+                } else {
+                    Some(None)
+                });
+            }
+            let (chunk, done) = match buffer.iter().position(|b| *b == b'\n') {
+                Some(at) => (&buffer[..at], Some(at + 1)),
+                None => (buffer, None),
+            };
+            let was_oversized = self.seen > self.max_frame;
+            self.seen += chunk.len();
+            if self.seen > self.max_frame {
+                if !was_oversized {
+                    self.line = Vec::new();
+                }
+            } else {
+                self.line.extend_from_slice(chunk);
+            }
+            let consumed = done.unwrap_or(buffer.len());
+            self.read.consume(consumed);
+            if done.is_some() {
+                let seen = std::mem::take(&mut self.seen);
+                return Ok(Some((seen > self.max_frame).then_some(seen)));
+            }
         }
     }
 
@@ -155,16 +211,23 @@ where
 
     async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleServer>> {
         loop {
-            self.line.clear();
-            let oversized =
-                match read_bounded_line(&mut self.read, &mut self.line, self.max_frame).await {
-                    Ok(Some(oversized)) => oversized,
-                    Ok(None) => return None,
-                    Err(e) => {
-                        tracing::debug!("mcp session read: {e}");
-                        return None;
-                    }
-                };
+            if let Some(answering) = self.answering.as_mut() {
+                let written = answering.await;
+                self.answering = None;
+                if !matches!(written, Ok(Ok(()))) {
+                    return None;
+                }
+            }
+            let oversized = match self.read_line().await {
+                Ok(Some(oversized)) => oversized,
+                Ok(None) => return None,
+                Err(e) => {
+                    tracing::debug!("mcp session read: {e}");
+                    return None;
+                }
+            };
+            // From here to the return nothing awaits, so the line is
+            // judged and cleared in one step.
             let judgement = match oversized {
                 Some(size) => Judgement::Answer(error_line(
                     INVALID_REQUEST,
@@ -175,11 +238,15 @@ where
                 )),
                 None => self.judge(),
             };
+            self.line.clear();
             match judgement {
                 Judgement::Message(message) => return Some(*message),
                 Judgement::Skip => {}
                 Judgement::Answer(answer) => {
-                    write_line(&self.write, answer.as_bytes()).await.ok()?;
+                    let write = self.write.clone();
+                    self.answering = Some(tokio::spawn(async move {
+                        write_line(&write, answer.as_bytes()).await
+                    }));
                 }
             }
         }
@@ -193,48 +260,6 @@ where
             writer.shutdown().await?;
         }
         Ok(())
-    }
-}
-
-/// Reads one line (without its newline) into `line`. `Ok(None)` at end of
-/// stream; `Ok(Some(Some(n)))` when the line passed `max` bytes (it is
-/// consumed and dropped, `n` is how much was seen); `Ok(Some(None))` for a
-/// line within bounds.
-async fn read_bounded_line<R: AsyncRead + Unpin>(
-    read: &mut BufReader<R>,
-    line: &mut Vec<u8>,
-    max: usize,
-) -> std::io::Result<Option<Option<usize>>> {
-    let mut seen = 0usize;
-    let mut oversized = false;
-    loop {
-        let buffer = read.fill_buf().await?;
-        if buffer.is_empty() {
-            return Ok(if seen == 0 {
-                None
-            } else if oversized {
-                Some(Some(seen))
-            } else {
-                Some(None)
-            });
-        }
-        let (chunk, done) = match buffer.iter().position(|b| *b == b'\n') {
-            Some(at) => (&buffer[..at], Some(at + 1)),
-            None => (buffer, None),
-        };
-        seen += chunk.len();
-        if !oversized && seen > max {
-            oversized = true;
-            line.clear();
-        }
-        if !oversized {
-            line.extend_from_slice(chunk);
-        }
-        let consumed = done.unwrap_or(buffer.len());
-        read.consume(consumed);
-        if done.is_some() {
-            return Ok(Some(if oversized { Some(seen) } else { None }));
-        }
     }
 }
 

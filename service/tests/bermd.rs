@@ -184,6 +184,63 @@ fn bad_input_gets_errors_and_bermd_stays_up() {
 }
 
 #[test]
+fn a_message_arriving_in_pieces_is_read_whole_while_answers_go_out() {
+    let bermd = Bermd::start(&[]);
+    bermd.deploy("echo", "echo", &[], LimitsSpec::default());
+    let mut session = bermd.session();
+    let call = |id: u64, message: &str| {
+        let mut line = serde_json::to_vec(&json!({
+            "jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": "echo.echo", "arguments": {"message": message}},
+        }))
+        .unwrap();
+        line.push(b'\n');
+        line
+    };
+    let answer = |session: &mut Session, id: u64| {
+        let reply = session.read();
+        assert_eq!(reply["id"], id, "{reply}");
+        result_text(&reply).0
+    };
+
+    // A whole call, then the opening of a large one: bermd answers the
+    // first while the rest of the second is still on its way, so the
+    // answer going out must not cost the half-read message.
+    let big = "b".repeat(200_000);
+    let second = call(101, &big);
+    let (one_third, two_thirds) = (second.len() / 3, 2 * second.len() / 3);
+    let mut opening = call(100, "first");
+    opening.extend_from_slice(&second[..one_third]);
+    session.send_raw(&opening);
+    assert_eq!(answer(&mut session, 100), "first");
+    session.send_raw(&second[one_third..two_thirds]);
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    let mut closing = second[two_thirds..].to_vec();
+    closing.extend_from_slice(&call(102, "third"));
+    session.send_raw(&closing);
+    // Answers to calls in flight together may come in either order.
+    let mut answers: std::collections::BTreeMap<u64, String> = (0..2)
+        .map(|_| {
+            let reply = session.read();
+            (reply["id"].as_u64().unwrap(), result_text(&reply).0)
+        })
+        .collect();
+    assert_eq!(answers.remove(&101).as_deref(), Some(big.as_str()));
+    assert_eq!(answers.remove(&102).as_deref(), Some("third"));
+
+    // The same for a line the guard answers itself.
+    let mut opening = call(103, "fourth");
+    opening.extend_from_slice(b"this is not");
+    session.send_raw(&opening);
+    assert_eq!(answer(&mut session, 103), "fourth");
+    session.send_raw(b" json\n");
+    let reply = session.read();
+    assert_eq!(reply["error"]["code"], -32700, "{reply}");
+    let (text, _) = result_text(&session.call("echo.echo", json!({"message": "after"})));
+    assert_eq!(text, "after");
+}
+
+#[test]
 fn fs_escapes_are_refused() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("granted");
