@@ -4,7 +4,8 @@
 //! one run on one machine:
 //! - baseline: `Berm::call` of `echo.echo` in process (instantiate, run, drop);
 //! - `Service::call`: the same through bermd's service layer (schema
-//!   validation, the call threads);
+//!   validation; echo imports nothing that waits, so its call starts on
+//!   the calling task);
 //! - MCP `tools/call` over `$BERM_HOME/mcp.sock` from one client: p50/p99;
 //! - calls per second with 8 clients, each on its own connection.
 //!
