@@ -6,6 +6,8 @@
 //! - `Service::call`: the same through bermd's service layer (schema
 //!   validation; echo imports nothing that waits, so its call starts on
 //!   the calling task);
+//! - the floor: a plain thread echoing the same request line over a Unix
+//!   socket (two wake-ups, no MCP);
 //! - MCP `tools/call` over `$BERM_HOME/mcp.sock` from one client: p50/p99;
 //! - calls per second with 8 clients, each on its own connection.
 //!
@@ -62,6 +64,47 @@ fn main() {
         })
         .await
     });
+
+    // The floor any server on this machine pays: a thread that reads a
+    // line from a Unix socket and writes it back, with the request a
+    // tools/call sends. What bermd adds is the difference.
+    let floor = {
+        let path = dir.path().join("floor.sock");
+        let listener = std::os::unix::net::UnixListener::bind(&path).expect("bind");
+        std::thread::spawn(move || {
+            let (stream, _) = listener.accept().expect("accept");
+            let mut writer = stream.try_clone().expect("clone");
+            let mut reader = BufReader::new(stream);
+            let mut line = Vec::new();
+            while reader.read_until(b'\n', &mut line).is_ok_and(|n| n > 0) {
+                if writer.write_all(&line).is_err() {
+                    break;
+                }
+                line.clear();
+            }
+        });
+        let stream = UnixStream::connect(&path).expect("connect");
+        let mut writer = stream.try_clone().expect("clone");
+        let mut reader = BufReader::new(stream);
+        let request = br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo.echo","arguments":{"message":"hello"}}}"#;
+        let mut line = Vec::new();
+        let mut round_trip = || {
+            writer.write_all(request).expect("write");
+            writer.write_all(b"\n").expect("write");
+            line.clear();
+            reader.read_until(b'\n', &mut line).expect("read");
+        };
+        for _ in 0..WARMUP {
+            round_trip();
+        }
+        let mut times = Vec::with_capacity(SAMPLES);
+        for _ in 0..SAMPLES {
+            let start = Instant::now();
+            round_trip();
+            times.push(start.elapsed());
+        }
+        Stats::of(times)
+    };
 
     // bermd, over its Unix socket.
     let home = dir.path().join("bermd");
@@ -136,6 +179,10 @@ fn main() {
     println!(
         "          Service::call in process       p50 {:>8.1} µs  p99 {:>8.1} µs",
         layer.p50, layer.p99
+    );
+    println!(
+        "floor     a line echoed by a thread over a Unix socket  p50 {:>8.1} µs  p99 {:>8.1} µs",
+        floor.p50, floor.p99
     );
     println!(
         "MCP       tools/call over mcp.sock (1)   p50 {:>8.1} µs  p99 {:>8.1} µs  ({:.1}x baseline p50)",
