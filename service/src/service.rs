@@ -2,7 +2,6 @@
 //! behind every transport (MCP and the control API).
 
 use std::collections::HashMap;
-use std::future::Future;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, RwLock};
 use std::task::Poll;
