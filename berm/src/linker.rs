@@ -219,14 +219,7 @@ pub(crate) fn program_linker(
         if !uniform {
             return Err(DeployError::ImportType {
                 import: qualified,
-                found: format!(
-                    "({}) -> {}",
-                    join(&params),
-                    match results.as_slice() {
-                        [one] => one.to_string(),
-                        many => format!("({})", join(many)),
-                    }
-                ),
+                found: crate::shape::signature(&params, &results),
             });
         }
         if import.module() == CONVENTION_MODULE {
@@ -244,14 +237,6 @@ pub(crate) fn program_linker(
         defined.map_err(|e| DeployError::Compile(format!("could not link `{qualified}`: {e}")))?;
     }
     Ok(linker)
-}
-
-fn join(types: &[ValType]) -> String {
-    types
-        .iter()
-        .map(ToString::to_string)
-        .collect::<Vec<_>>()
-        .join(", ")
 }
 
 enum Missing {

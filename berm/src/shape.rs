@@ -31,14 +31,7 @@ pub(crate) fn check(wasm: &[u8]) -> Result<(), DeployError> {
         if !uniform {
             return Err(DeployError::ImportType {
                 import: format!("{module_name}.{name}"),
-                found: format!(
-                    "({}) -> {}",
-                    join(ty.params()),
-                    match ty.results() {
-                        [one] => one.to_string(),
-                        many => format!("({})", join(many)),
-                    }
-                ),
+                found: signature(ty.params(), ty.results()),
             });
         }
         if module_name == CONVENTION_MODULE && !convention::ALL.contains(&name.as_str()) {
@@ -60,12 +53,20 @@ pub(crate) fn check(wasm: &[u8]) -> Result<(), DeployError> {
     Ok(())
 }
 
-fn join(types: &[ValType]) -> String {
-    types
-        .iter()
-        .map(ToString::to_string)
-        .collect::<Vec<_>>()
-        .join(", ")
+/// A function type as errors show it, `(i32, i32) -> i64`; shared with the
+/// linker, which reads the same types from Wasmtime's side.
+pub(crate) fn signature<T: std::fmt::Display>(params: &[T], results: &[T]) -> String {
+    let join = |types: &[T]| {
+        types
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    match results {
+        [one] => format!("({}) -> {one}", join(params)),
+        many => format!("({}) -> ({})", join(params), join(many)),
+    }
 }
 
 /// What [`check`] needs from a module's sections.

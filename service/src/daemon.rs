@@ -176,19 +176,23 @@ pub async fn run(config: DaemonConfig) -> Result<(), RunError> {
         programs,
     };
 
+    // The ready line goes out once bermd serves, with the tools it serves.
+    let started = config.started;
+    let announce = |fd: Option<OwnedFd>, mut ready: Ready| match fd {
+        Some(fd) => {
+            ready.tools = service.catalog().list().len();
+            app::announce(fd, &ready, started).map_err(RunError::Ready)
+        }
+        None => Ok(()),
+    };
+
     if let Some(listener) = config.listener {
         // Inside the microVM: the one inherited socket is all bermd serves
         // on; it creates no socket of its own (seccomp would refuse it).
         let serving = listener.serve(service.clone(), config.max_frame_bytes)?;
         let accept = tokio::spawn(serving);
         tracing::info!("bermd is ready: serving MCP on the inherited listener");
-        if let Some(fd) = config.ready {
-            let ready = Ready {
-                tools: service.catalog().list().len(),
-                ..ready
-            };
-            app::announce(fd, &ready, config.started).map_err(RunError::Ready)?;
-        }
+        announce(config.ready, ready)?;
         signals.wait().await;
         accept.abort();
         return Ok(());
@@ -220,13 +224,7 @@ pub async fn run(config: DaemonConfig) -> Result<(), RunError> {
         mcp = %home.mcp_socket().display(),
         "bermd is ready"
     );
-    if let Some(fd) = config.ready {
-        let ready = Ready {
-            tools: service.catalog().list().len(),
-            ..ready
-        };
-        app::announce(fd, &ready, config.started).map_err(RunError::Ready)?;
-    }
+    announce(config.ready, ready)?;
 
     signals.wait().await;
     tasks.abort_all();

@@ -160,10 +160,7 @@ fn boot_once(hypervisor: &str, apps: &[PathBuf], work: &Path) -> Result<Sample, 
 }
 
 fn main() {
-    let runs: usize = std::env::var("BERM_BENCH_RUNS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(11);
+    let runs = common::runs();
     let detection = Detection::probe();
     let tmp = std::env::temp_dir().join(format!("berm-bench-apps-{}", std::process::id()));
     let _ = std::fs::create_dir_all(&tmp);
@@ -174,22 +171,15 @@ fn main() {
     );
     println!("|---|---|---|---|---|---|---|---|---|---|");
     for hypervisor in ["qemu", "krun"] {
-        if hypervisor == "krun" && !detection.krun_runs_user_space() {
+        if hypervisor == "krun"
+            && let Some(why) = common::krun_unmeasurable(&detection)
+        {
             println!(
-                "| krun | – | 0 | not measurable on this host: /dev/kvm is {} | | | | | | |",
-                if detection.kvm_pvm {
-                    "kvm_pvm (guest user space faults)"
-                } else {
-                    "not hardware KVM"
-                }
+                "| krun | – | 0 | not measurable on this host: /dev/kvm is {why} | | | | | | |"
             );
             continue;
         }
-        let accel = detection
-            .choose(berm_vmm::detect::Requested::Qemu)
-            .ok()
-            .and_then(|c| c.accel)
-            .unwrap_or("-");
+        let accel = common::qemu_accel(&detection);
         for (label, apps) in [
             ("1 (notes)", vec![notes.clone()]),
             ("2 (notes, echo)", vec![notes.clone(), echo.clone()]),

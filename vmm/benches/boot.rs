@@ -102,10 +102,7 @@ fn boot_once(hypervisor: &str, run_dir: &Path) -> Result<Sample, String> {
 
 fn main() {
     // `cargo bench` passes --bench; nothing else is accepted.
-    let runs: usize = std::env::var("BERM_BENCH_RUNS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(11);
+    let runs = common::runs();
     let detection = Detection::probe();
     let tmp = std::env::temp_dir().join(format!("berm-bench-{}", std::process::id()));
     let _ = std::fs::create_dir_all(&tmp);
@@ -114,22 +111,13 @@ fn main() {
     );
     println!("|---|---|---|---|---|---|---|---|---|---|");
     for hypervisor in ["qemu", "krun"] {
-        if hypervisor == "krun" && !detection.krun_runs_user_space() {
-            println!(
-                "| krun | 0 | not measurable on this host: /dev/kvm is {} | | | | | | | |",
-                if detection.kvm_pvm {
-                    "kvm_pvm (guest user space faults)"
-                } else {
-                    "not hardware KVM"
-                }
-            );
+        if hypervisor == "krun"
+            && let Some(why) = common::krun_unmeasurable(&detection)
+        {
+            println!("| krun | 0 | not measurable on this host: /dev/kvm is {why} | | | | | | | |");
             continue;
         }
-        let accel = detection
-            .choose(berm_vmm::detect::Requested::Qemu)
-            .ok()
-            .and_then(|c| c.accel)
-            .unwrap_or("-");
+        let accel = common::qemu_accel(&detection);
         let mut samples = Vec::new();
         let mut failures = Vec::new();
         for i in 0..runs {

@@ -1,4 +1,5 @@
-//! What the VM benchmarks share: reading a process's peak memory, and medians.
+//! What the VM benchmarks share: how many runs, whether each backend can be measured here,
+//! reading a process's peak memory, and medians.
 #![allow(dead_code)]
 
 /// A `kB` field of `/proc/<pid>/status` (e.g. `VmHWM:`), or NaN if it cannot be read.
@@ -24,4 +25,32 @@ pub fn median(mut values: Vec<f64>) -> f64 {
         _ if n % 2 == 1 => values[n / 2],
         _ => (values[n / 2 - 1] + values[n / 2]) / 2.0,
     }
+}
+
+/// Runs per configuration: `BERM_BENCH_RUNS`, 11 by default (the first is a warm-up).
+pub fn runs() -> usize {
+    std::env::var("BERM_BENCH_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(11)
+}
+
+/// Why krun cannot be measured on this host, or `None` when it can.
+pub fn krun_unmeasurable(detection: &berm_vmm::detect::Detection) -> Option<&'static str> {
+    if detection.krun_runs_user_space() {
+        None
+    } else if detection.kvm_pvm {
+        Some("kvm_pvm (guest user space faults)")
+    } else {
+        Some("not hardware KVM")
+    }
+}
+
+/// The accelerator QEMU would use here, for the table's hypervisor column.
+pub fn qemu_accel(detection: &berm_vmm::detect::Detection) -> &'static str {
+    detection
+        .choose(berm_vmm::detect::Requested::Qemu)
+        .ok()
+        .and_then(|c| c.accel)
+        .unwrap_or("-")
 }
