@@ -672,6 +672,8 @@ fn run_probe(hub: &Arc<Hub>, app: &Launched, all: &[Launched]) {
             format!("{WORKSPACE}/{}", other.name),
             "--other-share".into(),
             format!("{APPS_DIR}/{}", other.index),
+            "--other-pid".into(),
+            other.pid.to_string(),
         ]);
     }
     let uid = APP_UID_BASE + app.index;

@@ -42,6 +42,12 @@ pub fn stop_requested() -> bool {
     STOP_REQUESTED.load(Ordering::SeqCst)
 }
 
+/// The effective uid of this process.
+pub fn euid() -> u32 {
+    // SAFETY: geteuid(2) takes no arguments, touches no memory and always succeeds.
+    unsafe { libc::geteuid() }
+}
+
 /// Makes the kernel SIGKILL the child when berm-vmm dies, so no hypervisor outlives it, and
 /// puts it in its own process group, so a terminal's Ctrl-C reaches only berm-vmm (which then
 /// stops the guest in order).
