@@ -174,6 +174,28 @@ fn confine(plan: &Plan) -> Result<Report, String> {
     })
 }
 
+/// The policy digest every app of this build reports (`app_started.enforcement`): printed by
+/// `berm-init policy-sha256` and pinned beside the rootfs, so `berm attest verify` can check it.
+pub fn app_policy_sha256() -> String {
+    let index = 0;
+    let rules = crate::apps::AppRules::of(index, "app");
+    let plan = Plan {
+        app: "app".into(),
+        uid: berm_vm_protocol::APP_UID_BASE + index,
+        gid: berm_vm_protocol::APP_UID_BASE + index,
+        cgroup: String::new(),
+        listen_port: None,
+        read: rules.read,
+        exec: rules.exec,
+        write: rules.write,
+        argv: Vec::new(),
+        env: Vec::new(),
+    };
+    hex::encode(Sha256::digest(
+        policy_text(&plan, WANTED_ABI, index).as_bytes(),
+    ))
+}
+
 /// An fd given by number only, for the flag calls in [`sys`].
 struct RawNumber(i32);
 
@@ -237,21 +259,22 @@ fn seccomp_filters(plan: &Plan, abi: ABI) -> Result<(berm_confine::BpfProgram, S
     Ok((program, hex::encode(Sha256::digest(policy.as_bytes()))))
 }
 
-/// The policy as text: Landlock's rules (paths as templates) and the syscall allow list.
+/// The policy as text: Landlock's rules and the syscall allow list. Rule lists that are the
+/// standard ones of app `index` ([`crate::apps::AppRules`]) are written as the template, so
+/// every app of one build has the same text; anything else (the probe's) is written as is.
 pub fn policy_text(plan: &Plan, abi: ABI, index: u32) -> String {
-    let template = |path: &str| {
-        path.replace(&format!("/{}", plan.app), "/<app>")
-            .replace(&format!("/{index}"), "/<index>")
-    };
+    let own = crate::apps::AppRules::of(index, &plan.app);
+    let template = crate::apps::AppRules::template();
     let mut policy = String::new();
     policy.push_str(&format!("landlock abi {}\n", abi as u32));
-    for (kind, paths) in [
-        ("read", &plan.read),
-        ("exec", &plan.exec),
-        ("write", &plan.write),
+    for (kind, paths, standard, templated) in [
+        ("read", &plan.read, &own.read, &template.read),
+        ("exec", &plan.exec, &own.exec, &template.exec),
+        ("write", &plan.write, &own.write, &template.write),
     ] {
-        for path in paths {
-            policy.push_str(&format!("{kind} {}\n", template(path)));
+        let shown = if paths == standard { templated } else { paths };
+        for path in shown {
+            policy.push_str(&format!("{kind} {path}\n"));
         }
     }
     policy.push_str(
@@ -259,4 +282,46 @@ pub fn policy_text(plan: &Plan, abi: ABI, index: u32) -> String {
     );
     policy.push_str(&Role::Bermd.policy_text());
     policy
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan_of(index: u32, name: &str) -> Plan {
+        let rules = crate::apps::AppRules::of(index, name);
+        Plan {
+            app: name.into(),
+            uid: berm_vm_protocol::APP_UID_BASE + index,
+            gid: berm_vm_protocol::APP_UID_BASE + index,
+            cgroup: String::new(),
+            listen_port: Some(5000 + index),
+            read: rules.read,
+            exec: rules.exec,
+            write: rules.write,
+            argv: vec!["/usr/bin/bermd".into()],
+            env: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn every_app_reports_the_pinnable_digest_and_the_probe_another() {
+        let pinned = app_policy_sha256();
+        for (index, name) in [(0, "notes"), (3, "run"), (7, "usr"), (1, "apps")] {
+            let plan = plan_of(index, name);
+            let digest = hex::encode(Sha256::digest(
+                policy_text(&plan, WANTED_ABI, index).as_bytes(),
+            ));
+            assert_eq!(digest, pinned, "{name}");
+        }
+        let mut probe = plan_of(0, "notes");
+        probe.exec = vec!["/run/probe/berm-probe".into()];
+        let text = policy_text(&probe, WANTED_ABI, 0);
+        assert!(text.contains("exec /run/probe/berm-probe\n"), "{text}");
+        assert!(text.contains("read /run/apps/<index>\n"), "{text}");
+        assert!(
+            text.contains("seccomp allow clone(no CLONE_NEW*)\n"),
+            "{text}"
+        );
+    }
 }

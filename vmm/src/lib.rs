@@ -25,3 +25,4 @@ pub mod state;
 mod sys;
 
 pub use sys::catch_stop_signals;
+pub(crate) use sys::{may_signal, parent, x32_call_in_child};

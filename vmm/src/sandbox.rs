@@ -444,7 +444,26 @@ pub fn probe(outside: &Path, kernel: &Path, run_dir: &Path) -> serde_json::Value
     // Inherited stdio: `Stdio::null()` would open /dev/null first, which the sandbox refuses
     // (EACCES) before exec is even tried. /bin/true prints nothing.
     let exec = std::process::Command::new("/bin/true").status();
+    // The test binds a Unix socket beside `outside` (a pathname outside the run dir) and an
+    // abstract one named after it.
+    let socket = outside.with_extension("sock");
+    let abstract_name = format!("berm-probe:{}", outside.display());
+    #[cfg(target_os = "linux")]
+    let connect_abstract = {
+        use std::os::linux::net::SocketAddrExt;
+        std::os::unix::net::SocketAddr::from_abstract_name(&abstract_name)
+            .and_then(|addr| std::os::unix::net::UnixStream::connect_addr(&addr))
+    };
+    #[cfg(not(target_os = "linux"))]
+    let connect_abstract: std::io::Result<()> = {
+        let _ = abstract_name;
+        Err(std::io::Error::other("no abstract sockets on this OS"))
+    };
     serde_json::json!({
+        "connect_outside_socket": outcome(std::os::unix::net::UnixStream::connect(&socket)),
+        "connect_abstract_socket": outcome(connect_abstract),
+        "kill_parent": outcome(crate::may_signal(crate::parent())),
+        "x32_call": crate::x32_call_in_child(),
         "read_outside": outcome(std::fs::File::open(outside).and_then(|mut f| f.read(&mut [0u8; 1]))),
         "write_outside": outcome(std::fs::File::options().append(true).open(outside).and_then(|mut f| f.write_all(b"x"))),
         "create_outside": outcome(std::fs::File::create_new(&sibling)),
