@@ -547,7 +547,11 @@ fn spawn_confined(
     Ok(pid)
 }
 
+/// Relays an app's output line by line, within its rate ([`relay::RateLimit`]); the pipe is
+/// always drained, so the app never blocks on it.
 fn relay_output(hub: &Hub, source: &str, out: File) {
+    use crate::relay::{self, RateLimit, Verdict};
+    let mut limit = RateLimit::new(Instant::now());
     let mut reader = BufReader::new(out);
     let mut line = Vec::new();
     loop {
@@ -558,10 +562,22 @@ fn relay_output(hub: &Hub, source: &str, out: File) {
             .read_until(b'\n', &mut line)
         {
             Ok(0) | Err(_) => return,
-            Ok(_) => {
-                let text = String::from_utf8_lossy(&line).trim_end().to_owned();
-                hub.log_as(source, LogLevel::Info, text);
-            }
+            Ok(_) => match limit.admit(line.len(), Instant::now()) {
+                Verdict::Drop => {}
+                Verdict::Relay { dropped_before } => {
+                    if dropped_before > 0 {
+                        hub.log(
+                            LogLevel::Warn,
+                            format!(
+                                "{source}: dropped {dropped_before} lines of output over {} KiB/s",
+                                relay::RATE_BYTES_PER_SEC / 1024
+                            ),
+                        );
+                    }
+                    let text = String::from_utf8_lossy(&line).trim_end().to_owned();
+                    hub.log_as(source, LogLevel::Info, text);
+                }
+            },
         }
     }
 }

@@ -9,9 +9,11 @@
 //! 2. listens on the app's vsock port, handing the socket to bermd as fd 4 (bermd then needs
 //!    no socket(2) of its own, and the seccomp filter refuses it);
 //! 3. sets no_new_privs and drops to the app's uid and gid, with no supplementary groups;
-//! 4. applies the Landlock ruleset (read the app image and bermd; write only the app's
-//!    workspace; no signals or abstract sockets outside the domain);
-//! 5. loads the seccomp filter (last: it refuses calls the earlier steps need);
+//! 4. applies the Landlock ruleset (read the app image; read and execute bermd and nothing
+//!    else; write, never execute, the app's workspace; no signals or abstract sockets outside
+//!    the domain);
+//! 5. loads the seccomp filter, bermd's allow list from `berm-confine` (last: it refuses
+//!    calls the earlier steps need; x32 and foreign-arch calls kill the process);
 //! 6. reports what is in force on fd 3 — and refuses to go on unless all of it is
 //!    (fail-closed) — then execs.
 //!

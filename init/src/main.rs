@@ -12,6 +12,7 @@
 mod apps;
 mod confine;
 mod hub;
+mod relay;
 mod settings;
 #[allow(unsafe_code)]
 mod sys;

@@ -14,6 +14,7 @@ pub mod code;
 pub mod detect;
 pub mod exit;
 pub mod krun;
+pub mod log_cap;
 pub mod qemu;
 pub mod report;
 pub mod run;

@@ -371,7 +371,9 @@ pub fn start(vm: &QemuVm<'_>) -> Result<QemuChildren, StartQemuError> {
         "-device".into(),
         "virtio-serial-device".into(),
         "-chardev".into(),
-        format!("file,id=console,path={}", values.console),
+        // append=on: berm-vmm truncates the console at its cap (log_cap.rs), and QEMU's
+        // writes must then continue at the new end.
+        format!("file,id=console,path={},append=on", values.console),
         "-device".into(),
         "virtconsole,chardev=console".into(),
     ]);

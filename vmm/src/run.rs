@@ -426,6 +426,10 @@ fn supervise(
     let logs = run.logs.clone();
     let guest_log = run.dir.join("guest.log");
     std::thread::spawn(move || pump_logs(&logs, &guest_log, started + boot_timeout));
+    let console = run.console.clone();
+    std::thread::spawn(move || {
+        crate::log_cap::watch_console(&console, crate::log_cap::CONSOLE_LOG_CAP)
+    });
     let control = run.control.clone();
     std::thread::spawn(move || {
         let mut conn =
@@ -584,15 +588,10 @@ fn supervise(
 /// read after the fact. Lines a host connects too late for are still there: the guest keeps a
 /// backlog for new connections.
 fn pump_logs(logs: &std::path::Path, path: &std::path::Path, deadline: Instant) {
-    use std::io::Write;
     let Ok(mut conn) = GuestConnection::connect(logs, Service::Logs, deadline) else {
         return;
     };
-    let Ok(mut file) = std::fs::File::options()
-        .create(true)
-        .append(true)
-        .open(path)
-    else {
+    let Ok(mut file) = crate::log_cap::CappedLog::open(path, crate::log_cap::GUEST_LOG_CAP) else {
         return;
     };
     while let Ok(line) = conn.receive(Instant::now() + Duration::from_secs(3600)) {
@@ -604,7 +603,7 @@ fn pump_logs(logs: &std::path::Path, path: &std::path::Path, deadline: Instant) 
                 log.source,
                 log.message.escape_debug()
             );
-            if file.write_all(text.as_bytes()).is_err() {
+            if file.write(text.as_bytes()).is_err() {
                 return;
             }
         }
