@@ -210,12 +210,21 @@ fn vhost_value(path: &Path) -> Result<&str, StartQemuError> {
     Ok(text)
 }
 
+/// The vhost-user device on the connection QEMU inherits as `fd`.
+fn vhost_args(fd: i32) -> [String; 4] {
+    [
+        "-chardev".into(),
+        format!("socket,id=vsock,fd={fd}"),
+        "-device".into(),
+        "vhost-user-vsock-device,chardev=vsock".into(),
+    ]
+}
+
 /// Every path QEMU gets inside an option value, escaped before anything is started.
 struct OptionValues {
     rootfs: String,
     state: Option<String>,
     disks: Vec<String>,
-    vhost: String,
     console: String,
 }
 
@@ -229,7 +238,6 @@ impl OptionValues {
                 .iter()
                 .map(|(_, image)| qemu_value(image))
                 .collect::<Result<_, _>>()?,
-            vhost: qemu_value(&vm.run.vhost)?,
             console: qemu_value(&vm.run.console)?,
         })
     }
@@ -305,6 +313,19 @@ pub fn start(vm: &QemuVm<'_>) -> Result<QemuChildren, StartQemuError> {
         timeout: vm.connect_timeout,
     };
 
+    // berm-vmm connects to vhost-device-vsock and hands QEMU the connected socket, so QEMU
+    // itself never needs socket(2) or connect(2) (its allow list has neither).
+    let connected = match UnixStream::connect(&run.vhost) {
+        Ok(stream) => stream,
+        Err(source) => {
+            let _ = vhost.kill();
+            let _ = vhost.wait();
+            return Err(StartQemuError::Spawn {
+                program: vm.vhost_device_vsock.to_owned(),
+                source,
+            });
+        }
+    };
     let memory = format!("{}M", vm.memory_mib);
     let mut args: Vec<String> = vec![
         "-machine".into(),
@@ -363,10 +384,6 @@ pub fn start(vm: &QemuVm<'_>) -> Result<QemuChildren, StartQemuError> {
         ]);
     }
     args.extend([
-        "-chardev".into(),
-        format!("socket,id=vsock,path={}", values.vhost),
-        "-device".into(),
-        "vhost-user-vsock-device,chardev=vsock".into(),
         // hvc0, the console the pinned cmdline names, as libkrun provides it.
         "-device".into(),
         "virtio-serial-device".into(),
@@ -388,6 +405,8 @@ pub fn start(vm: &QemuVm<'_>) -> Result<QemuChildren, StartQemuError> {
         .stdout(out)
         .stderr(err);
     sys::kill_with_parent(&mut command);
+    let vhost_fd = sys::pass_fd(&mut command, connected.into());
+    command.args(vhost_args(vhost_fd));
     let qemu_policy = vm.sandbox.map(|base| {
         let mut policy = base.for_program(vm.qemu);
         if vm.accel == "kvm" {

@@ -121,6 +121,26 @@ pub fn kill_with_parent(command: &mut Command) {
     }
 }
 
+/// Lets the child inherit `fd` under its own number (close-on-exec cleared in the child
+/// only), so it can use a socket berm-vmm connected instead of connecting itself. The number
+/// is the parent's, so it cannot collide with any descriptor the spawn itself uses.
+pub fn pass_fd(command: &mut Command, fd: std::os::fd::OwnedFd) -> i32 {
+    use std::os::fd::AsRawFd;
+    let raw = fd.as_raw_fd();
+    // SAFETY: the closure runs in the child between fork and exec and calls only fcntl(2),
+    // which is async-signal-safe; it allocates nothing. `fd` is moved into the closure, so
+    // it stays open in the parent until the command is dropped.
+    unsafe {
+        command.pre_exec(move || {
+            if libc::fcntl(fd.as_raw_fd(), libc::F_SETFD, 0) < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    raw
+}
+
 /// Makes the child apply `sandbox` between fork and exec; a child that cannot is never
 /// executed (the spawn fails with the error).
 pub fn confine_child(command: &mut Command, mut sandbox: crate::sandbox::ChildSandbox) {
