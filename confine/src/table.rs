@@ -139,7 +139,7 @@ macro_rules! with {
 
 /// What every Rust program on Linux calls once running, whichever C library: memory, threads,
 /// signals, time, randomness, and I/O on descriptors it already holds.
-const RUNTIME: [Syscall; 37] = any!(
+const RUNTIME: [Syscall; 39] = any!(
     SYS_brk,
     SYS_munmap,
     SYS_mremap,
@@ -153,8 +153,10 @@ const RUNTIME: [Syscall; 37] = any!(
     SYS_rt_sigaction,
     SYS_rt_sigprocmask,
     SYS_rt_sigreturn,
+    SYS_restart_syscall,
     SYS_sigaltstack,
     SYS_getpid,
+    SYS_getppid,
     SYS_gettid,
     SYS_exit,
     SYS_exit_group,
@@ -400,38 +402,39 @@ fn vhost_device_vsock() -> Vec<Syscall> {
 
 /// QEMU from its exec on, beside its own `-sandbox`: the loader, TCG (code generated into
 /// executable memory) or KVM, the guest memory memfd it shares with vhost-device-vsock, the
-/// disks, the console, and the vhost-user socket it connects to at start.
+/// disks, the console, and the vhost-user connection it inherits (it makes no socket and
+/// connects nowhere). Its own `-sandbox` installs a second filter with `seccomp`.
 fn qemu() -> Vec<Syscall> {
     let own = [
         with!(SYS_mmap, Args::Any),
         with!(SYS_mprotect, Args::Any),
         with!(SYS_clone, Args::NoNamespaces),
-        with!(SYS_socket, Args::Families(&[AF_UNIX])),
-        with!(SYS_socketpair, Args::Families(&[AF_UNIX])),
+        // KVM's requests (with -accel kvm) are many and act on QEMU's own KVM fds.
         with!(SYS_ioctl, Args::Any),
         with!(SYS_execve, Args::Any),
     ];
     let extra = any!(
         SYS_arch_prctl,
         SYS_prctl,
-        SYS_connect,
         SYS_memfd_create,
         SYS_prlimit64,
         SYS_getuid,
         SYS_geteuid,
         SYS_pipe2,
+        SYS_fchdir,
+        SYS_sysinfo,
+        SYS_statfs,
+        SYS_fstatfs,
+        SYS_get_mempolicy,
+        SYS_set_mempolicy,
+        SYS_mbind,
         SYS_timerfd_create,
         SYS_timerfd_settime,
         SYS_signalfd4,
         SYS_preadv,
         SYS_pwritev,
-        SYS_io_submit,
-        SYS_io_getevents,
-        SYS_io_setup,
-        SYS_io_destroy,
         SYS_sched_setaffinity,
         SYS_seccomp,
-        SYS_mbind,
     );
     [
         &RUNTIME[..],
