@@ -201,7 +201,7 @@ impl Error {
 pub enum DeployError {
     /// The program name breaks the naming rule.
     #[error(
-        "`{0}` is not a valid program name: use 1-64 of a-z, 0-9, `_`, `-`, starting with a letter or digit (no dots)"
+        "`{0}` is not a valid program name: use 1-64 of a-z, 0-9, `-`, starting with a letter or digit (no `_`: it separates program and tool in the names MCP clients see, e.g. `notes_add`)"
     )]
     InvalidName(String),
     /// The image's manifest could not be read or is inconsistent.

@@ -225,11 +225,11 @@ fn deploy_refuses_what_would_not_work_and_says_why() {
         ),
         "tool `a`: input_schema must be a JSON Schema object with \"type\": \"object\""
     );
-    for bad in ["Echo", "a.b", "", "-x"] {
+    for bad in ["Echo", "a.b", "", "-x", "my_notes"] {
         assert_eq!(
             refusal(bad, &app("echo")),
             format!(
-                "`{bad}` is not a valid program name: use 1-64 of a-z, 0-9, `_`, `-`, starting with a letter or digit (no dots)"
+                "`{bad}` is not a valid program name: use 1-64 of a-z, 0-9, `-`, starting with a letter or digit (no `_`: it separates program and tool in the names MCP clients see, e.g. `notes_add`)"
             )
         );
     }

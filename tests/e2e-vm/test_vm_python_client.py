@@ -21,10 +21,10 @@ async def test_lists_and_calls_the_apps_tools(vm, route):
     async with Client(servers(vm)[route], mode="legacy", read_timeout_seconds=120, cache=None) as c:
         assert c.server_info.name == "bermd"
         tools = {t.name for t in (await c.list_tools()).tools}
-        assert {"notes.add", "notes.list", "notes.search", "notes.delete"} <= tools
-        added = await c.call_tool("notes.add", {"title": f"from {route}", "text": "in the VM"})
+        assert {"notes_add", "notes_list", "notes_search", "notes_delete"} <= tools
+        added = await c.call_tool("notes_add", {"title": f"from {route}", "text": "in the VM"})
         assert not added.is_error, added.content[0].text
-        listed = await c.call_tool("notes.list", {})
+        listed = await c.call_tool("notes_list", {})
         assert f"from {route}" in listed.content[0].text
 
 
@@ -33,12 +33,12 @@ async def test_failures_are_answered_and_the_app_keeps_serving(vm):
     async with Client(servers(vm)["rpc-socket"], mode="legacy", read_timeout_seconds=120, cache=None) as c:
         # Arguments that do not match the schema: refused before the program runs.
         with pytest.raises(MCPError, match='"text" is a required property'):
-            await c.call_tool("notes.add", {"title": "no text"})
+            await c.call_tool("notes_add", {"title": "no text"})
         # The program itself reports a failure: a tool result marked as an error.
-        failed = await c.call_tool("notes.add", {"title": " ", "text": "x"})
+        failed = await c.call_tool("notes_add", {"title": " ", "text": "x"})
         assert failed.is_error
         assert "non-empty title" in failed.content[0].text
-        listed = await c.call_tool("notes.list", {})
+        listed = await c.call_tool("notes_list", {})
         assert not listed.is_error
 
 

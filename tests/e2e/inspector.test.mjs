@@ -72,14 +72,14 @@ for (const target of ["stdio", "http"]) {
     const run = inspector(target, "--method", "tools/list");
     assert.equal(run.status, 0, run.stderr);
     const tools = Object.fromEntries(JSON.parse(run.stdout).tools.map((t) => [t.name, t]));
-    assert.ok(tools["echo.echo"] && tools["echo.reverse"] && tools["echo.fail"]);
-    assert.equal(tools["echo.echo"].inputSchema.properties.message.type, "string");
-    assert.deepEqual(tools["echo.echo"].inputSchema.required, ["message"]);
-    assert.equal(tools["echo.echo"].annotations.readOnlyHint, true);
+    assert.ok(tools["echo_echo"] && tools["echo_reverse"] && tools["echo_fail"]);
+    assert.equal(tools["echo_echo"].inputSchema.properties.message.type, "string");
+    assert.deepEqual(tools["echo_echo"].inputSchema.required, ["message"]);
+    assert.equal(tools["echo_echo"].annotations.readOnlyHint, true);
   });
 
   test(`inspector ${target}: a successful tools/call`, () => {
-    const run = inspector(target, "--method", "tools/call", "--tool-name", "echo.reverse", "--tool-arg", "message=berm");
+    const run = inspector(target, "--method", "tools/call", "--tool-name", "echo_reverse", "--tool-arg", "message=berm");
     assert.equal(run.status, 0, run.stderr);
     const result = JSON.parse(run.stdout);
     assert.equal(result.content[0].text, "mreb");
@@ -87,7 +87,7 @@ for (const target of ["stdio", "http"]) {
   });
 
   test(`inspector ${target}: a program failure is isError`, () => {
-    const run = inspector(target, "--method", "tools/call", "--tool-name", "echo.fail", "--tool-arg", "message=on purpose");
+    const run = inspector(target, "--method", "tools/call", "--tool-name", "echo_fail", "--tool-arg", "message=on purpose");
     assert.equal(run.status, 0, run.stderr);
     const result = JSON.parse(run.stdout);
     assert.equal(result.isError, true);
@@ -97,10 +97,10 @@ for (const target of ["stdio", "http"]) {
   test(`inspector ${target}: an invalid argument is invalid_params naming the field`, () => {
     // The Inspector coerces values to the schema's types, so the bad
     // argument is one the schema does not allow at all.
-    const run = inspector(target, "--method", "tools/call", "--tool-name", "echo.echo", "--tool-arg", "message=hi", "shout=true");
+    const run = inspector(target, "--method", "tools/call", "--tool-name", "echo_echo", "--tool-arg", "message=hi", "shout=true");
     assert.equal(run.status, 1, run.stdout);
     assert.match(run.stderr + run.stdout, /-32602/);
-    assert.match(run.stderr + run.stdout, /invalid arguments for `echo.echo`: .*'shout' was unexpected/);
+    assert.match(run.stderr + run.stdout, /invalid arguments for `echo_echo`: .*'shout' was unexpected/);
   });
 
   test(`inspector's SDK ${target}: tools/list_changed after a deploy`, async () => {

@@ -43,36 +43,36 @@ async def test_tools_calls_failures_and_bad_arguments(bermd, transport, mode):
     async with client(bermd, transport, mode) as c:
         assert c.server_info.name == "bermd"
         tools = {t.name: t for t in (await c.list_tools()).tools}
-        assert {"echo.echo", "echo.reverse", "echo.fail"} <= set(tools)
-        schema = tools["echo.echo"].input_schema
+        assert {"echo_echo", "echo_reverse", "echo_fail"} <= set(tools)
+        schema = tools["echo_echo"].input_schema
         assert schema["type"] == "object"
         assert schema["properties"]["message"]["type"] == "string"
         assert schema["required"] == ["message"]
         # Usage notes reach the model through the description.
-        assert "Usage: Reach for echo" in tools["echo.echo"].description
+        assert "Usage: Reach for echo" in tools["echo_echo"].description
 
-        done = await c.call_tool("echo.reverse", {"message": "berm"})
+        done = await c.call_tool("echo_reverse", {"message": "berm"})
         assert not done.is_error
         assert done.content[0].text == "mreb"
 
-        failed = await c.call_tool("echo.fail", {"message": "on purpose"})
+        failed = await c.call_tool("echo_fail", {"message": "on purpose"})
         assert failed.is_error
         assert failed.content[0].text == "on purpose"
 
         with pytest.raises(MCPError) as bad:
-            await c.call_tool("echo.echo", {"message": 5})
+            await c.call_tool("echo_echo", {"message": 5})
         assert bad.value.error.code == types.INVALID_PARAMS
         assert "`message`" in bad.value.error.message
 
         with pytest.raises(MCPError) as missing:
-            await c.call_tool("echo.echo", {})
+            await c.call_tool("echo_echo", {})
         assert missing.value.error.code == types.INVALID_PARAMS
         assert '"message" is a required property' in missing.value.error.message
 
         with pytest.raises(MCPError) as unknown:
-            await c.call_tool("nosuch.tool", {})
+            await c.call_tool("nosuch_tool", {})
         assert unknown.value.error.code == types.INVALID_PARAMS
-        assert "no tool `nosuch.tool`" in unknown.value.error.message
+        assert "no tool `nosuch_tool`" in unknown.value.error.message
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)

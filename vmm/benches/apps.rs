@@ -103,7 +103,7 @@ fn boot_once(hypervisor: &str, apps: &[PathBuf], work: &Path) -> Result<Sample, 
     let deadline = spawned + Duration::from_secs(300);
     let socket = run_dir.join("rpc-0.sock");
     loop {
-        if call_once(&socket, "notes.list", &json!({})).is_some() {
+        if call_once(&socket, "notes_list", &json!({})).is_some() {
             break;
         }
         if Instant::now() > deadline || child.try_wait().map_err(|e| e.to_string())?.is_some() {

@@ -64,7 +64,7 @@ fn expand(mut module: ItemMod, calls: Vec<String>) -> syn::Result<proc_macro2::T
         ));
     };
     for call in &calls {
-        if !berm_abi::is_valid_name(call) {
+        if !berm_abi::is_valid_program_name(call) {
             return Err(syn::Error::new(
                 Span::call_site(),
                 format!("`calls` names `{call}`, which is not a valid program name"),
