@@ -68,6 +68,19 @@ mod conformance {
         "Logged three messages.".to_string()
     }
 
+    /// Write a message to the log `count` times (to see the per-call cap).
+    ///
+    /// # Arguments
+    /// - `message`: what to write
+    /// - `count`: how many times
+    #[berm(read_only)]
+    pub fn log_lines(message: String, count: u32) -> String {
+        for _ in 0..count {
+            berm_guest::log::info(&message);
+        }
+        format!("Logged {count} messages.")
+    }
+
     /// Count the characters, words and lines of a text (a structured
     /// result with an output schema).
     ///

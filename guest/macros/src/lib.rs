@@ -382,7 +382,9 @@ impl Schemas<'_> {
         if self.within.contains(&name) {
             return Err(syn::Error::new_spanned(
                 ty,
-                format!("`{name}` contains itself; berm_guest cannot derive a finite JSON Schema for it"),
+                format!(
+                    "`{name}` contains itself; berm_guest cannot derive a finite JSON Schema for it"
+                ),
             ));
         }
         if !item.generics.params.is_empty() {

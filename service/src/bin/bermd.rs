@@ -11,8 +11,8 @@ use anyhow::Context;
 use berm::EngineConfig;
 use berm_service::http::HttpConfig;
 use berm_service::listen::InheritedListener;
-use berm_service::transport::DEFAULT_MAX_FRAME_BYTES;
 use berm_service::service::DEFAULT_TOOLS_PAGE_SIZE;
+use berm_service::transport::DEFAULT_MAX_FRAME_BYTES;
 use berm_service::{DaemonConfig, Exit, ServiceConfig};
 use clap::{Parser, ValueEnum};
 
