@@ -82,7 +82,7 @@ pub async fn run(home: &Path, args: Args) -> anyhow::Result<Exit> {
         .manifest
         .tools
         .iter()
-        .map(|t| format!("{}.{}", program.name, t.name))
+        .map(|t| berm_abi::served_name(&program.name, &t.name))
         .collect();
     println!(
         "deployed {} {} ({})",
