@@ -158,10 +158,17 @@ pub fn check_served_names(program: &str, manifest: &berm::Manifest) -> Result<()
     for tool in &manifest.tools {
         let served = berm_abi::served_name(program, &tool.name);
         if served.len() > max {
-            let room = max.saturating_sub(tool.name.len() + 1);
+            let program_room = max.saturating_sub(tool.name.len() + 1);
+            let tool_room = max.saturating_sub(program.len() + 1);
+            let rename = match (program_room, tool_room) {
+                (0, 0) => "shorten both the program's and the tool's name".to_string(),
+                (0, room) => format!("shorten the tool's name to at most {room} characters"),
+                (room, _) => format!(
+                    "deploy under a program name of at most {room} characters, or shorten the tool's name"
+                ),
+            };
             return Err(format!(
-                "tool `{}` of `{program}` would be served as `{served}`, {} characters; MCP clients accept at most {max}: \
-                 deploy under a program name of at most {room} characters, or shorten the tool's name",
+                "tool `{}` of `{program}` would be served as `{served}`, {} characters; MCP clients accept at most {max}: {rename}",
                 tool.name,
                 served.len(),
             ));
