@@ -139,8 +139,8 @@ pub fn syscall(module: &str, name: &str) -> Option<&'static SyscallSpec> {
         .find(|spec| spec.module == module && spec.name == name)
 }
 
-/// Whether `name` is a valid program or tool name: `[a-z0-9][a-z0-9_-]{0,63}`.
-/// No dots, because MCP names tools `{program}.{tool}`.
+/// Whether `name` is a valid tool name: `[a-z0-9][a-z0-9_-]{0,63}`. No dots:
+/// MCP clients accept only `^[a-zA-Z0-9_-]{1,64}$` in the names they see.
 pub fn is_valid_name(name: &str) -> bool {
     let bytes = name.as_bytes();
     !bytes.is_empty()
@@ -149,6 +149,37 @@ pub fn is_valid_name(name: &str) -> bool {
         && bytes
             .iter()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'_' || *b == b'-')
+}
+
+/// Whether `name` is a valid program name: `[a-z0-9][a-z0-9-]{0,63}`, a tool
+/// name without `_`. bermd serves tool `t` of program `p` as `p_t`
+/// ([`served_name`]); with no `_` in `p`, the first `_` of a served name is
+/// the separator, so every served name maps back to one (program, tool).
+pub fn is_valid_program_name(name: &str) -> bool {
+    is_valid_name(name) && !name.contains('_')
+}
+
+/// The separator between program and tool in a served tool name.
+pub const SERVED_NAME_SEPARATOR: char = '_';
+
+/// The longest served tool name: what Claude Desktop and claude.ai accept
+/// (`^[a-zA-Z0-9_-]{1,64}$`).
+pub const MAX_SERVED_NAME: usize = 64;
+
+/// The name MCP clients see for tool `tool` of program `program`:
+/// `{program}_{tool}`.
+pub fn served_name(program: &str, tool: &str) -> String {
+    let mut name = String::with_capacity(program.len() + 1 + tool.len());
+    name.push_str(program);
+    name.push(SERVED_NAME_SEPARATOR);
+    name.push_str(tool);
+    name
+}
+
+/// Splits a served name into (program, tool) at its first `_`; `None` when it
+/// has none. The inverse of [`served_name`] for valid program names.
+pub fn split_served_name(name: &str) -> Option<(&str, &str)> {
+    name.split_once(SERVED_NAME_SEPARATOR)
 }
 
 #[cfg(test)]
@@ -163,6 +194,17 @@ mod tests {
         for bad in ["", "Echo", "_x", "-x", "a.b", "a b", "é", &"a".repeat(65)] {
             assert!(!is_valid_name(bad), "{bad}");
         }
+    }
+
+    #[test]
+    fn program_names_have_no_separator_so_served_names_split_back() {
+        assert!(is_valid_program_name("my-notes"));
+        assert!(!is_valid_program_name("my_notes"));
+        for (program, tool) in [("echo", "echo"), ("files", "read_file"), ("a-b", "c_d-e")] {
+            let served = served_name(program, tool);
+            assert_eq!(split_served_name(&served), Some((program, tool)));
+        }
+        assert_eq!(split_served_name("echo.echo"), None);
     }
 
     #[test]

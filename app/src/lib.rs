@@ -254,7 +254,7 @@ pub enum AppError {
     },
     /// A program's `name` breaks the naming rule.
     #[error(
-        "{}: program name {name:?}: use 1-64 of a-z, 0-9, `_`, `-`, starting with a letter or digit (no dots)",
+        "{}: program name {name:?}: use 1-64 of a-z, 0-9, `-`, starting with a letter or digit (no `_`: it separates program and tool in the names MCP clients see, e.g. `notes_add`)",
         file.display()
     )]
     ProgramName {
@@ -477,7 +477,7 @@ pub fn load(dir: &Path) -> Result<App, AppError> {
     let mut names = BTreeSet::new();
     let mut programs = Vec::with_capacity(raw.programs.len());
     for program in raw.programs {
-        if !berm_abi::is_valid_name(&program.name) {
+        if !berm_abi::is_valid_program_name(&program.name) {
             return Err(AppError::ProgramName {
                 file,
                 name: program.name,

@@ -445,7 +445,7 @@ fn the_shipped_examples_and_the_documented_one_load() {
         assert_eq!(app.name, name);
         checked += 1;
     }
-    assert_eq!(checked, 4);
+    assert_eq!(checked, 5);
 
     let doc = fs::read_to_string(root.join("docs/apps.md")).unwrap();
     let start = doc.find("cat > /tmp/journal/berm.toml <<'EOF'\n").unwrap();

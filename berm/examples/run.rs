@@ -3,7 +3,7 @@
 //!
 //! `cargo run -p berm --example run -- PROGRAM.wasm TOOL [JSON] [OTHER.wasm…]`
 //! Other program files are deployed beside it, so calls between programs
-//! work (e.g. compose.shout calling echo).
+//! work (e.g. compose_shout calling echo).
 
 use std::path::Path;
 

@@ -129,7 +129,7 @@ impl Berm {
         wasm: &[u8],
         options: DeployOptions,
     ) -> Result<Deployed, DeployError> {
-        if !berm_abi::is_valid_name(name) {
+        if !berm_abi::is_valid_program_name(name) {
             return Err(DeployError::InvalidName(name.chars().take(80).collect()));
         }
         let manifest = Manifest::from_image(wasm)?;

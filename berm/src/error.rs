@@ -23,7 +23,9 @@ impl fmt::Display for Failure {
 impl std::error::Error for Failure {}
 
 /// Why the host could not produce a result for a call: the outer level of
-/// [`crate::Berm::call`]. Every variant names the program and tool involved.
+/// [`crate::Berm::call`]. Every variant names the program and tool involved,
+/// the tool as MCP clients see it (`{program}_{tool}`,
+/// [`berm_abi::served_name`]), since these messages reach the model.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// Nothing is deployed under that name.
@@ -40,7 +42,7 @@ pub enum Error {
         available: String,
     },
     /// Nested calls went deeper than the limit.
-    #[error("call depth limit of {limit} reached: `{program}.{tool}` was not called")]
+    #[error("call depth limit of {limit} reached: `{program}_{tool}` was not called")]
     DepthExceeded {
         /// The program that would have been called.
         program: String,
@@ -50,7 +52,7 @@ pub enum Error {
         limit: u32,
     },
     /// The arguments exceed the program's cap.
-    #[error("arguments to `{program}.{tool}` are {size} bytes, over the cap of {cap} bytes")]
+    #[error("arguments to `{program}_{tool}` are {size} bytes, over the cap of {cap} bytes")]
     ArgsTooLarge {
         /// The program.
         program: String,
@@ -62,7 +64,7 @@ pub enum Error {
         cap: usize,
     },
     /// The result or failure message exceeds the program's cap.
-    #[error("`{program}.{tool}` produced {size} bytes, over the result cap of {cap} bytes")]
+    #[error("`{program}_{tool}` produced {size} bytes, over the result cap of {cap} bytes")]
     ResultTooLarge {
         /// The program.
         program: String,
@@ -74,7 +76,7 @@ pub enum Error {
         cap: usize,
     },
     /// The call ran past its deadline and was stopped.
-    #[error("`{program}.{tool}` ran past its deadline of {deadline:?} and was stopped")]
+    #[error("`{program}_{tool}` ran past its deadline of {deadline:?} and was stopped")]
     Timeout {
         /// The program.
         program: String,
@@ -84,7 +86,7 @@ pub enum Error {
         deadline: Duration,
     },
     /// The program tried to grow its memory past the cap.
-    #[error("`{program}.{tool}` tried to grow its memory past the cap of {cap} bytes")]
+    #[error("`{program}_{tool}` tried to grow its memory past the cap of {cap} bytes")]
     MemoryCap {
         /// The program.
         program: String,
@@ -94,7 +96,7 @@ pub enum Error {
         cap: usize,
     },
     /// The program exhausted its wasm stack.
-    #[error("`{program}.{tool}` exhausted its stack of {limit} bytes (unbounded recursion?)")]
+    #[error("`{program}_{tool}` exhausted its stack of {limit} bytes (unbounded recursion?)")]
     StackOverflow {
         /// The program.
         program: String,
@@ -104,7 +106,7 @@ pub enum Error {
         limit: usize,
     },
     /// The program panicked.
-    #[error("`{program}.{tool}` panicked: {message}")]
+    #[error("`{program}_{tool}` panicked: {message}")]
     Panicked {
         /// The program.
         program: String,
@@ -114,7 +116,7 @@ pub enum Error {
         message: String,
     },
     /// The program called an import this host's syscall table does not serve.
-    #[error("`{program}.{tool}` called `{syscall}`, which this host does not serve")]
+    #[error("`{program}_{tool}` called `{syscall}`, which this host does not serve")]
     MissingSyscall {
         /// The program.
         program: String,
@@ -125,7 +127,7 @@ pub enum Error {
     },
     /// The program called a syscall the host serves but did not grant it.
     #[error(
-        "`{program}.{tool}` called `{syscall}`, which is not granted to `{program}` (grant `{grant}` to allow it)"
+        "`{program}_{tool}` called `{syscall}`, which is not granted to `{program}` (grant `{grant}` to allow it)"
     )]
     NotGranted {
         /// The program.
@@ -138,7 +140,7 @@ pub enum Error {
         grant: String,
     },
     /// A syscall ended the call (the host decided the program must stop).
-    #[error("`{program}.{tool}` was stopped by `{syscall}`: {message}")]
+    #[error("`{program}_{tool}` was stopped by `{syscall}`: {message}")]
     Syscall {
         /// The program.
         program: String,
@@ -150,7 +152,7 @@ pub enum Error {
         message: String,
     },
     /// The program broke the calling convention (bad pointer, no result…).
-    #[error("`{program}.{tool}` broke the calling convention: {message}")]
+    #[error("`{program}_{tool}` broke the calling convention: {message}")]
     Convention {
         /// The program.
         program: String,
@@ -160,7 +162,7 @@ pub enum Error {
         message: String,
     },
     /// Any other trap.
-    #[error("`{program}.{tool}` trapped: {message}")]
+    #[error("`{program}_{tool}` trapped: {message}")]
     Trap {
         /// The program.
         program: String,
@@ -170,7 +172,7 @@ pub enum Error {
         message: String,
     },
     /// No instance could be created (e.g. every pool slot is busy).
-    #[error("could not start `{program}.{tool}`: {message}")]
+    #[error("could not start `{program}_{tool}`: {message}")]
     Instantiate {
         /// The program.
         program: String,
@@ -201,7 +203,7 @@ impl Error {
 pub enum DeployError {
     /// The program name breaks the naming rule.
     #[error(
-        "`{0}` is not a valid program name: use 1-64 of a-z, 0-9, `_`, `-`, starting with a letter or digit (no dots)"
+        "`{0}` is not a valid program name: use 1-64 of a-z, 0-9, `-`, starting with a letter or digit (no `_`: it separates program and tool in the names MCP clients see, e.g. `notes_add`)"
     )]
     InvalidName(String),
     /// The image's manifest could not be read or is inconsistent.

@@ -79,7 +79,7 @@ async fn convention_violations_are_outer_errors() {
     let e = berm.call(None, "quiet", "quiet", vec![]).await.unwrap_err();
     assert_eq!(
         e.to_string(),
-        "`quiet.quiet` broke the calling convention: the tool returned without calling `berm.done` or `berm.fail`"
+        "`quiet_quiet` broke the calling convention: the tool returned without calling `berm.done` or `berm.fail`"
     );
 
     let wild = r#"
@@ -92,7 +92,7 @@ async fn convention_violations_are_outer_errors() {
     let e = berm.call(None, "wild", "wild", vec![]).await.unwrap_err();
     assert_eq!(
         e.to_string(),
-        "`wild.wild` broke the calling convention: pointer 0xfde8 + length 1000 is outside its 65536-byte memory"
+        "`wild_wild` broke the calling convention: pointer 0xfde8 + length 1000 is outside its 65536-byte memory"
     );
 
     let twice = r#"
@@ -107,7 +107,7 @@ async fn convention_violations_are_outer_errors() {
     let e = berm.call(None, "twice", "twice", vec![]).await.unwrap_err();
     assert_eq!(
         e.to_string(),
-        "`twice.twice` broke the calling convention: the tool gave its result twice"
+        "`twice_twice` broke the calling convention: the tool gave its result twice"
     );
 
     let not_utf8 = r#"
@@ -121,7 +121,7 @@ async fn convention_violations_are_outer_errors() {
     let e = berm.call(None, "bytes", "bytes", vec![]).await.unwrap_err();
     assert_eq!(
         e.to_string(),
-        "`bytes.bytes` broke the calling convention: its result is not UTF-8"
+        "`bytes_bytes` broke the calling convention: its result is not UTF-8"
     );
 
     let start = r#"
@@ -143,7 +143,7 @@ async fn convention_violations_are_outer_errors() {
     let e = berm.call(None, "trap", "t", vec![]).await.unwrap_err();
     assert_eq!(
         e.to_string(),
-        "`trap.t` trapped: wasm trap: wasm `unreachable` instruction executed"
+        "`trap_t` trapped: wasm trap: wasm `unreachable` instruction executed"
     );
 }
 
@@ -225,11 +225,11 @@ fn deploy_refuses_what_would_not_work_and_says_why() {
         ),
         "tool `a`: input_schema must be a JSON Schema object with \"type\": \"object\""
     );
-    for bad in ["Echo", "a.b", "", "-x"] {
+    for bad in ["Echo", "a.b", "", "-x", "my_notes"] {
         assert_eq!(
             refusal(bad, &app("echo")),
             format!(
-                "`{bad}` is not a valid program name: use 1-64 of a-z, 0-9, `_`, `-`, starting with a letter or digit (no dots)"
+                "`{bad}` is not a valid program name: use 1-64 of a-z, 0-9, `-`, starting with a letter or digit (no `_`: it separates program and tool in the names MCP clients see, e.g. `notes_add`)"
             )
         );
     }

@@ -104,7 +104,7 @@ async fn a_missing_syscall_traps_only_the_tool_that_reaches_for_it() {
         .unwrap_err();
     assert_eq!(
         e.to_string(),
-        "`hostile.read_file` called `fs.read`, which this host does not serve"
+        "`hostile_read_file` called `fs.read`, which this host does not serve"
     );
     assert_eq!(
         text(&berm, "hostile", "counter", "{}").await.unwrap(),
@@ -162,7 +162,7 @@ async fn syscalls_are_served_only_when_granted() {
         .unwrap_err();
     assert_eq!(
         e.to_string(),
-        "`bare.read_file` called `fs.read`, which is not granted to `bare` (grant `fs` to allow it)"
+        "`bare_read_file` called `fs.read`, which is not granted to `bare` (grant `fs` to allow it)"
     );
     assert_eq!(
         calls.load(Ordering::SeqCst),
@@ -183,7 +183,7 @@ async fn a_syscall_can_stop_the_call() {
         .unwrap_err();
     assert_eq!(
         e.to_string(),
-        "`hostile.read_file` was stopped by `fs.read`: quota exhausted"
+        "`hostile_read_file` was stopped by `fs.read`: quota exhausted"
     );
 }
 
@@ -259,7 +259,7 @@ async fn programs_call_each_other_by_name() {
         fault["text"]
             .as_str()
             .unwrap()
-            .starts_with("`hostile.panic` panicked: panicked at"),
+            .starts_with("`hostile_panic` panicked: panicked at"),
         "{fault}"
     );
     assert!(fault["text"].as_str().unwrap().contains("boom"), "{fault}");
@@ -280,7 +280,7 @@ async fn call_depth_is_limited() {
         .unwrap_err();
     assert!(
         failure
-            .ends_with("refused: call depth limit of 8 reached: `compose.recurse` was not called"),
+            .ends_with("refused: call depth limit of 8 reached: `compose_recurse` was not called"),
         "{failure}"
     );
 
@@ -351,7 +351,7 @@ async fn every_bound_holds_and_the_next_call_succeeds() {
         .unwrap_err();
     assert_eq!(
         e.to_string(),
-        "`hostile.spin` ran past its deadline of 200ms and was stopped"
+        "`hostile_spin` ran past its deadline of 200ms and was stopped"
     );
     check_alive().await;
 
@@ -360,14 +360,14 @@ async fn every_bound_holds_and_the_next_call_succeeds() {
         .unwrap_err();
     assert_eq!(
         e.to_string(),
-        "`hostile.memory_bomb` tried to grow its memory past the cap of 16777216 bytes"
+        "`hostile_memory_bomb` tried to grow its memory past the cap of 16777216 bytes"
     );
     check_alive().await;
 
     let e = text(&berm, "hostile", "recurse", "{}").await.unwrap_err();
     assert_eq!(
         e.to_string(),
-        "`hostile.recurse` exhausted its stack of 524288 bytes (unbounded recursion?)"
+        "`hostile_recurse` exhausted its stack of 524288 bytes (unbounded recursion?)"
     );
     check_alive().await;
 
@@ -376,7 +376,7 @@ async fn every_bound_holds_and_the_next_call_succeeds() {
         .unwrap_err();
     assert_eq!(
         e.to_string(),
-        "`hostile.flood` produced 300000 bytes, over the result cap of 262144 bytes"
+        "`hostile_flood` produced 300000 bytes, over the result cap of 262144 bytes"
     );
     check_alive().await;
     assert_eq!(
@@ -391,7 +391,7 @@ async fn every_bound_holds_and_the_next_call_succeeds() {
         .unwrap_err();
     let message = e.to_string();
     assert!(
-        message.starts_with("`hostile.panic` panicked: panicked at"),
+        message.starts_with("`hostile_panic` panicked: panicked at"),
         "{message}"
     );
     assert!(message.ends_with("on purpose"), "{message}");
@@ -402,7 +402,7 @@ async fn every_bound_holds_and_the_next_call_succeeds() {
     assert_eq!(
         e.to_string(),
         format!(
-            "arguments to `echo.echo` are {} bytes, over the cap of 65536 bytes",
+            "arguments to `echo_echo` are {} bytes, over the cap of 65536 bytes",
             big.len()
         )
     );
@@ -428,7 +428,7 @@ async fn per_program_limits_override_the_engine_defaults() {
     let e = text(&berm, "small", "memory_bomb", "{}").await.unwrap_err();
     assert_eq!(
         e.to_string(),
-        "`small.memory_bomb` tried to grow its memory past the cap of 2097152 bytes"
+        "`small_memory_bomb` tried to grow its memory past the cap of 2097152 bytes"
     );
 
     let too_big = Limits {

@@ -50,7 +50,7 @@ enum Command {
     Ls(commands::ls::Args),
     /// Remove a deployed program (its state stays).
     Rm(commands::rm::Args),
-    /// Call a tool: PROGRAM.TOOL with a JSON arguments object (or - for stdin).
+    /// Call a tool: PROGRAM_TOOL (as MCP clients see it) with a JSON arguments object (or - for stdin).
     Call(commands::call::Args),
     /// Show what an image file or a deployed program claims and reaches.
     Inspect(commands::inspect::Args),

@@ -99,7 +99,7 @@ fn every_command_says_when_bermd_is_not_running() {
         vec!["ls"],
         vec!["deploy", "echo", echo],
         vec!["rm", "echo"],
-        vec!["call", "echo.echo", "{}"],
+        vec!["call", "echo_echo", "{}"],
         vec!["inspect", "echo"],
         vec!["mcp"],
     ] {
@@ -161,7 +161,7 @@ fn deploy_ls_call_inspect_rm_with_their_exit_codes() {
     let ls = text(&bermd.berm(&["ls"]).stdout);
     let files_line = ls.lines().find(|l| l.starts_with("files")).unwrap();
     assert!(
-        files_line.contains("read_file,write_file,list_dir,grep"),
+        files_line.contains("files_read_file,files_write_file,files_list_dir,files_grep"),
         "{ls}"
     );
     assert!(
@@ -179,34 +179,44 @@ fn deploy_ls_call_inspect_rm_with_their_exit_codes() {
         "{ls}"
     );
 
-    let out = bermd.berm(&["call", "echo.reverse", r#"{"message":"abc"}"#]);
+    let out = bermd.berm(&["call", "echo_reverse", r#"{"message":"abc"}"#]);
     assert_eq!(
         (out.status.code(), text(&out.stdout)),
         (Some(0), "cba\n".into())
     );
     let out = berm_in(
         &bermd.home,
-        &["call", "files.read_file", "-"],
+        &["call", "files_read_file", "-"],
         Some(r#"{"path":"hello.txt"}"#),
     );
     assert_eq!(
         (out.status.code(), text(&out.stdout)),
         (Some(0), "hello from disk\n\n".into())
     );
-    let out = bermd.berm(&["call", "echo.fail", r#"{"message":"nope"}"#]);
+    let out = bermd.berm(&["call", "echo_fail", r#"{"message":"nope"}"#]);
     assert_eq!(out.status.code(), Some(1));
-    assert_eq!(text(&out.stderr), "echo.fail failed: nope\n");
-    let out = bermd.berm(&["call", "files.write_file", r#"{"path":"x","content":"y"}"#]);
+    assert_eq!(text(&out.stderr), "echo_fail failed: nope\n");
+    let out = bermd.berm(&["call", "files_write_file", r#"{"path":"x","content":"y"}"#]);
     assert_eq!(out.status.code(), Some(1));
     assert!(text(&out.stderr).contains("the fs grant is read-only"));
-    let out = bermd.berm(&["call", "echo.echo", r#"{"message":1}"#]);
+    let out = bermd.berm(&["call", "echo_echo", r#"{"message":1}"#]);
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out.stderr).contains("`message`: 1 is not of type \"string\""));
-    let out = bermd.berm(&["call", "echo.echo", "not json"]);
+    let out = bermd.berm(&["call", "echo_echo", "not json"]);
     assert_eq!(out.status.code(), Some(2));
-    let out = bermd.berm(&["call", "nosuch.tool"]);
+    let out = bermd.berm(&["call", "nosuch_tool"]);
     assert_eq!(out.status.code(), Some(2));
-    assert!(text(&out.stderr).contains("no tool `nosuch.tool` is deployed"));
+    assert!(text(&out.stderr).contains("no tool `nosuch_tool` is deployed"));
+    // The dotted spelling of earlier versions is refused with the new name.
+    let out = bermd.berm(&["call", "echo.echo", r#"{"message":"x"}"#]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains(
+            "`echo.echo` is the old dotted spelling: tools are named PROGRAM_TOOL, as MCP clients see them (`echo_echo`)"
+        ),
+        "{}",
+        text(&out.stderr)
+    );
 
     let out = bermd.berm(&["inspect", "files"]);
     let inspect = text(&out.stdout);
@@ -248,7 +258,7 @@ fn the_mcp_bridge_carries_a_session() {
     let input = [
         r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}"#,
         r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
-        r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo.echo","arguments":{"message":"through the bridge"}}}"#,
+        r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo_echo","arguments":{"message":"through the bridge"}}}"#,
     ]
     .join("\n")
         + "\n";
@@ -289,7 +299,7 @@ fn berm_new_scaffolds_a_program_that_builds_and_deploys_as_is() {
     let image = target.join("wasm32-unknown-unknown/release/greeter.wasm");
     let out = bermd.berm(&["deploy", "greeter", image.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    let out = bermd.berm(&["call", "greeter.hello", r#"{"name":"berm"}"#]);
+    let out = bermd.berm(&["call", "greeter_hello", r#"{"name":"berm"}"#]);
     assert_eq!(text(&out.stdout), "hello, berm\n");
     let out = Command::new(env!("CARGO_BIN_EXE_berm"))
         .args(["new", "Bad.Name"])
@@ -372,7 +382,7 @@ fn deploy_app_deploys_every_program_of_a_folder_or_none() {
     assert_eq!(program["limits"]["memory_bytes"], 64 << 20, "{listed}");
     let out = bermd.berm(&[
         "call",
-        "notes.add",
+        "notes_add",
         r#"{"title":"app","text":"from a folder"}"#,
     ]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
@@ -383,7 +393,7 @@ fn deploy_app_deploys_every_program_of_a_folder_or_none() {
     assert!(bermd.home.join("data/files").is_dir());
     let out = bermd.berm(&[
         "call",
-        "files.write_file",
+        "files_write_file",
         r#"{"path":"a.txt","content":"x"}"#,
     ]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));

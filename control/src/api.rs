@@ -99,7 +99,7 @@ pub enum CallOutcome {
     Failed,
 }
 
-/// `POST /programs/{name}/tools/{tool}`: the program's answer. A host error
+/// `POST /tools/{tool}`: the program's answer. A host error
 /// (trap, deadline, memory cap, bad arguments) is an [`ErrorBody`] instead.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CallResponse {

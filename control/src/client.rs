@@ -113,19 +113,11 @@ impl Client {
             .await
     }
 
-    /// `POST /programs/{program}/tools/{tool}` with `args` (a JSON object).
-    pub async fn call(
-        &self,
-        program: &str,
-        tool: &str,
-        args: Vec<u8>,
-    ) -> Result<CallResponse, ClientError> {
-        self.request(
-            Method::POST,
-            format!("/programs/{program}/tools/{tool}"),
-            Some(args),
-        )
-        .await
+    /// `POST /tools/{tool}` with `args` (a JSON object); `tool` is the name
+    /// MCP clients see, `{program}_{tool}`.
+    pub async fn call(&self, tool: &str, args: Vec<u8>) -> Result<CallResponse, ClientError> {
+        self.request(Method::POST, format!("/tools/{tool}"), Some(args))
+            .await
     }
 
     async fn request<T: DeserializeOwned>(

@@ -12,7 +12,7 @@
 //! | `PUT /programs/{name}` | [`DeployRequest`] | [`DeployResponse`] |
 //! | `GET /programs/{name}` | — | [`ProgramView`] |
 //! | `DELETE /programs/{name}` | — | [`RemoveResponse`] |
-//! | `POST /programs/{name}/tools/{tool}` | the arguments object | [`CallResponse`] |
+//! | `POST /tools/{tool}` (`tool` as MCP serves it: `{program}_{tool}`) | the arguments object | [`CallResponse`] |
 //!
 //! Every error is a JSON [`ErrorBody`] with a message a person can act on.
 #![forbid(unsafe_code)]

@@ -64,15 +64,16 @@ pub struct Index {
     pub skipped: Vec<Skipped>,
 }
 
-/// Whether `name` may name a program: 1-64 of `a-z 0-9 _ -`, starting with
-/// a letter or digit (the rule deploy applies; no dots or slashes, so it is
-/// also a safe file stem).
+/// Whether `name` may name a program: 1-64 of `a-z 0-9 -`, starting with a
+/// letter or digit (the rule deploy applies; no `_`, which separates program
+/// and tool in served tool names, and no dots or slashes, so it is also a
+/// safe file stem).
 pub(crate) fn is_valid_name(name: &str) -> bool {
     (1..=64).contains(&name.len())
         && name
             .bytes()
-            .all(|b| matches!(b, b'a'..=b'z' | b'0'..=b'9' | b'_' | b'-'))
-        && !name.starts_with(['_', '-'])
+            .all(|b| matches!(b, b'a'..=b'z' | b'0'..=b'9' | b'-'))
+        && !name.starts_with('-')
 }
 
 impl Entry {

@@ -68,7 +68,7 @@ pub enum AddError {
     #[error(transparent)]
     Describe(#[from] berm_oci::PullError),
     /// The name (given, or taken from the repository) is not a program name.
-    #[error("`{name}` is not a valid program name (1-64 of a-z, 0-9, `_`, `-`); pass --name")]
+    #[error("`{name}` is not a valid program name (1-64 of a-z, 0-9, `-`); pass --name")]
     InvalidName {
         /// The name.
         name: String,

@@ -316,7 +316,11 @@ impl Manifest {
         {
             return Err(ManifestError::UndeclaredExport(extra.clone()));
         }
-        if let Some(bad) = self.calls.iter().find(|c| !berm_abi::is_valid_name(c)) {
+        if let Some(bad) = self
+            .calls
+            .iter()
+            .find(|c| !berm_abi::is_valid_program_name(c))
+        {
             return Err(ManifestError::InvalidCallName(bad.clone()));
         }
         if !self.exports_memory {

@@ -48,11 +48,11 @@ class Session:
 
 
 def tool_named(tools, program, tool):
-    """The served name of PROGRAM's TOOL, whatever separator bermd serves names with."""
-    for name in tools:
-        if name.startswith(program) and name.endswith(tool) and len(name) - len(program) - len(tool) <= 2:
-            return name
-    sys.exit(f"mcp: no tool {tool} of {program} among {', '.join(tools)}")
+    """The served name of PROGRAM's TOOL: `{program}_{tool}`."""
+    name = f"{program}_{tool}"
+    if name in tools:
+        return name
+    sys.exit(f"mcp: no tool {name} among {', '.join(tools)}")
 
 
 def text_of(result):

@@ -2,7 +2,7 @@
 //!
 //! Run: `scripts/build-apps.sh && cargo bench -p berm-service`. Measures, in
 //! one run on one machine:
-//! - baseline: `Berm::call` of `echo.echo` in process (instantiate, run, drop);
+//! - baseline: `Berm::call` of tool `echo` of `echo` in process (instantiate, run, drop);
 //! - `Service::call`: the same through bermd's service layer (schema
 //!   validation; echo imports nothing that waits, so its call starts on
 //!   the calling task);
@@ -59,8 +59,8 @@ fn main() {
     let args_value: Value = serde_json::from_slice(args).expect("json");
     let layer = runtime.block_on(async {
         sample(|| async {
-            let out = service.call("echo", "echo", &args_value).await;
-            assert_eq!(out.expect("host").expect("program"), "hello");
+            let out = service.call("echo_echo", &args_value, None).await;
+            assert_eq!(out.expect("host").expect("program").text, "hello");
         })
         .await
     });
@@ -86,7 +86,7 @@ fn main() {
         let stream = UnixStream::connect(&path).expect("connect");
         let mut writer = stream.try_clone().expect("clone");
         let mut reader = BufReader::new(stream);
-        let request = br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo.echo","arguments":{"message":"hello"}}}"#;
+        let request = br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo_echo","arguments":{"message":"hello"}}}"#;
         let mut line = Vec::new();
         let mut round_trip = || {
             writer.write_all(request).expect("write");
@@ -170,7 +170,7 @@ fn main() {
 
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
     println!(
-        "machine: {cores} cores; {SAMPLES} samples after {WARMUP} warm-up calls; tool echo.echo"
+        "machine: {cores} cores; {SAMPLES} samples after {WARMUP} warm-up calls; tool echo_echo"
     );
     println!(
         "baseline  Berm::call in process          p50 {:>8.1} µs  p99 {:>8.1} µs",
@@ -276,7 +276,7 @@ impl McpClient {
     fn call(&mut self) {
         let answer = self.request(
             "tools/call",
-            json!({"name": "echo.echo", "arguments": {"message": "hello"}}),
+            json!({"name": "echo_echo", "arguments": {"message": "hello"}}),
         );
         assert_eq!(answer["result"]["content"][0]["text"], "hello", "{answer}");
     }

@@ -18,12 +18,18 @@ pub struct ToolEntry {
     pub mcp: Tool,
     /// Checks arguments against the tool's input schema before it runs.
     pub validator: Arc<Validator>,
+    /// Checks a successful result against the tool's output schema, when it
+    /// declares one; the result then also goes out as `structuredContent`.
+    pub output: Option<Arc<Validator>>,
     /// Whether a call may start on the thread that read the request: see
     /// [`never_waits`].
     pub starts_inline: bool,
+    /// Whether the program imports `log.write`: only its calls carry a
+    /// session's log (see [`crate::logs`]).
+    pub logs: bool,
 }
 
-/// All tools, by `{program}.{tool}`.
+/// All tools, by served name (`{program}_{tool}`, [`berm_abi::served_name`]).
 #[derive(Default)]
 pub struct Catalog {
     tools: BTreeMap<String, ToolEntry>,
@@ -38,12 +44,21 @@ impl Catalog {
         let mut tools = BTreeMap::new();
         for program in programs {
             let starts_inline = never_waits(&program.manifest);
+            let logs = program.manifest.syscalls.iter().any(|s| s.module == "log");
             for tool in &program.manifest.tools {
-                let name = format!("{}.{}", program.name, tool.name);
+                let name = berm_abi::served_name(&program.name, &tool.name);
                 let validator = match jsonschema::validator_for(&tool.input_schema) {
                     Ok(v) => Arc::new(v),
                     Err(e) => {
                         tracing::warn!(tool = %name, "input schema does not compile, tool not served: {e}");
+                        continue;
+                    }
+                };
+                let output = match tool.output_schema.as_ref().map(jsonschema::validator_for) {
+                    None => None,
+                    Some(Ok(v)) => Some(Arc::new(v)),
+                    Some(Err(e)) => {
+                        tracing::warn!(tool = %name, "output schema does not compile, tool not served: {e}");
                         continue;
                     }
                 };
@@ -55,7 +70,9 @@ impl Catalog {
                         tool: tool.name.clone(),
                         mcp,
                         validator,
+                        output,
                         starts_inline,
+                        logs,
                     },
                 );
             }
@@ -72,6 +89,21 @@ impl Catalog {
     /// Every tool, sorted by name.
     pub fn list(&self) -> Arc<Vec<Tool>> {
         self.list.clone()
+    }
+
+    /// One page of `tools/list`: at most `size` tools whose names sort after
+    /// `cursor`, and the cursor of the next page when more follow. The cursor
+    /// is the last name of the page before, so a deploy or remove between
+    /// two pages neither repeats nor skips a tool that stayed.
+    pub fn page(&self, cursor: Option<&str>, size: usize) -> (Vec<Tool>, Option<String>) {
+        let start = match cursor {
+            Some(after) => self.list.partition_point(|t| t.name.as_ref() <= after),
+            None => 0,
+        };
+        let end = start.saturating_add(size.max(1)).min(self.list.len());
+        let page = self.list[start..end].to_vec();
+        let next = (end < self.list.len()).then(|| self.list[end - 1].name.to_string());
+        (page, next)
     }
 }
 
@@ -98,6 +130,49 @@ pub fn check_schemas(manifest: &berm::Manifest) -> Result<(), String> {
                 tool.name
             )
         })?;
+        if let Some(schema) = &tool.output_schema {
+            if schema.get("type") != Some(&serde_json::Value::from("object")) {
+                return Err(format!(
+                    "tool `{}`: output_schema must be a JSON Schema object with \"type\": \"object\" (MCP's structuredContent is an object)",
+                    tool.name
+                ));
+            }
+            jsonschema::validator_for(schema).map_err(|e| {
+                format!(
+                    "tool `{}`: output_schema is not a valid JSON Schema: {e}",
+                    tool.name
+                )
+            })?;
+        }
+    }
+    Ok(())
+}
+
+/// Checks every name `program`'s tools would be served under fits what MCP
+/// clients accept (`^[a-zA-Z0-9_-]{1,64}$`); the message says what to
+/// shorten. Two served names cannot collide: program names have no `_`, so
+/// the first `_` of a served name is always the separator and distinct
+/// (program, tool) pairs give distinct names.
+pub fn check_served_names(program: &str, manifest: &berm::Manifest) -> Result<(), String> {
+    let max = berm_abi::MAX_SERVED_NAME;
+    for tool in &manifest.tools {
+        let served = berm_abi::served_name(program, &tool.name);
+        if served.len() > max {
+            let program_room = max.saturating_sub(tool.name.len() + 1);
+            let tool_room = max.saturating_sub(program.len() + 1);
+            let rename = match (program_room, tool_room) {
+                (0, 0) => "shorten both the program's and the tool's name".to_string(),
+                (0, room) => format!("shorten the tool's name to at most {room} characters"),
+                (room, _) => format!(
+                    "deploy under a program name of at most {room} characters, or shorten the tool's name"
+                ),
+            };
+            return Err(format!(
+                "tool `{}` of `{program}` would be served as `{served}`, {} characters; MCP clients accept at most {max}: {rename}",
+                tool.name,
+                served.len(),
+            ));
+        }
     }
     Ok(())
 }

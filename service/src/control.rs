@@ -23,7 +23,7 @@ pub fn router(service: Arc<Service>) -> Router {
     Router::new()
         .route("/programs", get(list))
         .route("/programs/{name}", get(show).put(deploy).delete(remove))
-        .route("/programs/{name}/tools/{tool}", post(call))
+        .route("/tools/{tool}", post(call))
         .fallback(|| async {
             failure(
                 StatusCode::NOT_FOUND,
@@ -117,7 +117,7 @@ async fn remove(State(service): State<Arc<Service>>, Path(name): Path<String>) -
 
 async fn call(
     State(service): State<Arc<Service>>,
-    Path((name, tool)): Path<(String, String)>,
+    Path(tool): Path<String>,
     body: Bytes,
 ) -> Response {
     let args = if body.iter().all(u8::is_ascii_whitespace) {
@@ -133,10 +133,11 @@ async fn call(
             }
         }
     };
-    match service.call(&name, &tool, &args).await {
-        Ok(Ok(text)) => ok(CallResponse {
+    // A client that hangs up drops this future, which stops the call.
+    match service.call(&tool, &args, None).await {
+        Ok(Ok(done)) => ok(CallResponse {
             outcome: CallOutcome::Done,
-            text,
+            text: done.text,
         }),
         Ok(Err(failed)) => ok(CallResponse {
             outcome: CallOutcome::Failed,
@@ -146,7 +147,7 @@ async fn call(
         Err(e @ CallError::InvalidArguments { .. }) => {
             failure(StatusCode::BAD_REQUEST, e.to_string())
         }
-        Err(e @ (CallError::Host(_) | CallError::Lost(_))) => {
+        Err(e @ (CallError::Host(_) | CallError::Lost(_) | CallError::InvalidOutput { .. })) => {
             failure(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
         }
     }

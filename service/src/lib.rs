@@ -23,6 +23,7 @@ pub mod home;
 pub mod http;
 pub mod kv;
 pub mod listen;
+pub mod logs;
 pub mod mcp;
 pub mod service;
 pub mod store;

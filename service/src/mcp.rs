@@ -7,41 +7,59 @@
 //! `subscriptions/listen` stream for 2026-07-28 clients.
 //!
 //! Errors cross into MCP in exactly one place, [`call_result`].
+//!
+//! A `notifications/cancelled` for a running `tools/call` cancels the
+//! request's token; the call's future is then dropped, which stops the
+//! program at its next epoch tick and returns its instance to the pool, and
+//! rmcp sends nothing for the cancelled id.
 
+// MCP logging (`logging/setLevel`, `notifications/message`) is deprecated
+// in rmcp by SEP-2577 but is what clients up to 2025-11-25 speak.
+#![allow(deprecated)]
+
+use std::pin::pin;
 use std::sync::Arc;
+use std::task::Poll;
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, SubscriptionFilter,
-    Tool,
+    ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig,
+    SetLevelRequestParams, SubscriptionFilter, Tool,
 };
 use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use tokio::sync::broadcast::error::RecvError;
 
-use crate::service::{CallError, Service};
+use crate::logs::SessionLog;
+use crate::service::{CallError, Done, LogTo, Service};
 
 /// The MCP face of a [`Service`]; one per session, cheap to clone.
 #[derive(Clone)]
 pub struct McpServer {
     service: Arc<Service>,
+    log: SessionLog,
 }
 
 impl McpServer {
     /// A handler for one MCP session.
     pub fn new(service: Arc<Service>) -> McpServer {
-        McpServer { service }
+        McpServer {
+            service,
+            log: SessionLog::default(),
+        }
     }
 }
 
 const INSTRUCTIONS: &str = "berm serves every deployed program's tools, named \
-`{program}.{tool}`. Each tool's description ends with what its program is and \
-when to reach for it. The list changes when programs are deployed or removed.";
+`{program}_{tool}` (a program's name has no `_`, so the first `_` ends it). \
+Each tool's description ends with what its program is and when to reach for \
+it. The list changes when programs are deployed or removed.";
 
 impl ServerHandler for McpServer {
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(
             ServerCapabilities::builder()
+                .enable_logging()
                 .enable_tools()
                 .enable_tool_list_changed()
                 .build(),
@@ -52,12 +70,27 @@ impl ServerHandler for McpServer {
 
     async fn list_tools(
         &self,
-        _request: Option<PaginatedRequestParams>,
+        request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
-        Ok(ListToolsResult::with_all_items(
-            self.service.catalog().list().as_ref().clone(),
-        ))
+        let cursor = request.and_then(|r| r.cursor);
+        if let Some(cursor) = &cursor
+            && berm_abi::split_served_name(cursor).is_none()
+        {
+            return Err(McpError::invalid_params(
+                format!(
+                    "`{cursor}` is not a cursor this server gave out (pass the nextCursor of the page before)"
+                ),
+                None,
+            ));
+        }
+        let (tools, next) = self
+            .service
+            .catalog()
+            .page(cursor.as_deref(), self.service.tools_page_size());
+        let mut result = ListToolsResult::with_all_items(tools);
+        result.next_cursor = next;
+        Ok(result)
     }
 
     fn get_tool(&self, name: &str) -> Option<Tool> {
@@ -67,13 +100,41 @@ impl ServerHandler for McpServer {
     async fn call_tool(
         &self,
         request: CallToolRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
-        let Some((program, tool)) = request.name.split_once('.') else {
-            return call_result(Err(CallError::NoSuchTool(request.name.to_string())));
-        };
         let args = serde_json::Value::Object(request.arguments.unwrap_or_default());
-        call_result(self.service.call(program, tool, &args).await)
+        let log = LogTo {
+            session: &self.log,
+            peer: &context.peer,
+        };
+        let mut call = pin!(self.service.call(&request.name, &args, Some(log)));
+        // The first poll runs a short call to its end; only a call still
+        // running listens for its cancellation (which would otherwise cost a
+        // registration on every call).
+        let first = std::future::poll_fn(|cx| Poll::Ready(call.as_mut().poll(cx))).await;
+        let outcome = match first {
+            Poll::Ready(outcome) => outcome,
+            Poll::Pending => tokio::select! {
+                biased;
+                outcome = call => outcome,
+                () = context.ct.cancelled() => {
+                    // Dropping the call stops it; rmcp sends nothing for a
+                    // cancelled id, so this error goes nowhere.
+                    return Err(McpError::internal_error("the call was cancelled", None));
+                }
+            },
+        };
+        self.log.flush().await;
+        call_result(outcome)
+    }
+
+    async fn set_level(
+        &self,
+        request: SetLevelRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        self.log.set_level(request.level);
+        Ok(())
     }
 
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
@@ -134,25 +195,35 @@ impl ServerHandler for McpServer {
     }
 }
 
-/// The one place a call's outcome becomes MCP: the result is text; the
-/// program's failure is a result with `isError`; bad arguments and unknown
-/// tools are `invalid_params`; every host error (trap, deadline, memory cap)
-/// is `internal_error` with the runtime's message, which names the program,
-/// the tool and the bound.
+/// The one place a call's outcome becomes MCP. What the model should read
+/// is a result: the text (and `structuredContent` when the tool declares an
+/// output schema); with `isError`, the program's failure, arguments that
+/// break the input schema (naming the field and the rule), a result that
+/// breaks the output schema, and every host error of the call (trap,
+/// deadline, memory cap), whose message names the bound and nothing
+/// internal. Only an unknown tool is a protocol error (`invalid_params`), as
+/// are malformed requests, which rmcp refuses before they get here.
 fn call_result(
-    outcome: Result<Result<String, berm::Failure>, CallError>,
+    outcome: Result<Result<Done, berm::Failure>, CallError>,
 ) -> Result<CallToolResponse, McpError> {
+    let error_result =
+        |message: String| Ok(CallToolResult::error(vec![ContentBlock::text(message)]).into());
     match outcome {
-        Ok(Ok(text)) => Ok(CallToolResult::success(vec![ContentBlock::text(text)]).into()),
-        Ok(Err(failure)) => {
-            Ok(CallToolResult::error(vec![ContentBlock::text(failure.message)]).into())
+        Ok(Ok(Done { text, structured })) => {
+            let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
+            result.structured_content = structured;
+            Ok(result.into())
         }
-        Err(error @ (CallError::NoSuchTool(_) | CallError::InvalidArguments { .. })) => {
+        Ok(Err(failure)) => error_result(failure.message),
+        Err(error @ CallError::NoSuchTool(_)) => {
             Err(McpError::invalid_params(error.to_string(), None))
         }
-        Err(error @ (CallError::Host(_) | CallError::Lost(_))) => {
+        Err(error @ CallError::InvalidArguments { .. }) => error_result(error.to_string()),
+        Err(
+            error @ (CallError::Host(_) | CallError::Lost(_) | CallError::InvalidOutput { .. }),
+        ) => {
             tracing::warn!("tools/call: {error}");
-            Err(McpError::internal_error(error.to_string(), None))
+            error_result(error.to_string())
         }
     }
 }

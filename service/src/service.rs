@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, RwLock};
 use std::task::Poll;
 use std::time::Duration;
@@ -15,6 +16,7 @@ use crate::catalog::{self, Catalog};
 use crate::fs::FsRoot;
 use crate::home::{Home, HomeError};
 use crate::kv::{KvCaps, KvError, KvStore};
+use crate::logs::{self, SessionLog};
 use crate::store::{LoadError, Record, Store};
 use crate::syscalls::{self, ProgramHost};
 
@@ -32,7 +34,13 @@ pub struct ServiceConfig {
     /// `Engine::precompile` with this same engine configuration (for the
     /// microVM: `EngineConfig::vm()`), or it is skipped.
     pub code_dir: Option<PathBuf>,
+    /// Most tools in one `tools/list` page; more come behind a cursor.
+    pub tools_page_size: usize,
 }
+
+/// The default `tools/list` page: large, because some clients read only the
+/// first page.
+pub const DEFAULT_TOOLS_PAGE_SIZE: usize = 1000;
 
 impl ServiceConfig {
     /// Defaults for a data directory.
@@ -42,6 +50,7 @@ impl ServiceConfig {
             engine: EngineConfig::default(),
             kv_caps: KvCaps::default(),
             code_dir: None,
+            tools_page_size: DEFAULT_TOOLS_PAGE_SIZE,
         }
     }
 }
@@ -89,6 +98,9 @@ pub enum DeployError {
     /// A tool's input schema is not a JSON Schema MCP can validate against.
     #[error("{0}")]
     Schema(String),
+    /// A tool's served name would be longer than MCP clients accept.
+    #[error("{0}")]
+    ServedName(String),
     /// The image or record could not be saved; the program is not deployed.
     #[error("`{name}` was not deployed: could not save it")]
     Persist {
@@ -127,7 +139,15 @@ pub enum CallError {
     /// The arguments do not match the tool's input schema; nothing ran.
     #[error("invalid arguments for `{tool}`: {message}")]
     InvalidArguments {
-        /// `{program}.{tool}`.
+        /// The served name, `{program}_{tool}`.
+        tool: String,
+        /// Which field, and what is wrong with it.
+        message: String,
+    },
+    /// The tool declares an output schema and its result does not match it.
+    #[error("the result of `{tool}` does not match its output schema: {message}")]
+    InvalidOutput {
+        /// The served name, `{program}_{tool}`.
         tool: String,
         /// Which field, and what is wrong with it.
         message: String,
@@ -139,6 +159,16 @@ pub enum CallError {
     /// shutting down, or the runtime panicked).
     #[error("the call was lost: {0}")]
     Lost(String),
+}
+
+/// A tool's successful result.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Done {
+    /// The result as the program wrote it.
+    pub text: String,
+    /// The same result parsed, when the tool declares an output schema (it
+    /// has been checked against it): MCP's `structuredContent`.
+    pub structured: Option<serde_json::Value>,
 }
 
 /// What a restart brought back.
@@ -197,6 +227,7 @@ pub struct Service {
     home: Home,
     store: Store,
     kv_caps: KvCaps,
+    tools_page_size: usize,
     catalog: RwLock<Arc<Catalog>>,
     deployments: RwLock<HashMap<String, Deployment>>,
     keyspaces: Mutex<HashMap<String, Arc<KvStore>>>,
@@ -236,6 +267,7 @@ impl Service {
             store: Store::new(home.clone()),
             home,
             kv_caps: config.kv_caps,
+            tools_page_size: config.tools_page_size.max(1),
             catalog: RwLock::new(Arc::new(Catalog::default())),
             deployments: RwLock::new(HashMap::new()),
             keyspaces: Mutex::new(HashMap::new()),
@@ -274,6 +306,11 @@ impl Service {
     /// The runtime, for embedding and benchmarks.
     pub fn berm(&self) -> &Berm {
         &self.berm
+    }
+
+    /// Most tools in one `tools/list` page.
+    pub fn tools_page_size(&self) -> usize {
+        self.tools_page_size
     }
 
     /// A receiver that hears about every deploy and remove.
@@ -324,12 +361,13 @@ impl Service {
     ) -> Result<DeployResponse, DeployError> {
         // The name becomes file names under $BERM_HOME: check it before
         // anything touches the disk.
-        if !berm_abi::is_valid_name(name) {
+        if !berm_abi::is_valid_program_name(name) {
             return Err(berm::DeployError::InvalidName(name.chars().take(80).collect()).into());
         }
         let _changing = self.changing.lock().unwrap_or_else(|p| p.into_inner());
         let grants = normalize_grants(grants)?;
         let manifest = berm::Manifest::from_image(image).map_err(berm::DeployError::from)?;
+        catalog::check_served_names(name, &manifest).map_err(DeployError::ServedName)?;
         catalog::check_schemas(&manifest).map_err(DeployError::Schema)?;
         let previous = self.berm.get(name).map(|p| p.digest.to_string());
         let record = Record {
@@ -418,24 +456,35 @@ impl Service {
         })
     }
 
-    /// Calls `{program}.{tool}` with `args` after checking them against the
-    /// tool's input schema.
+    /// Calls the tool MCP clients see as `name` (`{program}_{tool}`) with
+    /// `args` after checking them against the tool's input schema; a result
+    /// of a tool with an output schema is checked against that.
+    ///
+    /// Dropping the returned future stops the call within one epoch tick:
+    /// that is how a cancelled request or a client that went away frees its
+    /// instance.
+    ///
+    /// With `log`, the program's `log.write` lines also go to that MCP
+    /// session as `notifications/message`.
     pub async fn call(
         &self,
-        program: &str,
-        tool: &str,
+        name: &str,
         args: &serde_json::Value,
-    ) -> Result<Result<String, Failure>, CallError> {
-        let name = format!("{program}.{tool}");
+        log: Option<LogTo<'_>>,
+    ) -> Result<Result<Done, Failure>, CallError> {
         let catalog = self.catalog();
         let entry = catalog
-            .get(&name)
-            .ok_or_else(|| CallError::NoSuchTool(name.clone()))?;
-        validate(&name, entry, args)?;
+            .get(name)
+            .ok_or_else(|| CallError::NoSuchTool(name.to_string()))?;
+        validate(name, entry, args)?;
         // Serializing a Value cannot fail.
         let bytes = serde_json::to_vec(args).unwrap_or_default();
         let (berm, program, tool) = (self.berm.clone(), entry.program.clone(), entry.tool.clone());
-        let mut run = Box::pin(async move { berm.call(None, &program, &tool, bytes).await });
+        let run = async move { berm.call(None, &program, &tool, bytes).await };
+        let mut run: Pin<Box<dyn Future<Output = _> + Send>> = match log {
+            Some(to) if entry.logs => Box::pin(logs::scope(to.session.for_call(to.peer), run)),
+            _ => Box::pin(run),
+        };
         if entry.starts_inline {
             // One poll here, on the serving task: a short call (most are a
             // few µs) is done before it would have reached a call thread,
@@ -443,17 +492,18 @@ impl Service {
             // running at its first epoch tick yields, and moves on.
             let first = std::future::poll_fn(|cx| Poll::Ready(run.as_mut().poll(cx))).await;
             if let Poll::Ready(outcome) = first {
-                return Ok(outcome?);
+                return checked(name, entry, outcome?);
             }
         }
         let outcome = match self.calls.handle() {
-            Some(calls) => calls
-                .spawn(run)
+            // Aborted when this future is dropped: the task is dropped at its
+            // next epoch yield, and the instance with it.
+            Some(calls) => AbortOnDrop(calls.spawn(run))
                 .await
                 .map_err(|e| CallError::Lost(e.to_string()))?,
             None => run.await,
         };
-        Ok(outcome?)
+        checked(name, entry, outcome?)
     }
 
     fn write_deployments(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<String, Deployment>> {
@@ -528,15 +578,88 @@ impl Service {
     }
 }
 
+/// Where a call's program logs go besides bermd's log: an MCP session.
+#[derive(Clone, Copy)]
+pub struct LogTo<'a> {
+    /// The session's logging state.
+    pub session: &'a SessionLog,
+    /// The session's peer.
+    pub peer: &'a rmcp::service::Peer<rmcp::RoleServer>,
+}
+
+/// A task on the call threads that is aborted when its handle is dropped, so
+/// that dropping a call's future stops the call.
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Future for AbortOnDrop<T> {
+    type Output = Result<T, tokio::task::JoinError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> Poll<Self::Output> {
+        Pin::new(&mut self.0).poll(cx)
+    }
+}
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        // A no-op for a task that has finished.
+        self.0.abort();
+    }
+}
+
+/// A successful result, checked against the tool's output schema when it
+/// declares one. Tools without one (most) pay nothing here.
+fn checked(
+    name: &str,
+    entry: &catalog::ToolEntry,
+    outcome: Result<String, Failure>,
+) -> Result<Result<Done, Failure>, CallError> {
+    let text = match outcome {
+        Ok(text) => text,
+        Err(failure) => return Ok(Err(failure)),
+    };
+    let Some(output) = &entry.output else {
+        return Ok(Ok(Done {
+            text,
+            structured: None,
+        }));
+    };
+    let invalid = |message: String| CallError::InvalidOutput {
+        tool: name.to_string(),
+        message,
+    };
+    let value: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|e| invalid(format!("the result is not JSON ({e})")))?;
+    let problems = schema_problems(output, &value);
+    if !problems.is_empty() {
+        return Err(invalid(problems));
+    }
+    Ok(Ok(Done {
+        text,
+        structured: Some(value),
+    }))
+}
+
 /// Checks `args` against the tool's schema; the message names the field.
 fn validate(
     name: &str,
     entry: &catalog::ToolEntry,
     args: &serde_json::Value,
 ) -> Result<(), CallError> {
-    let problems: Vec<String> = entry
-        .validator
-        .iter_errors(args)
+    let problems = schema_problems(&entry.validator, args);
+    if problems.is_empty() {
+        return Ok(());
+    }
+    Err(CallError::InvalidArguments {
+        tool: name.to_string(),
+        message: problems,
+    })
+}
+
+/// What is wrong with `value` by `schema`, naming each field (at most five
+/// problems), or an empty string when nothing is.
+fn schema_problems(schema: &jsonschema::Validator, value: &serde_json::Value) -> String {
+    let problems: Vec<String> = schema
+        .iter_errors(value)
         .take(5)
         .map(|e| {
             let at = e.instance_path.to_string();
@@ -547,13 +670,7 @@ fn validate(
             }
         })
         .collect();
-    if problems.is_empty() {
-        return Ok(());
-    }
-    Err(CallError::InvalidArguments {
-        tool: name.to_string(),
-        message: problems.join("; "),
-    })
+    problems.join("; ")
 }
 
 /// Sorts and dedups grants; an `fs` directory must be absolute and exist,

@@ -136,6 +136,8 @@ fn log_write(cx: &SyscallContext<'_>, request: &mut [u8]) -> Result<Reply, Sysca
     let [level, message] = fields::<2>(request)?;
     let cut = message.len().min(MAX_LOG_BYTES);
     let message = String::from_utf8_lossy(&message[..cut]);
+    // Escaped, so a program cannot forge lines in bermd's log or a client's.
+    let message = crate::logs::escape(&message);
     let program = cx.program;
     let tool = cx.tool;
     match level {
@@ -151,6 +153,7 @@ fn log_write(cx: &SyscallContext<'_>, request: &mut [u8]) -> Result<Reply, Sysca
             ));
         }
     }
+    crate::logs::forward(program, level, &message);
     Ok(Reply::Word(0))
 }
 

@@ -152,19 +152,19 @@ fn an_app_is_served_on_the_inherited_listener_and_announces_ready() {
         .iter()
         .map(|t| t["name"].as_str().unwrap())
         .collect();
-    assert!(names.contains(&"notes.add"), "{names:?}");
+    assert!(names.contains(&"notes_add"), "{names:?}");
     assert_eq!(names.len(), 4, "{names:?}");
     let (text, error) = result_text(&session.call(
-        "notes.add",
+        "notes_add",
         json!({"title": "vm", "text": "served on an inherited socket"}),
     ));
     assert!(!error, "{text}");
-    let (text, error) = result_text(&session.call("notes.search", json!({"query": "inherited"})));
+    let (text, error) = result_text(&session.call("notes_search", json!({"query": "inherited"})));
     assert!(!error && text.contains("vm"), "{text}");
     // A second connection on the same listener gets its own session.
     let mut second = Session::connect(&bermd.socket);
     second.initialize();
-    let (text, _) = result_text(&second.call("notes.list", json!({})));
+    let (text, _) = result_text(&second.call("notes_list", json!({})));
     assert!(text.contains("vm"), "{text}");
 
     // bermd made no socket of its own, and wrote only under its home.
@@ -217,7 +217,7 @@ fn precompiled_code_from_the_code_dir_is_used() {
     );
     let mut session = Session::connect(&bermd.socket);
     session.initialize();
-    let (text, error) = result_text(&session.call("echo.echo", json!({"message": "hi"})));
+    let (text, error) = result_text(&session.call("echo_echo", json!({"message": "hi"})));
     assert_eq!((text.as_str(), error), ("hi", false));
 }
 
@@ -375,7 +375,7 @@ fn an_app_beside_the_usual_sockets_is_listed_and_not_stored() {
     );
     let mut session = bermd.session();
     let tools = session.request("tools/list", json!({}));
-    assert!(tools.to_string().contains("files.write_file"), "{tools}");
+    assert!(tools.to_string().contains("files_write_file"), "{tools}");
     assert_eq!(
         std::fs::read_dir(bermd.home.join("deployments"))
             .unwrap()

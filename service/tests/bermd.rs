@@ -27,12 +27,12 @@ fn deployments_and_acknowledged_writes_survive_kill_9() {
     let mut session = bermd.session();
     for i in 0..20 {
         let (text, error) = result_text(&session.call(
-            "notes.add",
+            "notes_add",
             json!({"title": format!("n{i}"), "text": format!("body {i}")}),
         ));
         assert!(!error, "{text}");
     }
-    let (_, error) = result_text(&session.call("notes.delete", json!({"id": 3})));
+    let (_, error) = result_text(&session.call("notes_delete", json!({"id": 3})));
     assert!(!error);
 
     let (home, _dir) = bermd.kill9();
@@ -48,11 +48,11 @@ fn deployments_and_acknowledged_writes_survive_kill_9() {
     assert_eq!(programs[0].limits.deadline_ms, Some(1234));
     assert_eq!(programs[1].grants, vec![berm_control::Grant::Kv]);
     let mut session = restarted.session();
-    let (text, _) = result_text(&session.call("notes.list", json!({})));
+    let (text, _) = result_text(&session.call("notes_list", json!({})));
     let listed: Vec<serde_json::Value> = serde_json::from_str(&text).unwrap();
     assert_eq!(listed.len(), 19);
     assert!(!text.contains("\"n2\""), "note 3 was deleted: {text}");
-    let (text, _) = result_text(&session.call("notes.search", json!({"query": "body 19"})));
+    let (text, _) = result_text(&session.call("notes_search", json!({"query": "body 19"})));
     assert!(text.contains("n19"), "{text}");
 }
 
@@ -97,7 +97,7 @@ fn eight_clients_times_a_thousand_calls_are_all_answered_correctly() {
                 for i in 0..1000 {
                     let message = format!("client {client} call {i}");
                     let (text, error) =
-                        result_text(&session.call("echo.reverse", json!({"message": message})));
+                        result_text(&session.call("echo_reverse", json!({"message": message})));
                     assert!(!error);
                     assert_eq!(text, message.chars().rev().collect::<String>());
                 }
@@ -135,25 +135,33 @@ fn bad_input_gets_errors_and_bermd_stays_up() {
     let reply = session.request("no/such/method", json!({}));
     assert_eq!(reply["error"]["code"], -32601, "{reply}");
 
-    let reply = session.call("echo.nosuch", json!({}));
+    let reply = session.call("echo_nosuch", json!({}));
     assert_eq!(reply["error"]["code"], -32602, "{reply}");
     assert!(
         reply["error"]["message"]
             .as_str()
             .unwrap()
-            .contains("no tool `echo.nosuch`")
+            .contains("no tool `echo_nosuch`")
     );
-    let reply = session.call("nodot", json!({}));
-    assert_eq!(reply["error"]["code"], -32602, "{reply}");
+    for unknown in ["echo.echo", "noseparator", "echo_", "_echo"] {
+        let reply = session.call(unknown, json!({}));
+        assert_eq!(reply["error"]["code"], -32602, "{reply}");
+    }
 
-    let reply = session.call("echo.echo", json!({"message": ["not", "a", "string"]}));
-    assert_eq!(reply["error"]["code"], -32602, "{reply}");
-    assert!(
-        reply["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("`message`"),
-        "{reply}"
+    // Arguments that break the schema are a result the model reads, naming
+    // the field and the rule.
+    let (text, error) =
+        result_text(&session.call("echo_echo", json!({"message": ["not", "a", "string"]})));
+    assert!(error);
+    assert_eq!(
+        text,
+        r#"invalid arguments for `echo_echo`: `message`: ["not","a","string"] is not of type "string""#
+    );
+    let (text, error) = result_text(&session.call("echo_echo", json!({})));
+    assert!(error);
+    assert_eq!(
+        text,
+        r#"invalid arguments for `echo_echo`: "message" is a required property"#
     );
 
     // Well-formed JSON that is not JSON-RPC.
@@ -171,14 +179,14 @@ fn bad_input_gets_errors_and_bermd_stays_up() {
     session.send_raw(b"{\"jsonrpc\": \"2.0\", \"method\": \"notifications/nosuch\"}\n");
 
     // The session and bermd are still fine.
-    let (text, error) = result_text(&session.call("echo.echo", json!({"message": "still here"})));
+    let (text, error) = result_text(&session.call("echo_echo", json!({"message": "still here"})));
     assert_eq!((text.as_str(), error), ("still here", false));
     // A client that hangs up mid-message does not hurt anyone.
     let mut rude = Session::connect(&bermd.home.join("mcp.sock"));
     rude.send_raw(b"{\"jsonrpc\": \"2.0\", \"id\": 1, \"meth");
     drop(rude);
     let mut fresh = bermd.session();
-    let (text, _) = result_text(&fresh.call("echo.echo", json!({"message": "fresh"})));
+    let (text, _) = result_text(&fresh.call("echo_echo", json!({"message": "fresh"})));
     assert_eq!(text, "fresh");
     assert!(bermd.alive());
 }
@@ -191,7 +199,7 @@ fn a_message_arriving_in_pieces_is_read_whole_while_answers_go_out() {
     let call = |id: u64, message: &str| {
         let mut line = serde_json::to_vec(&json!({
             "jsonrpc": "2.0", "id": id, "method": "tools/call",
-            "params": {"name": "echo.echo", "arguments": {"message": message}},
+            "params": {"name": "echo_echo", "arguments": {"message": message}},
         }))
         .unwrap();
         line.push(b'\n');
@@ -236,7 +244,7 @@ fn a_message_arriving_in_pieces_is_read_whole_while_answers_go_out() {
     session.send_raw(b" json\n");
     let reply = session.read();
     assert_eq!(reply["error"]["code"], -32700, "{reply}");
-    let (text, _) = result_text(&session.call("echo.echo", json!({"message": "after"})));
+    let (text, _) = result_text(&session.call("echo_echo", json!({"message": "after"})));
     assert_eq!(text, "after");
 }
 
@@ -264,7 +272,7 @@ fn fs_escapes_are_refused() {
         "link",
         "parent/secret.txt",
     ] {
-        let (text, error) = result_text(&session.call("files.read_file", json!({"path": path})));
+        let (text, error) = result_text(&session.call("files_read_file", json!({"path": path})));
         assert!(error, "{path} was read: {text}");
         assert!(
             text.contains("leaves the granted directory"),
@@ -272,7 +280,7 @@ fn fs_escapes_are_refused() {
         );
     }
     let (text, error) = result_text(&session.call(
-        "files.write_file",
+        "files_write_file",
         json!({"path": "../escaped.txt", "content": "x"}),
     ));
     assert!(
@@ -280,19 +288,19 @@ fn fs_escapes_are_refused() {
         "{text}"
     );
     let (text, error) = result_text(&session.call(
-        "files.write_file",
+        "files_write_file",
         json!({"path": "parent/escaped.txt", "content": "x"}),
     ));
     assert!(error, "{text}");
     assert!(!dir.path().join("escaped.txt").exists());
-    let (text, error) = result_text(&session.call("files.list_dir", json!({"path": ".."})));
+    let (text, error) = result_text(&session.call("files_list_dir", json!({"path": ".."})));
     assert!(error, "{text}");
     // Inside is fine.
     let (text, error) =
-        result_text(&session.call("files.read_file", json!({"path": "inside.txt"})));
+        result_text(&session.call("files_read_file", json!({"path": "inside.txt"})));
     assert_eq!((text.as_str(), error), ("inside", false));
     let (_, error) = result_text(&session.call(
-        "files.write_file",
+        "files_write_file",
         json!({"path": "sub/new.txt", "content": "new"}),
     ));
     assert!(!error);
@@ -300,7 +308,7 @@ fn fs_escapes_are_refused() {
         std::fs::read_to_string(root.join("sub/new.txt")).unwrap(),
         "new"
     );
-    let (text, _) = result_text(&session.call("files.grep", json!({"pattern": "new"})));
+    let (text, _) = result_text(&session.call("files_grep", json!({"pattern": "new"})));
     assert_eq!(text, "sub/new.txt:1: new");
 }
 
@@ -310,22 +318,17 @@ fn an_ungranted_syscall_traps_naming_the_grant() {
     bermd.deploy("files", "files", &[], LimitsSpec::default());
     bermd.deploy("notes", "notes", &["log"], LimitsSpec::default());
     let mut session = bermd.session();
-    let reply = session.call("files.read_file", json!({"path": "x"}));
-    let message = reply["error"]["message"].as_str().unwrap_or_default();
-    assert_eq!(reply["error"]["code"], -32603, "{reply}");
+    // A host error of the call is a result the model reads.
+    let (message, error) = result_text(&session.call("files_read_file", json!({"path": "x"})));
+    assert!(error);
     assert!(
         message
             .contains("called `fs.read`, which is not granted to `files` (grant `fs` to allow it)"),
-        "{reply}"
+        "{message}"
     );
-    let reply = session.call("notes.list", json!({}));
-    assert!(
-        reply["error"]["message"]
-            .as_str()
-            .unwrap_or_default()
-            .contains("(grant `kv` to allow it)"),
-        "{reply}"
-    );
+    let (message, error) = result_text(&session.call("notes_list", json!({})));
+    assert!(error);
+    assert!(message.contains("(grant `kv` to allow it)"), "{message}");
 }
 
 #[test]
@@ -350,7 +353,7 @@ fn a_hostile_program_does_not_hold_up_others() {
         std::thread::spawn(move || {
             let mut session = Session::connect(&socket);
             session.initialize();
-            let reply = session.call(&format!("hostile.{tool}"), json!({}));
+            let reply = session.call(&format!("hostile_{tool}"), json!({}));
             done.send((tool, reply)).unwrap();
         });
     }
@@ -358,7 +361,7 @@ fn a_hostile_program_does_not_hold_up_others() {
     let mut session = bermd.session();
     for i in 0..50 {
         let (text, _) =
-            result_text(&session.call("echo.echo", json!({"message": format!("m{i}")})));
+            result_text(&session.call("echo_echo", json!({"message": format!("m{i}")})));
         assert_eq!(text, format!("m{i}"));
     }
     // Every echo was answered while the spins were still running: they end
@@ -368,12 +371,9 @@ fn a_hostile_program_does_not_hold_up_others() {
     let mut messages = Vec::new();
     for _ in early.len()..3 {
         let (_, reply) = finished.recv().unwrap();
-        messages.push(
-            reply["error"]["message"]
-                .as_str()
-                .unwrap_or_default()
-                .to_string(),
-        );
+        let (message, error) = result_text(&reply);
+        assert!(error, "{reply}");
+        messages.push(message);
     }
     assert!(
         messages
@@ -384,15 +384,13 @@ fn a_hostile_program_does_not_hold_up_others() {
         "{messages:?}"
     );
     assert!(bermd.alive());
-    let (text, _) = result_text(&session.call("echo.echo", json!({"message": "after"})));
+    let (text, _) = result_text(&session.call("echo_echo", json!({"message": "after"})));
     assert_eq!(text, "after");
-    let reply = session.call("hostile.memory_bomb", json!({}));
+    let (message, error) = result_text(&session.call("hostile_memory_bomb", json!({})));
+    assert!(error);
     assert!(
-        reply["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("tried to grow its memory past the cap of 33554432 bytes"),
-        "{reply}"
+        message.contains("tried to grow its memory past the cap of 33554432 bytes"),
+        "{message}"
     );
 }
 

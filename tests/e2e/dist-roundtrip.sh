@@ -53,7 +53,7 @@ check "the registry's layer digest is the program's sha256"
 listed=$("$bin/berm" ls --json | python3 -c 'import json, sys; print(next(p["digest"] for p in json.load(sys.stdin) if p["name"] == "echo"))')
 [ "$listed" = "sha256:$hex" ] || fail "berm ls prints $listed, expected sha256:$hex"
 check "berm ls prints the registry's digest"
-out=$("$bin/berm" call echo.echo '{"message":"through a registry"}')
+out=$("$bin/berm" call echo_echo '{"message":"through a registry"}')
 [ "$out" = "through a registry" ] || fail "call after deploy by reference: $out"
 check "the deployed program answers"
 "$bin/berm" deploy echo-pinned "$pinned" >/dev/null 2>&1 || fail "deploy by digest"
@@ -66,7 +66,7 @@ if "$bin/berm" pull "$tag" -o "$work/tampered.wasm" 2>"$work/tampered.err"; then
 grep -qi "digest" "$work/tampered.err" || fail "the refusal does not mention the digest: $(cat "$work/tampered.err")"
 check "a tampered layer is refused, nothing written ($(head -c 160 "$work/tampered.err"))"
 if "$bin/berm" deploy echo "$tag" 2>/dev/null; then fail "deploy of a tampered layer"; fi
-[ "$("$bin/berm" call echo.echo '{"message":"still the old one"}')" = "still the old one" ] || fail "a refused deploy changed the deployment"
+[ "$("$bin/berm" call echo_echo '{"message":"still the old one"}')" = "still the old one" ] || fail "a refused deploy changed the deployment"
 check "a tampered deploy is refused and the deployment is unchanged"
 
 printf 'dist round trip: %s passed, 0 failed\n' "$passed"

@@ -1,8 +1,9 @@
-// The MCP Inspector CLI (`@modelcontextprotocol/inspector --cli`, npm)
-// against bermd, over `berm mcp` (stdio) and Streamable HTTP. The Inspector
-// CLI makes one request per run and cannot wait for a notification, so
-// list_changed is checked with the TypeScript SDK client the Inspector itself
-// is built on (its `@modelcontextprotocol/sdk` dependency).
+// The MCP Inspector CLI (`@modelcontextprotocol/inspector --cli`, npm, 2.x:
+// Node >= 22) against bermd, over `berm mcp` (stdio) and Streamable HTTP.
+// The Inspector CLI makes one request per run and cannot wait for a
+// notification, so list_changed and program logs are checked with the
+// TypeScript client the Inspector itself is built on (its
+// `@modelcontextprotocol/client` dependency).
 //
 // Run: node --test tests/e2e/inspector.test.mjs (scripts/test-service does).
 
@@ -18,12 +19,16 @@ import { fileURLToPath } from "node:url";
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "../..");
 const BIN = process.env.BERM_BIN_DIR ?? join(ROOT, "target/debug");
 const WASM = process.env.BERM_WASM_DIR ?? join(ROOT, "target/wasm32-unknown-unknown/release");
-const NPM = process.env.BERM_NPM_DIR ?? join(homedir(), ".cache/berm/npm");
+const NPM = process.env.BERM_NPM_DIR ?? join(homedir(), ".cache/berm/npm22");
 const INSPECTOR = join(NPM, "node_modules/.bin/mcp-inspector");
-const SDK = join(NPM, "node_modules/@modelcontextprotocol/sdk/dist/esm");
+const CLIENT = join(NPM, "node_modules/@modelcontextprotocol/client/dist");
+const INSPECTOR_VERSION = "2.12.0";
+// What Claude Desktop and claude.ai accept (the strictest of the clients).
+const TOOL_NAME = /^[a-zA-Z0-9_-]{1,64}$/;
 
 const home = join(mkdtempSync(join(tmpdir(), "berm-inspector-")), "home");
-const env = { ...process.env, BERM_HOME: home };
+// The Inspector keeps a catalog of servers; keep it out of $HOME.
+const env = { ...process.env, BERM_HOME: home, MCP_CATALOG_PATH: join(dirname(home), "inspector-catalog.json") };
 let port;
 let bermd;
 
@@ -54,13 +59,14 @@ function inspector(target, ...args) {
 
 before(async () => {
   const version = JSON.parse(readFileSync(join(NPM, "node_modules/@modelcontextprotocol/inspector/package.json"), "utf8")).version;
-  assert.equal(version, "0.15.0");
+  assert.equal(version, INSPECTOR_VERSION);
   port = await freePort();
   bermd = spawn(join(BIN, "bermd"), ["--http", `127.0.0.1:${port}`], { env: { ...env, BERM_LOG: "warn,rmcp=error" }, stdio: ["ignore", "ignore", "inherit"] });
   for (let i = 0; i < 600 && !existsSync(join(home, "control.sock")); i++) {
     await new Promise((ok) => setTimeout(ok, 50));
   }
   berm("deploy", "echo", join(WASM, "echo.wasm"));
+  berm("deploy", "test", join(WASM, "conformance.wasm"), "--grant", "log");
 });
 
 after(() => {
@@ -68,18 +74,23 @@ after(() => {
 });
 
 for (const target of ["stdio", "http"]) {
-  test(`inspector ${target}: tools/list shows names and schemas`, () => {
-    const run = inspector(target, "--method", "tools/list");
+  test(`inspector ${target}: tools/list shows portable names and schemas`, () => {
+    // --strict checks every tool's schema for portability across clients
+    // and exits 6 on an error (and says nothing when all is well).
+    const run = inspector(target, "--method", "tools/list", "--strict");
     assert.equal(run.status, 0, run.stderr);
-    const tools = Object.fromEntries(JSON.parse(run.stdout).tools.map((t) => [t.name, t]));
-    assert.ok(tools["echo.echo"] && tools["echo.reverse"] && tools["echo.fail"]);
-    assert.equal(tools["echo.echo"].inputSchema.properties.message.type, "string");
-    assert.deepEqual(tools["echo.echo"].inputSchema.required, ["message"]);
-    assert.equal(tools["echo.echo"].annotations.readOnlyHint, true);
+    assert.doesNotMatch(run.stderr, /Warning|Error/, run.stderr);
+    const listed = JSON.parse(run.stdout).tools;
+    for (const tool of listed) assert.match(tool.name, TOOL_NAME);
+    const tools = Object.fromEntries(listed.map((t) => [t.name, t]));
+    assert.ok(tools["echo_echo"] && tools["echo_reverse"] && tools["echo_fail"]);
+    assert.equal(tools["echo_echo"].inputSchema.properties.message.type, "string");
+    assert.deepEqual(tools["echo_echo"].inputSchema.required, ["message"]);
+    assert.equal(tools["echo_echo"].annotations.readOnlyHint, true);
   });
 
   test(`inspector ${target}: a successful tools/call`, () => {
-    const run = inspector(target, "--method", "tools/call", "--tool-name", "echo.reverse", "--tool-arg", "message=berm");
+    const run = inspector(target, "--method", "tools/call", "--tool-name", "echo_reverse", "--tool-arg", "message=berm");
     assert.equal(run.status, 0, run.stderr);
     const result = JSON.parse(run.stdout);
     assert.equal(result.content[0].text, "mreb");
@@ -87,48 +98,79 @@ for (const target of ["stdio", "http"]) {
   });
 
   test(`inspector ${target}: a program failure is isError`, () => {
-    const run = inspector(target, "--method", "tools/call", "--tool-name", "echo.fail", "--tool-arg", "message=on purpose");
-    assert.equal(run.status, 0, run.stderr);
+    // The Inspector exits 5 on a result with isError.
+    const run = inspector(target, "--method", "tools/call", "--tool-name", "echo_fail", "--tool-arg", "message=on purpose");
+    assert.equal(run.status, 5, run.stderr);
     const result = JSON.parse(run.stdout);
     assert.equal(result.isError, true);
     assert.equal(result.content[0].text, "on purpose");
   });
 
-  test(`inspector ${target}: an invalid argument is invalid_params naming the field`, () => {
+  test(`inspector ${target}: an invalid argument is an isError result naming the field`, () => {
     // The Inspector coerces values to the schema's types, so the bad
-    // argument is one the schema does not allow at all.
-    const run = inspector(target, "--method", "tools/call", "--tool-name", "echo.echo", "--tool-arg", "message=hi", "shout=true");
-    assert.equal(run.status, 1, run.stdout);
-    assert.match(run.stderr + run.stdout, /-32602/);
-    assert.match(run.stderr + run.stdout, /invalid arguments for `echo.echo`: .*'shout' was unexpected/);
+    // argument is one the schema does not allow at all. It exits 5 on a
+    // result with isError.
+    const run = inspector(target, "--method", "tools/call", "--tool-name", "echo_echo", "--tool-arg", "message=hi", "shout=true");
+    assert.equal(run.status, 5, run.stderr);
+    const result = JSON.parse(run.stdout);
+    assert.equal(result.isError, true);
+    assert.equal(result.content[0].text, "invalid arguments for `echo_echo`: Additional properties are not allowed ('shout' was unexpected)");
   });
 
-  test(`inspector's SDK ${target}: tools/list_changed after a deploy`, async () => {
-    const { Client } = await import(join(SDK, "client/index.js"));
-    const { ToolListChangedNotificationSchema } = await import(join(SDK, "types.js"));
+  test(`inspector ${target}: a struct result is structuredContent matching the output schema`, () => {
+    const list = JSON.parse(inspector(target, "--method", "tools/list").stdout);
+    const stats = list.tools.find((t) => t.name === "test_text_stats");
+    assert.deepEqual(stats.outputSchema.required, ["chars", "words", "lines"]);
+    const run = inspector(target, "--method", "tools/call", "--tool-name", "test_text_stats", "--tool-arg", "text=hello big world");
+    assert.equal(run.status, 0, run.stderr);
+    const result = JSON.parse(run.stdout);
+    assert.deepEqual(result.structuredContent, { chars: 15, words: 3, lines: 1, longest: "world" });
+    assert.deepEqual(JSON.parse(result.content[0].text), result.structuredContent);
+  });
+
+  test(`inspector ${target}: logging/setLevel is accepted`, () => {
+    const run = inspector(target, "--method", "logging/setLevel", "--log-level", "debug");
+    assert.equal(run.status, 0, run.stderr);
+    assert.deepEqual(JSON.parse(run.stdout), {});
+  });
+
+  test(`inspector's client ${target}: tools/list_changed after a deploy, program logs during a call`, async () => {
+    const { Client, StreamableHTTPClientTransport } = await import(join(CLIENT, "index.mjs"));
     let transport;
     if (target === "stdio") {
-      const { StdioClientTransport } = await import(join(SDK, "client/stdio.js"));
+      const { StdioClientTransport } = await import(join(CLIENT, "stdio.mjs"));
       transport = new StdioClientTransport({ command: join(BIN, "berm"), args: ["mcp"], env });
     } else {
-      const { StreamableHTTPClientTransport } = await import(join(SDK, "client/streamableHttp.js"));
       transport = new StreamableHTTPClientTransport(new URL(`http://127.0.0.1:${port}/mcp`));
     }
     const client = new Client({ name: "berm-e2e", version: "1.0.0" });
     let changed;
     const heard = new Promise((ok) => (changed = ok));
-    client.setNotificationHandler(ToolListChangedNotificationSchema, () => changed());
+    client.setNotificationHandler("notifications/tools/list_changed", () => changed());
+    const logs = [];
+    client.setNotificationHandler("notifications/message", (n) => logs.push(n.params));
     await client.connect(transport);
     const name = `inspector${target}`;
-    assert.ok(!(await client.listTools()).tools.some((t) => t.name === `${name}.echo`));
+    assert.ok(!(await client.listTools()).tools.some((t) => t.name === `${name}_echo`));
     if (target === "http") {
       // The standalone GET stream carries server-initiated notifications;
-      // give the SDK a moment to open it.
+      // give the client a moment to open it.
       await new Promise((ok) => setTimeout(ok, 500));
     }
     berm("deploy", name, join(WASM, "echo.wasm"));
     await Promise.race([heard, new Promise((_, no) => setTimeout(() => no(new Error("no list_changed in 20 s")), 20_000))]);
-    assert.ok((await client.listTools()).tools.some((t) => t.name === `${name}.echo`));
+    assert.ok((await client.listTools()).tools.some((t) => t.name === `${name}_echo`));
+
+    // A program's log.write lines reach the session that made the call,
+    // before its result.
+    await client.setLoggingLevel("info");
+    const result = await client.callTool({ name: "test_tool_with_logging", arguments: {} });
+    assert.equal(result.content[0].text, "Logged three messages.");
+    assert.deepEqual(logs.map((l) => [l.level, l.logger, l.data]), [
+      ["info", "test", "Tool execution started"],
+      ["info", "test", "Tool processing data"],
+      ["info", "test", "Tool execution completed"],
+    ]);
     await client.close();
   });
 }

@@ -4,6 +4,8 @@ both ways of negotiating: the initialize handshake ("legacy") and the
 `subscriptions/listen`."""
 
 import importlib.metadata
+import json
+import re
 import itertools
 
 import anyio
@@ -43,36 +45,53 @@ async def test_tools_calls_failures_and_bad_arguments(bermd, transport, mode):
     async with client(bermd, transport, mode) as c:
         assert c.server_info.name == "bermd"
         tools = {t.name: t for t in (await c.list_tools()).tools}
-        assert {"echo.echo", "echo.reverse", "echo.fail"} <= set(tools)
-        schema = tools["echo.echo"].input_schema
+        assert {"echo_echo", "echo_reverse", "echo_fail"} <= set(tools)
+        schema = tools["echo_echo"].input_schema
         assert schema["type"] == "object"
         assert schema["properties"]["message"]["type"] == "string"
         assert schema["required"] == ["message"]
         # Usage notes reach the model through the description.
-        assert "Usage: Reach for echo" in tools["echo.echo"].description
+        assert "Usage: Reach for echo" in tools["echo_echo"].description
 
-        done = await c.call_tool("echo.reverse", {"message": "berm"})
+        done = await c.call_tool("echo_reverse", {"message": "berm"})
         assert not done.is_error
         assert done.content[0].text == "mreb"
 
-        failed = await c.call_tool("echo.fail", {"message": "on purpose"})
+        failed = await c.call_tool("echo_fail", {"message": "on purpose"})
         assert failed.is_error
         assert failed.content[0].text == "on purpose"
 
-        with pytest.raises(MCPError) as bad:
-            await c.call_tool("echo.echo", {"message": 5})
-        assert bad.value.error.code == types.INVALID_PARAMS
-        assert "`message`" in bad.value.error.message
+        # Bad arguments are a result the model reads, naming the field.
+        bad = await c.call_tool("echo_echo", {"message": 5})
+        assert bad.is_error
+        assert bad.content[0].text == 'invalid arguments for `echo_echo`: `message`: 5 is not of type "string"'
 
-        with pytest.raises(MCPError) as missing:
-            await c.call_tool("echo.echo", {})
-        assert missing.value.error.code == types.INVALID_PARAMS
-        assert '"message" is a required property' in missing.value.error.message
+        missing = await c.call_tool("echo_echo", {})
+        assert missing.is_error
+        assert missing.content[0].text == 'invalid arguments for `echo_echo`: "message" is a required property'
 
         with pytest.raises(MCPError) as unknown:
-            await c.call_tool("nosuch.tool", {})
+            await c.call_tool("nosuch_tool", {})
         assert unknown.value.error.code == types.INVALID_PARAMS
-        assert "no tool `nosuch.tool`" in unknown.value.error.message
+        assert "no tool `nosuch_tool`" in unknown.value.error.message
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("transport", TRANSPORTS)
+@pytest.mark.anyio
+async def test_names_are_portable_and_struct_results_are_structured(bermd, transport, mode):
+    await anyio.to_thread.run_sync(
+        lambda: bermd.berm("deploy", "test", str(WASM / "conformance.wasm"), "--grant", "log")
+    )
+    async with client(bermd, transport, mode) as c:
+        tools = {t.name: t for t in (await c.list_tools()).tools}
+        for name in tools:
+            assert re.fullmatch(r"[a-zA-Z0-9_-]{1,64}", name), name
+        assert tools["test_text_stats"].output_schema["required"] == ["chars", "words", "lines"]
+        done = await c.call_tool("test_text_stats", {"text": "hello big world"})
+        assert not done.is_error
+        assert done.structured_content == {"chars": 15, "words": 3, "lines": 1, "longest": "world"}
+        assert json.loads(done.content[0].text) == done.structured_content
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
@@ -87,13 +106,13 @@ async def test_list_changed_after_deploy_for_initialize_clients(bermd, transport
     name = f"legacy{transport}{next(names)}"
     async with client(bermd, transport, "legacy", message_handler=on_message) as c:
         before = {t.name for t in (await c.list_tools()).tools}
-        assert f"{name}.echo" not in before
+        assert f"{name}_echo" not in before
         await anyio.to_thread.run_sync(lambda: bermd.berm("deploy", name, str(WASM / "echo.wasm")))
         with anyio.fail_after(20):
             await changed.wait()
         after = {t.name for t in (await c.list_tools()).tools}
-        assert f"{name}.echo" in after
-        done = await c.call_tool(f"{name}.echo", {"message": "new"})
+        assert f"{name}_echo" in after
+        done = await c.call_tool(f"{name}_echo", {"message": "new"})
         assert done.content[0].text == "new"
 
 
@@ -110,9 +129,9 @@ async def test_list_changed_through_subscriptions_listen(bermd, transport):
                     assert type(event).__name__ == "ToolsListChanged"
                     break
         after = {t.name for t in (await c.list_tools()).tools}
-        assert f"{name}.echo" in after
+        assert f"{name}_echo" in after
         await anyio.to_thread.run_sync(lambda: bermd.berm("rm", name))
-        assert f"{name}.echo" not in {t.name for t in (await c.list_tools()).tools}
+        assert f"{name}_echo" not in {t.name for t in (await c.list_tools()).tools}
 
 
 @pytest.fixture

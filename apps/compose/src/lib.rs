@@ -4,7 +4,7 @@
 ///
 /// # Usage
 /// Reach for compose to see calls between programs: `shout` calls
-/// `echo.echo`, `relay` calls any tool and reports how it went.
+/// `echo_echo`, `relay` calls any tool and reports how it went.
 #[berm_guest::program(calls = ["echo"])]
 mod compose {
     use berm_guest::CallError;

@@ -1,4 +1,4 @@
-//! `berm call PROGRAM.TOOL [JSON | -]`.
+//! `berm call TOOL [JSON | -]`, TOOL as MCP clients see it: `{program}_{tool}`.
 
 use std::io::Read;
 use std::path::Path;
@@ -11,7 +11,7 @@ use crate::Exit;
 /// Arguments of `berm call`.
 #[derive(clap::Args)]
 pub struct Args {
-    /// The tool, as PROGRAM.TOOL.
+    /// The tool as MCP clients see it: PROGRAM_TOOL (e.g. notes_add).
     tool: String,
     /// The arguments: a JSON object, or - to read it from stdin (default {}).
     args: Option<String>,
@@ -20,9 +20,15 @@ pub struct Args {
 /// Calls a tool: the result on stdout (exit 0), or the program's failure on
 /// stderr (exit 1).
 pub async fn run(home: &Path, args: Args) -> anyhow::Result<Exit> {
-    let Some((program, tool)) = args.tool.split_once('.') else {
-        bail!("`{}` is not PROGRAM.TOOL", args.tool);
-    };
+    let tool = args.tool.as_str();
+    if let Some((program, name)) = tool.split_once('.') {
+        bail!(
+            "`{tool}` is the old dotted spelling: tools are named PROGRAM_TOOL, as MCP clients see them (`{program}_{name}`)"
+        );
+    }
+    if berm_abi::split_served_name(tool).is_none() {
+        bail!("`{tool}` is not PROGRAM_TOOL (e.g. notes_add; `berm ls` lists the tools)");
+    }
     let body = match args.args.as_deref() {
         None => b"{}".to_vec(),
         Some("-") => {
@@ -36,14 +42,14 @@ pub async fn run(home: &Path, args: Args) -> anyhow::Result<Exit> {
     };
     serde_json::from_slice::<serde_json::Value>(&body)
         .context("the arguments are not valid JSON")?;
-    let answer = super::client(home).call(program, tool, body).await?;
+    let answer = super::client(home).call(tool, body).await?;
     match answer.outcome {
         CallOutcome::Done => {
             println!("{}", answer.text);
             Ok(Exit::Ok)
         }
         CallOutcome::Failed => {
-            eprintln!("{}.{} failed: {}", program, tool, answer.text);
+            eprintln!("{tool} failed: {}", answer.text);
             Ok(Exit::ProgramFailed)
         }
     }

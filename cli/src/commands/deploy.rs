@@ -11,7 +11,7 @@ use crate::Exit;
 /// Arguments of `berm deploy`.
 #[derive(clap::Args)]
 pub struct Args {
-    /// The name to deploy under (tools become NAME.TOOL).
+    /// The name to deploy under (tools become NAME_TOOL).
     #[arg(required_unless_present = "app")]
     name: Option<String>,
     /// The program image: a .wasm file, or an OCI reference
@@ -82,7 +82,7 @@ pub async fn run(home: &Path, args: Args) -> anyhow::Result<Exit> {
         .manifest
         .tools
         .iter()
-        .map(|t| format!("{}.{}", program.name, t.name))
+        .map(|t| berm_abi::served_name(&program.name, &t.name))
         .collect();
     println!(
         "deployed {} {} ({})",

@@ -13,7 +13,7 @@ const CHECKOUT_GUEST: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../guest");
 /// Arguments of `berm new`.
 #[derive(clap::Args)]
 pub struct Args {
-    /// The program's name (a-z, 0-9, `_`, `-`); also the directory created.
+    /// The program's name (a-z, 0-9, `-`); also the directory created.
     name: String,
     /// Where to create it (default: ./NAME).
     #[arg(long)]
@@ -34,10 +34,10 @@ pub fn run(args: Args) -> anyhow::Result<Exit> {
             .is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
         && name
             .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-');
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
     if !valid {
         bail!(
-            "`{name}` is not a valid program name: use 1-64 of a-z, 0-9, `_`, `-`, starting with a letter or digit"
+            "`{name}` is not a valid program name: use 1-64 of a-z, 0-9, `-`, starting with a letter or digit (no `_`: it separates program and tool in served tool names)"
         );
     }
     let dir = args.path.unwrap_or_else(|| PathBuf::from(name));

@@ -5,8 +5,10 @@
 //! tool, the JSON Schema of each tool's arguments, and the `berm.manifest`
 //! custom section. The schemas are derived from the parameter types by
 //! syntax (a proc macro sees tokens, not types), so the supported types are
-//! the ones listed in [`schema_for`]; anything else is a compile error that
-//! names the type.
+//! the ones listed in [`schema_for`] and structs with named fields declared
+//! in the program's module; anything else is a compile error that names the
+//! type. A tool returning such a struct or a map also gets an output schema,
+//! so bermd can send its results as MCP `structuredContent`.
 
 use proc_macro::TokenStream;
 use proc_macro2::Span;
@@ -64,7 +66,7 @@ fn expand(mut module: ItemMod, calls: Vec<String>) -> syn::Result<proc_macro2::T
         ));
     };
     for call in &calls {
-        if !berm_abi::is_valid_name(call) {
+        if !berm_abi::is_valid_program_name(call) {
             return Err(syn::Error::new(
                 Span::call_site(),
                 format!("`calls` names `{call}`, which is not a valid program name"),
@@ -79,6 +81,13 @@ fn expand(mut module: ItemMod, calls: Vec<String>) -> syn::Result<proc_macro2::T
         .unwrap_or_default();
 
     let mod_ident = module.ident.clone();
+    let structs: Vec<syn::ItemStruct> = items
+        .iter()
+        .filter_map(|item| match item {
+            Item::Struct(s) => Some(s.clone()),
+            _ => None,
+        })
+        .collect();
     let mut tools = Vec::new();
     let mut exports = Vec::new();
     for item in items.iter_mut() {
@@ -87,7 +96,11 @@ fn expand(mut module: ItemMod, calls: Vec<String>) -> syn::Result<proc_macro2::T
             continue;
         }
         let annotations = take_annotations(func)?;
-        let (tool, export) = tool(func, &mod_ident, annotations)?;
+        let schemas = Schemas {
+            structs: &structs,
+            within: Vec::new(),
+        };
+        let (tool, export) = tool(func, &mod_ident, annotations, schemas)?;
         tools.push(tool);
         exports.push(export);
     }
@@ -291,48 +304,171 @@ fn first_type(args: &Option<Vec<GenericArgument>>, index: usize) -> Option<&Type
     }
 }
 
-/// The JSON Schema for a parameter type, and whether it is required.
-///
-/// Supported: `String`, `bool`, the integer types, `f32`/`f64`, `Vec<T>`,
-/// `Option<T>` (not required), `HashMap`/`BTreeMap<String, T>` and
-/// `serde_json::Value` (anything).
-fn schema_for(ty: &Type) -> syn::Result<(Value, bool)> {
-    let unsupported = || {
-        syn::Error::new_spanned(
-            ty,
-            "berm_guest cannot derive a JSON Schema for this type; use String, bool, an integer, \
-             f32/f64, Vec<T>, Option<T>, HashMap<String, T>, BTreeMap<String, T> or serde_json::Value",
-        )
-    };
-    let (name, args) = last_segment(ty).ok_or_else(unsupported)?;
-    let schema = match name {
-        "String" => json!({"type": "string"}),
-        "bool" => json!({"type": "boolean"}),
-        "signed" => json!({"type": "integer"}),
-        "unsigned" => json!({"type": "integer", "minimum": 0}),
-        "f32" | "f64" => json!({"type": "number"}),
-        "Value" => json!({}),
-        "Vec" => {
-            let inner = first_type(&args, 0).ok_or_else(unsupported)?;
-            json!({"type": "array", "items": schema_for(inner)?.0})
+/// `schema`, also allowing `null`: as `anyOf` branches of one `type` each,
+/// the spelling that maps onto the most clients' schema dialects.
+fn or_null(schema: Value) -> Value {
+    if schema.as_object().is_some_and(|m| m.is_empty()) {
+        // `{}` allows anything already.
+        return schema;
+    }
+    json!({"anyOf": [schema, {"type": "null"}]})
+}
+
+/// Derives schemas: the program module's structs, and the ones being
+/// derived (a struct that contains itself has no finite schema).
+#[derive(Clone)]
+struct Schemas<'a> {
+    structs: &'a [syn::ItemStruct],
+    within: Vec<String>,
+}
+
+impl Schemas<'_> {
+    /// The JSON Schema for a type, and whether a field of it is required.
+    ///
+    /// Supported: `String`, `bool`, the integer types, `f32`/`f64`, `Vec<T>`,
+    /// `Option<T>` (not required), `HashMap`/`BTreeMap<String, T>`,
+    /// `serde_json::Value` (anything) and structs with named fields declared
+    /// in the program's module (an object with exactly those fields).
+    fn schema_for(&self, ty: &Type) -> syn::Result<(Value, bool)> {
+        let unsupported = || {
+            syn::Error::new_spanned(
+                ty,
+                "berm_guest cannot derive a JSON Schema for this type; use String, bool, an integer, \
+                 f32/f64, Vec<T>, Option<T>, HashMap<String, T>, BTreeMap<String, T>, serde_json::Value \
+                 or a struct with named fields declared in the program's module",
+            )
+        };
+        let (name, args) = last_segment(ty).ok_or_else(unsupported)?;
+        let schema = match name {
+            "String" => json!({"type": "string"}),
+            "bool" => json!({"type": "boolean"}),
+            "signed" => json!({"type": "integer"}),
+            "unsigned" => json!({"type": "integer", "minimum": 0}),
+            "f32" | "f64" => json!({"type": "number"}),
+            "Value" => json!({}),
+            "Vec" => {
+                let inner = first_type(&args, 0).ok_or_else(unsupported)?;
+                json!({"type": "array", "items": self.schema_for(inner)?.0})
+            }
+            "Option" => {
+                // Not required, and `null` (what serde writes for `None`).
+                let inner = first_type(&args, 0).ok_or_else(unsupported)?;
+                return Ok((or_null(self.schema_for(inner)?.0), false));
+            }
+            "HashMap" | "BTreeMap" => {
+                let value = first_type(&args, 1).ok_or_else(unsupported)?;
+                json!({"type": "object", "additionalProperties": self.schema_for(value)?.0})
+            }
+            _ => {
+                let item = self.module_struct(ty).ok_or_else(unsupported)?;
+                self.struct_schema(ty, item)?
+            }
+        };
+        Ok((schema, true))
+    }
+
+    /// The struct of the program's module a type names (a bare identifier).
+    fn module_struct(&self, ty: &Type) -> Option<&syn::ItemStruct> {
+        let Type::Path(path) = ty else { return None };
+        let ident = path.path.get_ident()?;
+        self.structs.iter().find(|s| s.ident == *ident)
+    }
+
+    /// An object with the struct's fields: the required ones are those not
+    /// `Option`, and no others are allowed. Field doc comments describe the
+    /// properties.
+    fn struct_schema(&self, ty: &Type, item: &syn::ItemStruct) -> syn::Result<Value> {
+        let name = item.ident.to_string();
+        if self.within.contains(&name) {
+            return Err(syn::Error::new_spanned(
+                ty,
+                format!(
+                    "`{name}` contains itself; berm_guest cannot derive a finite JSON Schema for it"
+                ),
+            ));
         }
-        "Option" => {
-            let inner = first_type(&args, 0).ok_or_else(unsupported)?;
-            return Ok((schema_for(inner)?.0, false));
+        if !item.generics.params.is_empty() {
+            return Err(syn::Error::new_spanned(
+                &item.ident,
+                "berm_guest derives schemas of structs without generic parameters",
+            ));
         }
-        "HashMap" | "BTreeMap" => {
-            let value = first_type(&args, 1).ok_or_else(unsupported)?;
-            json!({"type": "object", "additionalProperties": schema_for(value)?.0})
+        let syn::Fields::Named(fields) = &item.fields else {
+            return Err(syn::Error::new_spanned(
+                &item.ident,
+                "berm_guest derives schemas of structs with named fields",
+            ));
+        };
+        // The schema is derived from the fields as written: serde attributes
+        // that rename or reshape them would make it lie.
+        let serde_attr = item
+            .attrs
+            .iter()
+            .chain(fields.named.iter().flat_map(|f| f.attrs.iter()))
+            .find(|a| a.path().is_ident("serde"));
+        if let Some(attr) = serde_attr {
+            return Err(syn::Error::new_spanned(
+                attr,
+                "berm_guest derives the JSON Schema from the fields as written; #[serde(...)] attributes \
+                 on a struct used by a tool are not supported",
+            ));
         }
-        _ => return Err(unsupported()),
-    };
-    Ok((schema, true))
+        let mut inner = self.clone();
+        inner.within.push(name);
+        let mut properties = Map::new();
+        let mut required = Vec::new();
+        for field in &fields.named {
+            let Some(ident) = &field.ident else { continue };
+            let field_name = ident.to_string();
+            let (mut schema, is_required) = inner.schema_for(&field.ty)?;
+            let (doc, _) = split_doc(&doc_lines(&field.attrs));
+            if let (false, Value::Object(map)) = (doc.is_empty(), &mut schema) {
+                map.insert("description".into(), Value::from(doc));
+            }
+            properties.insert(field_name.clone(), schema);
+            if is_required {
+                required.push(Value::from(field_name));
+            }
+        }
+        let mut schema = json!({
+            "type": "object",
+            "properties": properties,
+            "additionalProperties": false,
+        });
+        if !required.is_empty() {
+            schema["required"] = Value::Array(required);
+        }
+        Ok(schema)
+    }
+
+    /// The output schema of a tool: for a return type (or the `Ok` of a
+    /// `Result`) that is a struct of the module or a map; MCP's
+    /// `structuredContent` is always an object, so nothing else has one.
+    fn output_schema(&self, ret: &ReturnType) -> syn::Result<Option<Value>> {
+        let ReturnType::Type(_, ty) = ret else {
+            return Ok(None);
+        };
+        let ty = match last_segment(ty) {
+            Some(("Result", args)) => match first_type(&args, 0) {
+                Some(inner) => inner.clone(),
+                None => return Ok(None),
+            },
+            _ => (**ty).clone(),
+        };
+        let is_object = matches!(last_segment(&ty), Some(("HashMap" | "BTreeMap", _)))
+            || self.module_struct(&ty).is_some();
+        if !is_object {
+            return Ok(None);
+        }
+        Ok(Some(self.schema_for(&ty)?.0))
+    }
 }
 
 fn tool(
     func: &ItemFn,
     mod_ident: &syn::Ident,
     annotations: Option<Value>,
+    schemas: Schemas<'_>,
 ) -> syn::Result<(Value, proc_macro2::TokenStream)> {
     let name = func.sig.ident.to_string();
     if !berm_abi::is_valid_name(&name) {
@@ -366,7 +502,7 @@ fn tool(
         };
         let ident = pat.ident.clone();
         let field = ident.to_string();
-        let (mut schema, is_required) = schema_for(&typed.ty)?;
+        let (mut schema, is_required) = schemas.schema_for(&typed.ty)?;
         if let (Some(text), Value::Object(map)) = (arg_docs.get(&field), &mut schema) {
             map.insert("description".into(), text.clone());
         }
@@ -393,6 +529,9 @@ fn tool(
         "description": description,
         "input_schema": input_schema,
     });
+    if let Some(output) = schemas.output_schema(&func.sig.output)? {
+        manifest_tool["output_schema"] = output;
+    }
     if let Some(annotations) = annotations {
         manifest_tool["annotations"] = annotations;
     }
@@ -415,6 +554,9 @@ fn tool(
     let export = quote! {
         #[unsafe(export_name = #export_name)]
         extern "C" fn #wrapper() {
+            // The parameter types as written in the module: its structs.
+            #[allow(unused_imports)]
+            use self::#mod_ident::*;
             #[derive(::berm_guest::__private::serde::Deserialize)]
             #[serde(crate = "::berm_guest::__private::serde", deny_unknown_fields)]
             struct Args { #(#fields),* }

@@ -11,6 +11,7 @@ use anyhow::Context;
 use berm::EngineConfig;
 use berm_service::http::HttpConfig;
 use berm_service::listen::InheritedListener;
+use berm_service::service::DEFAULT_TOOLS_PAGE_SIZE;
 use berm_service::transport::DEFAULT_MAX_FRAME_BYTES;
 use berm_service::{DaemonConfig, Exit, ServiceConfig};
 use clap::{Parser, ValueEnum};
@@ -59,6 +60,17 @@ struct Args {
     /// microVM's musl target and an x86-64-v2 baseline).
     #[arg(long, value_enum, default_value_t = Cpu::Native)]
     cpu_profile: Cpu,
+    /// How many program instances may be alive at once (concurrent calls,
+    /// nested calls included); past it a call fails saying so.
+    #[arg(long, value_name = "N", default_value_t = EngineConfig::default().max_instances,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    max_instances: u32,
+    /// Most tools in one tools/list page; more follow behind a cursor. The
+    /// default keeps every tool on one page, since some clients read only
+    /// the first.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_TOOLS_PAGE_SIZE,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    tools_page_size: usize,
 }
 
 /// `--cpu-profile`.
@@ -153,6 +165,8 @@ fn start(args: Args, started: Instant) -> Result<(), (Exit, anyhow::Error)> {
         Cpu::Native => EngineConfig::default(),
         Cpu::Portable => EngineConfig::vm(),
     };
+    service.engine.max_instances = args.max_instances;
+    service.tools_page_size = args.tools_page_size;
     service.code_dir = args.code_dir;
     let config = DaemonConfig {
         http: args.http.map(|addr| HttpConfig {

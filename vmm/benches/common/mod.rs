@@ -10,7 +10,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 /// The served name of the notes app's `list` tool, which every VM bench calls.
-pub const NOTES_LIST: &str = "notes.list";
+pub const NOTES_LIST: &str = "notes_list";
 
 /// A `kB` field of `/proc/<pid>/status` (e.g. `VmHWM:`), or NaN if it cannot be read.
 pub fn status_kib(pid: u32, field: &str) -> f64 {

@@ -1,0 +1,383 @@
+//! bermd's MCP semantics over its Unix socket, driven as a client would:
+//! served tool names, structured results, cancellation, program logs and
+//! `tools/list` pagination.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::io::BufRead;
+use std::time::Duration;
+
+use berm_control::{DeployRequest, LimitsSpec};
+use common::{Bermd, Session, block_on, result_text, wasm};
+use serde_json::{Value, json};
+
+/// What Claude Desktop and claude.ai accept, the strictest of the clients:
+/// `^[a-zA-Z0-9_-]{1,64}$`.
+fn portable(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+/// Every tool on every page.
+fn all_tools(session: &mut Session) -> Vec<Value> {
+    let mut tools = Vec::new();
+    let mut params = json!({});
+    loop {
+        let reply = session.request("tools/list", params);
+        let result = &reply["result"];
+        tools.extend(result["tools"].as_array().unwrap().iter().cloned());
+        match result["nextCursor"].as_str() {
+            Some(cursor) => params = json!({"cursor": cursor}),
+            None => return tools,
+        }
+    }
+}
+
+/// The next message of any kind (notifications included).
+fn next_message(session: &mut Session) -> Value {
+    let mut line = String::new();
+    let n = session.reader.read_line(&mut line).unwrap();
+    assert!(n > 0, "bermd closed the session");
+    serde_json::from_str(&line).unwrap()
+}
+
+#[test]
+fn every_served_name_matches_the_strictest_client_pattern() {
+    let bermd = Bermd::start(&[]);
+    for app in ["echo", "notes", "files", "hostile", "compose"] {
+        bermd.deploy(app, app, &[], LimitsSpec::default());
+    }
+    bermd.deploy("test", "conformance", &["log"], LimitsSpec::default());
+    // The longest program name that still fits the longest tool name here
+    // (`tool_with_logging`: 17 characters, so 64 - 18 = 46).
+    let longest = "p".repeat(46);
+    bermd.deploy(&longest, "conformance", &[], LimitsSpec::default());
+    let mut session = bermd.session();
+    let tools = all_tools(&mut session);
+    let names: Vec<&str> = tools.iter().map(|t| t["name"].as_str().unwrap()).collect();
+    assert!(names.len() >= 30, "{names:?}");
+    for name in &names {
+        assert!(portable(name), "`{name}` is not a portable tool name");
+        // The first `_` ends the program's name.
+        let (program, tool) = name.split_once('_').unwrap();
+        assert!(!program.is_empty() && !tool.is_empty(), "{name}");
+    }
+    for expected in [
+        "echo_echo",
+        "files_read_file",
+        "test_simple_text",
+        "notes_add",
+    ] {
+        assert!(
+            names.contains(&expected),
+            "{expected} missing from {names:?}"
+        );
+    }
+    assert!(names.contains(&format!("{longest}_tool_with_logging").as_str()));
+    let (text, error) = result_text(&session.call("files_read_file", json!({"path": "x"})));
+    assert!(error, "{text}");
+    assert!(text.contains("not granted to `files`"), "{text}");
+}
+
+#[test]
+fn deploy_refuses_names_clients_would_refuse_and_says_what_to_rename() {
+    let bermd = Bermd::start(&[]);
+    let control = bermd.control();
+    let image = wasm("conformance");
+    let refuse = |name: &str| {
+        block_on(control.deploy(
+            name,
+            &DeployRequest::new(&image, vec![], LimitsSpec::default()),
+        ))
+        .unwrap_err()
+        .to_string()
+    };
+    let long = "p".repeat(47);
+    let message = refuse(&long);
+    assert!(
+        message.contains(&format!(
+            "tool `tool_with_logging` of `{long}` would be served as `{long}_tool_with_logging`, 65 characters; \
+             MCP clients accept at most 64: deploy under a program name of at most 46 characters, or shorten the tool's name"
+        )),
+        "{message}"
+    );
+    let message = refuse("my_notes");
+    assert!(
+        message.contains(
+            "`my_notes` is not a valid program name: use 1-64 of a-z, 0-9, `-`, starting with a letter or digit \
+             (no `_`: it separates program and tool in the names MCP clients see, e.g. `notes_add`)"
+        ),
+        "{message}"
+    );
+    assert!(block_on(control.list()).unwrap().is_empty());
+}
+
+#[test]
+fn a_struct_result_is_structured_content_and_bad_arguments_name_the_field() {
+    let bermd = Bermd::start(&[]);
+    bermd.deploy("test", "conformance", &[], LimitsSpec::default());
+    let mut session = bermd.session();
+    let tools = all_tools(&mut session);
+    let stats = tools
+        .iter()
+        .find(|t| t["name"] == "test_text_stats")
+        .unwrap();
+    assert_eq!(
+        stats["outputSchema"]["required"],
+        json!(["chars", "words", "lines"])
+    );
+    let plain = tools
+        .iter()
+        .find(|t| t["name"] == "test_simple_text")
+        .unwrap();
+    assert!(plain.get("outputSchema").is_none(), "{plain}");
+
+    let reply = session.call("test_text_stats", json!({"text": "one two\nthree"}));
+    let result = &reply["result"];
+    let expected = json!({"chars": 13, "words": 3, "lines": 2, "longest": "three"});
+    assert_eq!(result["structuredContent"], expected, "{reply}");
+    let text: Value = serde_json::from_str(result["content"][0]["text"].as_str().unwrap()).unwrap();
+    assert_eq!(text, expected);
+    // `None` is `null`, which the schema allows.
+    let reply = session.call("test_text_stats", json!({"text": ""}));
+    assert_eq!(reply["result"]["structuredContent"]["longest"], Value::Null);
+    let reply = session.call("test_word_counts", json!({"text": "a b A"}));
+    assert_eq!(
+        reply["result"]["structuredContent"],
+        json!({"a": 2, "b": 1})
+    );
+    let reply = session.call("test_measure", json!({"rect": {"width": 2, "height": 3}}));
+    assert_eq!(
+        reply["result"]["structuredContent"],
+        json!({"area": 6.0, "perimeter": 10.0})
+    );
+    // A plain text result carries no structured content.
+    let reply = session.call("test_simple_text", json!({}));
+    assert!(
+        reply["result"].get("structuredContent").is_none(),
+        "{reply}"
+    );
+
+    // A bad field deep in an argument struct is named.
+    let (text, error) = result_text(&session.call(
+        "test_measure",
+        json!({"rect": {"width": "wide", "height": 3}}),
+    ));
+    assert!(error);
+    assert_eq!(
+        text,
+        r#"invalid arguments for `test_measure`: `rect.width`: "wide" is not of type "number""#
+    );
+    // The program's own failure on a result type with a schema.
+    let (text, error) =
+        result_text(&session.call("test_measure", json!({"rect": {"width": -1, "height": 3}})));
+    assert_eq!(
+        (text.as_str(), error),
+        ("a rectangle's sides cannot be negative", true)
+    );
+}
+
+/// A module whose manifest promises an object and whose tool returns `"7"`.
+const LIAR: &str = r#"(module
+  (import "berm" "done" (func $done (param i32 i32) (result i64)))
+  (memory (export "memory") 1)
+  (data (i32.const 16) "7")
+  (func (export "berm_tool_count") (drop (call $done (i32.const 16) (i32.const 1))))
+  (@custom "berm.manifest" "{\"abi\":1,\"tools\":[{\"name\":\"count\",\"input_schema\":{\"type\":\"object\"},\"output_schema\":{\"type\":\"object\",\"properties\":{\"n\":{\"type\":\"integer\"}},\"required\":[\"n\"]}}]}")
+)"#;
+
+#[test]
+fn a_result_that_breaks_its_output_schema_is_an_error_result() {
+    let bermd = Bermd::start(&[]);
+    let image = wat::parse_str(LIAR).unwrap();
+    block_on(bermd.control().deploy(
+        "liar",
+        &DeployRequest::new(&image, vec![], LimitsSpec::default()),
+    ))
+    .unwrap();
+    let mut session = bermd.session();
+    let (text, error) = result_text(&session.call("liar_count", json!({})));
+    assert!(error);
+    assert_eq!(
+        text,
+        r#"the result of `liar_count` does not match its output schema: 7 is not of type "object""#
+    );
+}
+
+#[test]
+fn a_cancelled_call_stops_frees_its_instance_and_gets_no_answer() {
+    // Four instances at most: spins that kept running after their
+    // cancellation would fill the pool within four rounds.
+    let bermd = Bermd::start(&["--max-instances", "4"]);
+    let spinning = LimitsSpec {
+        deadline_ms: Some(60_000),
+        memory_bytes: None,
+    };
+    bermd.deploy("hostile", "hostile", &[], spinning);
+    bermd.deploy(
+        "brief",
+        "hostile",
+        &[],
+        LimitsSpec {
+            deadline_ms: Some(300),
+            memory_bytes: None,
+        },
+    );
+    bermd.deploy("echo", "echo", &[], LimitsSpec::default());
+    let mut session = bermd.session();
+    for id in 1000..1100 {
+        session.send(&json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": "hostile_spin", "arguments": {}}}));
+        session.send(
+            &json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+            "params": {"requestId": id, "reason": "test"}}),
+        );
+    }
+    // Nothing comes back for a cancelled id: the next answer is the ping's.
+    let pong = session.request("ping", json!({}));
+    assert!(pong["result"].is_object(), "{pong}");
+    std::thread::sleep(Duration::from_millis(50));
+    // The pool is whole: four calls at once all start, and run to their
+    // deadline rather than failing for want of an instance.
+    let socket = bermd.home.join("mcp.sock");
+    let spins: Vec<_> = (0..4)
+        .map(|_| {
+            let socket = socket.clone();
+            std::thread::spawn(move || {
+                let mut session = Session::connect(&socket);
+                session.initialize();
+                result_text(&session.call("brief_spin", json!({})))
+            })
+        })
+        .collect();
+    for spin in spins {
+        let (text, error) = spin.join().unwrap();
+        assert!(error);
+        assert!(text.contains("ran past its deadline of 300ms"), "{text}");
+    }
+    // And the session that cancelled answers as before, with nothing left
+    // over in between.
+    let (text, error) = result_text(&session.call("echo_echo", json!({"message": "after"})));
+    assert_eq!((text.as_str(), error), ("after", false));
+    let log = bermd.log_text();
+    assert!(!log.contains("could not start"), "{log}");
+}
+
+#[test]
+fn program_logs_reach_the_calling_session_capped_and_escaped() {
+    let bermd = Bermd::start(&[]);
+    bermd.deploy("test", "conformance", &["log"], LimitsSpec::default());
+    let mut session = bermd.session();
+    let mut other = bermd.session();
+    let reply = session.request("logging/setLevel", json!({"level": "debug"}));
+    assert_eq!(reply["result"], json!({}), "{reply}");
+
+    // A forged line and a terminal escape arrive escaped, from logger
+    // `test`, before the call's result.
+    session.send(&json!({"jsonrpc": "2.0", "id": 77, "method": "tools/call",
+        "params": {"name": "test_log_lines", "arguments": {"message": "ok\nINFO forged\u{1b}[31m", "count": 100}}}));
+    let mut messages = Vec::new();
+    let result = loop {
+        let message = next_message(&mut session);
+        if message["id"] == 77 {
+            break message;
+        }
+        assert_eq!(message["method"], "notifications/message", "{message}");
+        messages.push(message["params"].clone());
+    };
+    assert_eq!(result_text(&result), ("Logged 100 messages.".into(), false));
+    // 64 messages, then one warning that the cap was reached.
+    assert_eq!(messages.len(), 65, "{messages:?}");
+    for message in &messages[..64] {
+        assert_eq!(
+            message,
+            &json!({"level": "info", "logger": "test", "data": "ok\\nINFO forged\\u{1b}[31m"})
+        );
+    }
+    assert_eq!(messages[64]["level"], "warning");
+    assert!(
+        messages[64]["data"]
+            .as_str()
+            .unwrap()
+            .starts_with("log cap reached (64 messages or 65536 bytes per call)"),
+        "{}",
+        messages[64]
+    );
+    // bermd's own log has every line, escaped.
+    let log = bermd.log_text();
+    assert_eq!(
+        log.matches("ok\\nINFO forged\\u{1b}[31m").count(),
+        100,
+        "{log}"
+    );
+    assert!(!log.contains("\nINFO forged"));
+
+    // Above the level set, nothing is sent; another session hears nothing.
+    let reply = session.request("logging/setLevel", json!({"level": "warning"}));
+    assert_eq!(reply["result"], json!({}));
+    session.send(&json!({"jsonrpc": "2.0", "id": 78, "method": "tools/call",
+        "params": {"name": "test_tool_with_logging", "arguments": {}}}));
+    let message = next_message(&mut session);
+    assert_eq!(message["id"], 78, "{message}");
+    other.send(&json!({"jsonrpc": "2.0", "id": 5, "method": "ping"}));
+    let pong = next_message(&mut other);
+    assert_eq!(pong["id"], 5, "{pong}");
+}
+
+#[test]
+fn tools_list_pages_300_tools_each_listed_once() {
+    let bermd = Bermd::start(&["--tools-page-size", "100"]);
+    let control = bermd.control();
+    let image = wasm("echo");
+    // echo has three tools: 100 programs make 300.
+    for i in 0..100 {
+        block_on(control.deploy(
+            &format!("echo{i:03}"),
+            &DeployRequest::new(&image, vec![], LimitsSpec::default()),
+        ))
+        .unwrap();
+    }
+    let mut session = bermd.session();
+    let mut pages = 0;
+    let mut names = Vec::new();
+    let mut params = json!({});
+    loop {
+        let reply = session.request("tools/list", params);
+        let result = &reply["result"];
+        let page = result["tools"].as_array().unwrap();
+        assert!(page.len() <= 100, "{}", page.len());
+        names.extend(page.iter().map(|t| t["name"].as_str().unwrap().to_string()));
+        pages += 1;
+        match result["nextCursor"].as_str() {
+            Some(cursor) => params = json!({"cursor": cursor}),
+            None => break,
+        }
+    }
+    assert_eq!(pages, 3);
+    assert_eq!(names.len(), 300);
+    let distinct: BTreeSet<_> = names.iter().collect();
+    assert_eq!(distinct.len(), 300);
+    for i in 0..100 {
+        for tool in ["echo", "reverse", "fail"] {
+            assert!(distinct.contains(&format!("echo{i:03}_{tool}")));
+        }
+    }
+    // A cursor bermd never gave out is invalid_params.
+    let reply = session.request("tools/list", json!({"cursor": "not a cursor"}));
+    assert_eq!(reply["error"]["code"], -32602, "{reply}");
+}
+
+#[test]
+fn by_default_every_tool_is_on_one_page() {
+    let bermd = Bermd::start(&[]);
+    for app in ["echo", "notes", "files"] {
+        bermd.deploy(app, app, &[], LimitsSpec::default());
+    }
+    let mut session = bermd.session();
+    let reply = session.request("tools/list", json!({}));
+    assert!(reply["result"].get("nextCursor").is_none(), "{reply}");
+    assert_eq!(reply["result"]["tools"].as_array().unwrap().len(), 11);
+}
