@@ -127,7 +127,12 @@ impl RunError {
     pub fn exit(&self) -> Exit {
         match self {
             RunError::AlreadyRunning { .. } => Exit::AlreadyRunning,
-            RunError::Http(HttpError::NotLoopback { .. }) | RunError::Listen(_) => Exit::Usage,
+            RunError::Http(
+                HttpError::NotLoopback { .. }
+                | HttpError::NoAllowedHost { .. }
+                | HttpError::WeakToken { .. },
+            )
+            | RunError::Listen(_) => Exit::Usage,
             _ => Exit::Failed,
         }
     }
@@ -143,9 +148,7 @@ pub async fn run(config: DaemonConfig) -> Result<(), RunError> {
     let _lock = lock(&home.root().join("bermd.lock"))?;
     if let Some(http) = &config.http {
         // Refuse a bad HTTP address before restoring anything.
-        if !http.permitted() {
-            return Err(HttpError::NotLoopback { addr: http.addr }.into());
-        }
+        http.check()?;
     }
     let (service, report) = Service::open(&config.service)?;
     tracing::info!(

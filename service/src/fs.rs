@@ -18,6 +18,11 @@ use rustix::io::Errno;
 
 /// Largest file `fs.read` returns.
 pub const MAX_READ_BYTES: u64 = 16 << 20;
+/// Largest file `fs.write` writes; larger contents are refused before they
+/// are copied out of the program's memory.
+pub const MAX_WRITE_BYTES: usize = 16 << 20;
+/// Longest path a program may give (Linux's `PATH_MAX`).
+pub const MAX_PATH_BYTES: usize = 4096;
 /// Most entries `fs.list` returns.
 pub const MAX_LIST_ENTRIES: usize = 10_000;
 
@@ -64,6 +69,31 @@ impl FsError {
         } else {
             FsError::new(code, format!("`{path}` {what}"))
         }
+    }
+}
+
+/// Refuses anything `fs.read` must not open for reading: FIFOs (which wait
+/// for a writer), sockets, devices, directories, and regular files with a
+/// second hard link.
+fn check_regular(path: &str, stat: &rustix::fs::Stat) -> Result<(), FsError> {
+    match FileType::from_raw_mode(stat.st_mode) {
+        FileType::RegularFile if stat.st_nlink > 1 => Err(FsError::new(
+            ErrorCode::Denied,
+            format!(
+                "`{path}` has {} hard links; a file with more than one may also be reachable \
+                 outside the granted directory, so it is not read",
+                stat.st_nlink
+            ),
+        )),
+        FileType::RegularFile => Ok(()),
+        FileType::Directory => Err(FsError::new(
+            ErrorCode::Conflict,
+            format!("`{path}` is a directory (use fs.list)"),
+        )),
+        _ => Err(FsError::new(
+            ErrorCode::Conflict,
+            format!("`{path}` is not a regular file (FIFOs, sockets and devices are refused)"),
+        )),
     }
 }
 
@@ -126,13 +156,23 @@ impl FsRoot {
     }
 
     /// The contents of the file at `path`.
+    ///
+    /// The path is first opened with `O_PATH`, which opens nothing (a FIFO
+    /// does not wait for a writer, a device is not touched), and refused
+    /// unless it is a regular file with no other hard link — a second name
+    /// may lie outside the granted directory. Only then is it opened to
+    /// read, non-blocking, and checked to be the same file.
     pub fn read(&self, path: &str) -> Result<Vec<u8>, FsError> {
-        let fd = self.open_beneath(path, OFlags::RDONLY)?;
-        let stat = rustix::fs::fstat(&fd).map_err(|e| FsError::from_errno(path, e))?;
-        if FileType::from_raw_mode(stat.st_mode) != FileType::RegularFile {
+        let probe = self.open_beneath(path, OFlags::PATH)?;
+        let stat = rustix::fs::fstat(&probe).map_err(|e| FsError::from_errno(path, e))?;
+        check_regular(path, &stat)?;
+        let fd = self.open_beneath(path, OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY)?;
+        let opened = rustix::fs::fstat(&fd).map_err(|e| FsError::from_errno(path, e))?;
+        check_regular(path, &opened)?;
+        if (opened.st_dev, opened.st_ino) != (stat.st_dev, stat.st_ino) {
             return Err(FsError::new(
                 ErrorCode::Conflict,
-                format!("`{path}` is not a regular file"),
+                format!("`{path}` was replaced while it was being opened; try again"),
             ));
         }
         let mut contents = Vec::new();
@@ -152,7 +192,8 @@ impl FsRoot {
     /// The entries of the directory at `path` (`""` or `"."` is the root),
     /// sorted by name.
     pub fn list(&self, path: &str) -> Result<Vec<Entry>, FsError> {
-        let fd = self.open_beneath(path, OFlags::RDONLY | OFlags::DIRECTORY)?;
+        // O_DIRECTORY refuses anything else before it is opened.
+        let fd = self.open_beneath(path, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NONBLOCK)?;
         let mut dir = rustix::fs::Dir::read_from(&fd).map_err(|e| FsError::from_errno(path, e))?;
         let mut entries = Vec::new();
         while let Some(entry) = dir.read() {
@@ -226,7 +267,7 @@ impl FsRoot {
                     dir = match open(&dir) {
                         Ok(next) => next,
                         Err(Errno::NOENT) => {
-                            rustix::fs::mkdirat(&dir, component, Mode::from_raw_mode(0o755))
+                            rustix::fs::mkdirat(&dir, component, Mode::from_raw_mode(0o700))
                                 .or_else(|e| if e == Errno::EXIST { Ok(()) } else { Err(e) })
                                 .and_then(|()| open(&dir))
                                 .map_err(|e| FsError::from_errno(path, e))?
@@ -253,7 +294,7 @@ impl FsRoot {
             &parent,
             temp.as_str(),
             OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::from_raw_mode(0o644),
+            Mode::from_raw_mode(0o600),
         )
         .map_err(io)?;
         let mut file = File::from(fd);
@@ -361,6 +402,62 @@ mod tests {
             fs.read("new/deep/b.txt").unwrap_err().code,
             ErrorCode::NotFound
         );
+    }
+
+    #[test]
+    fn fifos_sockets_and_hard_links_are_refused_without_blocking() {
+        let (dir, fs) = root(false);
+        let inside = dir.path().join("inside");
+        rustix::fs::mkfifoat(
+            rustix::fs::CWD,
+            inside.join("fifo"),
+            Mode::from_raw_mode(0o600),
+        )
+        .unwrap();
+        let _socket = std::os::unix::net::UnixListener::bind(inside.join("sock")).unwrap();
+        std::fs::hard_link(dir.path().join("secret.txt"), inside.join("linked")).unwrap();
+        // No writer ever opens the FIFO: a blocking open would hang here.
+        let err = fs.read("fifo").unwrap_err();
+        assert_eq!(err.code, ErrorCode::Conflict);
+        assert_eq!(
+            err.message,
+            "`fifo` is not a regular file (FIFOs, sockets and devices are refused)"
+        );
+        assert_eq!(fs.read("sock").unwrap_err().code, ErrorCode::Conflict);
+        assert_eq!(fs.list("fifo").unwrap_err().code, ErrorCode::Conflict);
+        assert_eq!(
+            fs.read("").unwrap_err().message,
+            "`` is a directory (use fs.list)"
+        );
+        let err = fs.read("linked").unwrap_err();
+        assert_eq!(err.code, ErrorCode::Denied, "{err}");
+        assert!(
+            err.message.starts_with("`linked` has 2 hard links"),
+            "{err}"
+        );
+        // Writing over it replaces the name; the other link keeps its data.
+        fs.write("linked", b"mine").unwrap();
+        assert_eq!(fs.read("linked").unwrap(), b"mine");
+        assert_eq!(
+            std::fs::read(dir.path().join("secret.txt")).unwrap(),
+            b"secret"
+        );
+    }
+
+    #[test]
+    fn what_a_program_creates_is_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let (dir, fs) = root(false);
+        fs.write("made/here.txt", b"x").unwrap();
+        let mode = |p: &str| {
+            std::fs::metadata(dir.path().join("inside").join(p))
+                .unwrap()
+                .permissions()
+                .mode()
+                & 0o777
+        };
+        assert_eq!(mode("made"), 0o700);
+        assert_eq!(mode("made/here.txt"), 0o600);
     }
 
     #[test]

@@ -16,7 +16,7 @@ use crate::fs::FsRoot;
 use crate::home::{Home, HomeError};
 use crate::kv::{KvCaps, KvError, KvStore};
 use crate::store::{LoadError, Record, Store};
-use crate::syscalls::{self, ProgramHost};
+use crate::syscalls::{self, Keyspace, ProgramHost};
 
 /// How a [`Service`] is set up.
 #[derive(Debug, Clone)]
@@ -27,6 +27,9 @@ pub struct ServiceConfig {
     pub engine: EngineConfig,
     /// Bounds on each program's keyspace.
     pub kv_caps: KvCaps,
+    /// Host operations (disk reads and writes) one program may have in
+    /// flight ([`syscalls::DEFAULT_MAX_HOST_OPS`]).
+    pub max_host_ops: usize,
     /// A read-only directory of precompiled code (`bermd --code-dir`),
     /// looked in before the compiled-code cache. Its code must come from
     /// `Engine::precompile` with this same engine configuration (for the
@@ -41,6 +44,7 @@ impl ServiceConfig {
             home,
             engine: EngineConfig::default(),
             kv_caps: KvCaps::default(),
+            max_host_ops: syscalls::DEFAULT_MAX_HOST_OPS,
             code_dir: None,
         }
     }
@@ -197,6 +201,7 @@ pub struct Service {
     home: Home,
     store: Store,
     kv_caps: KvCaps,
+    max_host_ops: usize,
     catalog: RwLock<Arc<Catalog>>,
     deployments: RwLock<HashMap<String, Deployment>>,
     keyspaces: Mutex<HashMap<String, Arc<KvStore>>>,
@@ -236,6 +241,7 @@ impl Service {
             store: Store::new(home.clone()),
             home,
             kv_caps: config.kv_caps,
+            max_host_ops: config.max_host_ops,
             catalog: RwLock::new(Arc::new(Catalog::default())),
             deployments: RwLock::new(HashMap::new()),
             keyspaces: Mutex::new(HashMap::new()),
@@ -468,7 +474,7 @@ impl Service {
 
     /// Opens what the grants reach and hands the image to the runtime.
     fn install(&self, record: Record, image: &[u8]) -> Result<CompileSource, DeployError> {
-        let mut host = ProgramHost::default();
+        let mut host = ProgramHost::new(self.max_host_ops);
         let mut modules = std::collections::BTreeSet::new();
         for grant in &record.grants {
             modules.insert(grant.module().to_string());
@@ -510,21 +516,32 @@ impl Service {
         Ok(deployed.source)
     }
 
-    fn keyspace(&self, name: &str) -> Result<Arc<KvStore>, DeployError> {
+    /// The keyspace of `name`, opened once. A log corrupt in the middle
+    /// does not stop the deploy: the program runs, its kv syscalls fail with
+    /// the reason and how to recover, and the file stays as it is. It is
+    /// opened again on the next deploy or restart.
+    fn keyspace(&self, name: &str) -> Result<Keyspace, DeployError> {
         let mut keyspaces = self.keyspaces.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(kv) = keyspaces.get(name) {
-            return Ok(kv.clone());
+            return Ok(Keyspace::Open(kv.clone()));
         }
         let path = self.home.state(name)?.join("kv.log");
-        let kv =
-            Arc::new(
-                KvStore::open(&path, self.kv_caps).map_err(|source| DeployError::State {
-                    name: name.to_string(),
-                    source,
-                })?,
-            );
-        keyspaces.insert(name.to_string(), kv.clone());
-        Ok(kv)
+        match KvStore::open(&path, self.kv_caps) {
+            Ok(kv) => {
+                let kv = Arc::new(kv);
+                keyspaces.insert(name.to_string(), kv.clone());
+                Ok(Keyspace::Open(kv))
+            }
+            Err(source @ KvError::Corrupt { .. }) => {
+                let message = format!("`{name}`: {source}");
+                tracing::error!("kv not served: {message}");
+                Ok(Keyspace::Unavailable(message.into()))
+            }
+            Err(source) => Err(DeployError::State {
+                name: name.to_string(),
+                source,
+            }),
+        }
     }
 }
 

@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use anyhow::Context;
 use berm::EngineConfig;
-use berm_service::http::HttpConfig;
+use berm_service::http::{HttpConfig, Token};
 use berm_service::listen::InheritedListener;
 use berm_service::transport::DEFAULT_MAX_FRAME_BYTES;
 use berm_service::{DaemonConfig, Exit, ServiceConfig};
@@ -31,9 +31,15 @@ struct Args {
     /// Allow --http on an address that is not loopback.
     #[arg(long, requires = "http")]
     http_allow_remote: bool,
-    /// A file holding the bearer token HTTP clients must send.
+    /// A file holding the bearer token HTTP clients must send (at least 32
+    /// bytes; surrounding whitespace is ignored).
     #[arg(long, requires = "http", value_name = "FILE")]
     http_token_file: Option<PathBuf>,
+    /// A host name HTTP clients reach bermd by (checked against `Host` and a
+    /// browser's `Origin`); required for a non-loopback --http. Repeat for
+    /// several names.
+    #[arg(long = "allowed-host", requires = "http", value_name = "NAME")]
+    allowed_hosts: Vec<String>,
     /// Largest JSON-RPC message read on the MCP socket, in bytes.
     #[arg(long, default_value_t = DEFAULT_MAX_FRAME_BYTES)]
     max_frame_bytes: usize,
@@ -133,13 +139,16 @@ fn start(args: Args, started: Instant) -> Result<(), (Exit, anyhow::Error)> {
     berm_service::app::check_distinct(&apps).map_err(|e| usage(e.into()))?;
     let home = args.home.unwrap_or_else(berm_control::home::berm_home);
     let token = match &args.http_token_file {
-        Some(path) => Some(
-            std::fs::read_to_string(path)
+        Some(path) => {
+            let contents = std::fs::read_to_string(path)
                 .with_context(|| format!("reading the token file {}", path.display()))
-                .map_err(|e| (Exit::Usage, e))?
-                .trim()
-                .to_string(),
-        ),
+                .map_err(usage)?;
+            Some(
+                Token::parse(&contents)
+                    .with_context(|| format!("the token file {}", path.display()))
+                    .map_err(usage)?,
+            )
+        }
         None => None,
     };
     let mut service = ServiceConfig::new(home);
@@ -153,6 +162,7 @@ fn start(args: Args, started: Instant) -> Result<(), (Exit, anyhow::Error)> {
             addr,
             allow_remote: args.http_allow_remote,
             token,
+            allowed_hosts: args.allowed_hosts,
         }),
         max_frame_bytes: args.max_frame_bytes,
         apps,
