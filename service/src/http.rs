@@ -157,9 +157,11 @@ pub async fn bind(config: &HttpConfig) -> Result<tokio::net::TcpListener, HttpEr
 
 /// The router serving MCP at `/mcp`.
 ///
-/// In order: the bearer token (401 with `WWW-Authenticate: Bearer`), then
-/// rmcp's `Host` and `Origin` checks against the allowed hosts (403).
-pub fn router(service: Arc<Service>, config: &HttpConfig) -> axum::Router {
+/// In order: the bearer token (401 with `WWW-Authenticate: Bearer`), the
+/// session cap (503: at most `max_sessions` sessions open and requests in
+/// flight), then rmcp's `Host` and `Origin` checks against the allowed hosts
+/// (403).
+pub fn router(service: Arc<Service>, config: &HttpConfig, max_sessions: usize) -> axum::Router {
     let hosts = config.hosts();
     let origins: Vec<String> = hosts
         .iter()
@@ -177,12 +179,25 @@ pub fn router(service: Arc<Service>, config: &HttpConfig) -> axum::Router {
         .with_allowed_hosts(hosts)
         .with_allowed_origins(origins)
         .enforce_origin_validation();
+    let sessions = Arc::new(LocalSessionManager::default());
     let mcp: StreamableHttpService<McpServer, LocalSessionManager> = StreamableHttpService::new(
         move || Ok(McpServer::new(service.clone())),
-        Default::default(),
+        sessions.clone(),
         http,
     );
-    let router = axum::Router::new().nest_service("/mcp", mcp);
+    let cap = HttpCap {
+        sessions,
+        in_flight: Arc::new(tokio::sync::Semaphore::new(max_sessions.max(1))),
+        max: max_sessions.max(1),
+    };
+    let router = axum::Router::new()
+        .nest_service("/mcp", mcp)
+        .layer(axum::middleware::from_fn(
+            move |request: Request, next: Next| {
+                let cap = cap.clone();
+                async move { cap.admit(request, next).await }
+            },
+        ));
     match config.token.clone() {
         Some(token) => router.layer(axum::middleware::from_fn(
             move |request: Request, next: Next| {
@@ -191,6 +206,42 @@ pub fn router(service: Arc<Service>, config: &HttpConfig) -> axum::Router {
             },
         )),
         None => router,
+    }
+}
+
+/// Bounds HTTP the way [`crate::transport::SessionCap`] bounds a socket:
+/// sessions open (an idle one lasts until rmcp's keep-alive ends it) and
+/// requests in flight, each at most `max`. Past either, 503 saying which
+/// cap and which flag.
+#[derive(Clone)]
+struct HttpCap {
+    sessions: Arc<LocalSessionManager>,
+    in_flight: Arc<tokio::sync::Semaphore>,
+    max: usize,
+}
+
+impl HttpCap {
+    async fn admit(&self, request: Request, next: Next) -> Response {
+        let busy = |what: &str| {
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                [(header::RETRY_AFTER, "1")],
+                format!(
+                    "bermd already has {} {what}, its cap (bermd --max-connections); try again later",
+                    self.max
+                ),
+            )
+                .into_response()
+        };
+        let Ok(_permit) = self.in_flight.clone().try_acquire_owned() else {
+            return busy("HTTP requests in flight");
+        };
+        let opens_session = request.method() == axum::http::Method::POST
+            && !request.headers().contains_key("mcp-session-id");
+        if opens_session && self.sessions.sessions.read().await.len() >= self.max {
+            return busy("HTTP sessions open");
+        }
+        next.run(request).await
     }
 }
 

@@ -150,7 +150,7 @@ fn call_result(
         Err(error @ (CallError::NoSuchTool(_) | CallError::InvalidArguments { .. })) => {
             Err(McpError::invalid_params(error.to_string(), None))
         }
-        Err(error @ (CallError::Host(_) | CallError::Lost(_))) => {
+        Err(error @ (CallError::Host(_) | CallError::Lost(_) | CallError::Busy { .. })) => {
             tracing::warn!("tools/call: {error}");
             Err(McpError::internal_error(error.to_string(), None))
         }

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use berm::{Berm, CodeDirs, CompileSource, DeployOptions, Engine, EngineConfig, Failure, Grants};
 use berm_control::{DeployResponse, Grant, LimitsSpec, ProgramView, RemoveResponse};
-use tokio::sync::broadcast;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, broadcast};
 
 use crate::catalog::{self, Catalog};
 use crate::fs::FsRoot;
@@ -17,6 +17,11 @@ use crate::home::{Home, HomeError};
 use crate::kv::{KvCaps, KvError, KvStore};
 use crate::store::{LoadError, Record, Store};
 use crate::syscalls::{self, Keyspace, ProgramHost};
+
+/// How many calls from outside one program may have running at once,
+/// unless `bermd --max-calls-per-program` says otherwise: a quarter of the
+/// engine's default 256 instance slots.
+pub const DEFAULT_MAX_CALLS_PER_PROGRAM: usize = 64;
 
 /// How a [`Service`] is set up.
 #[derive(Debug, Clone)]
@@ -30,6 +35,10 @@ pub struct ServiceConfig {
     /// Host operations (disk reads and writes) one program may have in
     /// flight ([`syscalls::DEFAULT_MAX_HOST_OPS`]).
     pub max_host_ops: usize,
+    /// Calls from outside (MCP, the control API) one program may have
+    /// running at once ([`DEFAULT_MAX_CALLS_PER_PROGRAM`]): a quarter of
+    /// the engine's instance slots, so one program cannot take them all.
+    pub max_calls_per_program: usize,
     /// A read-only directory of precompiled code (`bermd --code-dir`),
     /// looked in before the compiled-code cache. Its code must come from
     /// `Engine::precompile` with this same engine configuration (for the
@@ -45,6 +54,7 @@ impl ServiceConfig {
             engine: EngineConfig::default(),
             kv_caps: KvCaps::default(),
             max_host_ops: syscalls::DEFAULT_MAX_HOST_OPS,
+            max_calls_per_program: DEFAULT_MAX_CALLS_PER_PROGRAM,
             code_dir: None,
         }
     }
@@ -143,6 +153,17 @@ pub enum CallError {
     /// shutting down, or the runtime panicked).
     #[error("the call was lost: {0}")]
     Lost(String),
+    /// The program already runs as many calls as it may; nothing ran.
+    #[error(
+        "`{program}` already has {cap} calls running, its cap (bermd --max-calls-per-program); \
+         try again when one ends"
+    )]
+    Busy {
+        /// The program.
+        program: String,
+        /// The cap.
+        cap: usize,
+    },
 }
 
 /// What a restart brought back.
@@ -192,6 +213,10 @@ impl Drop for CallThreads {
 struct Deployment {
     record: Record,
     source: CompileSource,
+    /// Its calls running now, at most `max_calls_per_program`.
+    slots: Arc<Semaphore>,
+    /// The largest arguments it takes: checked before they are validated.
+    max_args_bytes: usize,
 }
 
 /// Programs by name, persisted under `$BERM_HOME`.
@@ -202,6 +227,7 @@ pub struct Service {
     store: Store,
     kv_caps: KvCaps,
     max_host_ops: usize,
+    max_calls_per_program: usize,
     catalog: RwLock<Arc<Catalog>>,
     deployments: RwLock<HashMap<String, Deployment>>,
     keyspaces: Mutex<HashMap<String, Arc<KvStore>>>,
@@ -242,6 +268,7 @@ impl Service {
             home,
             kv_caps: config.kv_caps,
             max_host_ops: config.max_host_ops,
+            max_calls_per_program: config.max_calls_per_program.max(1),
             catalog: RwLock::new(Arc::new(Catalog::default())),
             deployments: RwLock::new(HashMap::new()),
             keyspaces: Mutex::new(HashMap::new()),
@@ -437,11 +464,25 @@ impl Service {
         let entry = catalog
             .get(&name)
             .ok_or_else(|| CallError::NoSuchTool(name.clone()))?;
-        validate(&name, entry, args)?;
+        let (slot, max_args_bytes) = self.slot(&entry.program)?;
         // Serializing a Value cannot fail.
         let bytes = serde_json::to_vec(args).unwrap_or_default();
+        if bytes.len() > max_args_bytes {
+            // Refused before validation, so validating is bounded work.
+            return Err(CallError::Host(berm::Error::ArgsTooLarge {
+                program: entry.program.clone(),
+                tool: entry.tool.clone(),
+                size: bytes.len(),
+                cap: max_args_bytes,
+            }));
+        }
+        validate(&name, entry, args)?;
         let (berm, program, tool) = (self.berm.clone(), entry.program.clone(), entry.tool.clone());
-        let mut run = Box::pin(async move { berm.call(None, &program, &tool, bytes).await });
+        let mut run = Box::pin(async move {
+            // Held until the call ends, even when its client has gone.
+            let _slot = slot;
+            berm.call(None, &program, &tool, bytes).await
+        });
         if entry.starts_inline {
             // One poll here, on the serving task: a short call (most are a
             // few µs) is done before it would have reached a call thread,
@@ -460,6 +501,23 @@ impl Service {
             None => run.await,
         };
         Ok(outcome?)
+    }
+
+    /// A running-call slot of `program`, and its argument cap.
+    fn slot(&self, program: &str) -> Result<(OwnedSemaphorePermit, usize), CallError> {
+        let deployments = self.deployments.read().unwrap_or_else(|p| p.into_inner());
+        let deployment = deployments
+            .get(program)
+            .ok_or_else(|| CallError::NoSuchTool(program.to_string()))?;
+        let permit = deployment
+            .slots
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| CallError::Busy {
+                program: program.to_string(),
+                cap: self.max_calls_per_program,
+            })?;
+        Ok((permit, deployment.max_args_bytes))
     }
 
     fn write_deployments(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<String, Deployment>> {
@@ -497,6 +555,7 @@ impl Service {
         if let Some(bytes) = record.limits.memory_bytes {
             limits.memory_bytes = usize::try_from(bytes).unwrap_or(usize::MAX);
         }
+        let max_args_bytes = limits.max_args_bytes;
         let deployed = self.berm.deploy_with(
             &record.name,
             image,
@@ -511,6 +570,8 @@ impl Service {
             Deployment {
                 record,
                 source: deployed.source,
+                slots: Arc::new(Semaphore::new(self.max_calls_per_program)),
+                max_args_bytes,
             },
         );
         Ok(deployed.source)

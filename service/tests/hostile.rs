@@ -217,3 +217,109 @@ fn fifo_reads_never_hold_up_echo() {
         alone[10], beside[10]
     );
 }
+
+#[test]
+fn past_the_session_cap_a_client_is_told_so_and_the_others_go_on() {
+    let bermd = Bermd::start(&["--max-connections", "2"]);
+    bermd.deploy("echo", "echo", &[], LimitsSpec::default());
+    let mut first = bermd.session();
+    let mut second = bermd.session();
+    for _ in 0..20 {
+        // A client opening connections in a loop gets the refusal each time.
+        let mut refused = common::Session::connect(&bermd.home.join("mcp.sock"));
+        let message = refused.read();
+        assert_eq!(message["error"]["code"], -32000, "{message}");
+        assert_eq!(
+            message["error"]["message"],
+            "bermd already serves 2 sessions on mcp.sock, its cap (bermd --max-connections); \
+             try again when one closes"
+        );
+    }
+    // The sessions already open are served as before; echo through the
+    // control API, which the MCP cap does not touch, as well.
+    for session in [&mut first, &mut second] {
+        let tools = session.request("tools/list", serde_json::json!({}));
+        assert!(tools["result"]["tools"].is_array(), "{tools}");
+    }
+    let answer = block_on(
+        bermd
+            .control()
+            .call("echo", "echo", br#"{"message":"hi"}"#.to_vec()),
+    );
+    assert_eq!(answer.unwrap().text, "hi");
+    // A slot frees when a session closes.
+    drop(first);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let mut again = common::Session::connect(&bermd.home.join("mcp.sock"));
+        again.send(&serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params":
+            {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}}));
+        let response = again.read();
+        if response["result"]["serverInfo"]["name"] == "bermd" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no slot freed: {response}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn past_a_programs_call_cap_its_calls_are_refused_and_others_run() {
+    let bermd = Bermd::start(&["--max-calls-per-program", "2"]);
+    bermd.deploy("echo", "echo", &[], LimitsSpec::default());
+    bermd.deploy(
+        "hostile",
+        "hostile",
+        &[],
+        LimitsSpec {
+            deadline_ms: Some(3000),
+            memory_bytes: None,
+        },
+    );
+    let spinners: Vec<_> = (0..2)
+        .map(|_| {
+            let home = bermd.home.clone();
+            std::thread::spawn(move || {
+                let control = berm_control::Client::from_home(&home);
+                // The probe below may take the slot for a moment.
+                loop {
+                    match block_on(control.call("hostile", "spin", b"{}".to_vec())) {
+                        Err(e) if e.to_string().contains("already has 2 calls running") => {}
+                        other => return other,
+                    }
+                }
+            })
+        })
+        .collect();
+    // Wait until both spins hold their slots.
+    let control = bermd.control();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let refusal = loop {
+        match block_on(control.call("hostile", "counter", b"{}".to_vec())) {
+            Err(e) => break e.to_string(),
+            Ok(_) => {
+                if Instant::now() > deadline {
+                    let spins: Vec<_> = spinners.into_iter().map(|s| s.join().unwrap()).collect();
+                    panic!("the spins never held both slots: {spins:?}");
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+    };
+    assert!(
+        refusal.contains(
+            "`hostile` already has 2 calls running, its cap (bermd --max-calls-per-program); \
+             try again when one ends"
+        ),
+        "{refusal}"
+    );
+    let answer = block_on(control.call("echo", "echo", br#"{"message":"free"}"#.to_vec()));
+    assert_eq!(answer.unwrap().text, "free");
+    for spinner in spinners {
+        let error = spinner.join().unwrap().unwrap_err().to_string();
+        assert!(error.contains("ran past its deadline"), "{error}");
+    }
+    // Slots come back when the calls end.
+    let answer = block_on(control.call("hostile", "counter", b"{}".to_vec())).unwrap();
+    assert_eq!(answer.text, "1");
+}

@@ -202,3 +202,16 @@ fn weak_tokens_and_unnamed_remote_hosts_are_refused_at_start() {
         "{stderr}"
     );
 }
+
+#[test]
+fn past_the_session_cap_an_http_client_gets_503() {
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let bermd = Bermd::start(&["--http", &addr, "--max-connections", "1"]);
+    let host = format!("127.0.0.1:{port}");
+    let first = initialize(&addr, &host, &[]);
+    assert_eq!(first.status, 200, "{}", first.head);
+    let second = initialize(&addr, &host, &[]);
+    assert_eq!(second.status, 503, "{}", second.head);
+    drop(bermd);
+}

@@ -11,7 +11,9 @@ use anyhow::Context;
 use berm::EngineConfig;
 use berm_service::http::{HttpConfig, Token};
 use berm_service::listen::InheritedListener;
-use berm_service::transport::DEFAULT_MAX_FRAME_BYTES;
+use berm_service::service::DEFAULT_MAX_CALLS_PER_PROGRAM;
+use berm_service::syscalls::DEFAULT_MAX_HOST_OPS;
+use berm_service::transport::{DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_FRAME_BYTES};
 use berm_service::{DaemonConfig, Exit, ServiceConfig};
 use clap::{Parser, ValueEnum};
 
@@ -43,6 +45,18 @@ struct Args {
     /// Largest JSON-RPC message read on the MCP socket, in bytes.
     #[arg(long, default_value_t = DEFAULT_MAX_FRAME_BYTES)]
     max_frame_bytes: usize,
+    /// Most MCP sessions served at once on each listener (mcp.sock, the
+    /// inherited listener, HTTP); a client past it is told so and closed.
+    #[arg(long, default_value_t = DEFAULT_MAX_CONNECTIONS)]
+    max_connections: usize,
+    /// Most calls from outside one program may have running at once; past
+    /// it a call is refused, and nothing runs.
+    #[arg(long, default_value_t = DEFAULT_MAX_CALLS_PER_PROGRAM)]
+    max_calls_per_program: usize,
+    /// Most disk operations (kv writes, fs calls) one program may have in
+    /// flight at once.
+    #[arg(long, default_value_t = DEFAULT_MAX_HOST_OPS)]
+    max_host_ops: usize,
     /// Deploy every program of this app folder (berm.toml) at start, read in
     /// place. Repeat for several folders.
     #[arg(long = "app", value_name = "DIR")]
@@ -157,6 +171,8 @@ fn start(args: Args, started: Instant) -> Result<(), (Exit, anyhow::Error)> {
         Cpu::Portable => EngineConfig::vm(),
     };
     service.code_dir = args.code_dir;
+    service.max_calls_per_program = args.max_calls_per_program;
+    service.max_host_ops = args.max_host_ops;
     let config = DaemonConfig {
         http: args.http.map(|addr| HttpConfig {
             addr,
@@ -165,6 +181,7 @@ fn start(args: Args, started: Instant) -> Result<(), (Exit, anyhow::Error)> {
             allowed_hosts: args.allowed_hosts,
         }),
         max_frame_bytes: args.max_frame_bytes,
+        max_connections: args.max_connections,
         apps,
         listener,
         ready,
