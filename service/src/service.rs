@@ -538,11 +538,16 @@ impl Service {
             modules.insert(grant.module().to_string());
             match grant {
                 Grant::Kv => host.kv = Some(self.keyspace(&record.name)?),
-                Grant::Fs { dir, read_only } => {
-                    let root = FsRoot::open(dir, *read_only).map_err(|e| DeployError::Grant {
-                        grant: grant.to_string(),
-                        message: format!("cannot open the directory: {e}"),
-                    })?;
+                Grant::Fs {
+                    dir,
+                    read_only,
+                    quota,
+                } => {
+                    let root =
+                        FsRoot::open(dir, *read_only, *quota).map_err(|e| DeployError::Grant {
+                            grant: grant.to_string(),
+                            message: format!("cannot open the directory: {e}"),
+                        })?;
                     host.fs = Some(Arc::new(root));
                 }
                 Grant::Log | Grant::Clock | Grant::Random => {}
@@ -640,11 +645,16 @@ fn normalize_grants(grants: Vec<Grant>) -> Result<Vec<Grant>, DeployError> {
     let mut out = Vec::new();
     for grant in grants {
         let grant = match grant {
-            Grant::Fs { dir, read_only } => {
+            Grant::Fs {
+                dir,
+                read_only,
+                quota,
+            } => {
                 let refuse = |message: String| DeployError::Grant {
                     grant: Grant::Fs {
                         dir: dir.clone(),
                         read_only,
+                        quota,
                     }
                     .to_string(),
                     message,
@@ -660,6 +670,7 @@ fn normalize_grants(grants: Vec<Grant>) -> Result<Vec<Grant>, DeployError> {
                 Grant::Fs {
                     dir: real,
                     read_only,
+                    quota,
                 }
             }
             other => other,

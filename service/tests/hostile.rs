@@ -88,6 +88,7 @@ fn a_region_of_empty_frames_costs_the_host_nothing() {
         Grant::Fs {
             dir: dir.path().to_path_buf(),
             read_only: false,
+            quota: berm_control::FsQuota::default(),
         },
     ];
     let limits = LimitsSpec {
@@ -172,6 +173,7 @@ fn fifo_reads_never_hold_up_echo() {
     let grants = vec![Grant::Fs {
         dir: dir.path().to_path_buf(),
         read_only: true,
+        quota: berm_control::FsQuota::default(),
     }];
     block_on(bermd.control().deploy(
         "reader",
