@@ -325,3 +325,71 @@ fn past_a_programs_call_cap_its_calls_are_refused_and_others_run() {
     let answer = block_on(control.call("hostile", "counter", b"{}".to_vec())).unwrap();
     assert_eq!(answer.text, "1");
 }
+
+/// One kv log record, as bermd writes it.
+fn kv_record(key: &[u8], value: &[u8]) -> Vec<u8> {
+    let mut body = vec![1u8];
+    body.extend_from_slice(&(key.len() as u32).to_le_bytes());
+    body.extend_from_slice(&(value.len() as u32).to_le_bytes());
+    body.extend_from_slice(key);
+    body.extend_from_slice(value);
+    let mut record = crc32fast::hash(&body).to_le_bytes().to_vec();
+    record.extend_from_slice(&body);
+    record
+}
+
+#[test]
+fn a_keyspace_corrupt_in_the_middle_is_not_served_and_not_cut() {
+    let bermd = Bermd::start(&[]);
+    let log = bermd.home.join("state/store/kv.log");
+    std::fs::create_dir_all(log.parent().unwrap()).unwrap();
+    let first = kv_record(b"a", b"1");
+    let mut bytes = first.clone();
+    let mut second = kv_record(b"b", b"2");
+    *second.last_mut().unwrap() ^= 1;
+    bytes.extend_from_slice(&second);
+    bytes.extend_from_slice(&kv_record(b"k", b"acknowledged"));
+    std::fs::write(&log, &bytes).unwrap();
+
+    // kv.get of "k"; on an error the message is pulled and failed with.
+    let manifest = r#"{"abi":1,"tools":[{"name":"get","input_schema":{"type":"object"}}]}"#;
+    let escaped = manifest.replace('"', "\\\"");
+    let image = wat::parse_str(format!(
+        r#"(module (@custom "berm.manifest" "{escaped}")
+             (import "berm" "done" (func $done (param i32 i32) (result i64)))
+             (import "berm" "fail" (func $fail (param i32 i32) (result i64)))
+             (import "berm" "reply" (func $reply (param i32 i32) (result i64)))
+             (import "kv" "get" (func $get (param i32 i32) (result i64)))
+             (memory (export "memory") 1)
+             (data (i32.const 0) "\01\00\00\00k")
+             (func (export "berm_tool_get") (local $w i64)
+               (local.set $w (call $get (i32.const 0) (i32.const 5)))
+               (if (i64.lt_s (local.get $w) (i64.const 0))
+                 (then
+                   (local.set $w (call $reply (i32.const 1024) (i32.const 8192)))
+                   (drop (call $fail (i32.const 1024) (i32.wrap_i64 (local.get $w)))))
+                 (else (drop (call $done (i32.const 0) (i32.const 0)))))))"#
+    ))
+    .unwrap();
+    // The program deploys: only its keyspace is held back.
+    block_on(bermd.control().deploy(
+        "store",
+        &DeployRequest::new(&image, vec![Grant::Kv], LimitsSpec::default()),
+    ))
+    .unwrap();
+    let answer = block_on(bermd.control().call("store", "get", b"{}".to_vec())).unwrap();
+    assert_eq!(answer.outcome, CallOutcome::Failed, "{answer:?}");
+    assert!(
+        answer.text.contains(&format!(
+            "is corrupt at byte {} of {}",
+            first.len(),
+            bytes.len()
+        )) && answer
+            .text
+            .contains(&format!("truncate -s {}", first.len())),
+        "{}",
+        answer.text
+    );
+    assert_eq!(std::fs::read(&log).unwrap(), bytes, "the log was changed");
+    assert!(bermd.log_text().contains("kv not served"));
+}
