@@ -42,8 +42,13 @@ fn tree_rss_kib(pid: u32) -> f64 {
             continue;
         };
         for task in tasks.flatten() {
-            let children = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
-            stack.extend(children.split_whitespace().filter_map(|c| c.parse::<u32>().ok()));
+            let children =
+                std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+            stack.extend(
+                children
+                    .split_whitespace()
+                    .filter_map(|c| c.parse::<u32>().ok()),
+            );
         }
     }
     total
@@ -143,7 +148,10 @@ fn step(n: usize, app: &Path, tmp: &Path, memory: u32) -> String {
         .iter()
         .map(|vm| tree_rss_kib(vm.child.id()) / 1024.0)
         .collect();
-    let guest_mib: Vec<f64> = vms.iter().filter_map(|vm| guest_used_mib(vm, memory)).collect();
+    let guest_mib: Vec<f64> = vms
+        .iter()
+        .filter_map(|vm| guest_used_mib(vm, memory))
+        .collect();
     let vmm_mib: Vec<f64> = vms
         .iter()
         .map(|vm| status_kib(vm.child.id(), "VmRSS:") / 1024.0)
