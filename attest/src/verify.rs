@@ -246,11 +246,19 @@ fn is_setting_word(word: &str) -> bool {
             .all(|b| b.is_ascii_graphic() && !matches!(b, b'"' | b'\'' | b'\\'))
 }
 
-fn cmdline_ok(cmdline: &str, pinned: &str) -> bool {
-    let Some(rest) = cmdline.strip_prefix(pinned) else {
+/// Whether `cmdline` is the pinned one, then at most one set of backend words (libkrun on
+/// kvm_pvm, or the pinned TCG words), then only guest settings.
+fn cmdline_ok(cmdline: &str, kernel: &KernelPins) -> bool {
+    let Some(rest) = cmdline.strip_prefix(kernel.cmdline.as_str()) else {
         return false;
     };
-    let rest = rest.strip_prefix(PVM_WORDS).unwrap_or(rest);
+    let tcg_words = (!kernel.tcg_cmdline.is_empty())
+        .then(|| {
+            rest.strip_prefix(' ')?
+                .strip_prefix(kernel.tcg_cmdline.as_str())
+        })
+        .flatten();
+    let rest = rest.strip_prefix(PVM_WORDS).or(tcg_words).unwrap_or(rest);
     if rest.is_empty() {
         return true;
     }
@@ -411,7 +419,7 @@ fn check_artifacts(r: &Record, pins: &Pins, p: &mut Problems) {
             ),
         );
     }
-    if !cmdline_ok(&r.kernel.cmdline, &pins.kernel.cmdline) {
+    if !cmdline_ok(&r.kernel.cmdline, &pins.kernel) {
         p.add(
             Code::CmdlineMismatch,
             format!(

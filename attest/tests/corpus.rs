@@ -194,6 +194,15 @@ fn corpus() -> Vec<(&'static str, Value, Code)> {
         Code::CmdlineMismatch,
     );
     add(
+        "the pinned TCG words twice, the second time where guest settings go",
+        &|r| {
+            let tcg = &pins().kernel.tcg_cmdline;
+            let cmdline = format!("{} {tcg} {tcg} BERM_APPS=1", pins().kernel.cmdline);
+            r["kernel"]["cmdline"] = cmdline.into();
+        },
+        Code::CmdlineMismatch,
+    );
+    add(
         "a mismatched boot id",
         &|r| {
             let i = event_index(r, "app_started");
@@ -393,6 +402,23 @@ fn the_honest_record_verifies() {
     assert_eq!(once, Record::from_run_dir(dir.path()).unwrap());
     assert_eq!(record["format"], "berm-attest/1");
     assert_eq!(record["guest"]["bootId"], BOOT_ID);
+}
+
+#[test]
+fn the_pinned_tcg_words_after_the_pinned_cmdline_verify() {
+    let pins = pins();
+    assert!(
+        !pins.kernel.tcg_cmdline.is_empty(),
+        "kernel/manifest.toml pins TCG words"
+    );
+    let mut record = honest();
+    record["kernel"]["cmdline"] = format!(
+        "{} {} BERM_HYPERVISOR=qemu BERM_APPS=1",
+        pins.kernel.cmdline, pins.kernel.tcg_cmdline
+    )
+    .into();
+    let record = reseal(record);
+    assert_eq!(codes(&record), Vec::<&str>::new());
 }
 
 #[test]

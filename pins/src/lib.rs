@@ -99,6 +99,10 @@ pub struct KernelPins {
     pub image: ImagePin,
     /// The one command line both backends boot with.
     pub cmdline: String,
+    /// Words the QEMU backend appends under TCG (full emulation) and nowhere else: boot-time
+    /// calibrations that real hardware answers at once but an emulated CPU spends a third of
+    /// a second on (`docs/perf-vm.md`). Empty when the manifest names none.
+    pub tcg_cmdline: String,
 }
 
 /// The pins of the erofs root filesystem (`rootfs/manifest.toml`).
@@ -145,6 +149,8 @@ struct ImageFile {
 #[derive(Deserialize)]
 struct BootFile {
     cmdline: String,
+    #[serde(default)]
+    tcg_cmdline: String,
 }
 
 #[derive(Deserialize)]
@@ -196,6 +202,7 @@ impl KernelPins {
                 size: file.image.size,
             },
             cmdline: file.boot.cmdline,
+            tcg_cmdline: file.boot.tcg_cmdline,
         })
     }
 

@@ -212,8 +212,15 @@ pub fn run(config: &RunConfig) -> Result<Outcome, RunError> {
     }
     settings.extend(user_settings);
     let pvm_words = choice.backend == Backend::Krun && detection.kvm_pvm;
+    let tcg_words = choice.backend == Backend::Qemu
+        && choice.accel == Some("tcg")
+        && !kernel_pins.tcg_cmdline.is_empty();
     let pinned_cmdline = if pvm_words {
         format!("{} {PVM_CMDLINE}", kernel_pins.cmdline)
+    } else if tcg_words {
+        // Pinned beside the command line, and accepted by `berm attest verify` only as
+        // exactly these words in this place.
+        format!("{} {}", kernel_pins.cmdline, kernel_pins.tcg_cmdline)
     } else {
         kernel_pins.cmdline.clone()
     };
