@@ -10,12 +10,19 @@
 pub enum FrameError {
     /// The buffer ends inside a length or a field.
     Truncated,
-    /// The buffer holds a different number of fields than the request needs.
+    /// The buffer holds fewer fields than the request needs.
     WrongCount {
         /// How many fields the request needs.
         expected: usize,
         /// How many were found.
         found: usize,
+    },
+    /// The buffer holds more fields than the request needs. Decoding stops
+    /// at the first extra one, so a buffer of millions of empty fields costs
+    /// no more than one of `expected + 1`.
+    TooMany {
+        /// How many fields the request needs.
+        expected: usize,
     },
 }
 
@@ -25,6 +32,9 @@ impl core::fmt::Display for FrameError {
             FrameError::Truncated => write!(f, "framed request is truncated"),
             FrameError::WrongCount { expected, found } => {
                 write!(f, "framed request has {found} fields, expected {expected}")
+            }
+            FrameError::TooMany { expected } => {
+                write!(f, "framed request has more than {expected} fields")
             }
         }
     }
@@ -53,29 +63,72 @@ pub fn encode(fields: &[&[u8]]) -> Vec<u8> {
     out
 }
 
-/// Splits a framed buffer into its fields.
-pub fn decode(mut buf: &[u8]) -> Result<Vec<&[u8]>, FrameError> {
-    let mut fields = Vec::new();
-    while !buf.is_empty() {
-        let (len, rest) = buf.split_first_chunk::<4>().ok_or(FrameError::Truncated)?;
-        let len = u32::from_le_bytes(*len) as usize;
-        if rest.len() < len {
-            return Err(FrameError::Truncated);
-        }
-        let (field, rest) = rest.split_at(len);
-        fields.push(field);
-        buf = rest;
-    }
-    Ok(fields)
+/// The fields of a framed buffer, one at a time, each checked against what
+/// is left of the buffer before it is returned. It allocates nothing, so a
+/// host can walk a guest's region without paying per field.
+#[derive(Debug, Clone)]
+pub struct Fields<'a> {
+    rest: &'a [u8],
+    failed: bool,
 }
 
-/// Splits a framed buffer into exactly `N` fields.
+/// Walks the fields of `buf` without allocating.
+pub fn fields(buf: &[u8]) -> Fields<'_> {
+    Fields {
+        rest: buf,
+        failed: false,
+    }
+}
+
+impl<'a> Iterator for Fields<'a> {
+    type Item = Result<&'a [u8], FrameError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.rest.is_empty() || self.failed {
+            return None;
+        }
+        let field = self.rest.split_first_chunk::<4>().and_then(|(len, rest)| {
+            let len = u32::from_le_bytes(*len) as usize;
+            (rest.len() >= len).then(|| rest.split_at(len))
+        });
+        match field {
+            Some((field, rest)) => {
+                self.rest = rest;
+                Some(Ok(field))
+            }
+            None => {
+                self.failed = true;
+                Some(Err(FrameError::Truncated))
+            }
+        }
+    }
+}
+
+/// Splits a framed buffer into its fields, collected. For buffers whose
+/// size the reader already trusts (a guest reading the host's reply); a host
+/// reading a guest's request uses [`decode_exact`], which never collects.
+pub fn decode(buf: &[u8]) -> Result<Vec<&[u8]>, FrameError> {
+    fields(buf).collect()
+}
+
+/// Splits a framed buffer into exactly `N` fields, stopping at the first
+/// field too many: the work and memory are bounded by `N`, whatever the
+/// buffer holds.
 pub fn decode_exact<const N: usize>(buf: &[u8]) -> Result<[&[u8]; N], FrameError> {
-    let fields = decode(buf)?;
-    let found = fields.len();
-    fields
-        .try_into()
-        .map_err(|_| FrameError::WrongCount { expected: N, found })
+    let mut out: [&[u8]; N] = [&[]; N];
+    let mut found = 0;
+    for field in fields(buf) {
+        let field = field?;
+        if found == N {
+            return Err(FrameError::TooMany { expected: N });
+        }
+        out[found] = field;
+        found += 1;
+    }
+    if found < N {
+        return Err(FrameError::WrongCount { expected: N, found });
+    }
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -106,5 +159,31 @@ mod tests {
                 found: 1
             })
         );
+        assert_eq!(
+            decode_exact::<2>(&encode(&[b"a", b"b", b"c"])),
+            Err(FrameError::TooMany { expected: 2 })
+        );
+        assert_eq!(
+            decode_exact::<1>(&[0, 0, 0, 0, 9, 0]),
+            Err(FrameError::Truncated)
+        );
+        assert_eq!(
+            decode_exact::<2>(&[0, 0, 0, 0, 9, 0]),
+            Err(FrameError::Truncated)
+        );
+    }
+
+    #[test]
+    fn a_region_of_empty_frames_stops_at_the_first_extra_field() {
+        // 1 MiB of zeros is 262,144 empty fields; decoding one request from
+        // it looks at two of them.
+        let zeros = vec![0u8; 1 << 20];
+        assert_eq!(
+            decode_exact::<1>(&zeros),
+            Err(FrameError::TooMany { expected: 1 })
+        );
+        let mut walk = fields(&zeros);
+        assert_eq!(walk.next(), Some(Ok(&b""[..])));
+        assert_eq!(walk.rest.len(), (1 << 20) - 4);
     }
 }

@@ -139,6 +139,29 @@ pub fn syscall(module: &str, name: &str) -> Option<&'static SyscallSpec> {
         .find(|spec| spec.module == module && spec.name == name)
 }
 
+/// Splits the value of an `fs=` grant (`DIR[:ro|:rw][:bytes=N][:entries=N]`)
+/// into its directory and its options, kept as written with their leading
+/// colon. Options are taken from the right while they are well formed, so
+/// a directory name may itself hold a colon. `berm.toml` (berm-app, which
+/// resolves the directory) and the control API's grants (which read the
+/// options) share this one rule.
+pub fn split_fs_grant(value: &str) -> (&str, &str) {
+    let mut dir = value;
+    while let Some((head, option)) = dir.rsplit_once(':') {
+        let numeric = |key: &str| {
+            option
+                .strip_prefix(key)
+                .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+        };
+        if option == "ro" || option == "rw" || numeric("bytes=") || numeric("entries=") {
+            dir = head;
+        } else {
+            break;
+        }
+    }
+    (dir, &value[dir.len()..])
+}
+
 /// Whether `name` is a valid tool name: `[a-z0-9][a-z0-9_-]{0,63}`. No dots:
 /// MCP clients accept only `^[a-zA-Z0-9_-]{1,64}$` in the names they see.
 pub fn is_valid_name(name: &str) -> bool {
@@ -185,6 +208,18 @@ pub fn split_served_name(name: &str) -> Option<(&str, &str)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fs_grants_split_at_their_options() {
+        assert_eq!(split_fs_grant("data"), ("data", ""));
+        assert_eq!(split_fs_grant("a:b:ro"), ("a:b", ":ro"));
+        assert_eq!(
+            split_fs_grant("/d:rw:bytes=10:entries=2"),
+            ("/d", ":rw:bytes=10:entries=2")
+        );
+        assert_eq!(split_fs_grant("/d:bytes=x"), ("/d:bytes=x", ""));
+        assert_eq!(split_fs_grant("/d:bytes="), ("/d:bytes=", ""));
+    }
 
     #[test]
     fn names_follow_the_rule() {

@@ -91,7 +91,8 @@ pub struct Program {
     /// The wasm file as `berm.toml` names it, relative to the folder.
     pub wasm_relative: String,
     /// berm's grant syntax (`log`, `clock`, `random`, `kv`,
-    /// `fs=DIR[:ro|:rw]` with DIR relative); see [`Program::resolve_grants`].
+    /// `fs=DIR[:ro|:rw][:bytes=N][:entries=N]` with DIR relative); see
+    /// [`Program::resolve_grants`].
     pub grants: Vec<String>,
     /// This program's memory cap in MiB, when set.
     pub memory_mb: Option<u64>,
@@ -289,7 +290,7 @@ pub enum AppError {
     },
     /// A grant is not one of berm's.
     #[error(
-        "{}: program `{program}`: unknown grant {grant:?}: use log, clock, random, kv or fs=DIR[:ro|:rw]",
+        "{}: program `{program}`: unknown grant {grant:?}: use log, clock, random, kv or fs=DIR[:ro|:rw][:bytes=N][:entries=N]",
         file.display()
     )]
     UnknownGrant {
@@ -634,13 +635,9 @@ fn limits(file: &Path, raw: &RawLimits) -> Result<Limits, AppError> {
 }
 
 /// `DIR:ro` → (`DIR`, `:ro`); the mode suffix is kept as written.
+/// An `fs=` grant's directory and its options: [`berm_abi::split_fs_grant`].
 fn split_fs_mode(value: &str) -> (&str, &str) {
-    for mode in [":ro", ":rw"] {
-        if let Some(dir) = value.strip_suffix(mode) {
-            return (dir, mode);
-        }
-    }
-    (value, "")
+    berm_abi::split_fs_grant(value)
 }
 
 /// Why a relative path from `berm.toml` is not plain, if it is not.

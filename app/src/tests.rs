@@ -51,7 +51,7 @@ pids = 32
 [[program]]
 name = "notes"
 wasm = "bin/notes.wasm"
-grants = ["kv", "log", "fs=files/notes:ro"]
+grants = ["kv", "log", "fs=files/notes:rw:bytes=1048576:entries=100"]
 memory_mb = 64
 
 [[program]]
@@ -80,11 +80,18 @@ wasm = "echo.wasm"
     assert_eq!(notes.name, "notes");
     assert_eq!(notes.wasm, root.join("bin/notes.wasm"));
     assert_eq!(notes.wasm_relative, "bin/notes.wasm");
-    assert_eq!(notes.grants, ["kv", "log", "fs=files/notes:ro"]);
+    assert_eq!(
+        notes.grants,
+        ["kv", "log", "fs=files/notes:rw:bytes=1048576:entries=100"]
+    );
     assert_eq!(notes.memory_mb, Some(64));
     assert_eq!(
         notes.resolve_grants(Path::new("/workspace/notes/data")),
-        ["kv", "log", "fs=/workspace/notes/data/files/notes:ro"]
+        [
+            "kv",
+            "log",
+            "fs=/workspace/notes/data/files/notes:rw:bytes=1048576:entries=100"
+        ]
     );
     assert_eq!(notes.read().unwrap(), b"\0asm\x01\0\0\0");
     assert_eq!(app.programs[1].grants, Vec::<String>::new());
@@ -312,7 +319,7 @@ fn refuses_unknown_grants() {
             &with_grants(&format!("[{grant:?}]")),
             &[
                 &format!("program `p`: unknown grant {grant:?}"),
-                "use log, clock, random, kv or fs=DIR[:ro|:rw]",
+                "use log, clock, random, kv or fs=DIR[:ro|:rw][:bytes=N][:entries=N]",
             ],
         );
     }

@@ -48,4 +48,4 @@ pub use engine::{
 };
 pub use error::{DeployError, Error, Failure};
 pub use program::{CompileSource, DeployOptions, Deployed, Grants, ProgramInfo};
-pub use syscall::{Reply, Syscall, SyscallContext, SyscallError};
+pub use syscall::{Pending, Reply, Syscall, SyscallContext, SyscallError};

@@ -8,6 +8,7 @@
 //! `fs.read` still deploys into a host without `fs`, and its other tools work.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use berm_abi::word::{self, ErrorCode};
 use berm_abi::{CONVENTION_MODULE, convention, frame};
@@ -17,7 +18,7 @@ use crate::DeployError;
 use crate::call::{CallState, Invocation, Outcome, Violation};
 use crate::error::Error;
 use crate::program::Grants;
-use crate::syscall::{Reply, Syscall, SyscallContext, SyscallError};
+use crate::syscall::{Kind, Reply, Syscall, SyscallContext, SyscallError};
 
 /// Syscalls by `(module, name)`.
 pub(crate) type SyscallTable = HashMap<(String, String), Syscall>;
@@ -112,8 +113,8 @@ fn define_convention(linker: &mut Linker<CallState>) -> wasmtime::Result<()> {
         |mut caller: Caller<'_, CallState>, (ptr, len): (i32, i32)| {
             Box::new(async move {
                 let (memory, state) = guest_memory(&mut caller)?;
-                let request = state.region(memory, ptr, len)?.to_vec();
-                let invocation = match parse_call(&request) {
+                let request = state.region(memory, ptr, len)?;
+                let invocation = match parse_call(request, &state.berm) {
                     Ok((program, tool, args)) => Invocation {
                         program,
                         tool,
@@ -123,9 +124,9 @@ fn define_convention(linker: &mut Linker<CallState>) -> wasmtime::Result<()> {
                         deadline: state.deadline,
                         budget: state.budget,
                     },
-                    Err(message) => {
+                    Err((code, message)) => {
                         state.staged = message.into_bytes();
-                        return Ok(ErrorCode::Invalid.word());
+                        return Ok(code.word());
                     }
                 };
                 let berm = state.berm.clone();
@@ -156,18 +157,44 @@ fn define_convention(linker: &mut Linker<CallState>) -> wasmtime::Result<()> {
     Ok(())
 }
 
-fn parse_call(request: &[u8]) -> Result<(String, String, Vec<u8>), String> {
-    let [program, tool, args] = frame::decode_exact::<3>(request)
-        .map_err(|e| format!("berm.call: {e}; expected frames [program, tool, args]"))?;
-    let text = |field: &[u8], what: &str| {
-        String::from_utf8(field.to_vec())
-            .map_err(|_| format!("berm.call: the {what} name is not UTF-8"))
+/// Reads a `berm.call` request in place and copies only what the call
+/// keeps: two names (checked against the naming rule, so at most 64 bytes
+/// each) and the arguments, once they are known to fit the callee's cap. A
+/// region of any size costs the host no more than that.
+fn parse_call(
+    request: &[u8],
+    berm: &crate::call::Inner,
+) -> Result<(String, String, Vec<u8>), (ErrorCode, String)> {
+    let invalid = |message: String| (ErrorCode::Invalid, message);
+    let [program, tool, args] = frame::decode_exact::<3>(request).map_err(|e| {
+        invalid(format!(
+            "berm.call: {e}; expected frames [program, tool, args]"
+        ))
+    })?;
+    let name = |field: &[u8], what: &str| match std::str::from_utf8(field) {
+        Ok(name) if berm_abi::is_valid_name(name) => Ok(name.to_string()),
+        _ => Err(invalid(format!(
+            "berm.call: the {what} name is not a valid name ([a-z0-9][a-z0-9_-]{{0,63}})"
+        ))),
     };
-    Ok((
-        text(program, "program")?,
-        text(tool, "tool")?,
-        args.to_vec(),
-    ))
+    let (program, tool) = (name(program, "program")?, name(tool, "tool")?);
+    let Some(callee) = berm.program(&program) else {
+        return Err((
+            ErrorCode::NotFound,
+            Error::NoSuchProgram(program).to_string(),
+        ));
+    };
+    let cap = callee.limits.max_args_bytes;
+    if args.len() > cap {
+        let error = Error::ArgsTooLarge {
+            program,
+            tool,
+            size: args.len(),
+            cap,
+        };
+        return Err((ErrorCode::TooLarge, error.to_string()));
+    }
+    Ok((program, tool, args.to_vec()))
 }
 
 /// The guest's memory and the call state, borrowed together.
@@ -278,46 +305,88 @@ fn define_trap(
 }
 
 fn define_syscall(linker: &mut Linker<CallState>, syscall: &Syscall) -> wasmtime::Result<()> {
-    let handler = syscall.handler.clone();
-    let qualified = format!("{}.{}", syscall.module, syscall.name);
-    linker.func_wrap(
-        &syscall.module,
-        &syscall.name,
-        move |mut caller: Caller<'_, CallState>, ptr: i32, len: i32| -> wasmtime::Result<i64> {
-            let (memory, state) = guest_memory(&mut caller)?;
-            let region = state.region(memory, ptr, len)?;
-            let context = SyscallContext {
-                program: &state.program.name,
-                tool: &state.tool,
-                digest: &state.program.digest,
-                caller: state.caller.as_deref(),
-                data: state.program.data.as_deref(),
-            };
-            match handler(&context, region) {
-                Ok(Reply::Word(word)) if word >= 0 => Ok(word),
-                Ok(Reply::Word(word)) => Err(state.fault(Error::Syscall {
-                    program: state.program.name.to_string(),
-                    tool: state.tool.clone(),
-                    syscall: qualified.clone(),
-                    message: format!("host bug: negative success word {word}"),
-                })),
-                Ok(Reply::Staged(bytes)) => {
-                    let len = bytes.len() as u32;
-                    state.staged = bytes;
-                    Ok(word::success(0, len))
-                }
-                Err(SyscallError::Code { code, message }) => {
-                    state.staged = message.into_bytes();
-                    Ok(code.word())
-                }
-                Err(SyscallError::Trap(message)) => Err(state.fault(Error::Syscall {
-                    program: state.program.name.to_string(),
-                    tool: state.tool.clone(),
-                    syscall: qualified.clone(),
-                    message,
-                })),
-            }
-        },
-    )?;
+    let qualified: Arc<str> = format!("{}.{}", syscall.module, syscall.name).into();
+    match &syscall.kind {
+        Kind::Immediate(handler) => {
+            let handler = handler.clone();
+            linker.func_wrap(
+                &syscall.module,
+                &syscall.name,
+                move |mut caller: Caller<'_, CallState>, ptr: i32, len: i32| {
+                    let (memory, state) = guest_memory(&mut caller)?;
+                    let region = state.region(memory, ptr, len)?;
+                    let result = handler(&context(state), region);
+                    answer(state, &qualified, result)
+                },
+            )?;
+        }
+        Kind::Blocking(handler) => {
+            let handler = handler.clone();
+            linker.func_wrap_async(
+                &syscall.module,
+                &syscall.name,
+                move |mut caller: Caller<'_, CallState>, (ptr, len): (i32, i32)| {
+                    let handler = handler.clone();
+                    let qualified = qualified.clone();
+                    Box::new(async move {
+                        let pending = {
+                            let (memory, state) = guest_memory(&mut caller)?;
+                            let region = state.region(memory, ptr, len)?;
+                            handler(&context(state), region)
+                        };
+                        let result = match pending {
+                            Ok(pending) => pending.await,
+                            Err(error) => Err(error),
+                        };
+                        answer(caller.data_mut(), &qualified, result)
+                    })
+                },
+            )?;
+        }
+    }
     Ok(())
+}
+
+fn context(state: &CallState) -> SyscallContext<'_> {
+    SyscallContext {
+        program: &state.program.name,
+        tool: &state.tool,
+        digest: &state.program.digest,
+        caller: state.caller.as_deref(),
+        deadline: state.deadline,
+        data: state.program.data.as_deref(),
+    }
+}
+
+/// Turns a handler's result into the word the guest gets (staging a reply
+/// or message), or the trap that stops the call.
+fn answer(
+    state: &mut CallState,
+    qualified: &str,
+    result: Result<Reply, SyscallError>,
+) -> wasmtime::Result<i64> {
+    match result {
+        Ok(Reply::Word(word)) if word >= 0 => Ok(word),
+        Ok(Reply::Word(word)) => Err(state.fault(Error::Syscall {
+            program: state.program.name.to_string(),
+            tool: state.tool.clone(),
+            syscall: qualified.to_string(),
+            message: format!("host bug: negative success word {word}"),
+        })),
+        Ok(Reply::Staged(bytes)) => {
+            let len = bytes.len() as u32;
+            state.staged = bytes;
+            Ok(word::success(0, len))
+        }
+        Err(SyscallError::Code { code, message }) => {
+            state.staged = message.into_bytes();
+            Ok(code.word())
+        }
+        Err(SyscallError::Trap(message)) => Err(state.fault(Error::Syscall {
+            program: state.program.name.to_string(),
+            tool: state.tool.clone(),
+            syscall: qualified.to_string(),
+            message,
+        })),
+    }
 }

@@ -7,7 +7,10 @@
 
 use std::any::Any;
 use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Instant;
 
 use berm_abi::word::ErrorCode;
 
@@ -23,6 +26,10 @@ pub struct SyscallContext<'a> {
     pub digest: &'a Digest,
     /// The program that called this one, for a nested call.
     pub caller: Option<&'a str>,
+    /// When the call (with the calls it is nested in) must end. A host
+    /// operation that may block ([`Syscall::blocking`]) gives up by then:
+    /// the deadline cannot interrupt host code, only wasm.
+    pub deadline: Instant,
     pub(crate) data: Option<&'a (dyn Any + Send + Sync)>,
 }
 
@@ -76,12 +83,27 @@ impl SyscallError {
 pub type Handler =
     dyn Fn(&SyscallContext<'_>, &mut [u8]) -> Result<Reply, SyscallError> + Send + Sync;
 
+/// The rest of a [`Syscall::blocking`] syscall, once its request is read:
+/// owns everything it needs, so the guest's memory is free while it waits.
+pub type Pending = Pin<Box<dyn Future<Output = Result<Reply, SyscallError>> + Send>>;
+
+/// The handler behind a [`Syscall::blocking`] syscall: reads the request
+/// (copying only what it keeps) and returns the work to wait for.
+pub type BlockingHandler =
+    dyn Fn(&SyscallContext<'_>, &mut [u8]) -> Result<Pending, SyscallError> + Send + Sync;
+
+#[derive(Clone)]
+pub(crate) enum Kind {
+    Immediate(Arc<Handler>),
+    Blocking(Arc<BlockingHandler>),
+}
+
 /// One import a host serves.
 #[derive(Clone)]
 pub struct Syscall {
     pub(crate) module: String,
     pub(crate) name: String,
-    pub(crate) handler: Arc<Handler>,
+    pub(crate) kind: Kind,
 }
 
 impl Syscall {
@@ -98,7 +120,27 @@ impl Syscall {
         Syscall {
             module: module.into(),
             name: name.into(),
-            handler: Arc::new(handler),
+            kind: Kind::Immediate(Arc::new(handler)),
+        }
+    }
+
+    /// A syscall whose work may wait (disk, network): the handler reads the
+    /// request and returns a future, and the call's instance waits for it
+    /// without holding a thread. Use it for anything that can block, so a
+    /// slow or stuck host operation stalls only the call that made it; the
+    /// future should give up at [`SyscallContext::deadline`].
+    pub fn blocking(
+        module: impl Into<String>,
+        name: impl Into<String>,
+        handler: impl Fn(&SyscallContext<'_>, &mut [u8]) -> Result<Pending, SyscallError>
+        + Send
+        + Sync
+        + 'static,
+    ) -> Syscall {
+        Syscall {
+            module: module.into(),
+            name: name.into(),
+            kind: Kind::Blocking(Arc::new(handler)),
         }
     }
 

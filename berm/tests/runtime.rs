@@ -542,3 +542,55 @@ fn compiled_code_survives_a_restart() {
         CompileSource::Compiled
     );
 }
+
+/// `fs.read` as a blocking syscall: the request is read in place, the path
+/// copied, and the reply comes from a future that waits (here, a timer)
+/// while the call's instance holds no thread. `waiting` counts the calls
+/// waiting at once, `most` the largest count seen.
+fn blocking_fs_read_table(waiting: Arc<AtomicUsize>, most: Arc<AtomicUsize>) -> Vec<Syscall> {
+    vec![Syscall::blocking("fs", "read", move |ctx, request| {
+        let [path] = berm::abi::frame::decode_exact::<1>(request)
+            .map_err(|e| SyscallError::code(ErrorCode::Invalid, e.to_string()))?;
+        let (path, program) = (path.to_vec(), ctx.program.to_string());
+        assert!(ctx.deadline > std::time::Instant::now());
+        let (waiting, most) = (waiting.clone(), most.clone());
+        Ok(Box::pin(async move {
+            most.fetch_max(waiting.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            waiting.fetch_sub(1, Ordering::SeqCst);
+            match path.as_slice() {
+                b"hello.txt" => Ok(Reply::Staged(format!("waited for {program}").into_bytes())),
+                _ => Err(SyscallError::code(ErrorCode::NotFound, "no such file")),
+            }
+        }) as berm::Pending)
+    })]
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_blocking_syscall_waits_without_holding_the_thread() {
+    let (waiting, most) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let berm = Berm::new(
+        &engine(),
+        call::DEFAULT_CALL_DEPTH,
+        blocking_fs_read_table(waiting, most.clone()),
+    );
+    berm.deploy("hostile", &app("hostile")).unwrap();
+    // Ten calls on one thread: all ten are waiting in their syscall at
+    // once, because a waiting call yields the thread.
+    let mut calls = tokio::task::JoinSet::new();
+    for _ in 0..10 {
+        let berm = berm.clone();
+        calls.spawn(
+            async move { text(&berm, "hostile", "read_file", r#"{"path":"hello.txt"}"#).await },
+        );
+    }
+    while let Some(answer) = calls.join_next().await {
+        assert_eq!(answer.unwrap().unwrap(), Ok("waited for hostile".into()));
+    }
+    assert_eq!(most.load(Ordering::SeqCst), 10);
+    let missing = text(&berm, "hostile", "read_file", r#"{"path":"nope"}"#)
+        .await
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(missing, "no such file (not_found)");
+}

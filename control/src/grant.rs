@@ -19,13 +19,44 @@ pub enum Grant {
     Random,
     /// `kv`: the program's own persistent keyspace.
     Kv,
-    /// `fs=DIR[:ro|:rw]`: files beneath one directory.
+    /// `fs=DIR[:ro|:rw][:bytes=N][:entries=N]`: files beneath one
+    /// directory, within a quota.
     Fs {
         /// The directory (absolute once bermd has it).
         dir: PathBuf,
         /// Whether writes and removals are refused.
         read_only: bool,
+        /// How much the program may keep there.
+        quota: FsQuota,
     },
+}
+
+/// How much a program may keep beneath its `fs` directory. Unset fields
+/// take bermd's defaults ([`FsQuota::DEFAULT_BYTES`],
+/// [`FsQuota::DEFAULT_ENTRIES`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct FsQuota {
+    /// Total size of the files, in bytes (`:bytes=N`).
+    pub bytes: Option<u64>,
+    /// Number of files, directories and other entries (`:entries=N`).
+    pub entries: Option<u64>,
+}
+
+impl FsQuota {
+    /// The size quota when the grant sets none: 1 GiB.
+    pub const DEFAULT_BYTES: u64 = 1 << 30;
+    /// The entry quota when the grant sets none.
+    pub const DEFAULT_ENTRIES: u64 = 100_000;
+
+    /// The size quota in force.
+    pub fn max_bytes(&self) -> u64 {
+        self.bytes.unwrap_or(FsQuota::DEFAULT_BYTES)
+    }
+
+    /// The entry quota in force.
+    pub fn max_entries(&self) -> u64 {
+        self.entries.unwrap_or(FsQuota::DEFAULT_ENTRIES)
+    }
 }
 
 impl Grant {
@@ -45,14 +76,24 @@ impl Grant {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum GrantParseError {
     /// Not one of the grant names.
-    #[error("unknown grant `{0}`: use log, clock, random, kv or fs=DIR[:ro|:rw]")]
+    #[error(
+        "unknown grant `{0}`: use log, clock, random, kv or fs=DIR[:ro|:rw][:bytes=N][:entries=N]"
+    )]
     Unknown(String),
     /// `fs` without a directory.
-    #[error("grant `{0}` needs a directory: fs=DIR[:ro|:rw]")]
+    #[error("grant `{0}` needs a directory: fs=DIR[:ro|:rw][:bytes=N][:entries=N]")]
     FsWithoutDir(String),
     /// A grant that takes no value was given one.
     #[error("grant `{0}` takes no value")]
     UnexpectedValue(String),
+    /// An `fs` option given twice, or a quota that does not fit.
+    #[error("grant `{grant}`: {problem}")]
+    FsOption {
+        /// The grant.
+        grant: String,
+        /// What is wrong.
+        problem: String,
+    },
 }
 
 impl FromStr for Grant {
@@ -76,19 +117,41 @@ impl FromStr for Grant {
                 let value = value
                     .filter(|v| !v.is_empty())
                     .ok_or_else(|| GrantParseError::FsWithoutDir(text.to_string()))?;
-                let (dir, read_only) = if let Some(dir) = value.strip_suffix(":ro") {
-                    (dir, true)
-                } else if let Some(dir) = value.strip_suffix(":rw") {
-                    (dir, false)
-                } else {
-                    (value, false)
-                };
+                let (dir, options) = berm_abi::split_fs_grant(value);
                 if dir.is_empty() {
                     return Err(GrantParseError::FsWithoutDir(text.to_string()));
                 }
+                let problem = |problem: String| GrantParseError::FsOption {
+                    grant: text.to_string(),
+                    problem,
+                };
+                let (mut mode, mut quota) = (None, FsQuota::default());
+                for option in options.split(':').filter(|o| !o.is_empty()) {
+                    let (key, slot) = match option.split_once('=') {
+                        Some(("bytes", n)) => ("bytes", Some((&mut quota.bytes, n))),
+                        Some(("entries", n)) => ("entries", Some((&mut quota.entries, n))),
+                        _ => ("mode", None),
+                    };
+                    match slot {
+                        Some((slot, n)) => {
+                            let n: u64 = n.parse().map_err(|_| {
+                                problem(format!("{key}={n} does not fit in 64 bits"))
+                            })?;
+                            if slot.replace(n).is_some() {
+                                return Err(problem(format!("{key}= is given twice")));
+                            }
+                        }
+                        None => {
+                            if mode.replace(option == "ro").is_some() {
+                                return Err(problem("give at most one of :ro and :rw".into()));
+                            }
+                        }
+                    }
+                }
                 Ok(Grant::Fs {
                     dir: PathBuf::from(dir),
-                    read_only,
+                    read_only: mode.unwrap_or(false),
+                    quota,
                 })
             }
             _ => Err(GrantParseError::Unknown(text.to_string())),
@@ -99,9 +162,20 @@ impl FromStr for Grant {
 impl fmt::Display for Grant {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Grant::Fs { dir, read_only } => {
+            Grant::Fs {
+                dir,
+                read_only,
+                quota,
+            } => {
                 let mode = if *read_only { "ro" } else { "rw" };
-                write!(f, "fs={}:{mode}", dir.display())
+                write!(f, "fs={}:{mode}", dir.display())?;
+                if let Some(bytes) = quota.bytes {
+                    write!(f, ":bytes={bytes}")?;
+                }
+                if let Some(entries) = quota.entries {
+                    write!(f, ":entries={entries}")?;
+                }
+                Ok(())
             }
             other => f.write_str(other.module()),
         }
@@ -134,6 +208,9 @@ mod tests {
             "kv",
             "fs=/srv/data:ro",
             "fs=/srv/data:rw",
+            "fs=/srv/data:rw:bytes=1048576",
+            "fs=/srv/data:rw:bytes=1048576:entries=10",
+            "fs=/srv/data:ro:entries=3",
         ] {
             let grant: Grant = text.parse().unwrap();
             assert_eq!(grant.to_string(), text);
@@ -142,15 +219,33 @@ mod tests {
             "fs=/tmp/x".parse::<Grant>().unwrap(),
             Grant::Fs {
                 dir: "/tmp/x".into(),
-                read_only: false
+                read_only: false,
+                quota: FsQuota::default(),
             }
         );
         assert_eq!(
             "fs=/a:b:ro".parse::<Grant>().unwrap(),
             Grant::Fs {
                 dir: "/a:b".into(),
-                read_only: true
+                read_only: true,
+                quota: FsQuota::default(),
             }
+        );
+        assert_eq!(
+            "fs=/a:entries=5:ro:bytes=9".parse::<Grant>().unwrap(),
+            Grant::Fs {
+                dir: "/a".into(),
+                read_only: true,
+                quota: FsQuota {
+                    bytes: Some(9),
+                    entries: Some(5),
+                },
+            }
+        );
+        // A malformed option is part of the directory's name.
+        assert_eq!(
+            "fs=/a:bytes=x".parse::<Grant>().unwrap().to_string(),
+            "fs=/a:bytes=x:rw"
         );
     }
 
@@ -171,6 +266,24 @@ mod tests {
         assert_eq!(
             "kv=1".parse::<Grant>(),
             Err(GrantParseError::UnexpectedValue("kv=1".into()))
+        );
+        assert_eq!(
+            "fs=/a:bytes=1:bytes=2"
+                .parse::<Grant>()
+                .unwrap_err()
+                .to_string(),
+            "grant `fs=/a:bytes=1:bytes=2`: bytes= is given twice"
+        );
+        assert_eq!(
+            "fs=/a:ro:rw".parse::<Grant>().unwrap_err().to_string(),
+            "grant `fs=/a:ro:rw`: give at most one of :ro and :rw"
+        );
+        assert_eq!(
+            "fs=/a:bytes=99999999999999999999"
+                .parse::<Grant>()
+                .unwrap_err()
+                .to_string(),
+            "grant `fs=/a:bytes=99999999999999999999`: bytes=99999999999999999999 does not fit in 64 bits"
         );
     }
 }

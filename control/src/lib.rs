@@ -27,4 +27,4 @@ pub use api::{
     RemoveResponse,
 };
 pub use client::{Client, ClientError};
-pub use grant::{Grant, GrantParseError};
+pub use grant::{FsQuota, Grant, GrantParseError};

@@ -2,7 +2,7 @@
 //!
 //! Run: `scripts/build-apps.sh && cargo bench -p berm-service`. Measures, in
 //! one run on one machine:
-//! - baseline: `Berm::call` of tool `echo` of `echo` in process (instantiate, run, drop);
+//! - baseline: `Berm::call` of echo's `echo` in process (instantiate, run, drop);
 //! - `Service::call`: the same through bermd's service layer (schema
 //!   validation; echo imports nothing that waits, so its call starts on
 //!   the calling task);
@@ -22,8 +22,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+mod common;
+
 use berm_control::{DeployRequest, LimitsSpec};
 use berm_service::{Service, ServiceConfig};
+use common::{McpClient, Stats};
 use serde_json::{Value, json};
 
 const SAMPLES: usize = 20_000;
@@ -128,13 +131,14 @@ fn main() {
         .expect("deploy");
 
     let mut client = McpClient::connect(&socket);
+    let tool = client.tool_name("echo", "echo");
     for _ in 0..WARMUP {
-        client.call();
+        echo(&mut client, &tool);
     }
     let mut rtt = Vec::with_capacity(SAMPLES);
     for _ in 0..SAMPLES {
         let start = Instant::now();
-        client.call();
+        echo(&mut client, &tool);
         rtt.push(start.elapsed());
     }
     let mcp = Stats::of(rtt);
@@ -144,14 +148,15 @@ fn main() {
     let threads: Vec<_> = (0..CLIENTS)
         .map(|_| {
             let (socket, stop, total) = (socket.clone(), stop.clone(), total.clone());
+            let tool = tool.clone();
             std::thread::spawn(move || {
                 let mut client = McpClient::connect(&socket);
                 for _ in 0..200 {
-                    client.call();
+                    echo(&mut client, &tool);
                 }
                 let mut n = 0;
                 while !stop.load(Ordering::Relaxed) {
-                    client.call();
+                    echo(&mut client, &tool);
                     n += 1;
                 }
                 total.fetch_add(n, Ordering::Relaxed);
@@ -213,71 +218,7 @@ where
     Stats::of(times)
 }
 
-struct Stats {
-    p50: f64,
-    p99: f64,
-}
-
-impl Stats {
-    fn of(mut times: Vec<Duration>) -> Stats {
-        times.sort();
-        let at = |q: f64| {
-            times[((times.len() as f64 * q) as usize).min(times.len() - 1)].as_secs_f64() * 1e6
-        };
-        Stats {
-            p50: at(0.50),
-            p99: at(0.99),
-        }
-    }
-}
-
-/// A minimal MCP client: initialize, then one tools/call at a time.
-struct McpClient {
-    writer: UnixStream,
-    reader: BufReader<UnixStream>,
-    id: u64,
-    line: String,
-}
-
-impl McpClient {
-    fn connect(socket: &Path) -> McpClient {
-        let writer = UnixStream::connect(socket).expect("connect");
-        let reader = BufReader::new(writer.try_clone().expect("clone"));
-        let mut client = McpClient {
-            writer,
-            reader,
-            id: 0,
-            line: String::new(),
-        };
-        client.request("initialize", json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "bench", "version": "0"}}));
-        client.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
-        client
-    }
-
-    fn send(&mut self, message: &Value) {
-        let mut bytes = serde_json::to_vec(message).expect("json");
-        bytes.push(b'\n');
-        self.writer.write_all(&bytes).expect("write");
-    }
-
-    fn request(&mut self, method: &str, params: Value) -> Value {
-        self.id += 1;
-        self.send(&json!({"jsonrpc": "2.0", "id": self.id, "method": method, "params": params}));
-        loop {
-            self.line.clear();
-            self.reader.read_line(&mut self.line).expect("read");
-            let answer: Value = serde_json::from_str(&self.line).expect("answer");
-            if answer["id"] == json!(self.id) {
-                return answer;
-            }
-        }
-    }
-
-    fn call(&mut self) {
-        let answer = self.request(
-            "tools/call",
-            json!({"name": "echo_echo", "arguments": {"message": "hello"}}),
-        );
-        assert_eq!(answer["result"]["content"][0]["text"], "hello", "{answer}");
-    }
+fn echo(client: &mut McpClient, tool: &str) {
+    let answer = client.call(tool, json!({"message": "hello"}));
+    assert_eq!(answer["result"]["content"][0]["text"], "hello", "{answer}");
 }

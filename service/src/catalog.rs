@@ -47,14 +47,14 @@ impl Catalog {
             let logs = program.manifest.syscalls.iter().any(|s| s.module == "log");
             for tool in &program.manifest.tools {
                 let name = berm_abi::served_name(&program.name, &tool.name);
-                let validator = match jsonschema::validator_for(&tool.input_schema) {
+                let validator = match validator_for(&tool.input_schema) {
                     Ok(v) => Arc::new(v),
                     Err(e) => {
                         tracing::warn!(tool = %name, "input schema does not compile, tool not served: {e}");
                         continue;
                     }
                 };
-                let output = match tool.output_schema.as_ref().map(jsonschema::validator_for) {
+                let output = match tool.output_schema.as_ref().map(validator_for) {
                     None => None,
                     Some(Ok(v)) => Some(Arc::new(v)),
                     Some(Err(e)) => {
@@ -120,15 +120,52 @@ pub fn never_waits(manifest: &berm::Manifest) -> bool {
         .all(|s| matches!(s.module.as_str(), "clock" | "random"))
 }
 
-/// Checks a manifest's schemas compile, so deploy can refuse what MCP could
-/// not validate against.
+/// Largest input schema a tool may have, as JSON text.
+pub const MAX_SCHEMA_BYTES: usize = 64 << 10;
+/// Deepest nesting of objects and arrays in an input schema.
+pub const MAX_SCHEMA_DEPTH: usize = 32;
+/// Largest compiled `pattern` regex (and its lazy DFA cache), in bytes.
+const MAX_REGEX_BYTES: usize = 1 << 20;
+
+/// Compiles a tool's input schema the one way bermd validates with:
+/// `pattern`s use the `regex` engine, which runs in time linear in the
+/// input (no backtracking, so no lookaround or backreferences: such a
+/// pattern does not compile) and is capped in size. With the schema's own
+/// size and depth capped at deploy and the arguments' size capped before
+/// validation, checking arguments is bounded work on the serving thread.
+pub fn validator_for(schema: &serde_json::Value) -> Result<Validator, String> {
+    jsonschema::options()
+        .with_pattern_options(
+            jsonschema::PatternOptions::regex()
+                .size_limit(MAX_REGEX_BYTES)
+                .dfa_size_limit(MAX_REGEX_BYTES),
+        )
+        .build(schema)
+        .map_err(|e| e.to_string())
+}
+
+/// Checks a manifest's schemas are bounded and compile, so deploy refuses
+/// what MCP could not validate against in bounded time.
 pub fn check_schemas(manifest: &berm::Manifest) -> Result<(), String> {
     for tool in &manifest.tools {
-        jsonschema::validator_for(&tool.input_schema).map_err(|e| {
-            format!(
-                "tool `{}`: input_schema is not a valid JSON Schema: {e}",
-                tool.name
-            )
+        let refuse = |problem: String| format!("tool `{}`: input_schema {problem}", tool.name);
+        let size = serde_json::to_vec(&tool.input_schema).map_or(0, |v| v.len());
+        if size > MAX_SCHEMA_BYTES {
+            return Err(refuse(format!(
+                "is {size} bytes of JSON, over the cap of {MAX_SCHEMA_BYTES}"
+            )));
+        }
+        let depth = depth(&tool.input_schema);
+        if depth > MAX_SCHEMA_DEPTH {
+            return Err(refuse(format!(
+                "nests {depth} levels deep, over the cap of {MAX_SCHEMA_DEPTH}"
+            )));
+        }
+        validator_for(&tool.input_schema).map_err(|e| {
+            refuse(format!(
+                "is not a valid JSON Schema bermd can check in bounded time \
+                 (patterns must be linear-time regexes: no lookaround or backreferences): {e}"
+            ))
         })?;
         if let Some(schema) = &tool.output_schema {
             if schema.get("type") != Some(&serde_json::Value::from("object")) {
@@ -137,7 +174,7 @@ pub fn check_schemas(manifest: &berm::Manifest) -> Result<(), String> {
                     tool.name
                 ));
             }
-            jsonschema::validator_for(schema).map_err(|e| {
+            validator_for(schema).map_err(|e| {
                 format!(
                     "tool `{}`: output_schema is not a valid JSON Schema: {e}",
                     tool.name
@@ -175,6 +212,23 @@ pub fn check_served_names(program: &str, manifest: &berm::Manifest) -> Result<()
         }
     }
     Ok(())
+}
+
+/// How deeply objects and arrays nest in `value`, without recursing (a
+/// hostile manifest could nest deeper than the stack).
+fn depth(value: &serde_json::Value) -> usize {
+    let mut deepest = 0;
+    let mut stack = vec![(value, 1)];
+    while let Some((value, level)) = stack.pop() {
+        let children: Box<dyn Iterator<Item = &serde_json::Value>> = match value {
+            serde_json::Value::Object(map) => Box::new(map.values()),
+            serde_json::Value::Array(items) => Box::new(items.iter()),
+            _ => continue,
+        };
+        deepest = deepest.max(level);
+        stack.extend(children.map(|child| (child, level + 1)));
+    }
+    deepest
 }
 
 /// The usage notes reach the model through the tool description: the tool's
@@ -229,6 +283,48 @@ mod tests {
             exports_memory: true,
             other_imports: vec![],
         }
+    }
+
+    fn with_schema(schema: serde_json::Value) -> berm::Manifest {
+        let mut manifest = importing(&[]);
+        manifest.tools.push(berm_manifest::Tool {
+            name: "t".into(),
+            description: String::new(),
+            input_schema: schema,
+            output_schema: None,
+            annotations: None,
+        });
+        manifest
+    }
+
+    #[test]
+    fn schemas_are_bounded_at_deploy() {
+        use serde_json::json;
+        let ok = json!({"type": "object", "properties": {"name": {"type": "string", "pattern": "^(a+)+$"}}});
+        check_schemas(&with_schema(ok)).unwrap();
+
+        let lookaround = json!({"type": "object", "properties": {"x": {"type": "string", "pattern": "^(?=a)a$"}}});
+        let err = check_schemas(&with_schema(lookaround)).unwrap_err();
+        assert!(
+            err.starts_with(
+                "tool `t`: input_schema is not a valid JSON Schema bermd can check in bounded time"
+            ),
+            "{err}"
+        );
+        let huge = json!({"type": "string", "pattern": "(a{1000}){1000}"});
+        assert!(check_schemas(&with_schema(huge)).is_err());
+
+        let mut deep = json!({"type": "object"});
+        for _ in 0..40 {
+            deep = json!({"type": "array", "items": deep});
+        }
+        assert_eq!(
+            check_schemas(&with_schema(deep)).unwrap_err(),
+            "tool `t`: input_schema nests 41 levels deep, over the cap of 32"
+        );
+        let big = json!({"type": "object", "description": "x".repeat(MAX_SCHEMA_BYTES)});
+        let err = check_schemas(&with_schema(big)).unwrap_err();
+        assert!(err.contains("over the cap of 65536"), "{err}");
     }
 
     #[test]

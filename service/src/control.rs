@@ -147,6 +147,7 @@ async fn call(
         Err(e @ CallError::InvalidArguments { .. }) => {
             failure(StatusCode::BAD_REQUEST, e.to_string())
         }
+        Err(e @ CallError::Busy { .. }) => failure(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
         Err(e @ (CallError::Host(_) | CallError::Lost(_) | CallError::InvalidOutput { .. })) => {
             failure(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
         }

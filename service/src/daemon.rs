@@ -49,6 +49,9 @@ pub struct DaemonConfig {
     pub http: Option<HttpConfig>,
     /// Largest JSON-RPC line read on the Unix socket.
     pub max_frame_bytes: usize,
+    /// Most MCP sessions served at once on each listener (`mcp.sock`, the
+    /// inherited listener, HTTP): [`transport::DEFAULT_MAX_CONNECTIONS`].
+    pub max_connections: usize,
     /// App folders whose programs are deployed at start (`--app`).
     pub apps: Vec<berm_app::App>,
     /// An inherited listening socket to serve MCP on instead of creating
@@ -67,6 +70,7 @@ impl DaemonConfig {
             service,
             http: None,
             max_frame_bytes: crate::transport::DEFAULT_MAX_FRAME_BYTES,
+            max_connections: crate::transport::DEFAULT_MAX_CONNECTIONS,
             apps: Vec::new(),
             listener: None,
             ready: None,
@@ -127,7 +131,12 @@ impl RunError {
     pub fn exit(&self) -> Exit {
         match self {
             RunError::AlreadyRunning { .. } => Exit::AlreadyRunning,
-            RunError::Http(HttpError::NotLoopback { .. }) | RunError::Listen(_) => Exit::Usage,
+            RunError::Http(
+                HttpError::NotLoopback { .. }
+                | HttpError::NoAllowedHost { .. }
+                | HttpError::WeakToken { .. },
+            )
+            | RunError::Listen(_) => Exit::Usage,
             _ => Exit::Failed,
         }
     }
@@ -143,9 +152,7 @@ pub async fn run(config: DaemonConfig) -> Result<(), RunError> {
     let _lock = lock(&home.root().join("bermd.lock"))?;
     if let Some(http) = &config.http {
         // Refuse a bad HTTP address before restoring anything.
-        if !http.permitted() {
-            return Err(HttpError::NotLoopback { addr: http.addr }.into());
-        }
+        http.check()?;
     }
     let (service, report) = Service::open(&config.service)?;
     tracing::info!(
@@ -189,7 +196,8 @@ pub async fn run(config: DaemonConfig) -> Result<(), RunError> {
     if let Some(listener) = config.listener {
         // Inside the microVM: the one inherited socket is all bermd serves
         // on; it creates no socket of its own (seccomp would refuse it).
-        let serving = listener.serve(service.clone(), config.max_frame_bytes)?;
+        let cap = transport::SessionCap::new("the inherited listener", config.max_connections);
+        let serving = listener.serve(service.clone(), config.max_frame_bytes, cap)?;
         let accept = tokio::spawn(serving);
         tracing::info!("bermd is ready: serving MCP on the inherited listener");
         announce(config.ready, ready)?;
@@ -208,14 +216,15 @@ pub async fn run(config: DaemonConfig) -> Result<(), RunError> {
     {
         let service = service.clone();
         let max = config.max_frame_bytes;
+        let cap = transport::SessionCap::new("mcp.sock", config.max_connections);
         tasks.spawn(async move {
-            transport::serve_unix(mcp, service, max).await;
+            transport::serve_unix(mcp, service, max, cap).await;
             Ok(())
         });
     }
     if let Some(http_config) = &config.http {
         let listener = http::bind(http_config).await?;
-        let router = http::router(service.clone(), http_config);
+        let router = http::router(service.clone(), http_config, config.max_connections);
         tracing::info!(addr = %http_config.addr, "serving MCP over Streamable HTTP at /mcp");
         tasks.spawn(async move { axum::serve(listener, router).await });
     }

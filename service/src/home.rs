@@ -119,11 +119,20 @@ fn create_private_dir(path: &Path) -> Result<(), HomeError> {
         path: path.to_path_buf(),
         source,
     };
+    // The directories this call creates, outermost first: each one's name
+    // lives in its parent, which is synced once it is made, so a crash
+    // cannot lose a directory that a file written next relies on.
+    let created: Vec<&Path> = path.ancestors().take_while(|p| !p.exists()).collect();
     fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
         .create(path)
         .map_err(fail)?;
+    for dir in created.iter().rev() {
+        if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+            sync_dir(parent).map_err(fail)?;
+        }
+    }
     fs::set_permissions(path, fs::Permissions::from_mode(0o700)).map_err(fail)
 }
 

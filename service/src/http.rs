@@ -10,26 +10,99 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
+use sha2::{Digest, Sha256};
 
 use crate::mcp::McpServer;
 use crate::service::Service;
+
+/// The shortest bearer token accepted: 32 bytes, as many as the digest it
+/// is compared by.
+pub const MIN_TOKEN_BYTES: usize = 32;
+
+/// The names a loopback listener answers to (`Host`, and the host of a
+/// browser's `Origin`).
+const LOOPBACK_HOSTS: [&str; 3] = ["localhost", "127.0.0.1", "::1"];
+
+/// A bearer token, kept only as its SHA-256 digest: every presented token
+/// is hashed and the two 32-byte digests are compared in constant time, so
+/// neither the token's bytes nor its length show in how long a refusal
+/// takes.
+#[derive(Clone)]
+pub struct Token {
+    digest: [u8; 32],
+}
+
+impl std::fmt::Debug for Token {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Token(..)")
+    }
+}
+
+impl Token {
+    /// The token in a token file's `contents` (surrounding whitespace
+    /// ignored): refused when empty or shorter than [`MIN_TOKEN_BYTES`].
+    pub fn parse(contents: &str) -> Result<Token, HttpError> {
+        let token = contents.trim();
+        if token.len() < MIN_TOKEN_BYTES {
+            return Err(HttpError::WeakToken { len: token.len() });
+        }
+        Ok(Token {
+            digest: Sha256::digest(token.as_bytes()).into(),
+        })
+    }
+
+    /// Whether `presented` is the token.
+    pub fn matches(&self, presented: &[u8]) -> bool {
+        let digest: [u8; 32] = Sha256::digest(presented).into();
+        digest
+            .iter()
+            .zip(&self.digest)
+            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+            == 0
+    }
+}
 
 /// Where and how to serve MCP over HTTP.
 #[derive(Debug, Clone)]
 pub struct HttpConfig {
     /// The address to listen on.
     pub addr: SocketAddr,
-    /// Allow an address other than loopback (requires `token`).
+    /// Allow an address other than loopback (requires `token` and
+    /// `allowed_hosts`).
     pub allow_remote: bool,
     /// A bearer token every request must carry.
-    pub token: Option<String>,
+    pub token: Option<Token>,
+    /// The host names clients reach a non-loopback listener by
+    /// (`--allowed-host`): a request whose `Host`, or whose browser
+    /// `Origin`, names anything else is refused (DNS rebinding). A loopback
+    /// listener answers to `localhost`, `127.0.0.1` and `::1` as well.
+    pub allowed_hosts: Vec<String>,
 }
 
 impl HttpConfig {
-    /// Whether serving on this address is allowed: loopback always; any
-    /// other address only when explicitly allowed and guarded by a token.
-    pub fn permitted(&self) -> bool {
-        self.addr.ip().is_loopback() || (self.allow_remote && self.token.is_some())
+    /// Checks the address: loopback always; any other address only when
+    /// explicitly allowed, guarded by a token, and given the names clients
+    /// use to reach it.
+    pub fn check(&self) -> Result<(), HttpError> {
+        if self.addr.ip().is_loopback() {
+            return Ok(());
+        }
+        if !self.allow_remote || self.token.is_none() {
+            return Err(HttpError::NotLoopback { addr: self.addr });
+        }
+        if self.allowed_hosts.is_empty() {
+            return Err(HttpError::NoAllowedHost { addr: self.addr });
+        }
+        Ok(())
+    }
+
+    /// The `Host` names requests may carry.
+    fn hosts(&self) -> Vec<String> {
+        let mut hosts = self.allowed_hosts.clone();
+        if self.addr.ip().is_loopback() {
+            hosts.extend(LOOPBACK_HOSTS.map(String::from));
+        }
+        hosts
     }
 }
 
@@ -38,11 +111,27 @@ impl HttpConfig {
 pub enum HttpError {
     /// A non-loopback address without the explicit permission and a token.
     #[error(
-        "refusing to serve MCP on {addr}: it is not a loopback address; pass --http-allow-remote and a bearer token (--http-token-file) to serve it anyway"
+        "refusing to serve MCP on {addr}: it is not a loopback address; pass --http-allow-remote, a bearer token (--http-token-file) and the host names clients use (--allowed-host) to serve it anyway"
     )]
     NotLoopback {
         /// The address.
         addr: SocketAddr,
+    },
+    /// A non-loopback address without a host name to answer to.
+    #[error(
+        "refusing to serve MCP on {addr}: name the host clients reach it by with --allowed-host NAME (for example --allowed-host $(hostname)); requests for any other Host are refused"
+    )]
+    NoAllowedHost {
+        /// The address.
+        addr: SocketAddr,
+    },
+    /// The token file is empty or its token too short to resist guessing.
+    #[error(
+        "the bearer token is {len} bytes; at least {MIN_TOKEN_BYTES} are required (make one with `head -c 32 /dev/urandom | base64 > FILE`)"
+    )]
+    WeakToken {
+        /// The token's length.
+        len: usize,
     },
     /// The listener could not be bound.
     #[error("could not listen on {addr}")]
@@ -57,9 +146,7 @@ pub enum HttpError {
 
 /// Checks the config and binds the listener.
 pub async fn bind(config: &HttpConfig) -> Result<tokio::net::TcpListener, HttpError> {
-    if !config.permitted() {
-        return Err(HttpError::NotLoopback { addr: config.addr });
-    }
+    config.check()?;
     tokio::net::TcpListener::bind(config.addr)
         .await
         .map_err(|source| HttpError::Bind {
@@ -69,20 +156,48 @@ pub async fn bind(config: &HttpConfig) -> Result<tokio::net::TcpListener, HttpEr
 }
 
 /// The router serving MCP at `/mcp`.
-pub fn router(service: Arc<Service>, config: &HttpConfig) -> axum::Router {
-    let mut http = StreamableHttpServerConfig::default().with_legacy_session_mode(true);
-    if !config.addr.ip().is_loopback() {
-        // The token guards a remote endpoint; the Host check guards a local
-        // one against DNS rebinding and would refuse remote clients.
-        let host = config.addr.ip().to_string();
-        http = http.with_allowed_hosts([host.clone(), format!("{host}:{}", config.addr.port())]);
-    }
+///
+/// In order: the bearer token (401 with `WWW-Authenticate: Bearer`), the
+/// session cap (503: at most `max_sessions` sessions open and requests in
+/// flight), then rmcp's `Host` and `Origin` checks against the allowed hosts
+/// (403).
+pub fn router(service: Arc<Service>, config: &HttpConfig, max_sessions: usize) -> axum::Router {
+    let hosts = config.hosts();
+    let origins: Vec<String> = hosts
+        .iter()
+        .flat_map(|host| {
+            let host = if host.contains(':') {
+                format!("[{host}]")
+            } else {
+                host.clone()
+            };
+            [format!("http://{host}:*"), format!("https://{host}:*")]
+        })
+        .collect();
+    let http = StreamableHttpServerConfig::default()
+        .with_legacy_session_mode(true)
+        .with_allowed_hosts(hosts)
+        .with_allowed_origins(origins)
+        .enforce_origin_validation();
+    let sessions = Arc::new(LocalSessionManager::default());
     let mcp: StreamableHttpService<McpServer, LocalSessionManager> = StreamableHttpService::new(
         move || Ok(McpServer::new(service.clone())),
-        Default::default(),
+        sessions.clone(),
         http,
     );
-    let router = axum::Router::new().nest_service("/mcp", mcp);
+    let cap = HttpCap {
+        sessions,
+        in_flight: Arc::new(tokio::sync::Semaphore::new(max_sessions.max(1))),
+        max: max_sessions.max(1),
+    };
+    let router = axum::Router::new()
+        .nest_service("/mcp", mcp)
+        .layer(axum::middleware::from_fn(
+            move |request: Request, next: Next| {
+                let cap = cap.clone();
+                async move { cap.admit(request, next).await }
+            },
+        ));
     match config.token.clone() {
         Some(token) => router.layer(axum::middleware::from_fn(
             move |request: Request, next: Next| {
@@ -94,19 +209,73 @@ pub fn router(service: Arc<Service>, config: &HttpConfig) -> axum::Router {
     }
 }
 
-async fn require_bearer(token: &str, request: Request, next: Next) -> Response {
-    let presented = request
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
-    if presented.is_some_and(|p| constant_time_eq(p.as_bytes(), token.as_bytes())) {
+/// Bounds HTTP the way [`crate::transport::SessionCap`] bounds a socket:
+/// sessions open (an idle one lasts until rmcp's keep-alive ends it) and
+/// requests in flight, each at most `max`. Past either, 503 saying which
+/// cap and which flag.
+#[derive(Clone)]
+struct HttpCap {
+    sessions: Arc<LocalSessionManager>,
+    in_flight: Arc<tokio::sync::Semaphore>,
+    max: usize,
+}
+
+impl HttpCap {
+    async fn admit(&self, request: Request, next: Next) -> Response {
+        let busy = |what: &str| {
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                [(header::RETRY_AFTER, "1")],
+                format!(
+                    "bermd already has {} {what}, its cap (bermd --max-connections); try again later",
+                    self.max
+                ),
+            )
+                .into_response()
+        };
+        let Ok(_permit) = self.in_flight.clone().try_acquire_owned() else {
+            return busy("HTTP requests in flight");
+        };
+        let opens_session = request.method() == axum::http::Method::POST
+            && !request.headers().contains_key("mcp-session-id");
+        if opens_session && self.sessions.sessions.read().await.len() >= self.max {
+            return busy("HTTP sessions open");
+        }
         next.run(request).await
-    } else {
-        (StatusCode::UNAUTHORIZED, "missing or wrong bearer token").into_response()
     }
 }
 
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+async fn require_bearer(token: &Token, request: Request, next: Next) -> Response {
+    let presented = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.as_bytes().strip_prefix(b"Bearer "));
+    if presented.is_some_and(|p| token.matches(p)) {
+        next.run(request).await
+    } else {
+        (
+            StatusCode::UNAUTHORIZED,
+            [(header::WWW_AUTHENTICATE, "Bearer")],
+            "missing or wrong bearer token",
+        )
+            .into_response()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_are_long_and_compared_by_digest() {
+        for short in ["", "  \n", "short", &"x".repeat(31)] {
+            let err = Token::parse(short).unwrap_err().to_string();
+            assert!(err.starts_with("the bearer token is"), "{err}");
+        }
+        let token = Token::parse(&format!("  {}\n", "k".repeat(32))).unwrap();
+        assert!(token.matches("k".repeat(32).as_bytes()));
+        assert!(!token.matches("k".repeat(33).as_bytes()));
+        assert!(!token.matches(b""));
+        assert_eq!(format!("{token:?}"), "Token(..)");
+    }
 }

@@ -98,15 +98,21 @@ impl InheritedListener {
         self,
         service: Arc<Service>,
         max_frame: usize,
+        cap: transport::SessionCap,
     ) -> Result<impl Future<Output = ()>, ListenError> {
         let number = self.number;
         let listener = crate::sys::register(self.fd)
             .map_err(|source| ListenError::Register { fd: number, source })?;
-        Ok(accept_loop(listener, service, max_frame))
+        Ok(accept_loop(listener, service, max_frame, cap))
     }
 }
 
-async fn accept_loop(listener: AsyncFd<OwnedFd>, service: Arc<Service>, max_frame: usize) {
+async fn accept_loop(
+    listener: AsyncFd<OwnedFd>,
+    service: Arc<Service>,
+    max_frame: usize,
+    cap: transport::SessionCap,
+) {
     loop {
         let accepted = listener
             .async_io(tokio::io::Interest::READABLE, |fd| {
@@ -130,11 +136,8 @@ async fn accept_loop(listener: AsyncFd<OwnedFd>, service: Arc<Service>, max_fram
                 continue;
             }
         };
-        let service = service.clone();
-        tokio::spawn(async move {
-            let (read, write) = tokio::io::split(stream);
-            transport::serve_stream(read, write, service, max_frame).await;
-        });
+        let (read, write) = tokio::io::split(stream);
+        cap.serve(read, write, service.clone(), max_frame);
     }
 }
 

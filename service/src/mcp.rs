@@ -220,7 +220,10 @@ fn call_result(
         }
         Err(error @ CallError::InvalidArguments { .. }) => error_result(error.to_string()),
         Err(
-            error @ (CallError::Host(_) | CallError::Lost(_) | CallError::InvalidOutput { .. }),
+            error @ (CallError::Host(_)
+            | CallError::Lost(_)
+            | CallError::InvalidOutput { .. }
+            | CallError::Busy { .. }),
         ) => {
             tracing::warn!("tools/call: {error}");
             error_result(error.to_string())

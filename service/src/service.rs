@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use berm::{Berm, CodeDirs, CompileSource, DeployOptions, Engine, EngineConfig, Failure, Grants};
 use berm_control::{DeployResponse, Grant, LimitsSpec, ProgramView, RemoveResponse};
-use tokio::sync::broadcast;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, broadcast};
 
 use crate::catalog::{self, Catalog};
 use crate::fs::FsRoot;
@@ -18,7 +18,12 @@ use crate::home::{Home, HomeError};
 use crate::kv::{KvCaps, KvError, KvStore};
 use crate::logs::{self, SessionLog};
 use crate::store::{LoadError, Record, Store};
-use crate::syscalls::{self, ProgramHost};
+use crate::syscalls::{self, Keyspace, ProgramHost};
+
+/// How many calls from outside one program may have running at once,
+/// unless `bermd --max-calls-per-program` says otherwise: a quarter of the
+/// engine's default 256 instance slots.
+pub const DEFAULT_MAX_CALLS_PER_PROGRAM: usize = 64;
 
 /// How a [`Service`] is set up.
 #[derive(Debug, Clone)]
@@ -29,6 +34,13 @@ pub struct ServiceConfig {
     pub engine: EngineConfig,
     /// Bounds on each program's keyspace.
     pub kv_caps: KvCaps,
+    /// Host operations (disk reads and writes) one program may have in
+    /// flight ([`syscalls::DEFAULT_MAX_HOST_OPS`]).
+    pub max_host_ops: usize,
+    /// Calls from outside (MCP, the control API) one program may have
+    /// running at once ([`DEFAULT_MAX_CALLS_PER_PROGRAM`]): a quarter of
+    /// the engine's instance slots, so one program cannot take them all.
+    pub max_calls_per_program: usize,
     /// A read-only directory of precompiled code (`bermd --code-dir`),
     /// looked in before the compiled-code cache. Its code must come from
     /// `Engine::precompile` with this same engine configuration (for the
@@ -49,6 +61,8 @@ impl ServiceConfig {
             home,
             engine: EngineConfig::default(),
             kv_caps: KvCaps::default(),
+            max_host_ops: syscalls::DEFAULT_MAX_HOST_OPS,
+            max_calls_per_program: DEFAULT_MAX_CALLS_PER_PROGRAM,
             code_dir: None,
             tools_page_size: DEFAULT_TOOLS_PAGE_SIZE,
         }
@@ -159,6 +173,17 @@ pub enum CallError {
     /// shutting down, or the runtime panicked).
     #[error("the call was lost: {0}")]
     Lost(String),
+    /// The program already runs as many calls as it may; nothing ran.
+    #[error(
+        "`{program}` already has {cap} calls running, its cap (bermd --max-calls-per-program); \
+         try again when one ends"
+    )]
+    Busy {
+        /// The program.
+        program: String,
+        /// The cap.
+        cap: usize,
+    },
 }
 
 /// A tool's successful result.
@@ -189,12 +214,26 @@ pub struct RestoreReport {
 /// more than a short call itself.
 struct CallThreads(Option<tokio::runtime::Runtime>);
 
+/// The nice value of the call threads, relative to the serving threads (0):
+/// at 10 the kernel gives a serving thread about nine times their share of
+/// a contended core.
+const CALL_THREAD_NICE: i32 = 10;
+
 impl CallThreads {
     fn start() -> std::io::Result<CallThreads> {
         let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
         tokio::runtime::Builder::new_multi_thread()
             .worker_threads(threads)
             .thread_name("berm-call")
+            // Programs run below the threads that read requests and write
+            // answers: a program spinning to its deadline then takes only
+            // the CPU the serving threads leave, so short calls (which start
+            // on a serving thread) keep their latency on a busy machine.
+            // Linux applies a nice value per thread. Where it is refused
+            // (a seccomp allow list without setpriority) nothing changes.
+            .on_thread_start(|| {
+                let _ = rustix::process::setpriority_process(None, CALL_THREAD_NICE);
+            })
             .enable_time()
             .build()
             .map(|runtime| CallThreads(Some(runtime)))
@@ -218,6 +257,10 @@ impl Drop for CallThreads {
 struct Deployment {
     record: Record,
     source: CompileSource,
+    /// Its calls running now, at most `max_calls_per_program`.
+    slots: Arc<Semaphore>,
+    /// The largest arguments it takes: checked before they are validated.
+    max_args_bytes: usize,
 }
 
 /// Programs by name, persisted under `$BERM_HOME`.
@@ -228,6 +271,8 @@ pub struct Service {
     store: Store,
     kv_caps: KvCaps,
     tools_page_size: usize,
+    max_host_ops: usize,
+    max_calls_per_program: usize,
     catalog: RwLock<Arc<Catalog>>,
     deployments: RwLock<HashMap<String, Deployment>>,
     keyspaces: Mutex<HashMap<String, Arc<KvStore>>>,
@@ -268,6 +313,8 @@ impl Service {
             home,
             kv_caps: config.kv_caps,
             tools_page_size: config.tools_page_size.max(1),
+            max_host_ops: config.max_host_ops,
+            max_calls_per_program: config.max_calls_per_program.max(1),
             catalog: RwLock::new(Arc::new(Catalog::default())),
             deployments: RwLock::new(HashMap::new()),
             keyspaces: Mutex::new(HashMap::new()),
@@ -476,11 +523,25 @@ impl Service {
         let entry = catalog
             .get(name)
             .ok_or_else(|| CallError::NoSuchTool(name.to_string()))?;
-        validate(name, entry, args)?;
+        let (slot, max_args_bytes) = self.slot(&entry.program)?;
         // Serializing a Value cannot fail.
         let bytes = serde_json::to_vec(args).unwrap_or_default();
+        if bytes.len() > max_args_bytes {
+            // Refused before validation, so validating is bounded work.
+            return Err(CallError::Host(berm::Error::ArgsTooLarge {
+                program: entry.program.clone(),
+                tool: entry.tool.clone(),
+                size: bytes.len(),
+                cap: max_args_bytes,
+            }));
+        }
+        validate(name, entry, args)?;
         let (berm, program, tool) = (self.berm.clone(), entry.program.clone(), entry.tool.clone());
-        let run = async move { berm.call(None, &program, &tool, bytes).await };
+        let run = async move {
+            // Held until the call ends, even when its client has gone.
+            let _slot = slot;
+            berm.call(None, &program, &tool, bytes).await
+        };
         let mut run: Pin<Box<dyn Future<Output = _> + Send>> = match log {
             Some(to) if entry.logs => Box::pin(logs::scope(to.session.for_call(to.peer), run)),
             _ => Box::pin(run),
@@ -506,6 +567,23 @@ impl Service {
         checked(name, entry, outcome?)
     }
 
+    /// A running-call slot of `program`, and its argument cap.
+    fn slot(&self, program: &str) -> Result<(OwnedSemaphorePermit, usize), CallError> {
+        let deployments = self.deployments.read().unwrap_or_else(|p| p.into_inner());
+        let deployment = deployments
+            .get(program)
+            .ok_or_else(|| CallError::NoSuchTool(program.to_string()))?;
+        let permit = deployment
+            .slots
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| CallError::Busy {
+                program: program.to_string(),
+                cap: self.max_calls_per_program,
+            })?;
+        Ok((permit, deployment.max_args_bytes))
+    }
+
     fn write_deployments(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<String, Deployment>> {
         self.deployments.write().unwrap_or_else(|p| p.into_inner())
     }
@@ -518,17 +596,22 @@ impl Service {
 
     /// Opens what the grants reach and hands the image to the runtime.
     fn install(&self, record: Record, image: &[u8]) -> Result<CompileSource, DeployError> {
-        let mut host = ProgramHost::default();
+        let mut host = ProgramHost::new(self.max_host_ops);
         let mut modules = std::collections::BTreeSet::new();
         for grant in &record.grants {
             modules.insert(grant.module().to_string());
             match grant {
                 Grant::Kv => host.kv = Some(self.keyspace(&record.name)?),
-                Grant::Fs { dir, read_only } => {
-                    let root = FsRoot::open(dir, *read_only).map_err(|e| DeployError::Grant {
-                        grant: grant.to_string(),
-                        message: format!("cannot open the directory: {e}"),
-                    })?;
+                Grant::Fs {
+                    dir,
+                    read_only,
+                    quota,
+                } => {
+                    let root =
+                        FsRoot::open(dir, *read_only, *quota).map_err(|e| DeployError::Grant {
+                            grant: grant.to_string(),
+                            message: format!("cannot open the directory: {e}"),
+                        })?;
                     host.fs = Some(Arc::new(root));
                 }
                 Grant::Log | Grant::Clock | Grant::Random => {}
@@ -541,6 +624,7 @@ impl Service {
         if let Some(bytes) = record.limits.memory_bytes {
             limits.memory_bytes = usize::try_from(bytes).unwrap_or(usize::MAX);
         }
+        let max_args_bytes = limits.max_args_bytes;
         let deployed = self.berm.deploy_with(
             &record.name,
             image,
@@ -555,26 +639,39 @@ impl Service {
             Deployment {
                 record,
                 source: deployed.source,
+                slots: Arc::new(Semaphore::new(self.max_calls_per_program)),
+                max_args_bytes,
             },
         );
         Ok(deployed.source)
     }
 
-    fn keyspace(&self, name: &str) -> Result<Arc<KvStore>, DeployError> {
+    /// The keyspace of `name`, opened once. A log corrupt in the middle
+    /// does not stop the deploy: the program runs, its kv syscalls fail with
+    /// the reason and how to recover, and the file stays as it is. It is
+    /// opened again on the next deploy or restart.
+    fn keyspace(&self, name: &str) -> Result<Keyspace, DeployError> {
         let mut keyspaces = self.keyspaces.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(kv) = keyspaces.get(name) {
-            return Ok(kv.clone());
+            return Ok(Keyspace::Open(kv.clone()));
         }
         let path = self.home.state(name)?.join("kv.log");
-        let kv =
-            Arc::new(
-                KvStore::open(&path, self.kv_caps).map_err(|source| DeployError::State {
-                    name: name.to_string(),
-                    source,
-                })?,
-            );
-        keyspaces.insert(name.to_string(), kv.clone());
-        Ok(kv)
+        match KvStore::open(&path, self.kv_caps) {
+            Ok(kv) => {
+                let kv = Arc::new(kv);
+                keyspaces.insert(name.to_string(), kv.clone());
+                Ok(Keyspace::Open(kv))
+            }
+            Err(source @ KvError::Corrupt { .. }) => {
+                let message = format!("`{name}`: {source}");
+                tracing::error!("kv not served: {message}");
+                Ok(Keyspace::Unavailable(message.into()))
+            }
+            Err(source) => Err(DeployError::State {
+                name: name.to_string(),
+                source,
+            }),
+        }
     }
 }
 
@@ -679,11 +776,16 @@ fn normalize_grants(grants: Vec<Grant>) -> Result<Vec<Grant>, DeployError> {
     let mut out = Vec::new();
     for grant in grants {
         let grant = match grant {
-            Grant::Fs { dir, read_only } => {
+            Grant::Fs {
+                dir,
+                read_only,
+                quota,
+            } => {
                 let refuse = |message: String| DeployError::Grant {
                     grant: Grant::Fs {
                         dir: dir.clone(),
                         read_only,
+                        quota,
                     }
                     .to_string(),
                     message,
@@ -699,6 +801,7 @@ fn normalize_grants(grants: Vec<Grant>) -> Result<Vec<Grant>, DeployError> {
                 Grant::Fs {
                     dir: real,
                     read_only,
+                    quota,
                 }
             }
             other => other,

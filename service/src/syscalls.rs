@@ -10,11 +10,13 @@
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use berm::{Reply, Syscall, SyscallContext, SyscallError};
+use berm::{Pending, Reply, Syscall, SyscallContext, SyscallError};
 use berm_abi::frame;
 use berm_abi::word::ErrorCode;
 
-use crate::fs::FsRoot;
+use tokio::sync::Semaphore;
+
+use crate::fs::{FsRoot, MAX_PATH_BYTES, MAX_WRITE_BYTES};
 use crate::kv::{KvError, KvStore};
 
 /// Longest log line a program may write; longer lines are cut.
@@ -22,16 +24,61 @@ pub const MAX_LOG_BYTES: usize = 8 << 10;
 /// Most random bytes one `random.fill` provides.
 pub const MAX_RANDOM_BYTES: usize = 1 << 20;
 
+/// How many host operations (disk reads and writes) one program may have
+/// in flight, across all its calls, unless `bermd --max-host-ops` says
+/// otherwise.
+pub const DEFAULT_MAX_HOST_OPS: usize = 4;
+
 /// What a deployment's granted syscalls reach.
-#[derive(Default)]
 pub struct ProgramHost {
     /// Its keyspace, when `kv` is granted.
-    pub kv: Option<Arc<KvStore>>,
+    pub kv: Option<Keyspace>,
     /// Its directory, when `fs` is granted.
     pub fs: Option<Arc<FsRoot>>,
+    /// Its host operations in flight. A stuck one keeps its permit until it
+    /// ends, so a program whose disk hangs ties up at most this many
+    /// blocking threads, and its further calls fail at their deadline
+    /// instead of queueing without bound.
+    pub ops: Arc<Semaphore>,
+    max_ops: usize,
+}
+
+/// A program's keyspace, or why it is not served.
+#[derive(Clone)]
+pub enum Keyspace {
+    /// Open and served.
+    Open(Arc<KvStore>),
+    /// Not served: every kv syscall fails with this message (for example a
+    /// log corrupt in the middle, with how to recover).
+    Unavailable(Arc<str>),
+}
+
+impl ProgramHost {
+    /// Nothing granted yet; at most `max_ops` host operations in flight.
+    pub fn new(max_ops: usize) -> ProgramHost {
+        let max_ops = max_ops.max(1);
+        ProgramHost {
+            kv: None,
+            fs: None,
+            ops: Arc::new(Semaphore::new(max_ops)),
+            max_ops,
+        }
+    }
+}
+
+impl Default for ProgramHost {
+    fn default() -> Self {
+        ProgramHost::new(DEFAULT_MAX_HOST_OPS)
+    }
 }
 
 /// The whole table, one [`Syscall`] per entry of `berm_abi::SYSCALLS`.
+///
+/// What touches the disk is a [`Syscall::blocking`] syscall: the work runs on
+/// tokio's blocking threads, bounded per program by [`ProgramHost::ops`] and
+/// in time by the call's deadline, so a slow disk or a stuck file holds only
+/// the call that reached for it. Reads of the keyspace never wait on the disk
+/// and are answered in place.
 pub fn table() -> Vec<Syscall> {
     vec![
         Syscall::new("log", "write", log_write),
@@ -44,17 +91,27 @@ pub fn table() -> Vec<Syscall> {
                 None => Err(SyscallError::code(ErrorCode::NotFound, "no such key")),
             }
         }),
-        Syscall::new("kv", "put", |cx, req| {
+        Syscall::blocking("kv", "put", |cx, req| {
             let [key, value] = fields::<2>(req)?;
-            kv(cx)?.put(key, value).map_err(kv_error)?;
-            Ok(Reply::Word(0))
+            let kv = kv(cx)?.clone();
+            kv.check(key, Some(value)).map_err(kv_error)?;
+            let (key, value) = (key.to_vec(), value.to_vec());
+            offload(cx, "kv.put", move || {
+                kv.put(&key, &value).map_err(kv_error)?;
+                Ok(Reply::Word(0))
+            })
         }),
-        Syscall::new("kv", "delete", |cx, req| {
+        Syscall::blocking("kv", "delete", |cx, req| {
             let [key] = fields::<1>(req)?;
-            match kv(cx)?.delete(key).map_err(kv_error)? {
-                true => Ok(Reply::Word(0)),
-                false => Err(SyscallError::code(ErrorCode::NotFound, "no such key")),
-            }
+            let kv = kv(cx)?.clone();
+            kv.check(key, None).map_err(kv_error)?;
+            let key = key.to_vec();
+            offload(cx, "kv.delete", move || {
+                match kv.delete(&key).map_err(kv_error)? {
+                    true => Ok(Reply::Word(0)),
+                    false => Err(SyscallError::code(ErrorCode::NotFound, "no such key")),
+                }
+            })
         }),
         Syscall::new("kv", "list", |cx, req| {
             let [prefix] = fields::<1>(req)?;
@@ -64,28 +121,109 @@ pub fn table() -> Vec<Syscall> {
             }
             Ok(Reply::Staged(reply))
         }),
-        Syscall::new("fs", "read", |cx, req| {
+        Syscall::blocking("fs", "read", |cx, req| {
             let [path] = fields::<1>(req)?;
-            Ok(Reply::Staged(fs(cx)?.read(text(path)?).map_err(fs_error)?))
+            let (fs, path) = (fs(cx)?, path_of(path)?);
+            offload(cx, "fs.read", move || {
+                Ok(Reply::Staged(fs.read(&path).map_err(fs_error)?))
+            })
         }),
-        Syscall::new("fs", "write", |cx, req| {
+        Syscall::blocking("fs", "write", |cx, req| {
             let [path, contents] = fields::<2>(req)?;
-            fs(cx)?.write(text(path)?, contents).map_err(fs_error)?;
-            Ok(Reply::Word(0))
+            let (fs, path) = (fs(cx)?, path_of(path)?);
+            if contents.len() > MAX_WRITE_BYTES {
+                return Err(SyscallError::code(
+                    ErrorCode::TooLarge,
+                    format!(
+                        "`{path}`: {} bytes is over the fs.write cap of {MAX_WRITE_BYTES} bytes",
+                        contents.len()
+                    ),
+                ));
+            }
+            let contents = contents.to_vec();
+            offload(cx, "fs.write", move || {
+                fs.write(&path, &contents).map_err(fs_error)?;
+                Ok(Reply::Word(0))
+            })
         }),
-        Syscall::new("fs", "list", |cx, req| {
+        Syscall::blocking("fs", "list", |cx, req| {
             let [path] = fields::<1>(req)?;
-            let entries = fs(cx)?.list(text(path)?).map_err(fs_error)?;
-            let json = serde_json::to_vec(&entries)
-                .map_err(|e| SyscallError::code(ErrorCode::Io, e.to_string()))?;
-            Ok(Reply::Staged(json))
+            let (fs, path) = (fs(cx)?, path_of(path)?);
+            offload(cx, "fs.list", move || {
+                let entries = fs.list(&path).map_err(fs_error)?;
+                let json = serde_json::to_vec(&entries)
+                    .map_err(|e| SyscallError::code(ErrorCode::Io, e.to_string()))?;
+                Ok(Reply::Staged(json))
+            })
         }),
-        Syscall::new("fs", "remove", |cx, req| {
+        Syscall::blocking("fs", "remove", |cx, req| {
             let [path] = fields::<1>(req)?;
-            fs(cx)?.remove(text(path)?).map_err(fs_error)?;
-            Ok(Reply::Word(0))
+            let (fs, path) = (fs(cx)?, path_of(path)?);
+            offload(cx, "fs.remove", move || {
+                fs.remove(&path).map_err(fs_error)?;
+                Ok(Reply::Word(0))
+            })
         }),
     ]
+}
+
+/// Runs `job` on a blocking thread once the program has a free host-op
+/// permit, and gives up at the call's deadline. A job that outlives it
+/// keeps its permit until it ends; the call goes on and meets its deadline.
+fn offload(
+    cx: &SyscallContext<'_>,
+    what: &'static str,
+    job: impl FnOnce() -> Result<Reply, SyscallError> + Send + 'static,
+) -> Result<Pending, SyscallError> {
+    let host = host(cx)?;
+    let (ops, max_ops) = (host.ops.clone(), host.max_ops);
+    let program = cx.program.to_string();
+    let deadline = tokio::time::Instant::from_std(cx.deadline);
+    Ok(Box::pin(async move {
+        let permit = match tokio::time::timeout_at(deadline, ops.acquire_owned()).await {
+            Ok(Ok(permit)) => permit,
+            Ok(Err(_)) => {
+                return Err(SyscallError::Trap(
+                    "bermd is shutting down this program's host operations".into(),
+                ));
+            }
+            Err(_) => {
+                return Err(SyscallError::code(
+                    ErrorCode::Io,
+                    format!(
+                        "`{what}`: `{program}` already has {max_ops} host operations in flight \
+                         (the cap, bermd --max-host-ops) and none finished before the call's deadline"
+                    ),
+                ));
+            }
+        };
+        let task = tokio::task::spawn_blocking(move || {
+            let _permit = permit;
+            job()
+        });
+        match tokio::time::timeout_at(deadline, task).await {
+            Ok(Ok(result)) => result,
+            Ok(Err(e)) => Err(SyscallError::Trap(format!("`{what}` failed in bermd: {e}"))),
+            Err(_) => Err(SyscallError::code(
+                ErrorCode::Io,
+                format!("`{what}` did not finish before the call's deadline"),
+            )),
+        }
+    }))
+}
+
+/// A path from the program, copied once it is known to be short and UTF-8.
+fn path_of(bytes: &[u8]) -> Result<String, SyscallError> {
+    if bytes.len() > MAX_PATH_BYTES {
+        return Err(SyscallError::code(
+            ErrorCode::Invalid,
+            format!(
+                "the path is {} bytes, longer than {MAX_PATH_BYTES}",
+                bytes.len()
+            ),
+        ));
+    }
+    text(bytes).map(str::to_string)
 }
 
 fn fields<const N: usize>(request: &[u8]) -> Result<[&[u8]; N], SyscallError> {
@@ -105,27 +243,33 @@ fn host<'a>(cx: &'a SyscallContext<'_>) -> Result<&'a ProgramHost, SyscallError>
         .ok_or_else(|| SyscallError::Trap("bermd attached no host data to this program".into()))
 }
 
-fn kv<'a>(cx: &'a SyscallContext<'_>) -> Result<&'a KvStore, SyscallError> {
-    host(cx)?
-        .kv
-        .as_deref()
-        .ok_or_else(|| SyscallError::Trap("kv is granted but no keyspace is open".into()))
+fn kv<'a>(cx: &'a SyscallContext<'_>) -> Result<&'a Arc<KvStore>, SyscallError> {
+    match &host(cx)?.kv {
+        Some(Keyspace::Open(kv)) => Ok(kv),
+        Some(Keyspace::Unavailable(why)) => Err(SyscallError::code(ErrorCode::Io, why.as_ref())),
+        None => Err(SyscallError::Trap(
+            "kv is granted but no keyspace is open".into(),
+        )),
+    }
 }
 
-fn fs<'a>(cx: &'a SyscallContext<'_>) -> Result<&'a FsRoot, SyscallError> {
+fn fs(cx: &SyscallContext<'_>) -> Result<Arc<FsRoot>, SyscallError> {
     host(cx)?
         .fs
-        .as_deref()
+        .clone()
         .ok_or_else(|| SyscallError::Trap("fs is granted but no directory is open".into()))
 }
 
 fn kv_error(error: KvError) -> SyscallError {
     let code = match error {
         KvError::TooLarge { .. } => ErrorCode::TooLarge,
-        KvError::Open { .. } | KvError::Write { .. } => ErrorCode::Io,
+        KvError::Open { .. } | KvError::Write { .. } | KvError::Corrupt { .. } => ErrorCode::Io,
     };
-    tracing::warn!("kv: {error}");
-    SyscallError::code(code, error.to_string())
+    let message = crate::service::error_chain(&error);
+    if code == ErrorCode::Io {
+        tracing::warn!("kv: {message}");
+    }
+    SyscallError::code(code, message)
 }
 
 fn fs_error(error: crate::fs::FsError) -> SyscallError {

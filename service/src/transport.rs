@@ -31,8 +31,86 @@ const PARSE_ERROR: i64 = -32700;
 /// JSON-RPC invalid request.
 const INVALID_REQUEST: i64 = -32600;
 
-/// Accepts MCP connections on `listener` forever.
-pub async fn serve_unix(listener: UnixListener, service: Arc<Service>, max_frame: usize) {
+/// How many MCP sessions one listener serves at once, unless `bermd
+/// --max-connections` says otherwise.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 256;
+
+/// JSON-RPC server error: the refusal a client over the cap gets.
+const SERVER_BUSY: i64 = -32000;
+
+/// The sessions one listener may serve at once. A client past the cap is
+/// accepted only to be told so — one JSON-RPC error line naming the cap and
+/// the flag — and closed, which costs bermd an accept and a write, so a
+/// client opening connections in a loop cannot hold slots, threads or
+/// descriptors, and the sessions already open keep their latency.
+#[derive(Clone)]
+pub struct SessionCap {
+    slots: Arc<tokio::sync::Semaphore>,
+    max: usize,
+    listener: &'static str,
+}
+
+impl SessionCap {
+    /// At most `max` sessions at once on `listener` (named in the refusal).
+    pub fn new(listener: &'static str, max: usize) -> SessionCap {
+        let max = max.max(1);
+        SessionCap {
+            slots: Arc::new(tokio::sync::Semaphore::new(max)),
+            max,
+            listener,
+        }
+    }
+
+    /// Serves one connection as an MCP session on a task of its own, or
+    /// refuses it when the cap is reached.
+    pub fn serve<R, W>(&self, read: R, write: W, service: Arc<Service>, max_frame: usize)
+    where
+        R: AsyncRead + Unpin + Send + 'static,
+        W: AsyncWrite + Unpin + Send + 'static,
+    {
+        match self.slots.clone().try_acquire_owned() {
+            Ok(slot) => {
+                tokio::spawn(async move {
+                    serve_stream(read, write, service, max_frame).await;
+                    drop(slot);
+                });
+            }
+            Err(_) => {
+                let refusal = error_line(
+                    SERVER_BUSY,
+                    &format!(
+                        "bermd already serves {} sessions on {}, its cap (bermd --max-connections); \
+                         try again when one closes",
+                        self.max, self.listener
+                    ),
+                );
+                tracing::warn!(
+                    listener = self.listener,
+                    max = self.max,
+                    "session refused: at the cap"
+                );
+                tokio::spawn(async move {
+                    let mut write = write;
+                    // A client that does not read cannot hold the refusal open.
+                    let _ = tokio::time::timeout(std::time::Duration::from_secs(1), async {
+                        write.write_all(refusal.as_bytes()).await?;
+                        write.shutdown().await
+                    })
+                    .await;
+                    drop(read);
+                });
+            }
+        }
+    }
+}
+
+/// Accepts MCP connections on `listener` forever, at most `cap` at once.
+pub async fn serve_unix(
+    listener: UnixListener,
+    service: Arc<Service>,
+    max_frame: usize,
+    cap: SessionCap,
+) {
     loop {
         let stream = match listener.accept().await {
             Ok((stream, _)) => stream,
@@ -42,11 +120,8 @@ pub async fn serve_unix(listener: UnixListener, service: Arc<Service>, max_frame
                 continue;
             }
         };
-        let service = service.clone();
-        tokio::spawn(async move {
-            let (read, write) = stream.into_split();
-            serve_stream(read, write, service, max_frame).await;
-        });
+        let (read, write) = stream.into_split();
+        cap.serve(read, write, service.clone(), max_frame);
     }
 }
 

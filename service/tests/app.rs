@@ -369,7 +369,8 @@ fn an_app_beside_the_usual_sockets_is_listed_and_not_stored() {
             berm_control::Grant::Log,
             berm_control::Grant::Fs {
                 dir: data,
-                read_only: false
+                read_only: false,
+                quota: berm_control::FsQuota::default(),
             }
         ]
     );

@@ -71,6 +71,7 @@ fn every_syscall_is_served_when_granted_and_traps_when_not() {
         Grant::Fs {
             dir: dir.path().to_path_buf(),
             read_only: false,
+            quota: berm_control::FsQuota::default(),
         },
     ];
     let control = bermd.control();

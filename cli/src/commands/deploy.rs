@@ -26,7 +26,8 @@ pub struct Args {
     /// Registry access, when SOURCE is a reference.
     #[command(flatten)]
     registry: berm_oci::cli::RegistryArgs,
-    /// What the program may reach: log, clock, random, kv, fs=DIR[:ro|:rw].
+    /// What the program may reach: log, clock, random, kv,
+    /// fs=DIR[:ro|:rw][:bytes=N][:entries=N].
     /// Repeat for several; nothing is granted by default.
     #[arg(long = "grant", value_name = "GRANT")]
     grants: Vec<Grant>,
@@ -63,9 +64,14 @@ pub async fn run(home: &Path, args: Args) -> anyhow::Result<Exit> {
         .grants
         .into_iter()
         .map(|grant| match grant {
-            Grant::Fs { dir, read_only } if dir.is_relative() => Grant::Fs {
+            Grant::Fs {
+                dir,
+                read_only,
+                quota,
+            } if dir.is_relative() => Grant::Fs {
                 dir: cwd.join(dir),
                 read_only,
+                quota,
             },
             other => other,
         })

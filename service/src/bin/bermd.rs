@@ -9,10 +9,11 @@ use std::time::Instant;
 
 use anyhow::Context;
 use berm::EngineConfig;
-use berm_service::http::HttpConfig;
+use berm_service::http::{HttpConfig, Token};
 use berm_service::listen::InheritedListener;
-use berm_service::service::DEFAULT_TOOLS_PAGE_SIZE;
-use berm_service::transport::DEFAULT_MAX_FRAME_BYTES;
+use berm_service::service::{DEFAULT_MAX_CALLS_PER_PROGRAM, DEFAULT_TOOLS_PAGE_SIZE};
+use berm_service::syscalls::DEFAULT_MAX_HOST_OPS;
+use berm_service::transport::{DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_FRAME_BYTES};
 use berm_service::{DaemonConfig, Exit, ServiceConfig};
 use clap::{Parser, ValueEnum};
 
@@ -32,12 +33,30 @@ struct Args {
     /// Allow --http on an address that is not loopback.
     #[arg(long, requires = "http")]
     http_allow_remote: bool,
-    /// A file holding the bearer token HTTP clients must send.
+    /// A file holding the bearer token HTTP clients must send (at least 32
+    /// bytes; surrounding whitespace is ignored).
     #[arg(long, requires = "http", value_name = "FILE")]
     http_token_file: Option<PathBuf>,
+    /// A host name HTTP clients reach bermd by (checked against `Host` and a
+    /// browser's `Origin`); required for a non-loopback --http. Repeat for
+    /// several names.
+    #[arg(long = "allowed-host", requires = "http", value_name = "NAME")]
+    allowed_hosts: Vec<String>,
     /// Largest JSON-RPC message read on the MCP socket, in bytes.
     #[arg(long, default_value_t = DEFAULT_MAX_FRAME_BYTES)]
     max_frame_bytes: usize,
+    /// Most MCP sessions served at once on each listener (mcp.sock, the
+    /// inherited listener, HTTP); a client past it is told so and closed.
+    #[arg(long, default_value_t = DEFAULT_MAX_CONNECTIONS)]
+    max_connections: usize,
+    /// Most calls from outside one program may have running at once; past
+    /// it a call is refused, and nothing runs.
+    #[arg(long, default_value_t = DEFAULT_MAX_CALLS_PER_PROGRAM)]
+    max_calls_per_program: usize,
+    /// Most disk operations (kv writes, fs calls) one program may have in
+    /// flight at once.
+    #[arg(long, default_value_t = DEFAULT_MAX_HOST_OPS)]
+    max_host_ops: usize,
     /// Deploy every program of this app folder (berm.toml) at start, read in
     /// place. Repeat for several folders.
     #[arg(long = "app", value_name = "DIR")]
@@ -151,13 +170,16 @@ fn start(args: Args, started: Instant) -> Result<(), (Exit, anyhow::Error)> {
     berm_service::app::check_distinct(&apps).map_err(|e| usage(e.into()))?;
     let home = args.home.unwrap_or_else(berm_control::home::berm_home);
     let token = match &args.http_token_file {
-        Some(path) => Some(
-            std::fs::read_to_string(path)
+        Some(path) => {
+            let contents = std::fs::read_to_string(path)
                 .with_context(|| format!("reading the token file {}", path.display()))
-                .map_err(|e| (Exit::Usage, e))?
-                .trim()
-                .to_string(),
-        ),
+                .map_err(usage)?;
+            Some(
+                Token::parse(&contents)
+                    .with_context(|| format!("the token file {}", path.display()))
+                    .map_err(usage)?,
+            )
+        }
         None => None,
     };
     let mut service = ServiceConfig::new(home);
@@ -168,13 +190,17 @@ fn start(args: Args, started: Instant) -> Result<(), (Exit, anyhow::Error)> {
     service.engine.max_instances = args.max_instances;
     service.tools_page_size = args.tools_page_size;
     service.code_dir = args.code_dir;
+    service.max_calls_per_program = args.max_calls_per_program;
+    service.max_host_ops = args.max_host_ops;
     let config = DaemonConfig {
         http: args.http.map(|addr| HttpConfig {
             addr,
             allow_remote: args.http_allow_remote,
             token,
+            allowed_hosts: args.allowed_hosts,
         }),
         max_frame_bytes: args.max_frame_bytes,
+        max_connections: args.max_connections,
         apps,
         listener,
         ready,

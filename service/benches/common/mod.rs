@@ -1,0 +1,137 @@
+//! What the service benches share: a minimal MCP client on bermd's Unix
+//! socket, latency statistics, and a bermd process on a temporary home.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+/// Median and 99th percentile, in µs.
+pub struct Stats {
+    pub p50: f64,
+    pub p99: f64,
+}
+
+impl Stats {
+    pub fn of(mut times: Vec<Duration>) -> Stats {
+        times.sort();
+        let at = |q: f64| {
+            times[((times.len() as f64 * q) as usize).min(times.len() - 1)].as_secs_f64() * 1e6
+        };
+        Stats {
+            p50: at(0.50),
+            p99: at(0.99),
+        }
+    }
+}
+
+/// The real bermd binary on a fresh home, killed on drop.
+pub struct Bermd {
+    pub home: PathBuf,
+    child: Child,
+}
+
+impl Bermd {
+    pub fn start(home: &Path, args: &[&str]) -> Bermd {
+        let child = Command::new(env!("CARGO_BIN_EXE_bermd"))
+            .args(args)
+            .env("BERM_HOME", home)
+            .env("BERM_LOG", "error")
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("bermd");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while UnixStream::connect(home.join("control.sock")).is_err()
+            || UnixStream::connect(home.join("mcp.sock")).is_err()
+        {
+            assert!(Instant::now() < deadline, "bermd did not come up");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Bermd {
+            home: home.to_path_buf(),
+            child,
+        }
+    }
+
+    pub fn socket(&self) -> PathBuf {
+        self.home.join("mcp.sock")
+    }
+}
+
+impl Drop for Bermd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A minimal MCP client: initialize, then one tools/call at a time.
+pub struct McpClient {
+    writer: UnixStream,
+    reader: BufReader<UnixStream>,
+    id: u64,
+    line: String,
+}
+
+impl McpClient {
+    pub fn connect(socket: &Path) -> McpClient {
+        let writer = UnixStream::connect(socket).expect("connect");
+        let reader = BufReader::new(writer.try_clone().expect("clone"));
+        let mut client = McpClient {
+            writer,
+            reader,
+            id: 0,
+            line: String::new(),
+        };
+        client.request("initialize", json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "bench", "version": "0"}}));
+        client.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+        client
+    }
+
+    fn send(&mut self, message: &Value) {
+        let mut bytes = serde_json::to_vec(message).expect("json");
+        bytes.push(b'\n');
+        self.writer.write_all(&bytes).expect("write");
+    }
+
+    pub fn request(&mut self, method: &str, params: Value) -> Value {
+        self.id += 1;
+        self.send(&json!({"jsonrpc": "2.0", "id": self.id, "method": method, "params": params}));
+        loop {
+            self.line.clear();
+            self.reader.read_line(&mut self.line).expect("read");
+            let answer: Value = serde_json::from_str(&self.line).expect("answer");
+            if answer["id"] == json!(self.id) {
+                return answer;
+            }
+        }
+    }
+
+    /// The served name of `program`'s `tool`, whatever separator bermd
+    /// uses, from `tools/list`.
+    pub fn tool_name(&mut self, program: &str, tool: &str) -> String {
+        let list = self.request("tools/list", json!({}));
+        list["result"]["tools"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|t| t["name"].as_str())
+            .find(|name| {
+                name.strip_prefix(program)
+                    .and_then(|rest| rest.strip_suffix(tool))
+                    .is_some_and(|sep| !sep.is_empty() && sep.len() <= 2)
+            })
+            .unwrap_or_else(|| panic!("no {program}/{tool} in {list}"))
+            .to_string()
+    }
+
+    /// `tools/call` of `name`; the whole answer.
+    pub fn call(&mut self, name: &str, arguments: Value) -> Value {
+        self.request("tools/call", json!({"name": name, "arguments": arguments}))
+    }
+}

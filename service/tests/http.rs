@@ -1,0 +1,217 @@
+//! MCP over Streamable HTTP against a real bermd: the bearer token, the
+//! `Host` and `Origin` checks, and the refusals at start.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream, ToSocketAddrs};
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::Bermd;
+
+const TOKEN: &str = "0123456789abcdef0123456789abcdef-right";
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn token_file(dir: &Path, contents: &str) -> String {
+    let path = dir.join("token");
+    std::fs::write(&path, contents).unwrap();
+    path.display().to_string()
+}
+
+/// What bermd answered: the status code and the whole response head.
+struct Answer {
+    status: u16,
+    head: String,
+}
+
+/// Sends an MCP `initialize` to `http://{connect}/mcp` with `Host: {host}`
+/// and the extra `headers`, retrying the connection while bermd starts.
+fn initialize(connect: &str, host: &str, headers: &[(&str, &str)]) -> Answer {
+    let body = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"http-test","version":"0"}}}"#;
+    let mut request = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n\
+         Accept: application/json, text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n",
+        body.len()
+    );
+    for (name, value) in headers {
+        request.push_str(&format!("{name}: {value}\r\n"));
+    }
+    request.push_str("\r\n");
+    request.push_str(body);
+    let addr = connect.to_socket_addrs().unwrap().next().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut stream = loop {
+        match TcpStream::connect(addr) {
+            Ok(stream) => break stream,
+            Err(e) if Instant::now() < deadline => {
+                let _ = e;
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(e) => panic!("{connect}: {e}"),
+        }
+    };
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") && stream.read(&mut byte).unwrap() == 1 {
+        head.push(byte[0]);
+    }
+    let head = String::from_utf8_lossy(&head).into_owned();
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no status line: {head:?}"));
+    Answer { status, head }
+}
+
+#[test]
+fn the_bearer_token_host_and_origin_are_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let bermd = Bermd::start(&[
+        "--http",
+        &addr,
+        "--http-token-file",
+        &token_file(dir.path(), &format!("{TOKEN}\n")),
+    ]);
+    let bearer = format!("Bearer {TOKEN}");
+    let host = format!("localhost:{port}");
+
+    let right = initialize(&addr, &host, &[("Authorization", &bearer)]);
+    assert_eq!(right.status, 200, "{}", right.head);
+
+    let wrong_token = format!("Bearer {}", TOKEN.replace("right", "wrong"));
+    let short_token = format!("Bearer {}", &TOKEN[..5]);
+    for (case, headers) in [
+        ("no header", vec![]),
+        ("wrong token", vec![("Authorization", wrong_token.as_str())]),
+        (
+            "wrong-length token",
+            vec![("Authorization", short_token.as_str())],
+        ),
+        ("not a bearer", vec![("Authorization", TOKEN)]),
+    ] {
+        let answer = initialize(&addr, &host, &headers);
+        assert_eq!(answer.status, 401, "{case}: {}", answer.head);
+        assert!(
+            answer
+                .head
+                .to_ascii_lowercase()
+                .contains("www-authenticate: bearer"),
+            "{case}: {}",
+            answer.head
+        );
+    }
+
+    let evil_host = initialize(&addr, "evil.example", &[("Authorization", &bearer)]);
+    assert_eq!(evil_host.status, 403, "{}", evil_host.head);
+    let evil_origin = initialize(
+        &addr,
+        &host,
+        &[
+            ("Authorization", &bearer),
+            ("Origin", "https://evil.example"),
+        ],
+    );
+    assert_eq!(evil_origin.status, 403, "{}", evil_origin.head);
+    let own_origin = format!("http://localhost:{port}");
+    let good_origin = initialize(
+        &addr,
+        &host,
+        &[("Authorization", &bearer), ("Origin", &own_origin)],
+    );
+    assert_eq!(good_origin.status, 200, "{}", good_origin.head);
+    drop(bermd);
+}
+
+#[test]
+fn a_wildcard_bind_answers_to_the_machines_host_name() {
+    let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .unwrap()
+        .trim()
+        .to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let bermd = Bermd::start(&[
+        "--http",
+        &format!("0.0.0.0:{port}"),
+        "--http-allow-remote",
+        "--http-token-file",
+        &token_file(dir.path(), TOKEN),
+        "--allowed-host",
+        &hostname,
+    ]);
+    let bearer = format!("Bearer {TOKEN}");
+    let reached = format!("{hostname}:{port}");
+    let answer = initialize(&reached, &reached, &[("Authorization", &bearer)]);
+    assert_eq!(answer.status, 200, "{}", answer.head);
+    let evil = initialize(&reached, "evil.example", &[("Authorization", &bearer)]);
+    assert_eq!(evil.status, 403, "{}", evil.head);
+    drop(bermd);
+}
+
+fn refused(args: &[&str]) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let run = Command::new(env!("CARGO_BIN_EXE_bermd"))
+        .args(args)
+        .env("BERM_HOME", dir.path().join("home"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&run.stderr).into_owned();
+    assert_eq!(run.status.code(), Some(2), "{stderr}");
+    stderr
+}
+
+#[test]
+fn weak_tokens_and_unnamed_remote_hosts_are_refused_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port().to_string();
+    let addr = format!("127.0.0.1:{port}");
+    for contents in ["", "  \n", "too-short-by-one-0123456789abcd"] {
+        let file = token_file(dir.path(), contents);
+        let stderr = refused(&["--http", &addr, "--http-token-file", &file]);
+        assert!(
+            stderr.contains("at least 32 are required"),
+            "{contents:?}: {stderr}"
+        );
+    }
+    let file = token_file(dir.path(), TOKEN);
+    let stderr = refused(&[
+        "--http",
+        &format!("0.0.0.0:{port}"),
+        "--http-allow-remote",
+        "--http-token-file",
+        &file,
+    ]);
+    assert!(
+        stderr.contains("name the host clients reach it by with --allowed-host NAME"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn past_the_session_cap_an_http_client_gets_503() {
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let bermd = Bermd::start(&["--http", &addr, "--max-connections", "1"]);
+    let host = format!("127.0.0.1:{port}");
+    let first = initialize(&addr, &host, &[]);
+    assert_eq!(first.status, 200, "{}", first.head);
+    let second = initialize(&addr, &host, &[]);
+    assert_eq!(second.status, 503, "{}", second.head);
+    drop(bermd);
+}
