@@ -14,8 +14,8 @@ use berm_abi::{CONVENTION_MODULE, convention, frame};
 use wasmtime::{Caller, ExternType, Linker, Module, ValType};
 
 use crate::DeployError;
-use crate::call::{CallState, Invocation, Outcome, Violation};
 use crate::error::Error;
+use crate::invocation::{CallState, Outcome, Violation};
 use crate::program::Grants;
 use crate::syscall::{Reply, Syscall, SyscallContext, SyscallError};
 
@@ -114,22 +114,13 @@ fn define_convention(linker: &mut Linker<CallState>) -> wasmtime::Result<()> {
                 let (memory, state) = guest_memory(&mut caller)?;
                 let request = state.region(memory, ptr, len)?.to_vec();
                 let invocation = match parse_call(&request) {
-                    Ok((program, tool, args)) => Invocation {
-                        program,
-                        tool,
-                        args,
-                        caller: Some(state.program.name.clone()),
-                        depth: state.depth + 1,
-                        deadline: state.deadline,
-                        budget: state.budget,
-                    },
+                    Ok((program, tool, args)) => state.nested(program, tool, args),
                     Err(message) => {
                         state.staged = message.into_bytes();
                         return Ok(ErrorCode::Invalid.word());
                     }
                 };
-                let berm = state.berm.clone();
-                let result = Box::pin(berm.invoke(invocation)).await;
+                let result = state.programs.clone().call_by_name(invocation).await;
                 let (answer, staged) = match result {
                     Ok(Ok(text)) => (word::success(word::STATUS_DONE, text.len() as u32), text),
                     Ok(Err(failure)) => (

@@ -2,7 +2,7 @@
 //!
 //! libkrun needs hardware KVM. On machines whose `/dev/kvm` comes from `kvm_pvm`, a stock
 //! kernel boots only by emulation and faults at the guest's first user-space system call
-//! (notes/microvm-findings.md), so `auto` picks QEMU there: with KVM when QEMU can use
+//! (docs/design/microvm-findings.md), so `auto` picks QEMU there: with KVM when QEMU can use
 //! hardware KVM, otherwise TCG, and vhost-device-vsock for the guest's vsock.
 
 use std::path::{Path, PathBuf};

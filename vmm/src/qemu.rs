@@ -362,7 +362,7 @@ const MARKER_SCAN_LIMIT: u64 = 4 << 20;
 
 /// Waits until the guest's console shows [`LISTENING_MARKER`], so no `CONNECT` reaches
 /// vhost-device-vsock while the guest's vsock device is still coming up (that can stall it;
-/// notes/microvm-findings.md). The marker only decides *when* to start connecting: if it
+/// docs/design/microvm-findings.md). The marker only decides *when* to start connecting: if it
 /// never comes (or the console grows past the scan limit), handshakes start anyway at the
 /// deadline's edge and simply fail like any unanswered connect.
 fn wait_for_listening(console: &Path, deadline: Instant) {

@@ -28,7 +28,7 @@ use crate::sandbox::{self, SandboxError};
 use crate::settings::{self, GuestSetting, SettingError};
 use crate::state::{self, StateError};
 
-/// Extra kernel words for libkrun on kvm_pvm (notes/microvm-findings.md): without them the
+/// Extra kernel words for libkrun on kvm_pvm (docs/design/microvm-findings.md): without them the
 /// kernel does not get far under PVM's emulation. Only ever added there, and reported.
 pub const PVM_CMDLINE: &str = "noxsave clearcpuid=popcnt,smap";
 

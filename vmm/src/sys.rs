@@ -144,7 +144,7 @@ fn ok(call: &'static str, ret: i32) -> Result<i32, KrunError> {
 
 /// Configures libkrun and enters the VM. On success this never returns: libkrun exits the
 /// process when the guest resets. The call order is the one measured to work
-/// (notes/microvm-findings.md): the implicit vsock is disabled first because it turns on TSI,
+/// (docs/design/microvm-findings.md): the implicit vsock is disabled first because it turns on TSI,
 /// which needs libkrunfw's patched kernel.
 pub fn krun_enter(vm: &KrunVm<'_>) -> Result<std::convert::Infallible, KrunError> {
     let kernel = c(vm.kernel)?;
