@@ -27,9 +27,10 @@ use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use berm_vm_protocol::host::{BermdReady, Launch};
 use berm_vm_protocol::{
-    APP_UID_BASE, AppExited, AppLimits, AppProgram, AppReady, AppRefused, AppStarted, AppStatus,
-    Event, LogLevel, ProbeCheck, ProbeReport, RPC_PORT_BASE,
+    APP_UID_BASE, AppExited, AppLimits, AppProgram, AppReady, AppRefused, AppStarted, AppState,
+    AppStatus, Event, LogLevel, ProbeCheck, ProbeReport, RPC_PORT_BASE,
 };
 use serde::Deserialize;
 
@@ -54,36 +55,6 @@ const REPORT_TIMEOUT: Duration = Duration::from_secs(30);
 const READY_TIMEOUT: Duration = Duration::from_secs(300);
 /// Longest line read from a report or ready pipe.
 const MAX_PIPE_LINE: u64 = 64 * 1024;
-
-/// `launch.json` in an app disk.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Launch {
-    name: String,
-    cpu_max: String,
-    memory_max: u64,
-    pids_max: u32,
-}
-
-/// bermd's ready line (see `bermd --ready-fd`); unknown fields are tolerated so bermd can say
-/// more than berm-init relays.
-#[derive(Debug, Deserialize)]
-struct BermdReady {
-    ready: bool,
-    #[serde(default)]
-    tools: u32,
-    #[serde(default)]
-    programs: Vec<BermdProgram>,
-}
-
-#[derive(Debug, Deserialize)]
-struct BermdProgram {
-    name: String,
-    sha256: String,
-    code: String,
-    #[serde(default)]
-    ms: f64,
-}
 
 /// The probe's one output line.
 #[derive(Debug, Deserialize)]
@@ -133,11 +104,11 @@ impl Registry {
         let mut apps = hub::lock(&self.apps);
         let Some(t) = apps
             .iter_mut()
-            .find(|t| t.status.pid == Some(pid) && t.status.state != "exited")
+            .find(|t| t.status.pid == Some(pid) && t.status.state != AppState::Exited)
         else {
             return;
         };
-        t.status.state = "exited".into();
+        t.status.state = AppState::Exited;
         let event = Event::AppExited(AppExited {
             app: t.status.app.clone(),
             index: t.status.index,
@@ -238,7 +209,7 @@ impl Registry {
             index,
             uid: APP_UID_BASE + index,
             pid: None,
-            state: "refused".into(),
+            state: AppState::Refused,
             cgroup: String::new(),
             limits: None,
         });
@@ -255,8 +226,8 @@ impl Registry {
     /// bermd said it is ready: a starting app becomes ready (one that already exited stays so).
     fn mark_ready(&self, index: u32) {
         self.update(index, |s| {
-            if s.state == "starting" {
-                s.state = "ready".into();
+            if s.state == AppState::Starting {
+                s.state = AppState::Ready;
             }
         });
     }
@@ -374,7 +345,7 @@ fn launch(
         index,
         uid,
         pid: Some(pid),
-        state: "starting".into(),
+        state: AppState::Starting,
         cgroup: format!("/berm/apps/{name}"),
         limits: Some(limits),
     });
@@ -639,7 +610,7 @@ fn watch(hub: &Arc<Hub>, app: Launched, settled: Sender<Settled>) {
                     .map(|p| AppProgram {
                         name: bounded_name(p.name),
                         sha256: bounded_name(p.sha256),
-                        code: bounded_name(p.code),
+                        code: p.code,
                         ms: p.ms.max(0.0).round() as u64,
                     })
                     .collect(),
@@ -756,10 +727,10 @@ mod tests {
         Hub::new("0f-a".into(), mpsc::channel().0)
     }
 
-    fn state_of(registry: &Registry, index: u32) -> String {
+    fn state_of(registry: &Registry, index: u32) -> AppState {
         let statuses = registry.statuses();
         let status = statuses.iter().find(|s| s.index == index).unwrap();
-        status.state.clone()
+        status.state
     }
 
     fn starting(index: u32, pid: u32) -> AppStatus {
@@ -768,7 +739,7 @@ mod tests {
             index,
             uid: APP_UID_BASE + index,
             pid: Some(pid),
-            state: "starting".into(),
+            state: AppState::Starting,
             cgroup: format!("/berm/apps/app{index}"),
             limits: None,
         }
@@ -783,20 +754,20 @@ mod tests {
         refuse(&hub, "third", 2, "no\u{1b}[2J landlock");
         let order: Vec<u32> = registry.statuses().iter().map(|s| s.index).collect();
         assert_eq!(order, [0, 1, 2]);
-        assert_eq!(state_of(registry, 2), "refused");
+        assert_eq!(state_of(registry, 2), AppState::Refused);
         assert_eq!(registry.statuses()[2].uid, APP_UID_BASE + 2);
 
         registry.mark_ready(0);
-        assert_eq!(state_of(registry, 0), "ready");
+        assert_eq!(state_of(registry, 0), AppState::Ready);
         registry.reaped(&hub, 40, Some(1), None);
-        assert_eq!(state_of(registry, 0), "exited");
+        assert_eq!(state_of(registry, 0), AppState::Exited);
         // An exited app does not become ready, and is not reported exited twice.
         registry.mark_ready(0);
         registry.reaped(&hub, 40, Some(1), None);
-        assert_eq!(state_of(registry, 0), "exited");
+        assert_eq!(state_of(registry, 0), AppState::Exited);
         // A pid that is not an app's changes nothing.
         registry.reaped(&hub, 99, None, Some(9));
-        assert_eq!(state_of(registry, 1), "starting");
+        assert_eq!(state_of(registry, 1), AppState::Starting);
 
         let events: Vec<Event> = hub
             .history()

@@ -17,7 +17,6 @@ use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use crate::code::{self, CodeError};
@@ -73,32 +72,13 @@ pub enum AppError {
     },
 }
 
-/// One program of an app, measured.
-#[derive(Clone, Debug, Serialize)]
-pub struct ProgramMeasure {
-    /// Its name.
-    pub name: String,
-    /// Its wasm file, relative to the folder.
-    pub wasm: String,
-    /// sha256 of the wasm.
-    pub sha256: String,
-}
-
-/// One precompiled code file in an app image.
-#[derive(Clone, Debug, Serialize)]
-pub struct CodeMeasure {
-    /// The program.
-    pub program: String,
-    /// The file name the guest's engine looks for.
-    pub file: String,
-    /// sha256 of the file.
-    pub sha256: String,
-    /// Whether it came from berm-vmm's code cache.
-    pub cached: bool,
-}
+use berm_vm_protocol::host::{AppMeasurement, ImageMeasurement};
+pub use berm_vm_protocol::host::{
+    CodeMeasurement as CodeMeasure, Launch, ProgramMeasurement as ProgramMeasure,
+};
 
 /// The app image as measured.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug)]
 pub struct ImageMeasure {
     /// Where it is (in the run dir).
     pub path: PathBuf,
@@ -109,7 +89,7 @@ pub struct ImageMeasure {
 }
 
 /// One app, checked, measured and packed.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug)]
 pub struct App {
     /// Its index: port 5000+i, `rpc-<i>.sock`, uid 10000+i.
     pub index: usize,
@@ -131,17 +111,32 @@ pub struct App {
     pub limits: Launch,
 }
 
-/// `launch.json`: what berm-init needs from berm.toml.
-#[derive(Clone, Debug, Serialize)]
-pub struct Launch {
-    /// The app's name.
-    pub name: String,
-    /// `cpu.max`.
-    pub cpu_max: String,
-    /// `memory.max` in bytes.
-    pub memory_max: u64,
-    /// `pids.max`.
-    pub pids_max: u32,
+impl ImageMeasure {
+    /// The image as the measurement line names it.
+    pub fn measurement(&self) -> ImageMeasurement {
+        ImageMeasurement {
+            sha256: self.sha256.clone(),
+            size: self.size,
+        }
+    }
+}
+
+impl App {
+    /// The app as the measurement line names it.
+    pub fn measurement(&self) -> AppMeasurement {
+        AppMeasurement {
+            index: self.index as u32,
+            name: self.name.clone(),
+            path: self.path.clone(),
+            sha256: self.sha256.clone(),
+            files: self.files as u64,
+            programs: self.programs.clone(),
+            code: self.code.clone(),
+            image: self.image.measurement(),
+            limits: self.limits.clone(),
+            uid: berm_vm_protocol::APP_UID_BASE + self.index as u32,
+        }
+    }
 }
 
 /// Checks, measures, precompiles and packs every app folder in order into `run_dir`.

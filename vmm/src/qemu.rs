@@ -355,8 +355,8 @@ pub fn start(vm: &QemuVm<'_>) -> Result<QemuChildren, StartQemuError> {
     }
 }
 
-/// The console line berm-init writes once it listens on vsock (init/src/main.rs).
-pub const LISTENING_MARKER: &[u8] = b"berm-init: listening on vsock 1024 1025";
+/// The console line berm-init writes once it listens on vsock.
+pub const LISTENING_MARKER: &[u8] = berm_vm_protocol::host::LISTENING_MARKER.as_bytes();
 /// How much of the console is searched for the marker before giving up on it.
 const MARKER_SCAN_LIMIT: u64 = 4 << 20;
 

@@ -13,6 +13,10 @@ use std::time::{Duration, Instant};
 
 use berm_pins::{ArtifactStore, KernelPins, ParsePinsError, RootfsPins};
 use berm_vm_protocol::client::{ConnectError, GuestConnection, ReceiveError};
+use berm_vm_protocol::host::{
+    GreetedLine, HypervisorLine, KernelMeasurement, MeasurementsLine, ProbeMeasurement,
+    RootfsMeasurement,
+};
 use berm_vm_protocol::{Event, GuestLine, Service};
 use serde_json::json;
 
@@ -247,11 +251,15 @@ pub fn run(config: &RunConfig) -> Result<Outcome, RunError> {
     // 4. Say what is about to boot.
     report::line(
         "hypervisor",
-        json!({"chosen": choice.backend, "accel": choice.accel, "reason": choice.reason}),
+        &HypervisorLine {
+            chosen: choice.backend,
+            accel: choice.accel.map(str::to_owned),
+            reason: choice.reason.clone(),
+        },
     );
     report::line(
         "endpoints",
-        json!({
+        &json!({
             "run_dir": run.dir, "control": run.control, "logs": run.logs, "console": run.console,
             "hypervisor_log": run.hypervisor_log,
             "rpc": apps.iter().map(|app| json!({
@@ -262,7 +270,7 @@ pub fn run(config: &RunConfig) -> Result<Outcome, RunError> {
     );
     report::line(
         "vm_config",
-        json!({
+        &json!({
             "hypervisor": {"chosen": choice.backend, "accel": choice.accel, "reason": choice.reason, "requested": config.hypervisor},
             "detection": detection, "cpus": config.cpus, "memory_mib": config.memory_mib,
             "settings": settings.iter().map(|s| format!("{}={}", s.name(), s.value())).collect::<Vec<_>>(),
@@ -270,27 +278,34 @@ pub fn run(config: &RunConfig) -> Result<Outcome, RunError> {
             "boot_timeout_ms": config.boot_timeout.as_millis(),
         }),
     );
-    report::line(
-        "measurements",
-        json!({
-            "kernel": {"sha256": kernel.sha256, "size": kernel.size, "pinned": kernel.pinned, "path": kernel.path,
-                       "linux": kernel_pins.linux, "config_sha256": kernel_pins.config_sha256.as_str(),
-                       "cmdline": cmdline, "hash_ms": kernel.hash_ms},
-            "rootfs": {"sha256": rootfs.sha256, "size": rootfs.size, "pinned": rootfs.pinned, "path": rootfs.path,
-                       "fstype": rootfs_pins.fstype, "read_only": true, "hash_ms": rootfs.hash_ms},
-            "state": state,
-            "apps": apps.iter().map(|a| json!({
-                "index": a.index, "name": a.name, "path": a.path, "sha256": a.sha256, "files": a.files,
-                "programs": a.programs, "code": a.code,
-                "image": {"sha256": a.image.sha256, "size": a.image.size},
-                "limits": a.limits,
-                "uid": berm_vm_protocol::APP_UID_BASE + a.index as u32,
-            })).collect::<Vec<_>>(),
-            "test_probe": probe.as_ref().map(|p| json!({
-                "image": {"sha256": p.sha256, "size": p.size}, "app": config.test_probe_app,
-            })),
+    let measured = MeasurementsLine {
+        kernel: KernelMeasurement {
+            sha256: kernel.sha256.clone(),
+            size: kernel.size,
+            pinned: kernel.pinned,
+            path: kernel.path.clone(),
+            linux: kernel_pins.linux.clone(),
+            config_sha256: kernel_pins.config_sha256.as_str().to_owned(),
+            cmdline: cmdline.clone(),
+            hash_ms: kernel.hash_ms,
+        },
+        rootfs: RootfsMeasurement {
+            sha256: rootfs.sha256.clone(),
+            size: rootfs.size,
+            pinned: rootfs.pinned,
+            path: rootfs.path.clone(),
+            fstype: rootfs_pins.fstype.clone(),
+            read_only: true,
+            hash_ms: rootfs.hash_ms,
+        },
+        state: state.clone(),
+        apps: apps.iter().map(apps::App::measurement).collect(),
+        test_probe: probe.as_ref().map(|p| ProbeMeasurement {
+            image: p.measurement(),
+            app: config.test_probe_app,
         }),
-    );
+    };
+    report::line("measurements", &measured);
 
     // 5. Boot.
     let host_sandbox = config.host_sandbox;
@@ -388,14 +403,11 @@ pub fn run(config: &RunConfig) -> Result<Outcome, RunError> {
             ..child
         })
         .collect();
-    report::line(
-        "host_sandbox",
-        serde_json::to_value(&confined).unwrap_or_default(),
-    );
+    report::line("host_sandbox", &confined);
     if let Some(outside) = &config.sandbox_probe {
         report::line(
             "host_sandbox_probe",
-            sandbox::probe(outside, &kernel.path, &run.dir),
+            &sandbox::probe(outside, &kernel.path, &run.dir),
         );
     }
     if let Some(relays) = relays {
@@ -464,7 +476,10 @@ fn supervise(
                 greeted = true;
                 report::line(
                     "guest_greeted",
-                    json!({"after_ms": started.elapsed().as_millis(), "boot_id": line.boot_id}),
+                    &GreetedLine {
+                        after_ms: started.elapsed().as_millis() as u64,
+                        boot_id: line.boot_id,
+                    },
                 );
             }
             Ok(Watch::Line(line)) => {
@@ -505,7 +520,7 @@ fn supervise(
             // A stop signal: ask the guest to shut down in order, on a connection of its own
             // (the watcher's is busy reading); kill the VM if that does not end it in time.
             stop_signal_at = Some(Instant::now());
-            report::line("stop_signal", json!({"action": "shutdown requested"}));
+            report::line("stop_signal", &json!({"action": "shutdown requested"}));
             let control = run.control.clone();
             std::thread::spawn(move || {
                 let deadline = Instant::now() + Duration::from_secs(2);
