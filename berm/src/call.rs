@@ -201,12 +201,15 @@ impl Berm {
         let manifest = Arc::new(manifest);
         let program = Arc::new(Program {
             name: name.into(),
-            digest,
-            manifest: manifest.clone(),
-            grants: options.grants,
-            limits,
-            source,
-            code_time,
+            info: ProgramInfo {
+                name: name.into(),
+                digest,
+                manifest: manifest.clone(),
+                grants: options.grants,
+                limits,
+                source,
+                code_time,
+            },
             pre,
             tools,
             memory,
@@ -218,7 +221,7 @@ impl Berm {
             .write()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
             .insert(name.to_string(), program)
-            .map(|old| old.digest);
+            .map(|old| old.info.digest);
         Ok(Deployed {
             digest,
             manifest,
@@ -236,7 +239,7 @@ impl Berm {
             .write()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
             .remove(name)
-            .map(|p| p.digest)
+            .map(|p| p.info.digest)
     }
 
     /// Every deployed program, sorted by name.
@@ -246,14 +249,14 @@ impl Berm {
             .programs
             .read()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        let mut list: Vec<_> = programs.values().map(|p| p.info()).collect();
+        let mut list: Vec<_> = programs.values().map(|p| p.info.clone()).collect();
         list.sort_by(|a, b| a.name.cmp(&b.name));
         list
     }
 
     /// One deployed program.
     pub fn get(&self, name: &str) -> Option<ProgramInfo> {
-        self.inner.program(name).map(|p| p.info())
+        self.inner.program(name).map(|p| p.info.clone())
     }
 
     /// Calls `program.tool` with `args` (JSON bytes, by the SDK's
@@ -295,7 +298,7 @@ impl Berm {
             .inner
             .program(program)
             .ok_or_else(|| Error::NoSuchProgram(program.to_string()))?;
-        let budget = options.deadline.unwrap_or(program.limits.deadline);
+        let budget = options.deadline.unwrap_or(program.info.limits.deadline);
         let invocation = Invocation {
             program,
             tool: tool.to_string(),

@@ -14,39 +14,21 @@ use std::time::{Duration, Instant};
 
 use wasmtime::{Extern, InstancePre, Memory, ModuleExport, ResourceLimiter, Store, UpdateDeadline};
 
-use crate::program::{CompileSource, Grants, ProgramInfo};
-use crate::{Digest, Engine, Error, Failure, Limits, Manifest};
+use crate::program::ProgramInfo;
+use crate::{Engine, Error, Failure};
 
 /// A call's two levels of result: the host's error outside, the program's failure inside.
 pub(crate) type CallResult = Result<Result<String, Failure>, Error>;
 
-/// A program ready to be called: compiled, linked and pre-instantiated.
+/// A program ready to be called: compiled, linked and pre-instantiated. `name` is
+/// `info.name`, shared cheaply with every call it makes.
 pub(crate) struct Program {
     pub name: Arc<str>,
-    pub digest: Digest,
-    pub manifest: Arc<Manifest>,
-    pub grants: Grants,
-    pub limits: Limits,
-    pub source: CompileSource,
-    pub code_time: Duration,
+    pub info: ProgramInfo,
     pub pre: InstancePre<CallState>,
     pub tools: HashMap<String, ModuleExport>,
     pub memory: ModuleExport,
     pub data: Option<Arc<dyn Any + Send + Sync>>,
-}
-
-impl Program {
-    pub fn info(&self) -> ProgramInfo {
-        ProgramInfo {
-            name: self.name.to_string(),
-            digest: self.digest,
-            manifest: self.manifest.clone(),
-            grants: self.grants.clone(),
-            limits: self.limits.clone(),
-            source: self.source,
-            code_time: self.code_time,
-        }
-    }
 }
 
 /// One call to run: of `program` (a looked-up [`Program`], or a name a running program asked
@@ -108,13 +90,7 @@ struct DeadlineReached;
 /// Everything one call's store holds. Dropped with the store when the call
 /// ends: nothing survives it.
 pub(crate) struct CallState {
-    pub program: Arc<Program>,
-    pub tool: String,
-    pub args: Vec<u8>,
-    pub caller: Option<Arc<str>>,
-    pub depth: u32,
-    pub deadline: Instant,
-    pub budget: Duration,
+    pub call: Invocation,
     pub outcome: Option<Outcome>,
     pub staged: Vec<u8>,
     pub memory: Option<Memory>,
@@ -164,10 +140,10 @@ impl CallState {
             program,
             tool,
             args,
-            caller: Some(self.program.name.clone()),
-            depth: self.depth + 1,
-            deadline: self.deadline,
-            budget: self.budget,
+            caller: Some(self.call.program.name.clone()),
+            depth: self.call.depth + 1,
+            deadline: self.call.deadline,
+            budget: self.call.budget,
         }
     }
 }
@@ -218,12 +194,12 @@ pub(crate) async fn invoke(
             available: available.join(", "),
         });
     };
-    if invocation.args.len() > program.limits.max_args_bytes {
+    if invocation.args.len() > program.info.limits.max_args_bytes {
         return Err(Error::ArgsTooLarge {
             program: program.name.to_string(),
             tool: invocation.tool,
             size: invocation.args.len(),
-            cap: program.limits.max_args_bytes,
+            cap: program.info.limits.max_args_bytes,
         });
     }
     let mut store = store(engine, programs, invocation);
@@ -231,7 +207,7 @@ pub(crate) async fn invoke(
     let mut state = store.into_data();
     // Names for an error are only built when there is one: the success
     // path is the hot one.
-    let tool = std::mem::take(&mut state.tool);
+    let tool = std::mem::take(&mut state.call.tool);
     let name = || program.name.to_string();
     match result {
         Ok(()) => match state.outcome.take() {
@@ -269,17 +245,11 @@ pub(crate) async fn invoke(
 fn store(engine: &Engine, programs: Arc<dyn Programs>, invocation: Invocation) -> Store<CallState> {
     let deadline = invocation.deadline;
     let limiter = MemoryLimiter {
-        cap: invocation.program.limits.memory_bytes,
+        cap: invocation.program.info.limits.memory_bytes,
         denied: false,
     };
     let state = CallState {
-        program: invocation.program,
-        tool: invocation.tool,
-        args: invocation.args,
-        caller: invocation.caller,
-        depth: invocation.depth,
-        deadline,
-        budget: invocation.budget,
+        call: invocation,
         outcome: None,
         staged: Vec::new(),
         memory: None,
@@ -366,7 +336,7 @@ fn classify(
         return Error::Timeout {
             program,
             tool,
-            deadline: state.budget,
+            deadline: state.call.budget,
         };
     }
     if let Some(message) = state.panic.take() {

@@ -41,10 +41,10 @@ fn define_convention(linker: &mut Linker<CallState>) -> wasmtime::Result<()> {
         convention::ARGS,
         |mut caller: Caller<'_, CallState>, ptr: i32, len: i32| -> wasmtime::Result<i64> {
             let (memory, state) = guest_memory(&mut caller)?;
-            let total = state.args.len();
+            let total = state.call.args.len();
             if (len as u32 as usize) >= total {
                 let dest = state.region(memory, ptr, total as i32)?;
-                dest.copy_from_slice(&state.args);
+                dest.copy_from_slice(&state.call.args);
             }
             Ok(word::success(0, total as u32))
         },
@@ -58,12 +58,12 @@ fn define_convention(linker: &mut Linker<CallState>) -> wasmtime::Result<()> {
                 if state.outcome.is_some() {
                     return Err(state.violation("the tool gave its result twice"));
                 }
-                let cap = state.program.limits.max_result_bytes;
+                let cap = state.call.program.info.limits.max_result_bytes;
                 let size = len as u32 as usize;
                 if size > cap {
                     return Err(state.fault(Error::ResultTooLarge {
-                        program: state.program.name.to_string(),
-                        tool: state.tool.clone(),
+                        program: state.call.program.name.to_string(),
+                        tool: state.call.tool.clone(),
                         size,
                         cap,
                     }));
@@ -247,8 +247,8 @@ fn define_trap(
         name,
         move |mut caller: Caller<'_, CallState>, _: i32, _: i32| -> wasmtime::Result<i64> {
             let state = caller.data_mut();
-            let program = state.program.name.to_string();
-            let tool = state.tool.clone();
+            let program = state.call.program.name.to_string();
+            let tool = state.call.tool.clone();
             let syscall = syscall.clone();
             Err(state.fault(match missing {
                 Missing::Syscall => Error::MissingSyscall {
@@ -278,17 +278,17 @@ fn define_syscall(linker: &mut Linker<CallState>, syscall: &Syscall) -> wasmtime
             let (memory, state) = guest_memory(&mut caller)?;
             let region = state.region(memory, ptr, len)?;
             let context = SyscallContext {
-                program: &state.program.name,
-                tool: &state.tool,
-                digest: &state.program.digest,
-                caller: state.caller.as_deref(),
-                data: state.program.data.as_deref(),
+                program: &state.call.program.name,
+                tool: &state.call.tool,
+                digest: &state.call.program.info.digest,
+                caller: state.call.caller.as_deref(),
+                data: state.call.program.data.as_deref(),
             };
             match handler(&context, region) {
                 Ok(Reply::Word(word)) if word >= 0 => Ok(word),
                 Ok(Reply::Word(word)) => Err(state.fault(Error::Syscall {
-                    program: state.program.name.to_string(),
-                    tool: state.tool.clone(),
+                    program: state.call.program.name.to_string(),
+                    tool: state.call.tool.clone(),
                     syscall: qualified.clone(),
                     message: format!("host bug: negative success word {word}"),
                 })),
@@ -302,8 +302,8 @@ fn define_syscall(linker: &mut Linker<CallState>, syscall: &Syscall) -> wasmtime
                     Ok(code.word())
                 }
                 Err(SyscallError::Trap(message)) => Err(state.fault(Error::Syscall {
-                    program: state.program.name.to_string(),
-                    tool: state.tool.clone(),
+                    program: state.call.program.name.to_string(),
+                    tool: state.call.tool.clone(),
                     syscall: qualified.clone(),
                     message,
                 })),

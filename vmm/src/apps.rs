@@ -77,65 +77,43 @@ pub use berm_vm_protocol::host::{
     CodeMeasurement as CodeMeasure, Launch, ProgramMeasurement as ProgramMeasure,
 };
 
-/// The app image as measured.
+/// A disk image berm-vmm built in the run dir, and its measurement.
 #[derive(Clone, Debug)]
-pub struct ImageMeasure {
+pub struct Image {
     /// Where it is (in the run dir).
     pub path: PathBuf,
-    /// sha256 of the image.
-    pub sha256: String,
-    /// Its size.
-    pub size: u64,
+    /// Its sha256 and size.
+    pub measured: ImageMeasurement,
 }
 
-/// One app, checked, measured and packed.
-#[derive(Clone, Debug)]
-pub struct App {
-    /// Its index: port 5000+i, `rpc-<i>.sock`, uid 10000+i.
-    pub index: usize,
-    /// Its name (berm.toml).
-    pub name: String,
-    /// The folder.
-    pub path: PathBuf,
-    /// sha256 over its sorted `<sha256>  <relative path>` lines.
-    pub sha256: String,
-    /// Files digested.
-    pub files: usize,
-    /// Its programs.
-    pub programs: Vec<ProgramMeasure>,
-    /// Its precompiled code.
-    pub code: Vec<CodeMeasure>,
-    /// Its disk image.
-    pub image: ImageMeasure,
-    /// The limits berm-init applies.
-    pub limits: Launch,
-}
-
-impl ImageMeasure {
-    /// The image as the measurement line names it.
-    pub fn measurement(&self) -> ImageMeasurement {
-        ImageMeasurement {
-            sha256: self.sha256.clone(),
-            size: self.size,
-        }
+impl Image {
+    /// Measures the image at `path`.
+    fn measure(path: PathBuf) -> Result<Image, AppError> {
+        let bytes = std::fs::read(&path).map_err(read_error(&path))?;
+        Ok(Image {
+            path,
+            measured: ImageMeasurement {
+                sha256: hex::encode(Sha256::digest(&bytes)),
+                size: bytes.len() as u64,
+            },
+        })
     }
 }
 
+/// One app, checked, measured and packed: its measurement line entry (index, name, folder
+/// and program digests, code, image, limits) and where its image is.
+#[derive(Clone, Debug)]
+pub struct App {
+    /// What the measurement line says of it.
+    pub measured: AppMeasurement,
+    /// Its disk image in the run dir.
+    pub image: PathBuf,
+}
+
 impl App {
-    /// The app as the measurement line names it.
-    pub fn measurement(&self) -> AppMeasurement {
-        AppMeasurement {
-            index: self.index as u32,
-            name: self.name.clone(),
-            path: self.path.clone(),
-            sha256: self.sha256.clone(),
-            files: self.files as u64,
-            programs: self.programs.clone(),
-            code: self.code.clone(),
-            image: self.image.measurement(),
-            limits: self.limits.clone(),
-            uid: berm_vm_protocol::APP_UID_BASE + self.index as u32,
-        }
+    /// Its index: port 5000+i, `rpc-<i>.sock`, uid 10000+i.
+    pub fn index(&self) -> usize {
+        self.measured.index as usize
     }
 }
 
@@ -240,21 +218,21 @@ fn pack(index: usize, path: &Path, app: &berm_app::App, run_dir: &Path) -> Resul
             message: String::from_utf8_lossy(&output.stderr).trim().to_owned(),
         });
     }
-    let bytes = std::fs::read(&image).map_err(read_error(&image))?;
+    let image = Image::measure(image)?;
     Ok(App {
-        index,
-        name: app.name.clone(),
-        path: path.to_owned(),
-        sha256: digest,
-        files: lines.len(),
-        programs,
-        code,
-        image: ImageMeasure {
-            path: image,
-            sha256: hex::encode(Sha256::digest(&bytes)),
-            size: bytes.len() as u64,
+        measured: AppMeasurement {
+            index: index as u32,
+            name: app.name.clone(),
+            path: path.to_owned(),
+            sha256: digest,
+            files: lines.len() as u64,
+            programs,
+            code,
+            image: image.measured,
+            limits,
+            uid: berm_vm_protocol::APP_UID_BASE + index as u32,
         },
-        limits,
+        image: image.path,
     })
 }
 
@@ -324,7 +302,7 @@ fn make_readable(dir: &Path) -> Result<(), AppError> {
 }
 
 /// Packs the test-only enforcement probe binary into its own image (serial `probe`).
-pub fn pack_probe(binary: &Path, run_dir: &Path) -> Result<ImageMeasure, AppError> {
+pub fn pack_probe(binary: &Path, run_dir: &Path) -> Result<Image, AppError> {
     use std::os::unix::fs::PermissionsExt;
     let stage = run_dir.join("probe.stage");
     let _ = std::fs::remove_dir_all(&stage);
@@ -355,10 +333,5 @@ pub fn pack_probe(binary: &Path, run_dir: &Path) -> Result<ImageMeasure, AppErro
             message: String::from_utf8_lossy(&output.stderr).trim().to_owned(),
         });
     }
-    let bytes = std::fs::read(&image).map_err(read_error(&image))?;
-    Ok(ImageMeasure {
-        path: image,
-        sha256: hex::encode(Sha256::digest(&bytes)),
-        size: bytes.len() as u64,
-    })
+    Image::measure(image)
 }

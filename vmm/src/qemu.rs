@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use crate::run_dir::RunDir;
 use crate::sandbox::{ChildReport, ChildSandbox, Policy, SandboxError};
+use crate::spec::VmSpec;
 use crate::sys;
 
 /// QEMU's own seccomp sandbox for itself: no obsolete syscalls, no privilege changes, no
@@ -67,28 +68,16 @@ pub enum StartQemuError {
     },
 }
 
-/// What QEMU is told.
+/// What QEMU is told: the VM, and what only this backend needs.
 pub struct QemuVm<'a> {
+    /// The VM.
+    pub spec: &'a VmSpec,
     /// `qemu-system-x86_64`.
     pub qemu: &'a Path,
     /// `vhost-device-vsock`.
     pub vhost_device_vsock: &'a Path,
     /// `kvm` or `tcg`.
     pub accel: &'a str,
-    /// vCPUs.
-    pub cpus: u8,
-    /// Guest memory in MiB.
-    pub memory_mib: u32,
-    /// ELF vmlinux.
-    pub kernel: &'a Path,
-    /// The complete command line.
-    pub cmdline: &'a str,
-    /// Root disk.
-    pub rootfs: &'a Path,
-    /// State disk.
-    pub state: Option<&'a Path>,
-    /// Read-only disks after root and state: (serial, image).
-    pub disks: &'a [(String, PathBuf)],
     /// The run directory.
     pub run: &'a RunDir,
     /// How long a relayed connection waits for the guest to listen.
@@ -167,8 +156,31 @@ fn log_stdio(log: &Path, program: &Path) -> Result<(Stdio, Stdio), StartQemuErro
     Ok((Stdio::from(out), Stdio::from(err)))
 }
 
-/// Starts vhost-device-vsock, the relays, then QEMU.
+/// Starts vhost-device-vsock, binds the relays, then starts QEMU.
 pub fn start(vm: &QemuVm<'_>) -> Result<QemuChildren, StartQemuError> {
+    let mut sandboxes = Vec::new();
+    let mut vhost = start_vhost(vm, &mut sandboxes)?;
+    let started = bind_relays(vm).and_then(|relays| {
+        let qemu = start_qemu(vm, &mut sandboxes)?;
+        Ok((relays, qemu))
+    });
+    match started {
+        Ok((relays, qemu)) => Ok(QemuChildren {
+            vhost,
+            qemu,
+            relays,
+            sandboxes,
+        }),
+        Err(e) => {
+            let _ = vhost.kill();
+            let _ = vhost.wait();
+            Err(e)
+        }
+    }
+}
+
+/// Starts vhost-device-vsock (confined to the run dir) and waits for its socket.
+fn start_vhost(vm: &QemuVm<'_>, sandboxes: &mut Vec<ChildReport>) -> Result<Child, StartQemuError> {
     let run = vm.run;
     let (out, err) = log_stdio(&run.hypervisor_log, vm.vhost_device_vsock)?;
     let mut command = Command::new(vm.vhost_device_vsock);
@@ -183,7 +195,6 @@ pub fn start(vm: &QemuVm<'_>) -> Result<QemuChildren, StartQemuError> {
         .stdout(out)
         .stderr(err);
     sys::kill_with_parent(&mut command);
-    let mut sandboxes = Vec::new();
     // vhost-device-vsock needs only its run-dir sockets.
     let vhost_policy = vm.sandbox.map(|_| {
         Policy {
@@ -197,7 +208,7 @@ pub fn start(vm: &QemuVm<'_>) -> Result<QemuChildren, StartQemuError> {
         vm.vhost_device_vsock,
         vhost_policy,
         "none",
-        &mut sandboxes,
+        sandboxes,
     )?;
     let mut vhost = command.spawn().map_err(|source| StartQemuError::Spawn {
         program: vm.vhost_device_vsock.to_owned(),
@@ -212,30 +223,63 @@ pub fn start(vm: &QemuVm<'_>) -> Result<QemuChildren, StartQemuError> {
         }
         std::thread::sleep(Duration::from_millis(5));
     }
+    Ok(vhost)
+}
 
-    let mut relays = vec![
-        (run.control.clone(), berm_vm_protocol::CONTROL_PORT),
-        (run.logs.clone(), berm_vm_protocol::LOGS_PORT),
-    ];
-    for (i, rpc) in run.rpc.iter().enumerate() {
-        relays.push((rpc.clone(), berm_vm_protocol::RPC_PORT_BASE + i as u32));
-    }
+/// Binds a listener on every socket of the VM's port plan; served later by [`Relays::serve`].
+fn bind_relays(vm: &QemuVm<'_>) -> Result<Relays, StartQemuError> {
     let mut listeners = Vec::new();
-    for (path, port) in relays {
-        let listener = UnixListener::bind(&path).map_err(|source| StartQemuError::Bind {
+    for (port, path) in &vm.spec.ports {
+        let listener = UnixListener::bind(path).map_err(|source| StartQemuError::Bind {
             path: path.clone(),
             source,
         })?;
-        listeners.push((listener, port));
+        listeners.push((listener, *port));
     }
-    let relays = Relays {
+    Ok(Relays {
         listeners,
-        uds: run.vsock.clone(),
-        console: run.console.clone(),
+        uds: vm.run.vsock.clone(),
+        console: vm.run.console.clone(),
         timeout: vm.connect_timeout,
-    };
+    })
+}
 
-    let memory = format!("{}M", vm.memory_mib);
+/// Starts QEMU with [`qemu_args`], confined like berm-vmm (plus `/dev/kvm` under KVM).
+fn start_qemu(vm: &QemuVm<'_>, sandboxes: &mut Vec<ChildReport>) -> Result<Child, StartQemuError> {
+    let (out, err) = log_stdio(&vm.run.hypervisor_log, vm.qemu)?;
+    let mut command = Command::new(vm.qemu);
+    command
+        .args(qemu_args(vm))
+        .stdin(Stdio::null())
+        .stdout(out)
+        .stderr(err);
+    sys::kill_with_parent(&mut command);
+    let qemu_policy = vm.sandbox.map(|base| {
+        let mut policy = base.for_program(vm.qemu);
+        if vm.accel == "kvm" {
+            policy.devices.push(PathBuf::from("/dev/kvm"));
+        }
+        policy
+    });
+    confine(
+        &mut command,
+        vm.qemu,
+        qemu_policy,
+        &format!("qemu -sandbox {QEMU_SANDBOX}"),
+        sandboxes,
+    )?;
+    command.spawn().map_err(|source| StartQemuError::Spawn {
+        program: vm.qemu.to_owned(),
+        source,
+    })
+}
+
+/// QEMU's command line for `vm`: a microvm machine without defaults, the kernel and its
+/// command line, every disk as virtio-blk (root first, so it is vda), vsock through
+/// vhost-device-vsock, the console on hvc0 into the run dir.
+fn qemu_args(vm: &QemuVm<'_>) -> Vec<String> {
+    let spec = vm.spec;
+    let memory = format!("{}M", spec.memory_mib);
     let mut args: Vec<String> = vec![
         "-machine".into(),
         "microvm,acpi=off,memory-backend=mem".into(),
@@ -248,7 +292,7 @@ pub fn start(vm: &QemuVm<'_>) -> Result<QemuChildren, StartQemuError> {
             "max".into()
         },
         "-smp".into(),
-        vm.cpus.to_string(),
+        spec.cpus.to_string(),
         "-m".into(),
         memory.clone(),
         // vhost-user needs the guest memory shared with vhost-device-vsock.
@@ -264,19 +308,19 @@ pub fn start(vm: &QemuVm<'_>) -> Result<QemuChildren, StartQemuError> {
         "-device".into(),
         "i8042".into(),
         "-kernel".into(),
-        vm.kernel.display().to_string(),
+        spec.kernel.display().to_string(),
         "-append".into(),
-        vm.cmdline.into(),
+        spec.cmdline.clone(),
         // The first virtio-blk device is vda.
         "-drive".into(),
         format!(
             "file={},format=raw,if=none,id=root,readonly=on",
-            vm.rootfs.display()
+            spec.rootfs.display()
         ),
         "-device".into(),
         "virtio-blk-device,drive=root,serial=root".into(),
     ];
-    if let Some(state) = vm.state {
+    if let Some(state) = &spec.state {
         args.extend([
             "-drive".into(),
             format!("file={},format=raw,if=none,id=state", state.display()),
@@ -284,7 +328,7 @@ pub fn start(vm: &QemuVm<'_>) -> Result<QemuChildren, StartQemuError> {
             "virtio-blk-device,drive=state,serial=state".into(),
         ]);
     }
-    for (i, (serial, image)) in vm.disks.iter().enumerate() {
+    for (i, (serial, image)) in spec.disks.iter().enumerate() {
         args.extend([
             "-drive".into(),
             format!(
@@ -297,62 +341,21 @@ pub fn start(vm: &QemuVm<'_>) -> Result<QemuChildren, StartQemuError> {
     }
     args.extend([
         "-chardev".into(),
-        format!("socket,id=vsock,path={}", run.vhost.display()),
+        format!("socket,id=vsock,path={}", vm.run.vhost.display()),
         "-device".into(),
         "vhost-user-vsock-device,chardev=vsock".into(),
         // hvc0, the console the pinned cmdline names, as libkrun provides it.
         "-device".into(),
         "virtio-serial-device".into(),
         "-chardev".into(),
-        format!("file,id=console,path={}", run.console.display()),
+        format!("file,id=console,path={}", spec.console.display()),
         "-device".into(),
         "virtconsole,chardev=console".into(),
     ]);
     if vm.sandbox.is_some() {
         args.extend(["-sandbox".into(), QEMU_SANDBOX.into()]);
     }
-    let (out, err) = log_stdio(&run.hypervisor_log, vm.qemu)?;
-    let mut command = Command::new(vm.qemu);
-    command
-        .args(&args)
-        .stdin(Stdio::null())
-        .stdout(out)
-        .stderr(err);
-    sys::kill_with_parent(&mut command);
-    let qemu_policy = vm.sandbox.map(|base| {
-        let mut policy = base.for_program(vm.qemu);
-        if vm.accel == "kvm" {
-            policy.devices.push(PathBuf::from("/dev/kvm"));
-        }
-        policy
-    });
-    if let Err(e) = confine(
-        &mut command,
-        vm.qemu,
-        qemu_policy,
-        &format!("qemu -sandbox {QEMU_SANDBOX}"),
-        &mut sandboxes,
-    ) {
-        let _ = vhost.kill();
-        let _ = vhost.wait();
-        return Err(e);
-    }
-    match command.spawn() {
-        Ok(qemu) => Ok(QemuChildren {
-            vhost,
-            qemu,
-            relays,
-            sandboxes,
-        }),
-        Err(source) => {
-            let _ = vhost.kill();
-            let _ = vhost.wait();
-            Err(StartQemuError::Spawn {
-                program: vm.qemu.to_owned(),
-                source,
-            })
-        }
-    }
+    args
 }
 
 /// The console line berm-init writes once it listens on vsock.

@@ -54,3 +54,21 @@ pub fn qemu_accel(detection: &berm_vmm::detect::Detection) -> &'static str {
         .and_then(|c| c.accel)
         .unwrap_or("-")
 }
+
+/// The hypervisor column of a result row: `qemu (<accel>)` or `krun`.
+pub fn hypervisor_label(hypervisor: &str, accel: &str) -> String {
+    if hypervisor == "qemu" {
+        format!("qemu ({accel})")
+    } else {
+        "krun".into()
+    }
+}
+
+/// The runs column's note: nothing, or how many runs failed and why.
+pub fn failed_note(failures: &[String]) -> String {
+    if failures.is_empty() {
+        String::new()
+    } else {
+        format!(", {} failed: {}", failures.len(), failures.join("; "))
+    }
+}
