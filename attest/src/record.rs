@@ -176,10 +176,10 @@ pub struct HostSandbox {
     pub landlock_abi: u64,
     /// `fully_enforced`, `partially_enforced` or `not_enforced`.
     pub landlock: String,
-    /// `deny_list` or `none`.
+    /// `allow_list` or `none`.
     pub seccomp: String,
-    /// The denied syscalls.
-    pub denied: Vec<String>,
+    /// The allowed syscalls, argument rules in parentheses.
+    pub allowed: Vec<String>,
     /// sha256 of the policy.
     pub policy_sha256: String,
     /// Why it was off.
@@ -466,7 +466,7 @@ impl Record {
                 landlock_abi: h.landlock_abi.into(),
                 landlock: h.landlock.name().into(),
                 seccomp: h.seccomp,
-                denied: h.denied,
+                allowed: h.allowed,
                 policy_sha256: h.policy_sha256,
                 reason: h.reason,
             }),

@@ -153,7 +153,7 @@ pub struct AppMeasurement {
     pub name: String,
     /// The folder.
     pub path: PathBuf,
-    /// sha256 over its sorted `<sha256>  <relative path>` lines.
+    /// sha256 over its files and links as length-prefixed raw bytes (`folder_digest` in berm-vmm).
     pub sha256: String,
     /// Files digested.
     pub files: u64,
@@ -235,10 +235,10 @@ pub struct HostSandboxLine {
     pub landlock_abi: u32,
     /// How far Landlock is enforced.
     pub landlock: Landlock,
-    /// `deny_list` or `none`.
+    /// `allow_list` or `none`.
     pub seccomp: String,
-    /// The denied syscalls, empty when disabled.
-    pub denied: Vec<String>,
+    /// The allowed syscalls, argument rules in parentheses, empty when disabled.
+    pub allowed: Vec<String>,
     /// sha256 of the policy.
     pub policy_sha256: String,
     /// Why it is disabled, if it is.

@@ -167,15 +167,15 @@ impl std::fmt::Display for BootStep {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Seccomp {
-    /// berm-init's filter is loaded.
-    Filter,
+    /// berm-init's allow list for the process role is loaded.
+    AllowList,
 }
 
 impl Seccomp {
     /// The word used in lines.
     pub fn name(self) -> &'static str {
         match self {
-            Self::Filter => "filter",
+            Self::AllowList => "allow_list",
         }
     }
 }
@@ -242,7 +242,7 @@ pub struct Enforcement {
     pub landlock_abi: u32,
     /// How far the Landlock ruleset is enforced.
     pub landlock: Landlock,
-    /// `filter` once the seccomp filter is loaded.
+    /// The seccomp filter in force.
     pub seccomp: Seccomp,
     /// sha256 of the policy text (Landlock rules and the seccomp deny list), so two boots can
     /// be compared and an attestation can name the policy.
@@ -784,7 +784,7 @@ mod tests {
                     no_new_privs: true,
                     landlock_abi: 6,
                     landlock: Landlock::FullyEnforced,
-                    seccomp: Seccomp::Filter,
+                    seccomp: Seccomp::AllowList,
                     policy_sha256: "ab".repeat(32),
                 },
             }),
