@@ -124,16 +124,18 @@ if [ "$sha" != "$pin_sha" ] || [ "$size" != "$pin_size" ] || [ "$init_sha" != "$
     toml_set $manifest contents berm_init_sha256 "\"$init_sha\""
     toml_set $manifest contents bermd_sha256 "\"$bermd_sha\""
     toml_set $manifest contents app_policy_sha256 "\"$policy_sha\""
-    note "updated rootfs/manifest.toml; rebuild berm-vmm (it compiles the pins in) and commit"
+    note "updated rootfs/manifest.toml; the next cargo build compiles it into berm-vmm; commit it"
   else
     die "the rebuilt rootfs does not match rootfs/manifest.toml:
   rootfs.erofs     $sha, $size bytes (pinned $pin_sha, $pin_size bytes)
   /sbin/berm-init  $init_sha (pinned $pin_init)
   /usr/bin/bermd   $bermd_sha (pinned $pin_bermd)
   app policy       $policy_sha (pinned $pin_policy)
-  If the change is intended (init/, vm-protocol/, service/ or what bermd links, Cargo.lock, rootfs/contents.txt or the
-  toolchain changed), update the pins with BERM_UPDATE_PINS=1 scripts/build-rootfs.sh, then
-  rebuild berm-vmm and commit the manifest. If not, compare $out/inputs.json and tree.txt."
+  If the change is intended (init/, vm-protocol/, service/ or what bermd links, Cargo.lock,
+  rootfs/contents.txt or the toolchain changed; moving code counts, see rootfs/README.md),
+  re-pin with this one command and commit rootfs/manifest.toml:
+    BERM_UPDATE_PINS=1 scripts/build-rootfs.sh
+  If not, compare $out/inputs.json and tree.txt."
   fi
 fi
 

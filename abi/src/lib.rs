@@ -205,6 +205,19 @@ pub fn split_served_name(name: &str) -> Option<(&str, &str)> {
     name.split_once(SERVED_NAME_SEPARATOR)
 }
 
+/// Whether `name` is a valid app name: `[a-z][a-z0-9-]{0,30}`. An app's name is also its
+/// tag, its cgroup (`/berm/apps/<name>`) and its workspace directory inside the microVM, so it
+/// is shorter and plainer than a program name. The one rule berm-app checks `berm.toml` with
+/// and berm-init checks `launch.json` with.
+pub fn is_valid_app_name(name: &str) -> bool {
+    let bytes = name.as_bytes();
+    (1..=31).contains(&bytes.len())
+        && bytes[0].is_ascii_lowercase()
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -240,6 +253,16 @@ mod tests {
             assert_eq!(split_served_name(&served), Some((program, tool)));
         }
         assert_eq!(split_served_name("echo.echo"), None);
+    }
+
+    #[test]
+    fn app_names_follow_their_rule() {
+        for ok in ["notes", "a", "a-1", &"a".repeat(31)] {
+            assert!(is_valid_app_name(ok), "{ok}");
+        }
+        for bad in ["", "0x", "Notes", "a_b", "-a", "a.b", "é", &"a".repeat(32)] {
+            assert!(!is_valid_app_name(bad), "{bad}");
+        }
     }
 
     #[test]

@@ -441,6 +441,9 @@ struct RawProgram {
 /// Reads and checks the app folder `dir`: `berm.toml`, every value's range,
 /// every grant, and that each wasm file exists as a regular file inside the
 /// folder. Nothing is deployed or written.
+///
+/// # Errors
+/// The first [`AppError`] found, naming the file, the field or the program at fault.
 pub fn load(dir: &Path) -> Result<App, AppError> {
     let dir = fs::canonicalize(dir).map_err(|source| AppError::Dir {
         dir: dir.to_path_buf(),
@@ -453,7 +456,7 @@ pub fn load(dir: &Path) -> Result<App, AppError> {
         message: e.to_string().trim_end().to_string(),
     })?;
 
-    if !is_valid_app_name(&raw.name) {
+    if !berm_abi::is_valid_app_name(&raw.name) {
         return Err(AppError::Name {
             file,
             value: raw.name,
@@ -537,6 +540,10 @@ impl Program {
     }
 
     /// The wasm file's bytes, refusing one over [`MAX_WASM_BYTES`].
+    ///
+    /// # Errors
+    /// [`AppError::WasmMissing`] when the file cannot be read, [`AppError::WasmTooLarge`]
+    /// when it is larger than [`MAX_WASM_BYTES`].
     pub fn read(&self) -> Result<Vec<u8>, AppError> {
         let missing = |source| AppError::WasmMissing {
             program: self.name.clone(),
@@ -563,17 +570,6 @@ impl Program {
 /// it as `sha256:<hex>`).
 pub fn sha256_hex(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
-}
-
-/// `^[a-z][a-z0-9-]{0,30}$`: the name is also a cgroup and a directory name.
-fn is_valid_app_name(name: &str) -> bool {
-    let bytes = name.as_bytes();
-    !bytes.is_empty()
-        && bytes.len() <= 31
-        && bytes[0].is_ascii_lowercase()
-        && bytes
-            .iter()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
 }
 
 fn read_manifest(file: &Path) -> Result<String, AppError> {

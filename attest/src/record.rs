@@ -6,8 +6,13 @@
 
 use std::path::{Path, PathBuf};
 
+use berm_vm_protocol::host::{
+    AppMeasurement, ExitLine, GUEST_SOURCE, GreetedLine, HOST_SOURCE, HostSandboxLine,
+    HypervisorLine, MeasurementsLine,
+};
+use berm_vm_protocol::{Event, GuestLine, Service};
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use crate::canonical::record_sha256;
 
@@ -383,14 +388,6 @@ pub enum BuildError {
     },
 }
 
-fn str_of(v: &Value, key: &str) -> Option<String> {
-    v.get(key).and_then(Value::as_str).map(str::to_owned)
-}
-
-fn u64_of(v: &Value, key: &str) -> Option<u64> {
-    v.get(key).and_then(Value::as_u64)
-}
-
 impl Record {
     /// Builds the record of the run in `run_dir` from its `vmm.jsonl`.
     pub fn from_run_dir(run_dir: &Path) -> Result<Self, BuildError> {
@@ -408,74 +405,79 @@ impl Record {
     }
 
     fn from_lines(run_dir: &Path, path: &Path, text: &str) -> Result<Self, BuildError> {
-        let mut measurements = None;
-        let mut hypervisor = None;
-        let mut host_sandbox = None;
-        let mut greeted_boot_id = None;
-        let mut exit = None;
-        let mut events = Vec::new();
+        let mut lines = Lines::default();
+        let mut malformed = None;
         for (i, line) in text.lines().enumerate() {
             // A run killed mid-write can leave a torn last line; it carries nothing usable.
-            let Ok(value) = serde_json::from_str::<Value>(line) else {
+            let Ok(Value::Object(object)) = serde_json::from_str::<Value>(line) else {
                 continue;
             };
-            let malformed = |event: &str, problem: String| BuildError::Malformed {
-                path: path.to_owned(),
-                line: i + 1,
-                event: event.to_owned(),
-                problem,
-            };
-            let event = str_of(&value, "event").unwrap_or_default();
-            match (value.get("source").and_then(Value::as_str), event.as_str()) {
-                (Some("berm-vmm"), "measurements") => measurements = Some((i + 1, value)),
-                (Some("berm-vmm"), "hypervisor") => {
-                    hypervisor = Some(Hypervisor {
-                        chosen: str_of(&value, "chosen").unwrap_or_default(),
-                        accel: str_of(&value, "accel"),
-                    })
-                }
-                (Some("berm-vmm"), "host_sandbox") => {
-                    host_sandbox =
-                        Some(host_sandbox_of(&value).map_err(|p| malformed("host_sandbox", p))?)
-                }
-                (Some("berm-vmm"), "guest_greeted") => greeted_boot_id = str_of(&value, "boot_id"),
-                (Some("berm-vmm"), "exit") => {
-                    exit = Some(Exit {
-                        status: str_of(&value, "status").unwrap_or_default(),
-                        code: value.get("code").and_then(Value::as_i64).unwrap_or(-1),
-                    })
-                }
-                (Some("berm-init"), _) => {
-                    if let Some(kept) = guest_event(&value).map_err(|p| malformed(&event, p))? {
-                        events.push(kept);
-                    }
-                }
-                _ => {}
+            if let Err((event, problem)) = lines.keep(object) {
+                malformed.get_or_insert(BuildError::Malformed {
+                    path: path.to_owned(),
+                    line: i + 1,
+                    event,
+                    problem,
+                });
             }
         }
-        let Some((line, m)) = measurements else {
-            return Err(BuildError::NoMeasurements(path.to_owned()));
+        // A run dir without any measurements line says more than a bad line of another kind.
+        let m = match (lines.measurements.take(), malformed) {
+            (Some(m), None) => m,
+            (None, _) if !lines.saw_measurements => {
+                return Err(BuildError::NoMeasurements(path.to_owned()));
+            }
+            (_, Some(error)) => return Err(error),
+            (None, None) => return Err(BuildError::NoMeasurements(path.to_owned())),
         };
-        let malformed = |problem: String| BuildError::Malformed {
-            path: path.to_owned(),
-            line,
-            event: "measurements".into(),
-            problem,
-        };
-        let (kernel, rootfs, state, apps, test_probe) = measured(&m).map_err(malformed)?;
-        let boot_id = greeted_boot_id.or_else(|| events.first().map(|e| e.boot_id().to_owned()));
+        let boot_id = lines
+            .greeted_boot_id
+            .or_else(|| lines.events.first().map(|e| e.boot_id().to_owned()));
         let mut record = Record {
             format: FORMAT.into(),
             run_dir: run_dir.display().to_string(),
-            kernel,
-            rootfs,
-            state,
-            apps,
-            test_probe,
-            hypervisor,
-            host_sandbox,
-            guest: Guest { boot_id, events },
-            exit,
+            kernel: Kernel {
+                sha256: m.kernel.sha256,
+                size: m.kernel.size,
+                pinned: m.kernel.pinned,
+                cmdline: m.kernel.cmdline,
+            },
+            rootfs: Rootfs {
+                sha256: m.rootfs.sha256,
+                size: m.rootfs.size,
+                pinned: m.rootfs.pinned,
+            },
+            state: m.state.map(|s| State {
+                chunked_sha256: s.chunked_sha256,
+                size_bytes: s.size_bytes,
+                created: s.created,
+            }),
+            apps: m.apps.into_iter().map(App::from).collect(),
+            test_probe: m.test_probe.map(|t| TestProbe {
+                image_sha256: t.image.sha256,
+                app: t.app.into(),
+            }),
+            hypervisor: lines.hypervisor.map(|h| Hypervisor {
+                chosen: h.chosen.name().into(),
+                accel: h.accel,
+            }),
+            host_sandbox: lines.host_sandbox.map(|h| HostSandbox {
+                enabled: h.enabled,
+                landlock_abi: h.landlock_abi.into(),
+                landlock: h.landlock.name().into(),
+                seccomp: h.seccomp,
+                allowed: h.allowed,
+                policy_sha256: h.policy_sha256,
+                reason: h.reason,
+            }),
+            guest: Guest {
+                boot_id,
+                events: lines.events,
+            },
+            exit: lines.exit.map(|e| Exit {
+                status: e.status,
+                code: e.code.into(),
+            }),
             record_sha256: String::new(),
         };
         record.seal();
@@ -495,210 +497,201 @@ impl Record {
     }
 }
 
-fn need<T>(value: Option<T>, what: &str) -> Result<T, String> {
-    value.ok_or_else(|| format!("has no {what}"))
+/// The lines of a run that the record is made of, each parsed with the type its writer used.
+#[derive(Default)]
+struct Lines {
+    saw_measurements: bool,
+    measurements: Option<MeasurementsLine>,
+    hypervisor: Option<HypervisorLine>,
+    host_sandbox: Option<HostSandboxLine>,
+    greeted_boot_id: Option<String>,
+    exit: Option<ExitLine>,
+    events: Vec<GuestEvent>,
 }
 
-type Measured = (Kernel, Rootfs, Option<State>, Vec<App>, Option<TestProbe>);
-
-fn measured(m: &Value) -> Result<Measured, String> {
-    let k = need(m.get("kernel"), "kernel")?;
-    let kernel = Kernel {
-        sha256: need(str_of(k, "sha256"), "kernel.sha256")?,
-        size: need(u64_of(k, "size"), "kernel.size")?,
-        pinned: k.get("pinned").and_then(Value::as_bool).unwrap_or(false),
-        cmdline: need(str_of(k, "cmdline"), "kernel.cmdline")?,
-    };
-    let r = need(m.get("rootfs"), "rootfs")?;
-    let rootfs = Rootfs {
-        sha256: need(str_of(r, "sha256"), "rootfs.sha256")?,
-        size: need(u64_of(r, "size"), "rootfs.size")?,
-        pinned: r.get("pinned").and_then(Value::as_bool).unwrap_or(false),
-    };
-    let state = match m.get("state") {
-        None | Some(Value::Null) => None,
-        Some(s) => Some(State {
-            chunked_sha256: need(str_of(s, "chunked_sha256"), "state.chunked_sha256")?,
-            size_bytes: need(u64_of(s, "size_bytes"), "state.size_bytes")?,
-            created: s.get("created").and_then(Value::as_bool).unwrap_or(false),
-        }),
-    };
-    let mut apps = Vec::new();
-    for a in m
-        .get("apps")
-        .and_then(Value::as_array)
-        .map(Vec::as_slice)
-        .unwrap_or_default()
-    {
-        let programs = a
-            .get("programs")
-            .and_then(Value::as_array)
-            .map(Vec::as_slice)
-            .unwrap_or_default()
-            .iter()
-            .map(|p| {
-                Ok(MeasuredProgram {
-                    name: need(str_of(p, "name"), "programs[].name")?,
-                    wasm: str_of(p, "wasm").unwrap_or_default(),
-                    sha256: need(str_of(p, "sha256"), "programs[].sha256")?,
-                })
-            })
-            .collect::<Result<_, String>>()?;
-        let code = a
-            .get("code")
-            .and_then(Value::as_array)
-            .map(Vec::as_slice)
-            .unwrap_or_default()
-            .iter()
-            .map(|c| {
-                Ok(MeasuredCode {
-                    program: need(str_of(c, "program"), "code[].program")?,
-                    sha256: need(str_of(c, "sha256"), "code[].sha256")?,
-                })
-            })
-            .collect::<Result<_, String>>()?;
-        let image = match a.get("image") {
-            None | Some(Value::Null) => None,
-            Some(i) => Some(MeasuredImage {
-                sha256: need(str_of(i, "sha256"), "image.sha256")?,
-                size: need(u64_of(i, "size"), "image.size")?,
-            }),
+impl Lines {
+    /// Keeps what `object` contributes; lines of other kinds are passed over. On a line of a
+    /// kept kind that does not parse: the event's name and what is wrong with it.
+    fn keep(&mut self, mut object: Map<String, Value>) -> Result<(), (String, String)> {
+        let source = object.remove("source");
+        let event = match object.get("event") {
+            Some(Value::String(event)) => event.clone(),
+            _ => return Ok(()),
         };
-        apps.push(App {
-            index: need(u64_of(a, "index"), "apps[].index")?,
-            name: str_of(a, "name"),
-            path: str_of(a, "path").unwrap_or_default(),
-            sha256: need(str_of(a, "sha256"), "apps[].sha256")?,
-            files: u64_of(a, "files").unwrap_or(0),
-            programs,
-            image,
-            code,
-        });
-    }
-    let test_probe = match m.get("test_probe") {
-        None | Some(Value::Null) => None,
-        Some(t) => Some(TestProbe {
-            image_sha256: need(
-                t.get("image").and_then(|i| str_of(i, "sha256")),
-                "test_probe.image.sha256",
-            )?,
-            app: need(u64_of(t, "app"), "test_probe.app")?,
-        }),
-    };
-    Ok((kernel, rootfs, state, apps, test_probe))
-}
-
-fn host_sandbox_of(v: &Value) -> Result<HostSandbox, String> {
-    Ok(HostSandbox {
-        enabled: need(v.get("enabled").and_then(Value::as_bool), "enabled")?,
-        landlock_abi: u64_of(v, "landlock_abi").unwrap_or(0),
-        landlock: need(str_of(v, "landlock"), "landlock")?,
-        seccomp: need(str_of(v, "seccomp"), "seccomp")?,
-        allowed: v
-            .get("allowed")
-            .and_then(Value::as_array)
-            .map(|d| {
-                d.iter()
-                    .filter_map(Value::as_str)
-                    .map(str::to_owned)
-                    .collect()
-            })
-            .unwrap_or_default(),
-        policy_sha256: str_of(v, "policy_sha256").unwrap_or_default(),
-        reason: str_of(v, "reason"),
-    })
-}
-
-/// The guest events the record keeps; `Ok(None)` for the others (logs, status, …).
-fn guest_event(v: &Value) -> Result<Option<GuestEvent>, String> {
-    let boot_id = need(str_of(v, "boot_id"), "boot_id")?;
-    let app = || need(str_of(v, "app"), "app");
-    let index = || need(u64_of(v, "index"), "index");
-    let event = match str_of(v, "event").as_deref() {
-        Some("boot_start") => GuestEvent::BootStart {
-            boot_id,
-            kernel_release: str_of(v, "kernel_release").unwrap_or_default(),
-            lsm: v
-                .get("lsm")
-                .and_then(Value::as_array)
-                .map(|l| {
-                    l.iter()
-                        .filter_map(Value::as_str)
-                        .map(str::to_owned)
-                        .collect()
-                })
-                .unwrap_or_default(),
-            landlock_abi: u64_of(v, "landlock_abi"),
-        },
-        Some("app_started") => {
-            let e = need(v.get("enforcement"), "enforcement")?;
-            GuestEvent::AppStarted {
-                boot_id,
-                app: app()?,
-                index: index()?,
-                uid: u64_of(v, "uid").unwrap_or(0),
-                pid: u64_of(v, "pid").unwrap_or(0),
-                cgroup: str_of(v, "cgroup").unwrap_or_default(),
-                limits: v.get("limits").cloned().unwrap_or(Value::Null),
-                enforcement: Enforcement {
-                    no_new_privs: e
-                        .get("no_new_privs")
-                        .and_then(Value::as_bool)
-                        .unwrap_or(false),
-                    landlock_abi: u64_of(e, "landlock_abi").unwrap_or(0),
-                    landlock: str_of(e, "landlock").unwrap_or_default(),
-                    seccomp: str_of(e, "seccomp").unwrap_or_default(),
-                    policy_sha256: str_of(e, "policy_sha256").unwrap_or_default(),
-                },
+        let malformed = |e: String| (event.clone(), e);
+        match source.as_ref().and_then(Value::as_str) {
+            Some(HOST_SOURCE) => {
+                object.remove("event");
+                let fields = Value::Object(object);
+                match event.as_str() {
+                    "measurements" => {
+                        self.saw_measurements = true;
+                        self.measurements = Some(parse(fields).map_err(malformed)?);
+                    }
+                    "hypervisor" => self.hypervisor = Some(parse(fields).map_err(malformed)?),
+                    "host_sandbox" => self.host_sandbox = Some(parse(fields).map_err(malformed)?),
+                    "guest_greeted" => {
+                        let greeted: GreetedLine = parse(fields).map_err(malformed)?;
+                        self.greeted_boot_id = Some(greeted.boot_id);
+                    }
+                    "exit" => self.exit = Some(parse(fields).map_err(malformed)?),
+                    _ => {}
+                }
             }
+            Some(GUEST_SOURCE) => {
+                // berm-vmm relays exactly the line it parsed; parse it again the same way.
+                let text = Value::Object(object).to_string();
+                let line = GuestLine::parse(Service::Control, text.as_bytes())
+                    .or_else(|_| GuestLine::parse(Service::Logs, text.as_bytes()))
+                    .map_err(|e| malformed(e.to_string()))?;
+                if let Some(kept) = GuestEvent::of(line) {
+                    self.events.push(kept);
+                }
+            }
+            _ => {}
         }
-        Some("app_ready") => GuestEvent::AppReady {
-            boot_id,
-            app: app()?,
-            index: index()?,
-            programs: v
-                .get("programs")
-                .and_then(Value::as_array)
-                .map(Vec::as_slice)
-                .unwrap_or_default()
-                .iter()
-                .map(|p| {
-                    Ok(ReadyProgram {
-                        name: need(str_of(p, "name"), "programs[].name")?,
-                        sha256: need(str_of(p, "sha256"), "programs[].sha256")?,
-                        code: p.get("code").cloned(),
-                    })
+        Ok(())
+    }
+}
+
+/// A host line's fields as its type: a missing or mistyped field is named.
+fn parse<T: serde::de::DeserializeOwned>(fields: Value) -> Result<T, String> {
+    serde_json::from_value(fields).map_err(|e| e.to_string())
+}
+
+impl From<AppMeasurement> for App {
+    fn from(a: AppMeasurement) -> Self {
+        App {
+            index: a.index.into(),
+            name: Some(a.name),
+            path: a.path.display().to_string(),
+            sha256: a.sha256,
+            files: a.files,
+            programs: a
+                .programs
+                .into_iter()
+                .map(|p| MeasuredProgram {
+                    name: p.name,
+                    wasm: p.wasm,
+                    sha256: p.sha256,
                 })
-                .collect::<Result<_, String>>()?,
-        },
-        Some("app_refused") => GuestEvent::AppRefused {
-            boot_id,
-            app: app()?,
-            index: index()?,
-            reason: str_of(v, "reason").unwrap_or_default(),
-        },
-        Some("app_exited") => GuestEvent::AppExited {
-            boot_id,
-            app: app()?,
-            index: index()?,
-            code: v.get("code").and_then(Value::as_i64),
-            signal: v.get("signal").cloned(),
-        },
-        Some("boot_complete") => GuestEvent::BootComplete {
-            boot_id,
-            apps: u64_of(v, "apps").unwrap_or(0),
-        },
-        Some("boot_failed") => GuestEvent::BootFailed {
-            boot_id,
-            step: str_of(v, "step").unwrap_or_default(),
-            message: str_of(v, "message").unwrap_or_default(),
-        },
-        Some("power_off") => GuestEvent::PowerOff {
-            boot_id,
-            reason: str_of(v, "reason").unwrap_or_default(),
-            exit_code: v.get("exit_code").and_then(Value::as_i64).unwrap_or(-1),
-        },
-        _ => return Ok(None),
-    };
-    Ok(Some(event))
+                .collect(),
+            image: Some(MeasuredImage {
+                sha256: a.image.sha256,
+                size: a.image.size,
+            }),
+            code: a
+                .code
+                .into_iter()
+                .map(|c| MeasuredCode {
+                    program: c.program,
+                    sha256: c.sha256,
+                })
+                .collect(),
+        }
+    }
+}
+
+impl GuestEvent {
+    /// The record's form of a guest event it keeps; `None` for the others (logs, status, …).
+    fn of(line: GuestLine) -> Option<Self> {
+        let boot_id = line.boot_id;
+        Some(match line.event {
+            Event::BootStart(e) => GuestEvent::BootStart {
+                boot_id,
+                kernel_release: e.kernel_release,
+                lsm: e.lsm,
+                landlock_abi: e.landlock_abi.map(u64::from),
+            },
+            Event::AppStarted(e) => GuestEvent::AppStarted {
+                boot_id,
+                app: e.app,
+                index: e.index.into(),
+                uid: e.uid.into(),
+                pid: e.pid.into(),
+                cgroup: e.cgroup,
+                // Limits hold strings only: they serialize.
+                limits: serde_json::to_value(e.limits).unwrap_or(Value::Null),
+                enforcement: Enforcement {
+                    no_new_privs: e.enforcement.no_new_privs,
+                    landlock_abi: e.enforcement.landlock_abi.into(),
+                    landlock: e.enforcement.landlock.name().into(),
+                    seccomp: e.enforcement.seccomp.name().into(),
+                    policy_sha256: e.enforcement.policy_sha256,
+                },
+            },
+            Event::AppReady(e) => GuestEvent::AppReady {
+                boot_id,
+                app: e.app,
+                index: e.index.into(),
+                programs: e
+                    .programs
+                    .into_iter()
+                    .map(|p| ReadyProgram {
+                        name: p.name,
+                        sha256: p.sha256,
+                        code: serde_json::to_value(p.code).ok(),
+                    })
+                    .collect(),
+            },
+            Event::AppRefused(e) => GuestEvent::AppRefused {
+                boot_id,
+                app: e.app,
+                index: e.index.into(),
+                reason: e.reason,
+            },
+            Event::AppExited(e) => GuestEvent::AppExited {
+                boot_id,
+                app: e.app,
+                index: e.index.into(),
+                code: e.code.map(i64::from),
+                signal: e.signal.map(Value::from),
+            },
+            Event::BootComplete(e) => GuestEvent::BootComplete {
+                boot_id,
+                apps: e.apps.into(),
+            },
+            Event::BootFailed(e) => GuestEvent::BootFailed {
+                boot_id,
+                step: e.step.name().into(),
+                message: e.message,
+            },
+            Event::PowerOff(e) => GuestEvent::PowerOff {
+                boot_id,
+                reason: e.reason,
+                exit_code: e.exit_code.into(),
+            },
+            _ => return None,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_field_in_a_kept_line_is_an_error_never_empty() {
+        let measurements = r#"{"source":"berm-vmm","event":"measurements","kernel":{"size":1,"pinned":true,"path":"/k","linux":"6.12","config_sha256":"c","cmdline":"x","hash_ms":0},"rootfs":{"sha256":"r","size":1,"pinned":true,"path":"/r","fstype":"erofs","read_only":true,"hash_ms":0},"state":null,"apps":[],"test_probe":null}"#;
+        let err = Record::from_lines(Path::new("/run"), Path::new("vmm.jsonl"), measurements)
+            .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("the measurements line missing field `sha256`"),
+            "{err}"
+        );
+        let fixed = measurements.replace(r#""kernel":{"#, r#""kernel":{"sha256":"k","#);
+        let exit = r#"{"source":"berm-vmm","event":"exit","status":"clean","code":0}"#;
+        let err = Record::from_lines(
+            Path::new("/run"),
+            Path::new("vmm.jsonl"),
+            &format!("{fixed}\n{exit}\n"),
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("line 2: the exit line missing field `message`"),
+            "{err}"
+        );
+    }
 }

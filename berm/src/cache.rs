@@ -9,7 +9,6 @@
 
 use std::fs;
 use std::hash::{Hash, Hasher};
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use sha2::{Digest as _, Sha256};
@@ -100,6 +99,9 @@ impl CodeCache {
     }
 
     /// Stores compiled code atomically (temp file, fsync, rename, fsync dir).
+    ///
+    /// # Errors
+    /// [`DeployError::Cache`] when the code cannot be serialized or written.
     pub fn store(&self, digest: &Digest, module: &wasmtime::Module) -> Result<(), DeployError> {
         let err = |path: &Path, message: String| DeployError::Cache {
             path: path.to_path_buf(),
@@ -110,16 +112,7 @@ impl CodeCache {
             .map_err(|e| err(&self.dir, format!("could not serialize compiled code: {e}")))?;
         fs::create_dir_all(&self.dir).map_err(|e| err(&self.dir, e.to_string()))?;
         let path = self.path(digest);
-        let mut tmp = tempfile::NamedTempFile::new_in(&self.dir)
-            .map_err(|e| err(&self.dir, e.to_string()))?;
-        tmp.write_all(&bytes)
-            .and_then(|()| tmp.as_file().sync_all())
-            .map_err(|e| err(tmp.path(), e.to_string()))?;
-        tmp.persist(&path)
-            .map_err(|e| err(&path, e.error.to_string()))?;
-        if let Ok(dir) = fs::File::open(&self.dir) {
-            let _ = dir.sync_all();
-        }
+        berm_durable::write_atomic(&path, &bytes).map_err(|e| err(&path, e.to_string()))?;
         Ok(())
     }
 }

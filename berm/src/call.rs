@@ -6,11 +6,15 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
-use wasmtime::{Extern, Linker, Memory, Module, ResourceLimiter, Store, UpdateDeadline};
+use std::future::Future;
+use std::pin::Pin;
+
+use wasmtime::{Linker, Module};
 
 use crate::cache::CodeCache;
+use crate::invocation::{self, CallResult, CallState, Invocation, Program, Programs};
 use crate::linker::{self, SyscallTable};
-use crate::program::{CompileSource, DeployOptions, Deployed, Program, ProgramInfo};
+use crate::program::{CompileSource, DeployOptions, Deployed, ProgramInfo};
 use crate::{DeployError, Digest, Engine, Error, Failure, Manifest, Syscall};
 
 /// How deep calls between programs may nest: a program called from outside
@@ -116,6 +120,9 @@ impl Berm {
 
     /// Deploys `wasm` under `name` with every syscall in the table granted,
     /// replacing what the name held.
+    ///
+    /// # Errors
+    /// As [`Berm::deploy_with`].
     pub fn deploy(&self, name: &str, wasm: &[u8]) -> Result<Deployed, DeployError> {
         self.deploy_with(name, wasm, DeployOptions::default())
     }
@@ -123,6 +130,15 @@ impl Berm {
     /// Deploys `wasm` under `name`: reads and checks the manifest, compiles
     /// once per digest (or loads compiled code from the cache), links the
     /// imports and pre-instantiates. Nothing changes if it fails.
+    ///
+    /// # Errors
+    /// [`DeployError::InvalidName`] for a name outside the rule; a [`crate::ManifestError`]
+    /// when the image's manifest is missing, malformed or disagrees with its exports;
+    /// [`DeployError::Limits`] for a memory cap above the engine's; [`DeployError::Compile`]
+    /// when Wasmtime refuses the module; [`DeployError::ImportType`] or
+    /// [`DeployError::UnknownConvention`] for an import berm cannot link;
+    /// [`DeployError::Export`] for a tool export of the wrong type; [`DeployError::Cache`]
+    /// when compiled code cannot be stored.
     pub fn deploy_with(
         &self,
         name: &str,
@@ -185,12 +201,15 @@ impl Berm {
         let manifest = Arc::new(manifest);
         let program = Arc::new(Program {
             name: name.into(),
-            digest,
-            manifest: manifest.clone(),
-            grants: options.grants,
-            limits,
-            source,
-            code_time,
+            info: ProgramInfo {
+                name: name.into(),
+                digest,
+                manifest: manifest.clone(),
+                grants: options.grants,
+                limits,
+                source,
+                code_time,
+            },
             pre,
             tools,
             memory,
@@ -202,7 +221,7 @@ impl Berm {
             .write()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
             .insert(name.to_string(), program)
-            .map(|old| old.digest);
+            .map(|old| old.info.digest);
         Ok(Deployed {
             digest,
             manifest,
@@ -220,7 +239,7 @@ impl Berm {
             .write()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
             .remove(name)
-            .map(|p| p.digest)
+            .map(|p| p.info.digest)
     }
 
     /// Every deployed program, sorted by name.
@@ -230,14 +249,14 @@ impl Berm {
             .programs
             .read()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        let mut list: Vec<_> = programs.values().map(|p| p.info()).collect();
+        let mut list: Vec<_> = programs.values().map(|p| p.info.clone()).collect();
         list.sort_by(|a, b| a.name.cmp(&b.name));
         list
     }
 
     /// One deployed program.
     pub fn get(&self, name: &str) -> Option<ProgramInfo> {
-        self.inner.program(name).map(|p| p.info())
+        self.inner.program(name).map(|p| p.info.clone())
     }
 
     /// Calls `program.tool` with `args` (JSON bytes, by the SDK's
@@ -246,6 +265,11 @@ impl Berm {
     ///
     /// The outer error is the host's; the inner one is the program's own
     /// failure.
+    ///
+    /// # Errors
+    /// The outer [`Error`] when the host stopped the call: no such program or tool, depth
+    /// exceeded, arguments too large, a trap, the deadline, the memory cap, the stack, a
+    /// calling-convention violation, a missing syscall or grant.
     pub async fn call(
         &self,
         caller: Option<&str>,
@@ -258,6 +282,9 @@ impl Berm {
     }
 
     /// [`Berm::call`] with options.
+    ///
+    /// # Errors
+    /// As [`Berm::call`].
     pub async fn call_with(
         &self,
         caller: Option<&str>,
@@ -266,18 +293,14 @@ impl Berm {
         args: Vec<u8>,
         options: &CallOptions,
     ) -> Result<Result<String, Failure>, Error> {
-        let budget = match options.deadline {
-            Some(deadline) => deadline,
-            None => {
-                self.inner
-                    .program(program)
-                    .ok_or_else(|| Error::NoSuchProgram(program.to_string()))?
-                    .limits
-                    .deadline
-            }
-        };
+        self.inner.check_depth(1, program, tool)?;
+        let program = self
+            .inner
+            .program(program)
+            .ok_or_else(|| Error::NoSuchProgram(program.to_string()))?;
+        let budget = options.deadline.unwrap_or(program.info.limits.deadline);
         let invocation = Invocation {
-            program: program.to_string(),
+            program,
             tool: tool.to_string(),
             args,
             caller: caller.map(Arc::from),
@@ -285,7 +308,7 @@ impl Berm {
             deadline: Instant::now() + budget,
             budget,
         };
-        self.inner.clone().invoke(invocation).await
+        invocation::invoke(&self.inner.engine, self.inner.clone(), invocation).await
     }
 
     /// The engine this runtime runs on.
@@ -293,119 +316,6 @@ impl Berm {
         &self.inner.engine
     }
 }
-
-/// One call to run.
-pub(crate) struct Invocation {
-    pub program: String,
-    pub tool: String,
-    pub args: Vec<u8>,
-    pub caller: Option<Arc<str>>,
-    pub depth: u32,
-    pub deadline: Instant,
-    pub budget: Duration,
-}
-
-/// What the tool said before returning.
-pub(crate) enum Outcome {
-    Done(Vec<u8>),
-    Failed(Vec<u8>),
-}
-
-/// The program broke the calling convention; carried as a trap.
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub(crate) struct Violation(pub String);
-
-/// Marks a trap whose real cause is recorded in [`CallState::fault`].
-#[derive(Debug, thiserror::Error)]
-#[error("the host stopped the call")]
-struct Faulted;
-
-/// Everything one call's store holds. Dropped with the store when the call
-/// ends: nothing survives it.
-pub(crate) struct CallState {
-    pub program: Arc<Program>,
-    pub tool: String,
-    pub args: Vec<u8>,
-    pub caller: Option<Arc<str>>,
-    pub depth: u32,
-    pub deadline: Instant,
-    pub budget: Duration,
-    pub outcome: Option<Outcome>,
-    pub staged: Vec<u8>,
-    pub memory: Option<Memory>,
-    pub panic: Option<String>,
-    pub berm: Arc<Inner>,
-    fault: Option<Error>,
-    timed_out: bool,
-    limiter: MemoryLimiter,
-}
-
-impl CallState {
-    /// The guest region `(ptr, len)`, or a trap naming the bad pointer.
-    pub fn region<'m>(
-        &self,
-        memory: &'m mut [u8],
-        ptr: i32,
-        len: i32,
-    ) -> wasmtime::Result<&'m mut [u8]> {
-        let start = ptr as u32 as usize;
-        let end = start.checked_add(len as u32 as usize);
-        match end {
-            Some(end) if end <= memory.len() => Ok(&mut memory[start..end]),
-            _ => Err(self.violation(&format!(
-                "pointer {start:#x} + length {} is outside its {}-byte memory",
-                len as u32,
-                memory.len()
-            ))),
-        }
-    }
-
-    /// Records `error` as the outer result and returns the trap that stops
-    /// the guest.
-    pub fn fault(&mut self, error: Error) -> wasmtime::Error {
-        self.fault.get_or_insert(error);
-        wasmtime::Error::new(Faulted)
-    }
-
-    /// A calling-convention violation, as a trap.
-    pub fn violation(&self, message: &str) -> wasmtime::Error {
-        wasmtime::Error::new(Violation(message.to_string()))
-    }
-}
-
-/// Caps memory growth and remembers whether it refused, so the outer error
-/// can say "memory cap" rather than "unreachable".
-struct MemoryLimiter {
-    cap: usize,
-    denied: bool,
-}
-
-impl ResourceLimiter for MemoryLimiter {
-    fn memory_growing(
-        &mut self,
-        _current: usize,
-        desired: usize,
-        _maximum: Option<usize>,
-    ) -> wasmtime::Result<bool> {
-        let allowed = desired <= self.cap;
-        self.denied |= !allowed;
-        Ok(allowed)
-    }
-
-    fn table_growing(
-        &mut self,
-        _current: usize,
-        desired: usize,
-        _maximum: Option<usize>,
-    ) -> wasmtime::Result<bool> {
-        Ok(desired <= 100_000)
-    }
-}
-
-#[derive(Debug, thiserror::Error)]
-#[error("deadline reached")]
-struct DeadlineReached;
 
 impl Inner {
     pub(crate) fn program(&self, name: &str) -> Option<Arc<Program>> {
@@ -450,210 +360,36 @@ impl Inner {
         Ok((module, source))
     }
 
-    /// Runs one call on a fresh instance.
-    pub(crate) async fn invoke(
-        self: Arc<Self>,
-        invocation: Invocation,
-    ) -> Result<Result<String, Failure>, Error> {
-        let Invocation {
-            program: name,
-            tool,
-            args,
-            caller,
-            depth,
-            deadline,
-            budget,
-        } = invocation;
+    /// Refuses a call nested deeper than the runtime allows, before anything is looked up.
+    fn check_depth(&self, depth: u32, program: &str, tool: &str) -> Result<(), Error> {
         if depth > self.max_depth {
             return Err(Error::DepthExceeded {
-                program: name,
-                tool,
+                program: program.to_string(),
+                tool: tool.to_string(),
                 limit: self.max_depth,
             });
         }
-        let program = self.program(&name).ok_or(Error::NoSuchProgram(name))?;
-        let Some(export) = program.tools.get(&tool).cloned() else {
-            let mut available: Vec<&str> = program.tools.keys().map(String::as_str).collect();
-            available.sort_unstable();
-            return Err(Error::NoSuchTool {
-                program: program.name.to_string(),
-                tool,
-                available: available.join(", "),
-            });
-        };
-        if args.len() > program.limits.max_args_bytes {
-            return Err(Error::ArgsTooLarge {
-                program: program.name.to_string(),
-                tool,
-                size: args.len(),
-                cap: program.limits.max_args_bytes,
-            });
-        }
-
-        let limiter = MemoryLimiter {
-            cap: program.limits.memory_bytes,
-            denied: false,
-        };
-        let state = CallState {
-            program: program.clone(),
-            tool,
-            args,
-            caller,
-            depth,
-            deadline,
-            budget,
-            outcome: None,
-            staged: Vec::new(),
-            memory: None,
-            panic: None,
-            berm: self.clone(),
-            fault: None,
-            timed_out: false,
-            limiter,
-        };
-        let mut store = Store::new(self.engine.wasmtime(), state);
-        store.limiter(|state| &mut state.limiter);
-        // The first check comes at the next tick; from then on every tick
-        // yields to the executor (so a busy program cannot starve others on
-        // the same thread) until the deadline, which stops the call.
-        store.set_epoch_deadline(1);
-        store.epoch_deadline_callback(move |mut store| {
-            if Instant::now() >= deadline {
-                store.data_mut().timed_out = true;
-                Err(wasmtime::Error::new(DeadlineReached))
-            } else {
-                Ok(UpdateDeadline::Yield(1))
-            }
-        });
-
-        let result = run(&mut store, &program, &export).await;
-        let mut state = store.into_data();
-        // Names for an error are only built when there is one: the success
-        // path is the hot one.
-        let program = state.program.clone();
-        let tool = std::mem::take(&mut state.tool);
-        match result {
-            Ok(()) => match state.outcome.take() {
-                Some(Outcome::Done(bytes)) => {
-                    String::from_utf8(bytes)
-                        .map(Ok)
-                        .map_err(|_| Error::Convention {
-                            program: program.name.to_string(),
-                            tool,
-                            message: "its result is not UTF-8".into(),
-                        })
-                }
-                Some(Outcome::Failed(bytes)) => Ok(Err(Failure {
-                    message: String::from_utf8_lossy(&bytes).into_owned(),
-                })),
-                None => Err(Error::Convention {
-                    program: program.name.to_string(),
-                    tool,
-                    message: "the tool returned without calling `berm.done` or `berm.fail`".into(),
-                }),
-            },
-            Err(Stop::Instantiate(message)) => Err(Error::Instantiate {
-                program: program.name.to_string(),
-                tool,
-                message,
-            }),
-            Err(Stop::Trap(error)) => Err(classify(error, state, program.name.to_string(), tool)),
-        }
+        Ok(())
     }
 }
 
-enum Stop {
-    Instantiate(String),
-    Trap(wasmtime::Error),
-}
+impl Programs for Inner {
+    fn max_args_bytes(&self, program: &str) -> Option<usize> {
+        self.program(program)
+            .map(|program| program.info.limits.max_args_bytes)
+    }
 
-async fn run(
-    store: &mut Store<CallState>,
-    program: &Program,
-    export: &wasmtime::ModuleExport,
-) -> Result<(), Stop> {
-    let instance = program
-        .pre
-        .instantiate_async(&mut *store)
-        .await
-        .map_err(|e| {
-            // A start function that traps or breaks the convention fails
-            // instantiation; anything else (a full pool) is the host's.
-            if e.is::<wasmtime::Trap>() || e.is::<Violation>() || e.is::<Faulted>() {
-                Stop::Trap(e)
-            } else {
-                Stop::Instantiate(format!("{e:#}"))
-            }
-        })?;
-    let memory = match instance.get_module_export(&mut *store, &program.memory) {
-        Some(Extern::Memory(memory)) => memory,
-        // Deploy checked the export is a memory; an index from the same
-        // module always resolves.
-        _ => {
-            return Err(Stop::Instantiate(
-                "the module's memory export is missing".into(),
-            ));
-        }
-    };
-    store.data_mut().memory = Some(memory);
-    let func = match instance.get_module_export(&mut *store, export) {
-        Some(Extern::Func(func)) => func,
-        _ => return Err(Stop::Instantiate("the tool's export is missing".into())),
-    };
-    let func = func
-        .typed::<(), ()>(&*store)
-        .map_err(|e| Stop::Instantiate(format!("{e:#}")))?;
-    func.call_async(&mut *store, ()).await.map_err(Stop::Trap)
-}
-
-/// Names the real reason a call trapped, in order of certainty: what the
-/// host recorded, the deadline, a panic message, the stack, the memory cap.
-fn classify(error: wasmtime::Error, mut state: CallState, program: String, tool: String) -> Error {
-    if let Some(fault) = state.fault.take() {
-        return fault;
-    }
-    if state.timed_out {
-        return Error::Timeout {
-            program,
-            tool,
-            deadline: state.budget,
-        };
-    }
-    if let Some(message) = state.panic.take() {
-        return Error::Panicked {
-            program,
-            tool,
-            message,
-        };
-    }
-    if let Some(Violation(message)) = error.downcast_ref::<Violation>() {
-        return Error::Convention {
-            program,
-            tool,
-            message: message.clone(),
-        };
-    }
-    if let Some(wasmtime::Trap::StackOverflow) = error.downcast_ref::<wasmtime::Trap>() {
-        return Error::StackOverflow {
-            program,
-            tool,
-            limit: state.berm.engine.config().max_wasm_stack,
-        };
-    }
-    if state.limiter.denied {
-        return Error::MemoryCap {
-            program,
-            tool,
-            cap: state.limiter.cap,
-        };
-    }
-    let message = match error.downcast_ref::<wasmtime::Trap>() {
-        Some(trap) => trap.to_string(),
-        None => error.root_cause().to_string(),
-    };
-    Error::Trap {
-        program,
-        tool,
-        message,
+    fn call_by_name(
+        self: Arc<Self>,
+        invocation: Invocation<String>,
+    ) -> Pin<Box<dyn Future<Output = CallResult> + Send>> {
+        Box::pin(async move {
+            self.check_depth(invocation.depth, &invocation.program, &invocation.tool)?;
+            let program = self
+                .program(&invocation.program)
+                .ok_or_else(|| Error::NoSuchProgram(invocation.program.clone()))?;
+            let engine = self.engine.clone();
+            invocation::invoke(&engine, self, invocation.of(program)).await
+        })
     }
 }

@@ -191,6 +191,12 @@ impl Drop for EngineInner {
 
 impl Engine {
     /// Builds the engine and starts its epoch ticker.
+    ///
+    /// # Errors
+    /// [`EngineError::Configure`] when Wasmtime refuses the configuration (a target or CPU
+    /// flag it does not know, pool sizes it cannot reserve), [`EngineError::MemoryCap`] for a
+    /// default memory cap above the pool's slot, [`EngineError::Ticker`] when the ticker
+    /// thread cannot start.
     pub fn new(config: &EngineConfig) -> Result<Engine, EngineError> {
         Self::build(config, true)
     }
@@ -200,6 +206,9 @@ impl Engine {
     /// with a seccomp filter that needs one thread) can compile with it. Its code and file
     /// names are the same as an engine from [`Engine::new`] with the same config; calls made
     /// on it would never reach their deadline, so make none.
+    ///
+    /// # Errors
+    /// As [`Engine::new`], without the ticker.
     pub fn compile_only(config: &EngineConfig) -> Result<Engine, EngineError> {
         Self::build(config, false)
     }
@@ -284,6 +293,10 @@ impl Engine {
     /// module deploy would refuse is refused here with the same error.
     /// Store the bytes under [`Precompiled::file_name`] in the directory the
     /// loading side passes as [`crate::CodeDirs::precompiled`].
+    ///
+    /// # Errors
+    /// The [`DeployError`] a deploy of `wasm` would give: a manifest, shape or compile
+    /// refusal.
     pub fn precompile(&self, wasm: &[u8]) -> Result<Precompiled, DeployError> {
         let manifest = Manifest::from_image(wasm)?;
         manifest.check()?;

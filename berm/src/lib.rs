@@ -33,6 +33,7 @@ mod cache;
 pub mod call;
 mod engine;
 mod error;
+mod invocation;
 mod linker;
 mod program;
 mod shape;

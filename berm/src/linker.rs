@@ -15,8 +15,8 @@ use berm_abi::{CONVENTION_MODULE, convention, frame};
 use wasmtime::{Caller, ExternType, Linker, Module, ValType};
 
 use crate::DeployError;
-use crate::call::{CallState, Invocation, Outcome, Violation};
 use crate::error::Error;
+use crate::invocation::{CallState, Outcome, Programs, Violation};
 use crate::program::Grants;
 use crate::syscall::{Kind, Reply, Syscall, SyscallContext, SyscallError};
 
@@ -42,10 +42,10 @@ fn define_convention(linker: &mut Linker<CallState>) -> wasmtime::Result<()> {
         convention::ARGS,
         |mut caller: Caller<'_, CallState>, ptr: i32, len: i32| -> wasmtime::Result<i64> {
             let (memory, state) = guest_memory(&mut caller)?;
-            let total = state.args.len();
+            let total = state.call.args.len();
             if (len as u32 as usize) >= total {
                 let dest = state.region(memory, ptr, total as i32)?;
-                dest.copy_from_slice(&state.args);
+                dest.copy_from_slice(&state.call.args);
             }
             Ok(word::success(0, total as u32))
         },
@@ -59,12 +59,12 @@ fn define_convention(linker: &mut Linker<CallState>) -> wasmtime::Result<()> {
                 if state.outcome.is_some() {
                     return Err(state.violation("the tool gave its result twice"));
                 }
-                let cap = state.program.limits.max_result_bytes;
+                let cap = state.call.program.info.limits.max_result_bytes;
                 let size = len as u32 as usize;
                 if size > cap {
                     return Err(state.fault(Error::ResultTooLarge {
-                        program: state.program.name.to_string(),
-                        tool: state.tool.clone(),
+                        program: state.call.program.name.to_string(),
+                        tool: state.call.tool.clone(),
                         size,
                         cap,
                     }));
@@ -114,23 +114,14 @@ fn define_convention(linker: &mut Linker<CallState>) -> wasmtime::Result<()> {
             Box::new(async move {
                 let (memory, state) = guest_memory(&mut caller)?;
                 let request = state.region(memory, ptr, len)?;
-                let invocation = match parse_call(request, &state.berm) {
-                    Ok((program, tool, args)) => Invocation {
-                        program,
-                        tool,
-                        args,
-                        caller: Some(state.program.name.clone()),
-                        depth: state.depth + 1,
-                        deadline: state.deadline,
-                        budget: state.budget,
-                    },
+                let invocation = match parse_call(request, state.programs.as_ref()) {
+                    Ok((program, tool, args)) => state.nested(program, tool, args),
                     Err((code, message)) => {
                         state.staged = message.into_bytes();
                         return Ok(code.word());
                     }
                 };
-                let berm = state.berm.clone();
-                let result = Box::pin(berm.invoke(invocation)).await;
+                let result = state.programs.clone().call_by_name(invocation).await;
                 let (answer, staged) = match result {
                     Ok(Ok(text)) => (word::success(word::STATUS_DONE, text.len() as u32), text),
                     Ok(Err(failure)) => (
@@ -163,7 +154,7 @@ fn define_convention(linker: &mut Linker<CallState>) -> wasmtime::Result<()> {
 /// region of any size costs the host no more than that.
 fn parse_call(
     request: &[u8],
-    berm: &crate::call::Inner,
+    programs: &dyn Programs,
 ) -> Result<(String, String, Vec<u8>), (ErrorCode, String)> {
     let invalid = |message: String| (ErrorCode::Invalid, message);
     let [program, tool, args] = frame::decode_exact::<3>(request).map_err(|e| {
@@ -178,13 +169,12 @@ fn parse_call(
         ))),
     };
     let (program, tool) = (name(program, "program")?, name(tool, "tool")?);
-    let Some(callee) = berm.program(&program) else {
+    let Some(cap) = programs.max_args_bytes(&program) else {
         return Err((
             ErrorCode::NotFound,
             Error::NoSuchProgram(program).to_string(),
         ));
     };
-    let cap = callee.limits.max_args_bytes;
     if args.len() > cap {
         let error = Error::ArgsTooLarge {
             program,
@@ -283,8 +273,8 @@ fn define_trap(
         name,
         move |mut caller: Caller<'_, CallState>, _: i32, _: i32| -> wasmtime::Result<i64> {
             let state = caller.data_mut();
-            let program = state.program.name.to_string();
-            let tool = state.tool.clone();
+            let program = state.call.program.name.to_string();
+            let tool = state.call.tool.clone();
             let syscall = syscall.clone();
             Err(state.fault(match missing {
                 Missing::Syscall => Error::MissingSyscall {
@@ -349,12 +339,12 @@ fn define_syscall(linker: &mut Linker<CallState>, syscall: &Syscall) -> wasmtime
 
 fn context(state: &CallState) -> SyscallContext<'_> {
     SyscallContext {
-        program: &state.program.name,
-        tool: &state.tool,
-        digest: &state.program.digest,
-        caller: state.caller.as_deref(),
-        deadline: state.deadline,
-        data: state.program.data.as_deref(),
+        program: &state.call.program.name,
+        tool: &state.call.tool,
+        digest: &state.call.program.info.digest,
+        caller: state.call.caller.as_deref(),
+        deadline: state.call.deadline,
+        data: state.call.program.data.as_deref(),
     }
 }
 
@@ -368,8 +358,8 @@ fn answer(
     match result {
         Ok(Reply::Word(word)) if word >= 0 => Ok(word),
         Ok(Reply::Word(word)) => Err(state.fault(Error::Syscall {
-            program: state.program.name.to_string(),
-            tool: state.tool.clone(),
+            program: state.call.program.name.to_string(),
+            tool: state.call.tool.clone(),
             syscall: qualified.to_string(),
             message: format!("host bug: negative success word {word}"),
         })),
@@ -383,8 +373,8 @@ fn answer(
             Ok(code.word())
         }
         Err(SyscallError::Trap(message)) => Err(state.fault(Error::Syscall {
-            program: state.program.name.to_string(),
-            tool: state.tool.clone(),
+            program: state.call.program.name.to_string(),
+            tool: state.call.tool.clone(),
             syscall: qualified.to_string(),
             message,
         })),

@@ -1,14 +1,11 @@
 //! A deployed program and the options it was deployed with.
 
 use std::any::Any;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use wasmtime::{InstancePre, ModuleExport};
-
-use crate::call::CallState;
 use crate::{Digest, Limits, Manifest};
 
 /// Which syscall modules of the host's table a program may use. The rest of
@@ -106,33 +103,4 @@ pub struct ProgramInfo {
     pub source: CompileSource,
     /// How long getting the code took at deploy (compiling, or loading it).
     pub code_time: Duration,
-}
-
-/// A program ready to be called: compiled, linked and pre-instantiated.
-pub(crate) struct Program {
-    pub name: Arc<str>,
-    pub digest: Digest,
-    pub manifest: Arc<Manifest>,
-    pub grants: Grants,
-    pub limits: Limits,
-    pub source: CompileSource,
-    pub code_time: Duration,
-    pub pre: InstancePre<CallState>,
-    pub tools: HashMap<String, ModuleExport>,
-    pub memory: ModuleExport,
-    pub data: Option<Arc<dyn Any + Send + Sync>>,
-}
-
-impl Program {
-    pub fn info(&self) -> ProgramInfo {
-        ProgramInfo {
-            name: self.name.to_string(),
-            digest: self.digest,
-            manifest: self.manifest.clone(),
-            grants: self.grants.clone(),
-            limits: self.limits.clone(),
-            source: self.source,
-            code_time: self.code_time,
-        }
-    }
 }

@@ -59,14 +59,14 @@ enum Command {
     /// Bridge MCP on stdin/stdout to bermd (what an agent harness launches).
     Mcp(commands::mcp::Args),
     /// Push a program image to an OCI registry: one layer, the wasm file itself.
-    Push(berm_oci::cli::PushArgs),
+    Push(commands::dist::PushArgs),
     /// Pull a program from a registry into a file, verified against its digest.
-    Pull(berm_oci::cli::PullArgs),
+    Pull(commands::dist::PullArgs),
     /// Search the local clone of the program index.
-    Search(berm_index::cli::SearchArgs),
+    Search(commands::dist::SearchArgs),
     /// Update the index clone, or write the entry for a pushed program.
     #[command(subcommand)]
-    Index(berm_index::cli::IndexCommand),
+    Index(commands::dist::IndexCommand),
     /// The microVM's artifacts: `berm vm install`.
     #[command(subcommand)]
     Vm(commands::vm::Command),

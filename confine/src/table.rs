@@ -276,6 +276,10 @@ fn bermd() -> Vec<Syscall> {
         SYS_getgid,
         SYS_getegid,
         SYS_pipe2,
+        // fs.* opens every path beneath its granted root with RESOLVE_BENEATH.
+        SYS_openat2,
+        // Program threads run at a lower priority than the threads that read requests.
+        SYS_setpriority,
     );
     [
         &RUNTIME[..],

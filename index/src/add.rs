@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use berm_oci::{Described, RegistryOptions};
 
-use crate::entry::{ENTRIES_DIR, Entry, ToolEntry, is_valid_name};
+use crate::entry::{ENTRIES_DIR, Entry, ToolEntry};
 use crate::error::{AddError, LoadError};
 
 /// The entry written, and where.
@@ -50,7 +50,7 @@ pub fn entry_from(
         .unwrap_or((described.pinned.as_str(), ""));
     let (owner, last) = repository.rsplit_once('/').unwrap_or(("", repository));
     let name = name.unwrap_or(last).to_string();
-    if !is_valid_name(&name) {
+    if !berm_abi::is_valid_program_name(&name) {
         return Err(AddError::InvalidName { name });
     }
     let manifest = &described.manifest;
@@ -99,7 +99,7 @@ pub async fn add(
         source,
     };
     std::fs::create_dir_all(dir.join(ENTRIES_DIR)).map_err(write_error)?;
-    berm_oci::write_atomic(&path, entry.to_toml().as_bytes()).map_err(write_error)?;
+    berm_durable::write_atomic(&path, entry.to_toml().as_bytes()).map_err(write_error)?;
     Ok(Added {
         dir: dir.to_path_buf(),
         file,

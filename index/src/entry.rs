@@ -64,24 +64,12 @@ pub struct Index {
     pub skipped: Vec<Skipped>,
 }
 
-/// Whether `name` may name a program: 1-64 of `a-z 0-9 -`, starting with a
-/// letter or digit (the rule deploy applies; no `_`, which separates program
-/// and tool in served tool names, and no dots or slashes, so it is also a
-/// safe file stem).
-pub(crate) fn is_valid_name(name: &str) -> bool {
-    (1..=64).contains(&name.len())
-        && name
-            .bytes()
-            .all(|b| matches!(b, b'a'..=b'z' | b'0'..=b'9' | b'-'))
-        && !name.starts_with('-')
-}
-
 impl Entry {
     /// Parses and checks one entry; `stem` is its file's name without
     /// `.toml`, which must equal `name`.
     pub fn parse(text: &str, stem: &str) -> Result<Entry, String> {
         let entry: Entry = toml::from_str(text).map_err(|e| e.message().to_string())?;
-        if !is_valid_name(&entry.name) {
+        if !berm_abi::is_valid_program_name(&entry.name) {
             return Err(format!("`{}` is not a valid program name", entry.name));
         }
         if entry.name != stem {

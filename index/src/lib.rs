@@ -16,14 +16,15 @@
 #![forbid(unsafe_code)]
 
 mod add;
-pub mod cli;
 mod entry;
 mod error;
 mod git;
+mod results;
 pub mod search;
 
 pub use add::{Added, add, entry_from};
 pub use entry::{ENTRIES_DIR, Entry, Index, Skipped, ToolEntry};
 pub use error::{AddError, LoadError, UpdateError};
 pub use git::{DEFAULT_INDEX_URL, Updated, default_index_dir, update};
+pub use results::search_text;
 pub use search::{Hit, Searcher};

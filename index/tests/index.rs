@@ -7,9 +7,7 @@ mod support;
 use std::path::Path;
 use std::process::Command;
 
-use berm_index::cli::{AddArgs, IndexDirArgs, SearchArgs, UpdateArgs};
 use berm_index::{Entry, Index, LoadError, Searcher, ToolEntry, UpdateError, Updated};
-use berm_oci::cli::RegistryArgs;
 use berm_oci::{Digest, RegistryOptions};
 use support::{TestRegistry, program};
 
@@ -68,12 +66,6 @@ fn names(dir: &Path, query: &str) -> Vec<String> {
         .collect()
 }
 
-fn dir_args(dir: &Path) -> IndexDirArgs {
-    IndexDirArgs {
-        index_dir: Some(dir.to_path_buf()),
-    }
-}
-
 #[test]
 fn clone_update_and_rank() {
     let tmp = tempfile::tempdir().unwrap();
@@ -108,11 +100,8 @@ fn clone_update_and_rank() {
     );
 
     let clone = tmp.path().join("home/index");
-    let update = UpdateArgs {
-        source: origin.to_string_lossy().into_owned(),
-        index: dir_args(&clone),
-    };
-    let cloned = berm_index::cli::update(&update).unwrap();
+    let source = origin.to_string_lossy().into_owned();
+    let cloned = berm_index::update(&source, &clone).unwrap();
     assert!(matches!(cloned, Updated::Cloned { .. }), "{cloned:?}");
     assert!(cloned.to_string().contains("cloned the index"));
 
@@ -133,23 +122,18 @@ fn clone_update_and_rank() {
         )],
         "grep",
     );
-    match berm_index::cli::update(&update).unwrap() {
+    match berm_index::update(&source, &clone).unwrap() {
         Updated::Pulled { from, to, .. } => assert_ne!(from, to),
         other => panic!("expected a pull, got {other:?}"),
     }
     assert_eq!(names(&clone, "search text in files")[0], "grep");
-    match berm_index::cli::update(&update).unwrap() {
+    match berm_index::update(&source, &clone).unwrap() {
         Updated::Pulled { from, to, .. } => assert_eq!(from, to, "nothing new"),
         other => panic!("expected a pull, got {other:?}"),
     }
 
     // What the CLI prints: best first, with the deploy command.
-    let (out, warnings) = berm_index::cli::search(&SearchArgs {
-        text: vec!["read".into(), "a".into(), "file".into()],
-        limit: 1,
-        index: dir_args(&clone),
-    })
-    .unwrap();
+    let (out, warnings) = berm_index::search_text(&clone, "read a file", 1).unwrap();
     assert!(warnings.is_empty());
     assert!(out.starts_with("fs  Read and write files"), "{out}");
     assert!(
@@ -162,13 +146,8 @@ fn clone_update_and_rank() {
     std::fs::write(origin.join("entries/broken.toml"), "name = [").unwrap();
     git(&origin, &["add", "-A"]);
     git(&origin, &["commit", "-q", "-m", "broken"]);
-    berm_index::cli::update(&update).unwrap();
-    let (out, warnings) = berm_index::cli::search(&SearchArgs {
-        text: vec!["grep".into()],
-        limit: 10,
-        index: dir_args(&clone),
-    })
-    .unwrap();
+    berm_index::update(&source, &clone).unwrap();
+    let (out, warnings) = berm_index::search_text(&clone, "grep", 10).unwrap();
     assert!(out.starts_with("grep"), "{out}");
     assert_eq!(warnings.len(), 1);
     assert!(warnings[0].contains("broken.toml"), "{warnings:?}");
@@ -193,12 +172,7 @@ fn update_failures_are_explained() {
         other => panic!("expected a git failure, got {other:?}"),
     }
 
-    let err = berm_index::cli::search(&SearchArgs {
-        text: vec!["x".into()],
-        limit: 10,
-        index: dir_args(&tmp.path().join("absent")),
-    })
-    .unwrap_err();
+    let err = berm_index::search_text(&tmp.path().join("absent"), "x", 10).unwrap_err();
     assert!(matches!(err, LoadError::NoIndex { .. }));
     assert!(err.to_string().contains("berm index update"), "{err}");
 }
@@ -232,13 +206,13 @@ async fn add_from_the_registry_then_find_and_pull() {
     let clone = tmp.path().join("clone");
     berm_index::update(&origin.to_string_lossy(), &clone).unwrap();
 
-    let added = berm_index::cli::add(&AddArgs {
-        reference: registry.reference("berm/echo:v1"),
-        name: None,
-        publisher: None,
-        index: dir_args(&clone),
-        registry: RegistryArgs::default(),
-    })
+    let added = berm_index::add(
+        &registry.reference("berm/echo:v1"),
+        None,
+        None,
+        &clone,
+        &RegistryOptions::from_environment(false),
+    )
     .await
     .unwrap();
     assert_eq!(added.file, Path::new("entries/echo.toml"));
@@ -273,13 +247,13 @@ async fn add_from_the_registry_then_find_and_pull() {
     assert_eq!(pulled.bytes, bytes);
 
     // An invalid name is refused before anything is written.
-    let err = berm_index::cli::add(&AddArgs {
-        reference: registry.reference("berm/echo:v1"),
-        name: Some("Not Valid".into()),
-        publisher: None,
-        index: dir_args(&clone),
-        registry: RegistryArgs::default(),
-    })
+    let err = berm_index::add(
+        &registry.reference("berm/echo:v1"),
+        Some("Not Valid"),
+        None,
+        &clone,
+        &RegistryOptions::from_environment(false),
+    )
     .await
     .unwrap_err();
     assert!(err.to_string().contains("--name"), "{err}");

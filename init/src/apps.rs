@@ -27,9 +27,10 @@ use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use berm_vm_protocol::host::{BermdReady, Launch};
 use berm_vm_protocol::{
-    APP_UID_BASE, AppExited, AppLimits, AppProgram, AppReady, AppRefused, AppStarted, AppStatus,
-    Event, LogLevel, ProbeCheck, ProbeReport, RPC_PORT_BASE,
+    APP_UID_BASE, AppExited, AppLimits, AppProgram, AppReady, AppRefused, AppStarted, AppState,
+    AppStatus, Event, LogLevel, ProbeCheck, ProbeReport, RPC_PORT_BASE,
 };
 use serde::Deserialize;
 
@@ -54,36 +55,6 @@ const REPORT_TIMEOUT: Duration = Duration::from_secs(30);
 const READY_TIMEOUT: Duration = Duration::from_secs(300);
 /// Longest line read from a report or ready pipe.
 const MAX_PIPE_LINE: u64 = 64 * 1024;
-
-/// `launch.json` in an app disk.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Launch {
-    name: String,
-    cpu_max: String,
-    memory_max: u64,
-    pids_max: u32,
-}
-
-/// bermd's ready line (see `bermd --ready-fd`); unknown fields are tolerated so bermd can say
-/// more than berm-init relays.
-#[derive(Debug, Deserialize)]
-struct BermdReady {
-    ready: bool,
-    #[serde(default)]
-    tools: u32,
-    #[serde(default)]
-    programs: Vec<BermdProgram>,
-}
-
-#[derive(Debug, Deserialize)]
-struct BermdProgram {
-    name: String,
-    sha256: String,
-    code: String,
-    #[serde(default)]
-    ms: f64,
-}
 
 /// The probe's one output line.
 #[derive(Debug, Deserialize)]
@@ -133,11 +104,11 @@ impl Registry {
         let mut apps = hub::lock(&self.apps);
         let Some(t) = apps
             .iter_mut()
-            .find(|t| t.status.pid == Some(pid) && t.status.state != "exited")
+            .find(|t| t.status.pid == Some(pid) && t.status.state != AppState::Exited)
         else {
             return;
         };
-        t.status.state = "exited".into();
+        t.status.state = AppState::Exited;
         let event = Event::AppExited(AppExited {
             app: t.status.app.clone(),
             index: t.status.index,
@@ -233,20 +204,32 @@ fn refuse(hub: &Hub, app: &str, index: u32, reason: &str) {
 
 impl Registry {
     fn push_refused(&self, app: &str, index: u32) {
-        let mut apps = hub::lock(&self.apps);
-        apps.retain(|t| t.status.index != index);
-        apps.push(Tracked {
-            status: AppStatus {
-                app: app.into(),
-                index,
-                uid: APP_UID_BASE + index,
-                pid: None,
-                state: "refused".into(),
-                cgroup: String::new(),
-                limits: None,
-            },
+        self.track(AppStatus {
+            app: app.into(),
+            index,
+            uid: APP_UID_BASE + index,
+            pid: None,
+            state: AppState::Refused,
+            cgroup: String::new(),
+            limits: None,
         });
+    }
+
+    /// Tracks `status` in place of what app `status.index` had, keeping index order.
+    fn track(&self, status: AppStatus) {
+        let mut apps = hub::lock(&self.apps);
+        apps.retain(|t| t.status.index != status.index);
+        apps.push(Tracked { status });
         apps.sort_by_key(|t| t.status.index);
+    }
+
+    /// bermd said it is ready: a starting app becomes ready (one that already exited stays so).
+    fn mark_ready(&self, index: u32) {
+        self.update(index, |s| {
+            if s.state == AppState::Starting {
+                s.state = AppState::Ready;
+            }
+        });
     }
 }
 
@@ -318,13 +301,6 @@ fn mount_disk(registry: &Registry, serial: &str, target: &str, exec: bool) -> Re
     Ok(())
 }
 
-fn valid_name(name: &str) -> bool {
-    let mut bytes = name.bytes();
-    matches!(bytes.next(), Some(b'a'..=b'z'))
-        && name.len() <= 31
-        && bytes.all(|b| matches!(b, b'a'..=b'z' | b'0'..=b'9' | b'-'))
-}
-
 /// An app whose process was started.
 #[derive(Clone)]
 struct Launched {
@@ -380,18 +356,9 @@ fn launch(
     // deserialize_file); the app's Landlock ruleset grants no execute right here, so nothing
     // in the image can be exec'd.
     mount_disk(registry, &format!("app-{index}"), &root, true).map_err(|e| (None, e))?;
-    let launch: Launch = std::fs::read(format!("{root}/launch.json"))
-        .map_err(|e| e.to_string())
-        .and_then(|bytes| serde_json::from_slice(&bytes).map_err(|e| e.to_string()))
-        .map_err(|e| (None, format!("{root}/launch.json: {e}")))?;
+    let launch = read_launch(&root).map_err(|e| (None, e))?;
     let name = launch.name.clone();
     let fail = |message: String| (Some(name.clone()), message);
-    if !valid_name(&name) {
-        return Err((
-            None,
-            format!("app name {name:?} is not [a-z][a-z0-9-]{{0,30}}"),
-        ));
-    }
     if !names.insert(name.clone()) {
         return Err(fail(format!("a second app is named {name}")));
     }
@@ -401,13 +368,58 @@ fn launch(
     let workspace = format!("{WORKSPACE}/{name}");
     mkdir(&workspace, 0o700).map_err(fail)?;
     sys::chown(&workspace, uid, uid).map_err(|e| fail(format!("chown {workspace}: {e}")))?;
-
-    let rules = AppRules::of(index, &name);
-    let plan = Plan {
+    let plan = bermd_plan(&name, index, &root);
+    let (report_r, report_w) = sys::pipe().map_err(|e| fail(format!("pipe: {e}")))?;
+    let (ready_r, ready_w) = sys::pipe().map_err(|e| fail(format!("pipe: {e}")))?;
+    let started = Instant::now();
+    let pid = spawn_confined(hub, &plan, &name, report_w, Some(ready_w)).map_err(fail)?;
+    registry.track(AppStatus {
         app: name.clone(),
+        index,
+        uid,
+        pid: Some(pid),
+        state: AppState::Starting,
+        cgroup: format!("/berm/apps/{name}"),
+        limits: Some(limits),
+    });
+    Ok(Launched {
+        name,
+        index,
+        pid,
+        started,
+        report: Arc::new(Mutex::new(Some(report_r))),
+        ready: Arc::new(Mutex::new(Some(ready_r))),
+    })
+}
+
+/// Reads and checks `launch.json` from the app disk mounted at `root`: known fields only, and
+/// a name that follows the app name rule (it becomes a cgroup and a directory name).
+fn read_launch(root: &str) -> Result<Launch, String> {
+    let launch: Launch = std::fs::read(format!("{root}/launch.json"))
+        .map_err(|e| e.to_string())
+        .and_then(|bytes| serde_json::from_slice(&bytes).map_err(|e| e.to_string()))
+        .map_err(|e| format!("{root}/launch.json: {e}"))?;
+    if !berm_abi::is_valid_app_name(&launch.name) {
+        return Err(format!(
+            "app name {:?} is not [a-z][a-z0-9-]{{0,30}}",
+            launch.name
+        ));
+    }
+    Ok(launch)
+}
+
+/// What app `name` (index `index`, disk mounted at `root`) runs as: bermd under uid and gid
+/// 10000+index in its cgroup, serving MCP on vsock 5000+index, reading its disk, writing only
+/// its workspace.
+fn bermd_plan(name: &str, index: u32, root: &str) -> Plan {
+    let uid = APP_UID_BASE + index;
+    let workspace = format!("{WORKSPACE}/{name}");
+    let rules = AppRules::of(index, name);
+    Plan {
+        app: name.to_owned(),
         uid,
         gid: uid,
-        cgroup: cgroup.clone(),
+        cgroup: format!("{CGROUP_APPS}/{name}"),
         listen_port: Some(RPC_PORT_BASE + index),
         read: rules.read,
         exec: rules.exec,
@@ -430,34 +442,10 @@ fn launch(
         .map(String::from)
         .to_vec(),
         env: vec![
-            ("HOME".into(), workspace.clone()),
+            ("HOME".into(), workspace),
             ("BERM_LOG".into(), "info".into()),
         ],
-    };
-    let (report_r, report_w) = sys::pipe().map_err(|e| fail(format!("pipe: {e}")))?;
-    let (ready_r, ready_w) = sys::pipe().map_err(|e| fail(format!("pipe: {e}")))?;
-    let started = Instant::now();
-    let pid = spawn_confined(hub, &plan, &name, report_w, Some(ready_w)).map_err(fail)?;
-    hub::lock(&registry.apps).push(Tracked {
-        status: AppStatus {
-            app: name.clone(),
-            index,
-            uid,
-            pid: Some(pid),
-            state: "starting".into(),
-            cgroup: format!("/berm/apps/{name}"),
-            limits: Some(limits),
-        },
-    });
-    hub::lock(&registry.apps).sort_by_key(|t| t.status.index);
-    Ok(Launched {
-        name,
-        index,
-        pid,
-        started,
-        report: Arc::new(Mutex::new(Some(report_r))),
-        ready: Arc::new(Mutex::new(Some(ready_r))),
-    })
+    }
 }
 
 /// Writes the app's limits and reads back what the kernel holds.
@@ -659,11 +647,7 @@ fn watch(hub: &Arc<Hub>, app: Launched, settled: Sender<Settled>) {
     };
     match parsed {
         Ok(ready) if ready.ready => {
-            registry.update(app.index, |s| {
-                if s.state == "starting" {
-                    s.state = "ready".into();
-                }
-            });
+            registry.mark_ready(app.index);
             hub.event(Event::AppReady(AppReady {
                 app: app.name.clone(),
                 index: app.index,
@@ -676,7 +660,7 @@ fn watch(hub: &Arc<Hub>, app: Launched, settled: Sender<Settled>) {
                     .map(|p| AppProgram {
                         name: bounded_name(p.name),
                         sha256: bounded_name(p.sha256),
-                        code: bounded_name(p.code),
+                        code: p.code,
                         ms: p.ms.max(0.0).round() as u64,
                     })
                     .collect(),
@@ -783,5 +767,174 @@ fn run_probe(hub: &Arc<Hub>, app: &Launched, all: &[Launched]) {
     match result {
         Ok(report) => hub.event(Event::ProbeReport(report)),
         Err(e) => hub.log(LogLevel::Error, format!("probe: {e}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use berm_vm_protocol::{GuestLine, Service};
+
+    fn hub() -> Arc<Hub> {
+        Hub::new("0f-a".into(), mpsc::channel().0)
+    }
+
+    fn state_of(registry: &Registry, index: u32) -> AppState {
+        let statuses = registry.statuses();
+        let status = statuses.iter().find(|s| s.index == index).unwrap();
+        status.state
+    }
+
+    fn starting(index: u32, pid: u32) -> AppStatus {
+        AppStatus {
+            app: format!("app{index}"),
+            index,
+            uid: APP_UID_BASE + index,
+            pid: Some(pid),
+            state: AppState::Starting,
+            cgroup: format!("/berm/apps/app{index}"),
+            limits: None,
+        }
+    }
+
+    #[test]
+    fn apps_go_from_starting_to_ready_to_exited_once_in_index_order() {
+        let hub = hub();
+        let registry = hub.apps();
+        registry.track(starting(1, 41));
+        registry.track(starting(0, 40));
+        refuse(&hub, "third", 2, "no\u{1b}[2J landlock");
+        let order: Vec<u32> = registry.statuses().iter().map(|s| s.index).collect();
+        assert_eq!(order, [0, 1, 2]);
+        assert_eq!(state_of(registry, 2), AppState::Refused);
+        assert_eq!(registry.statuses()[2].uid, APP_UID_BASE + 2);
+
+        registry.mark_ready(0);
+        assert_eq!(state_of(registry, 0), AppState::Ready);
+        registry.reaped(&hub, 40, Some(1), None);
+        assert_eq!(state_of(registry, 0), AppState::Exited);
+        // An exited app does not become ready, and is not reported exited twice.
+        registry.mark_ready(0);
+        registry.reaped(&hub, 40, Some(1), None);
+        assert_eq!(state_of(registry, 0), AppState::Exited);
+        // A pid that is not an app's changes nothing.
+        registry.reaped(&hub, 99, None, Some(9));
+        assert_eq!(state_of(registry, 1), AppState::Starting);
+
+        let events: Vec<Event> = hub
+            .history()
+            .iter()
+            .map(|l| {
+                GuestLine::parse(Service::Control, l.trim_end().as_bytes())
+                    .unwrap()
+                    .event
+            })
+            .collect();
+        assert_eq!(events.len(), 2, "{events:?}");
+        let Event::AppRefused(refused) = &events[0] else {
+            panic!("{events:?}")
+        };
+        assert_eq!(
+            (refused.app.as_str(), refused.reason.as_str()),
+            ("third", "no [2J landlock")
+        );
+        assert_eq!(
+            events[1],
+            Event::AppExited(AppExited {
+                app: "app0".into(),
+                index: 0,
+                pid: 40,
+                code: Some(1),
+                signal: None,
+            })
+        );
+    }
+
+    #[test]
+    fn launch_json_is_strict_and_the_name_follows_the_rule() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().to_str().unwrap();
+        let write = |text: &str| std::fs::write(dir.path().join("launch.json"), text).unwrap();
+        write(r#"{"name":"notes","cpu_max":"max 100000","memory_max":268435456,"pids_max":64}"#);
+        let launch = read_launch(root).unwrap();
+        assert_eq!(
+            (launch.name.as_str(), launch.memory_max, launch.pids_max),
+            ("notes", 268435456, 64)
+        );
+        for (text, problem) in [
+            (
+                r#"{"name":"Notes","cpu_max":"max","memory_max":1,"pids_max":1}"#,
+                "app name \"Notes\" is not [a-z][a-z0-9-]{0,30}",
+            ),
+            (
+                r#"{"name":"n","cpu_max":"max","memory_max":1,"pids_max":1,"exec":"/bin/sh"}"#,
+                "unknown field `exec`",
+            ),
+            (
+                r#"{"name":"n","cpu_max":"max","memory_max":-1,"pids_max":1}"#,
+                "invalid value",
+            ),
+            (r#"{"name":"n"}"#, "missing field"),
+        ] {
+            write(text);
+            let err = read_launch(root).unwrap_err();
+            assert!(err.contains(problem), "{text}: {err}");
+        }
+        std::fs::remove_file(dir.path().join("launch.json")).unwrap();
+        assert!(
+            read_launch(root)
+                .unwrap_err()
+                .starts_with(&format!("{root}/launch.json: "))
+        );
+    }
+
+    #[test]
+    fn limits_are_written_and_read_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let cgroup = dir.path().join("notes");
+        let cgroup = cgroup.to_str().unwrap();
+        let launch = Launch {
+            name: "notes".into(),
+            cpu_max: "50000 100000".into(),
+            memory_max: 64 << 20,
+            pids_max: 32,
+        };
+        let limits = set_limits(cgroup, &launch).unwrap();
+        assert_eq!(limits.cpu_max, "50000 100000");
+        assert_eq!(limits.memory_max, (64u64 << 20).to_string());
+        assert_eq!(limits.pids_max, "32");
+        assert_eq!(limits.memory_swap_max, "none (the kernel has no swap)");
+        // With swap, berm sets none.
+        std::fs::write(format!("{cgroup}/memory.swap.max"), "max").unwrap();
+        assert_eq!(set_limits(cgroup, &launch).unwrap().memory_swap_max, "0");
+        // A limit the kernel will not take is named.
+        std::fs::remove_file(format!("{cgroup}/pids.max")).unwrap();
+        std::fs::create_dir(format!("{cgroup}/pids.max")).unwrap();
+        let err = set_limits(cgroup, &launch).unwrap_err();
+        assert!(
+            err.starts_with(&format!("writing \"32\" to {cgroup}/pids.max")),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn bermd_runs_as_the_apps_uid_on_its_port_writing_only_its_workspace() {
+        let plan = bermd_plan("notes", 3, "/run/apps/3");
+        assert_eq!((plan.uid, plan.gid), (10003, 10003));
+        assert_eq!(plan.listen_port, Some(5003));
+        assert_eq!(plan.cgroup, "/sys/fs/cgroup/berm/apps/notes");
+        assert_eq!(plan.read, ["/run/apps/3"]);
+        assert_eq!(plan.write, ["/workspace/notes"]);
+        assert_eq!(plan.exec, [BERMD]);
+        assert_eq!(plan.argv[0], BERMD);
+        let flag = |name: &str| {
+            let at = plan.argv.iter().position(|a| a == name).unwrap();
+            plan.argv[at + 1].clone()
+        };
+        assert_eq!(flag("--home"), "/workspace/notes");
+        assert_eq!(flag("--app"), "/run/apps/3/app");
+        assert_eq!(flag("--code-dir"), "/run/apps/3/code");
+        assert_eq!(flag("--ready-fd"), READY_FD.to_string());
+        assert_eq!(flag("--listen-fd"), confine::LISTEN_FD.to_string());
     }
 }

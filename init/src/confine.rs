@@ -23,7 +23,7 @@ use std::io::Write;
 use std::os::unix::process::CommandExt;
 
 use berm_confine::Role;
-use berm_vm_protocol::Enforcement;
+use berm_vm_protocol::{Enforcement, Landlock, Seccomp};
 use landlock::{
     ABI, Access, AccessFs, AccessNet, CompatLevel, Compatible, PathBeneath, PathFd, Ruleset,
     RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope,
@@ -152,13 +152,14 @@ fn confine(plan: &Plan) -> Result<Report, String> {
     let (filter, policy_sha256) = seccomp_filters(plan, abi)?;
     berm_confine::apply(Role::Bermd, &filter).map_err(|e| e.to_string())?;
     let landlock = match landlock {
-        RulesetStatus::FullyEnforced => "fully_enforced",
-        RulesetStatus::PartiallyEnforced => "partially_enforced",
-        RulesetStatus::NotEnforced => "not_enforced",
+        RulesetStatus::FullyEnforced => Landlock::FullyEnforced,
+        RulesetStatus::PartiallyEnforced => Landlock::PartiallyEnforced,
+        RulesetStatus::NotEnforced => Landlock::NotEnforced,
     };
-    if landlock != "fully_enforced" || !no_new_privs {
+    if landlock != Landlock::FullyEnforced || !no_new_privs {
         return Err(format!(
-            "Landlock is {landlock} (ABI {}), no_new_privs {no_new_privs}: refusing to run unconfined",
+            "Landlock is {} (ABI {}), no_new_privs {no_new_privs}: refusing to run unconfined",
+            landlock.name(),
             abi as u32
         ));
     }
@@ -169,8 +170,8 @@ fn confine(plan: &Plan) -> Result<Report, String> {
         enforcement: Enforcement {
             no_new_privs,
             landlock_abi: abi as u32,
-            landlock: landlock.into(),
-            seccomp: "allow_list".into(),
+            landlock,
+            seccomp: Seccomp::AllowList,
             policy_sha256,
         },
     })

@@ -132,6 +132,12 @@ impl Hub {
         .to_line()
     }
 
+    /// Every event line sent so far, in order (what a new control connection replays).
+    #[cfg(test)]
+    pub fn history(&self) -> Vec<String> {
+        lock(&self.control).history.clone()
+    }
+
     /// Sets the phase `status` reports.
     pub fn set_phase(&self, phase: Phase) {
         *lock(&self.phase) = phase;
@@ -370,6 +376,109 @@ impl Hub {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::{BufRead, BufReader};
+    use std::os::unix::net::UnixStream;
+    use std::sync::mpsc::{self, Receiver};
+
+    use berm_vm_protocol::{BootComplete, MAX_LINE_BYTES};
+
+    fn hub() -> (Arc<Hub>, Receiver<Command>) {
+        let (tx, rx) = mpsc::channel();
+        (Hub::new("0f-a".into(), tx), rx)
+    }
+
+    /// A host end of a new connection that `serve` handles on the guest end.
+    fn connect(serve: impl FnOnce(File) + Send + 'static) -> BufReader<UnixStream> {
+        let (host, guest) = UnixStream::pair().unwrap();
+        host.set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        std::thread::spawn(move || serve(File::from(OwnedFd::from(guest))));
+        BufReader::new(host)
+    }
+
+    /// The next line, parsed as the host parses it.
+    fn next(conn: &mut BufReader<UnixStream>, service: Service) -> Event {
+        let mut line = String::new();
+        conn.read_line(&mut line).unwrap();
+        GuestLine::parse(service, line.trim_end().as_bytes())
+            .unwrap_or_else(|e| panic!("{e}: {line:?}"))
+            .event
+    }
+
+    fn send(conn: &mut BufReader<UnixStream>, bytes: &[u8]) {
+        conn.get_mut().write_all(bytes).unwrap();
+    }
+
+    #[test]
+    fn control_greets_replays_history_and_answers_requests() {
+        let (hub, commands) = hub();
+        hub.event(Event::BootComplete(BootComplete { apps: 0 }));
+        let guest = Arc::clone(&hub);
+        let mut conn = connect(move |file| guest.control_connection(file));
+        let Event::Greeting(greeting) = next(&mut conn, Service::Control) else {
+            panic!("no greeting first")
+        };
+        assert_eq!(greeting.service, Service::Control);
+        assert_eq!(
+            next(&mut conn, Service::Control),
+            Event::BootComplete(BootComplete { apps: 0 })
+        );
+        send(&mut conn, b"{\"op\":\"status\"}\n");
+        let Event::Status(status) = next(&mut conn, Service::Control) else {
+            panic!("no status reply")
+        };
+        assert_eq!(status.phase, Phase::Booting);
+        assert_eq!(status.control_connections, 1);
+        send(&mut conn, b"{\"op\":\"exec\",\"cmd\":\"sh\"}\n");
+        let Event::Error(error) = next(&mut conn, Service::Control) else {
+            panic!("no error reply")
+        };
+        assert!(
+            error.message.starts_with("request is not"),
+            "{}",
+            error.message
+        );
+        send(&mut conn, b"{\"op\":\"shutdown\"}\n");
+        let command = commands.recv_timeout(Duration::from_secs(10));
+        assert!(matches!(command, Ok(Command::Shutdown)));
+    }
+
+    #[test]
+    fn an_oversized_request_is_answered_then_the_connection_ends() {
+        let (hub, _commands) = hub();
+        let guest = Arc::clone(&hub);
+        let mut conn = connect(move |file| guest.control_connection(file));
+        next(&mut conn, Service::Control);
+        send(&mut conn, &vec![b'x'; MAX_LINE_BYTES + 1]);
+        let Event::Error(error) = next(&mut conn, Service::Control) else {
+            panic!("no error reply")
+        };
+        assert_eq!(error.message, ReadLineError::TooLong.to_string());
+        // Closed with the rest of the request unread: end of file or a reset.
+        let mut rest = String::new();
+        let end = conn.read_line(&mut rest);
+        assert!(matches!(end, Ok(0) | Err(_)), "{end:?} {rest:?}");
+        assert_eq!(hub.control_connections(), 0);
+    }
+
+    #[test]
+    fn logs_below_the_level_are_dropped_and_the_backlog_reaches_late_connections() {
+        let (hub, _commands) = hub();
+        hub.set_log_level(LogLevel::Warn);
+        hub.log(LogLevel::Info, "quiet".into());
+        hub.log_as("notes", LogLevel::Error, "loud\u{1b}".into());
+        let guest = Arc::clone(&hub);
+        let mut conn = connect(move |file| guest.logs_connection(file));
+        assert!(matches!(next(&mut conn, Service::Logs), Event::Greeting(_)));
+        assert_eq!(
+            next(&mut conn, Service::Logs),
+            Event::Log(Log {
+                level: LogLevel::Error,
+                source: "notes".into(),
+                message: "loud\u{1b}".into(),
+            })
+        );
+    }
 
     #[test]
     fn bounded_cuts_on_a_character_boundary() {

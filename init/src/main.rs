@@ -21,9 +21,10 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
+use berm_vm_protocol::host::LISTENING_MARKER;
 use berm_vm_protocol::{
-    BootComplete, BootFailed, BootStart, CONTROL_PORT, Event, LOGS_PORT, LogLevel, Phase, PowerOff,
-    ShuttingDown,
+    BootComplete, BootFailed, BootStart, BootStep, CONTROL_PORT, Event, LOGS_PORT, LogLevel, Phase,
+    PowerOff, ShuttingDown,
 };
 
 use hub::{Command, Hub};
@@ -97,9 +98,6 @@ const MOUNTS: [MountSpec; 4] = [
 
 static HUB: OnceLock<Arc<Hub>> = OnceLock::new();
 
-/// Written to the console once both ports listen (see `vmm/src/qemu.rs`).
-const LISTENING_MARKER: &str = "berm-init: listening on vsock 1024 1025";
-
 fn main() {
     // The same binary confines an app's process before it execs bermd (see confine.rs). PID 1
     // itself never takes this path, whatever its arguments.
@@ -166,12 +164,12 @@ fn main() {
         cgroup2,
     }));
     if let Some(message) = mount_error {
-        boot_failed(&hub, "mount", message, exit::MOUNT);
+        boot_failed(&hub, BootStep::Mount, message, exit::MOUNT);
     }
 
     let settings = match settings::parse(std::env::vars()) {
         Ok(settings) => settings,
-        Err(message) => boot_failed(&hub, "settings", message, exit::SETTINGS),
+        Err(message) => boot_failed(&hub, BootStep::Settings, message, exit::SETTINGS),
     };
     hub.set_log_level(settings.log_level);
 
@@ -179,7 +177,7 @@ fn main() {
         None => false,
         Some(device) => match mount_state(device) {
             Ok(()) => true,
-            Err(message) => boot_failed(&hub, "state", message, exit::STATE),
+            Err(message) => boot_failed(&hub, BootStep::State, message, exit::STATE),
         },
     };
 
@@ -322,12 +320,12 @@ fn wait_for_shutdown(hub: &Hub, requests: &Receiver<Command>) {
 
 /// Reports a failed step and powers off; the host's control connections already hold every
 /// earlier event.
-fn boot_failed(hub: &Hub, step: &str, message: String, exit_code: i32) -> ! {
+fn boot_failed(hub: &Hub, step: BootStep, message: String, exit_code: i32) -> ! {
     let message = hub::bounded(message, hub::MAX_MESSAGE_BYTES);
     hub.set_phase(Phase::Failed);
     hub.log(LogLevel::Error, format!("boot failed at {step}: {message}"));
     hub.event(Event::BootFailed(BootFailed {
-        step: step.into(),
+        step,
         message,
         exit_code,
     }));

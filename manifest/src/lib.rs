@@ -186,6 +186,12 @@ pub struct Manifest {
 impl Manifest {
     /// Reads the manifest section, imports and exports of `bytes` without
     /// compiling or running anything. Never panics, whatever the bytes.
+    ///
+    /// # Errors
+    /// [`ManifestError::NotWasm`] for bytes that are not a WebAssembly module;
+    /// [`ManifestError::Missing`], [`ManifestError::Duplicate`] or
+    /// [`ManifestError::TooLarge`] for the manifest section; [`ManifestError::Json`] and
+    /// [`ManifestError::AbiVersion`] for its contents.
     pub fn from_image(bytes: &[u8]) -> Result<Manifest, ManifestError> {
         let not_wasm =
             |e: wasmparser::BinaryReaderError| ManifestError::NotWasm(e.message().to_string());
@@ -282,6 +288,9 @@ impl Manifest {
     /// unique names, every declared tool exported and every tool export
     /// declared, object input schemas, an exported memory. Deploy and push
     /// refuse an image that fails this.
+    ///
+    /// # Errors
+    /// The first [`ManifestError`] found, naming the tool, call, export or import at fault.
     pub fn check(&self) -> Result<(), ManifestError> {
         if let Some(other) = self.other_imports.first() {
             return Err(ManifestError::ImportKind {

@@ -24,9 +24,8 @@
 
 mod artifact;
 mod auth;
-pub mod cli;
 mod error;
-mod file;
+mod files;
 mod pull;
 mod push;
 mod registry;
@@ -38,7 +37,7 @@ pub use artifact::{
 pub use auth::CredentialSource;
 pub use berm_manifest::{Digest, Manifest};
 pub use error::{PullError, PushError, RegistryError};
-pub use file::write_atomic;
+pub use files::{is_reference, pull_to, push_file};
 pub use pull::{Described, Pulled, describe, pull};
 pub use push::{Pushed, push};
 pub use registry::{RegistryOptions, is_loopback_host, parse_reference};

@@ -5,7 +5,6 @@
 mod support;
 
 use base64::Engine as _;
-use berm_oci::cli::{PullArgs, RegistryArgs};
 use berm_oci::{CredentialSource, Digest, PullError, PushError, RegistryError, RegistryOptions};
 use oci_client::client::{ClientConfig, ClientProtocol};
 use oci_client::manifest::{
@@ -75,12 +74,13 @@ async fn pull_writes_the_file_atomically() {
     let dir = tempfile::tempdir().unwrap();
     let output = dir.path().join("echo.wasm");
     std::fs::write(&output, b"previous").unwrap();
-    let args = PullArgs {
-        reference,
-        output: output.clone(),
-        registry: RegistryArgs::default(),
-    };
-    let pulled = berm_oci::cli::pull(&args).await.unwrap();
+    let pulled = berm_oci::pull_to(
+        &reference,
+        &output,
+        &RegistryOptions::from_environment(false),
+    )
+    .await
+    .unwrap();
     assert_eq!(std::fs::read(&output).unwrap(), bytes);
     assert!(pulled.to_string().contains(&Digest::of(&bytes).to_string()));
     assert_eq!(
@@ -109,12 +109,13 @@ async fn tampered_layer_is_refused_and_nothing_is_written() {
     let dir = tempfile::tempdir().unwrap();
     let output = dir.path().join("echo.wasm");
     for reference in [reference.clone(), pushed.pinned.clone()] {
-        let args = PullArgs {
-            reference,
-            output: output.clone(),
-            registry: RegistryArgs::default(),
-        };
-        let err = berm_oci::cli::pull(&args).await.unwrap_err();
+        let err = berm_oci::pull_to(
+            &reference,
+            &output,
+            &RegistryOptions::from_environment(false),
+        )
+        .await
+        .unwrap_err();
         match &err {
             PullError::DigestMismatch {
                 what,

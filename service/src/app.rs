@@ -14,7 +14,6 @@ use std::time::Instant;
 
 use berm_app::App;
 use berm_control::{Grant, LimitsSpec};
-use serde::Serialize;
 
 use crate::service::{DeployError, Service};
 
@@ -121,33 +120,18 @@ pub fn check_distinct(apps: &[App]) -> Result<(), AppsError> {
     Ok(())
 }
 
-/// One program of the ready line.
-#[derive(Debug, Clone, Serialize)]
-pub struct ProgramReady {
-    /// Its name.
-    pub name: String,
-    /// The sha256 of its wasm, lowercase hex.
-    pub sha256: String,
-    /// Where its code came from: `precompiled`, `cache` (the compiled-code
-    /// cache, or code already loaded for an identical image) or `compiled`.
-    pub code: &'static str,
-    /// How long getting its code took, in milliseconds.
-    pub ms: f64,
-}
+use berm_vm_protocol::host::CodeSource;
+/// The ready line `--ready-fd` receives, typed once in berm-vm-protocol (berm-init reads it).
+pub use berm_vm_protocol::host::{BermdReady as Ready, ReadyProgram as ProgramReady};
 
-/// The one line `--ready-fd` receives.
-#[derive(Debug, Clone, Serialize)]
-pub struct Ready {
-    /// Always true: the line is only written once bermd serves.
-    pub ready: bool,
-    /// The app's name when bermd runs exactly one app folder, else null.
-    pub app: Option<String>,
-    /// How many tools the MCP endpoint lists.
-    pub tools: usize,
-    /// Milliseconds from bermd's start to now.
-    pub ms: f64,
-    /// Every program deployed from app folders, in folder order.
-    pub programs: Vec<ProgramReady>,
+/// The one vocabulary for where a program's code came from, as the ready line says it: the
+/// runtime's in-memory reuse counts as the cache.
+fn code_source(source: berm::CompileSource) -> CodeSource {
+    match source {
+        berm::CompileSource::Precompiled => CodeSource::Precompiled,
+        berm::CompileSource::Compiled => CodeSource::Compiled,
+        berm::CompileSource::DiskCache | berm::CompileSource::Memory => CodeSource::Cache,
+    }
 }
 
 /// Deploys every program of `app`, in order. The folder was checked whole
@@ -195,16 +179,12 @@ pub fn deploy(service: &Service, app: &App) -> Result<Vec<ProgramReady>, AppDepl
         let info = service.berm().get(&program.name);
         let (code, ms) = match &info {
             Some(info) => (
-                match info.source {
-                    berm::CompileSource::Precompiled => "precompiled",
-                    berm::CompileSource::Compiled => "compiled",
-                    berm::CompileSource::DiskCache | berm::CompileSource::Memory => "cache",
-                },
+                code_source(info.source),
                 info.code_time.as_secs_f64() * 1000.0,
             ),
-            None => ("compiled", 0.0),
+            None => (CodeSource::Compiled, 0.0),
         };
-        tracing::info!(app = %app.name, program = %program.name, code, ms, "deployed from the app folder");
+        tracing::info!(app = %app.name, program = %program.name, ?code, ms, "deployed from the app folder");
         ready.push(ProgramReady {
             name: program.name.clone(),
             sha256: berm_app::sha256_hex(&image),

@@ -187,7 +187,7 @@ pub async fn run(config: DaemonConfig) -> Result<(), RunError> {
     let started = config.started;
     let announce = |fd: Option<OwnedFd>, mut ready: Ready| match fd {
         Some(fd) => {
-            ready.tools = service.catalog().list().len();
+            ready.tools = u32::try_from(service.catalog().list().len()).unwrap_or(u32::MAX);
             app::announce(fd, &ready, started).map_err(RunError::Ready)
         }
         None => Ok(()),

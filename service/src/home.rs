@@ -12,11 +12,9 @@
 //!   mcp.sock             MCP, newline-delimited JSON-RPC (0600)
 //! ```
 
-use std::fs::{self, File, OpenOptions};
-use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::fs;
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Why the data directory could not be prepared or written.
 #[derive(Debug, thiserror::Error)]
@@ -130,65 +128,27 @@ fn create_private_dir(path: &Path) -> Result<(), HomeError> {
         .map_err(fail)?;
     for dir in created.iter().rev() {
         if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
-            sync_dir(parent).map_err(fail)?;
+            berm_durable::sync_dir(parent).map_err(fail)?;
         }
     }
     fs::set_permissions(path, fs::Permissions::from_mode(0o700)).map_err(fail)
 }
 
 /// Writes `bytes` to `path` so that a crash at any moment leaves either the
-/// old file or the new one, never a mix: a temporary file in the same
-/// directory, fsync, rename over, fsync the directory.
+/// old file or the new one, never a mix ([`berm_durable::write_atomic`]).
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), HomeError> {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let fail = |source| HomeError::Write {
+    berm_durable::write_atomic(path, bytes).map_err(|source| HomeError::Write {
         path: path.to_path_buf(),
         source,
-    };
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy())
-        .unwrap_or_default();
-    let temp = dir.join(format!(
-        ".{name}.tmp-{}-{}",
-        std::process::id(),
-        COUNTER.fetch_add(1, Ordering::Relaxed)
-    ));
-    let result = (|| {
-        let mut file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&temp)?;
-        file.write_all(bytes)?;
-        file.sync_all()?;
-        fs::rename(&temp, path)?;
-        sync_dir(dir)
-    })();
-    if result.is_err() {
-        let _ = fs::remove_file(&temp);
-    }
-    result.map_err(fail)
+    })
 }
 
 /// Removes `path` (if it exists) durably: unlink, fsync the directory.
 pub fn remove_durably(path: &Path) -> Result<(), HomeError> {
-    let fail = |source| HomeError::Write {
+    berm_durable::remove_durably(path).map_err(|source| HomeError::Write {
         path: path.to_path_buf(),
         source,
-    };
-    match fs::remove_file(path) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(fail(e)),
-    }
-    sync_dir(path.parent().unwrap_or(Path::new("."))).map_err(fail)
-}
-
-/// fsyncs a directory, so a rename or unlink in it survives a crash.
-pub fn sync_dir(dir: &Path) -> std::io::Result<()> {
-    File::open(dir)?.sync_all()
+    })
 }
 
 #[cfg(test)]

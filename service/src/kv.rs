@@ -29,8 +29,6 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard, RwLock};
 
-use crate::home;
-
 const OP_PUT: u8 = 1;
 const OP_DELETE: u8 = 2;
 const HEADER: usize = 4 + 1 + 4 + 4;
@@ -166,7 +164,7 @@ impl KvStore {
             // The new name must survive a crash along with what is written
             // to it.
             file.sync_all().map_err(fail)?;
-            home::sync_dir(path.parent().unwrap_or(Path::new("."))).map_err(fail)?;
+            berm_durable::sync_dir(path.parent().unwrap_or(Path::new("."))).map_err(fail)?;
         }
         let mut log = Vec::new();
         file.read_to_end(&mut log).map_err(fail)?;
@@ -392,7 +390,7 @@ impl KvStore {
             Ok(file) => {
                 // The rename is what a crash might lose; losing it keeps the
                 // old log, which holds the same live data.
-                if let Err(e) = home::sync_dir(dir) {
+                if let Err(e) = berm_durable::sync_dir(dir) {
                     tracing::warn!(log = %self.path.display(), "could not sync the directory after compaction: {e}");
                 }
                 Ok(file)

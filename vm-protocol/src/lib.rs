@@ -13,13 +13,15 @@
 
 pub mod client;
 pub mod framing;
+pub mod host;
 mod line;
 
+pub use host::{CodeSource, Landlock};
 pub use line::{
-    AppExited, AppLimits, AppProgram, AppReady, AppRefused, AppStarted, AppStatus, BootComplete,
-    BootFailed, BootStart, Enforcement, ErrorReply, Event, Greeting, GuestLine, LineError, Log,
-    LogLevel, Phase, PowerOff, ProbeCheck, ProbeReport, Request, RequestError, Service,
-    ShuttingDown, Status,
+    AppExited, AppLimits, AppProgram, AppReady, AppRefused, AppStarted, AppState, AppStatus,
+    BootComplete, BootFailed, BootStart, BootStep, Enforcement, ErrorReply, Event, Greeting,
+    GuestLine, LineError, Log, LogLevel, Phase, PowerOff, ProbeCheck, ProbeReport, Request,
+    RequestError, Seccomp, Service, ShuttingDown, Status,
 };
 
 /// The longest line either side accepts, newline included. Longer lines end the connection.

@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use crate::host::{CodeSource, Landlock};
 use crate::{MAX_LINE_BYTES, PROTOCOL_VERSION};
 
 /// Which of the guest's two line services a connection speaks to.
@@ -125,12 +126,72 @@ pub struct BootComplete {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BootFailed {
-    /// The step that failed (`mount`, `settings`, `apps`, …).
-    pub step: String,
+    /// The step that failed.
+    pub step: BootStep,
     /// What went wrong, for a person.
     pub message: String,
     /// The exit code [`PowerOff`] will carry.
     pub exit_code: i32,
+}
+
+/// The boot steps that can fail (`boot_failed`); each has its own exit code.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BootStep {
+    /// Mounting proc, sys, devtmpfs, cgroup2 and the tmpfs directories.
+    Mount,
+    /// Reading the `BERM_*` guest settings.
+    Settings,
+    /// Formatting or mounting the state disk.
+    State,
+}
+
+impl BootStep {
+    /// The step's name on the wire.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Mount => "mount",
+            Self::Settings => "settings",
+            Self::State => "state",
+        }
+    }
+}
+
+impl std::fmt::Display for BootStep {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The system call filter a guest process runs under.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Seccomp {
+    /// berm-init's allow list for the process role is loaded.
+    AllowList,
+}
+
+impl Seccomp {
+    /// The word used in lines.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::AllowList => "allow_list",
+        }
+    }
+}
+
+/// Where an app is in its life, as `status` reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AppState {
+    /// Its confined process was started; bermd is not ready yet.
+    Starting,
+    /// bermd serves.
+    Ready,
+    /// Its process ended.
+    Exited,
+    /// It was not started.
+    Refused,
 }
 
 /// Shutdown began.
@@ -179,10 +240,10 @@ pub struct Enforcement {
     pub no_new_privs: bool,
     /// The Landlock ABI the ruleset was built for.
     pub landlock_abi: u32,
-    /// `fully_enforced`, `partially_enforced` or `not_enforced`.
-    pub landlock: String,
-    /// `filter` once the seccomp filter is loaded.
-    pub seccomp: String,
+    /// How far the Landlock ruleset is enforced.
+    pub landlock: Landlock,
+    /// The seccomp filter in force.
+    pub seccomp: Seccomp,
     /// sha256 of the policy text (Landlock rules and the seccomp deny list), so two boots can
     /// be compared and an attestation can name the policy.
     pub policy_sha256: String,
@@ -220,8 +281,8 @@ pub struct AppProgram {
     pub name: String,
     /// sha256 of its wasm.
     pub sha256: String,
-    /// Where its machine code came from: `precompiled`, `cache` or `compiled`.
-    pub code: String,
+    /// Where its machine code came from.
+    pub code: CodeSource,
     /// How long deploying it took, in milliseconds.
     pub ms: u64,
 }
@@ -319,8 +380,8 @@ pub struct AppStatus {
     pub uid: u32,
     /// Its process, while one runs.
     pub pid: Option<u32>,
-    /// `starting`, `ready`, `exited` or `refused`.
-    pub state: String,
+    /// Where it is in its life.
+    pub state: AppState,
     /// Its cgroup path.
     pub cgroup: String,
     /// Its limits, read back when it started.
@@ -676,7 +737,7 @@ mod tests {
             }),
             Event::BootComplete(BootComplete { apps: 0 }),
             Event::BootFailed(BootFailed {
-                step: "settings".into(),
+                step: BootStep::Settings,
                 message: "bad\u{1b}".into(),
                 exit_code: 3,
             }),
@@ -700,7 +761,7 @@ mod tests {
                     index: 0,
                     uid: 10000,
                     pid: Some(40),
-                    state: "ready".into(),
+                    state: AppState::Ready,
                     cgroup: "/berm/apps/notes".into(),
                     limits: None,
                 }],
@@ -722,8 +783,8 @@ mod tests {
                 enforcement: Enforcement {
                     no_new_privs: true,
                     landlock_abi: 6,
-                    landlock: "fully_enforced".into(),
-                    seccomp: "filter".into(),
+                    landlock: Landlock::FullyEnforced,
+                    seccomp: Seccomp::AllowList,
                     policy_sha256: "ab".repeat(32),
                 },
             }),
@@ -736,7 +797,7 @@ mod tests {
                 programs: vec![AppProgram {
                     name: "notes".into(),
                     sha256: "cd".repeat(32),
-                    code: "precompiled".into(),
+                    code: CodeSource::Precompiled,
                     ms: 12,
                 }],
             }),

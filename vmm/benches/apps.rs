@@ -152,19 +152,11 @@ fn main() {
                 let _ = std::fs::remove_dir_all(&work);
             }
             let m = |f: fn(&Sample) -> f64| median(samples.iter().map(f).collect());
-            let name = if hypervisor == "qemu" {
-                format!("qemu ({accel})")
-            } else {
-                "krun".into()
-            };
+            let name = common::hypervisor_label(hypervisor, accel);
             println!(
                 "| {name} | {label} | {} (+1 warm-up{}) | {:.0} ms | {:.0} ms | {:.0} ms | {:.0} ms | {:.0} ms | {:.0} MiB of {MEMORY_MIB} | {:.1} MiB |",
                 samples.len(),
-                if failures.is_empty() {
-                    String::new()
-                } else {
-                    format!(", {} failed: {}", failures.len(), failures.join("; "))
-                },
+                common::failed_note(&failures),
                 m(|s| s.first_call_ms),
                 m(|s| s.boot_start_uptime),
                 m(|s| s.first_app_started_uptime),

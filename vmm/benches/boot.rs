@@ -135,19 +135,11 @@ fn main() {
             let _ = std::fs::remove_file(run_dir.with_extension("stderr"));
         }
         let m = |f: fn(&Sample) -> f64| median(samples.iter().map(f).collect());
-        let name = if hypervisor == "qemu" {
-            format!("qemu ({accel})")
-        } else {
-            "krun".into()
-        };
+        let name = common::hypervisor_label(hypervisor, accel);
         println!(
             "| {name} | {} (+1 warm-up{}) | {:.0} ms | {:.0} ms | {:.1} ms | {:.0} ms | {:.0} ms | {:.0} ms | {:.1} MiB | {:.1} MiB |",
             samples.len(),
-            if failures.is_empty() {
-                String::new()
-            } else {
-                format!(", {} failed: {}", failures.len(), failures.join("; "))
-            },
+            common::failed_note(&failures),
             m(|s| s.greeting_ms),
             m(|s| s.exit_ms),
             m(|s| s.shutdown_ms),

@@ -17,7 +17,6 @@ use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use crate::code::{self, CodeError};
@@ -73,75 +72,49 @@ pub enum AppError {
     },
 }
 
-/// One program of an app, measured.
-#[derive(Clone, Debug, Serialize)]
-pub struct ProgramMeasure {
-    /// Its name.
-    pub name: String,
-    /// Its wasm file, relative to the folder.
-    pub wasm: String,
-    /// sha256 of the wasm.
-    pub sha256: String,
-}
+use berm_vm_protocol::host::{AppMeasurement, ImageMeasurement};
+pub use berm_vm_protocol::host::{
+    CodeMeasurement as CodeMeasure, Launch, ProgramMeasurement as ProgramMeasure,
+};
 
-/// One precompiled code file in an app image.
-#[derive(Clone, Debug, Serialize)]
-pub struct CodeMeasure {
-    /// The program.
-    pub program: String,
-    /// The file name the guest's engine looks for.
-    pub file: String,
-    /// sha256 of the file.
-    pub sha256: String,
-    /// Whether it came from berm-vmm's code cache.
-    pub cached: bool,
-}
-
-/// The app image as measured.
-#[derive(Clone, Debug, Serialize)]
-pub struct ImageMeasure {
+/// A disk image berm-vmm built in the run dir, and its measurement.
+#[derive(Clone, Debug)]
+pub struct Image {
     /// Where it is (in the run dir).
     pub path: PathBuf,
-    /// sha256 of the image.
-    pub sha256: String,
-    /// Its size.
-    pub size: u64,
+    /// Its sha256 and size.
+    pub measured: ImageMeasurement,
 }
 
-/// One app, checked, measured and packed.
-#[derive(Clone, Debug, Serialize)]
+impl Image {
+    /// Measures the image at `path`.
+    fn measure(path: PathBuf) -> Result<Image, AppError> {
+        let bytes = std::fs::read(&path).map_err(read_error(&path))?;
+        Ok(Image {
+            path,
+            measured: ImageMeasurement {
+                sha256: hex::encode(Sha256::digest(&bytes)),
+                size: bytes.len() as u64,
+            },
+        })
+    }
+}
+
+/// One app, checked, measured and packed: its measurement line entry (index, name, folder
+/// and program digests, code, image, limits) and where its image is.
+#[derive(Clone, Debug)]
 pub struct App {
-    /// Its index: port 5000+i, `rpc-<i>.sock`, uid 10000+i.
-    pub index: usize,
-    /// Its name (berm.toml).
-    pub name: String,
-    /// The folder.
-    pub path: PathBuf,
-    /// sha256 over its files and links as length-prefixed raw bytes (see `folder_digest`).
-    pub sha256: String,
-    /// Files digested.
-    pub files: usize,
-    /// Its programs.
-    pub programs: Vec<ProgramMeasure>,
-    /// Its precompiled code.
-    pub code: Vec<CodeMeasure>,
-    /// Its disk image.
-    pub image: ImageMeasure,
-    /// The limits berm-init applies.
-    pub limits: Launch,
+    /// What the measurement line says of it.
+    pub measured: AppMeasurement,
+    /// Its disk image in the run dir.
+    pub image: PathBuf,
 }
 
-/// `launch.json`: what berm-init needs from berm.toml.
-#[derive(Clone, Debug, Serialize)]
-pub struct Launch {
-    /// The app's name.
-    pub name: String,
-    /// `cpu.max`.
-    pub cpu_max: String,
-    /// `memory.max` in bytes.
-    pub memory_max: u64,
-    /// `pids.max`.
-    pub pids_max: u32,
+impl App {
+    /// Its index: port 5000+i, `rpc-<i>.sock`, uid 10000+i.
+    pub fn index(&self) -> usize {
+        self.measured.index as usize
+    }
 }
 
 /// Checks, measures, precompiles and packs every app folder in order into `run_dir`.
@@ -245,21 +218,21 @@ fn pack(index: usize, path: &Path, app: &berm_app::App, run_dir: &Path) -> Resul
             message: String::from_utf8_lossy(&output.stderr).trim().to_owned(),
         });
     }
-    let bytes = std::fs::read(&image).map_err(read_error(&image))?;
+    let image = Image::measure(image)?;
     Ok(App {
-        index,
-        name: app.name.clone(),
-        path: path.to_owned(),
-        sha256: digest,
-        files,
-        programs,
-        code,
-        image: ImageMeasure {
-            path: image,
-            sha256: hex::encode(Sha256::digest(&bytes)),
-            size: bytes.len() as u64,
+        measured: AppMeasurement {
+            index: index as u32,
+            name: app.name.clone(),
+            path: path.to_owned(),
+            sha256: digest,
+            files: files as u64,
+            programs,
+            code,
+            image: image.measured,
+            limits,
+            uid: berm_vm_protocol::APP_UID_BASE + index as u32,
         },
-        limits,
+        image: image.path,
     })
 }
 
@@ -362,7 +335,7 @@ fn make_readable(dir: &Path) -> Result<(), AppError> {
 }
 
 /// Packs the test-only enforcement probe binary into its own image (serial `probe`).
-pub fn pack_probe(binary: &Path, run_dir: &Path) -> Result<ImageMeasure, AppError> {
+pub fn pack_probe(binary: &Path, run_dir: &Path) -> Result<Image, AppError> {
     use std::os::unix::fs::PermissionsExt;
     let stage = run_dir.join("probe.stage");
     let _ = std::fs::remove_dir_all(&stage);
@@ -393,12 +366,7 @@ pub fn pack_probe(binary: &Path, run_dir: &Path) -> Result<ImageMeasure, AppErro
             message: String::from_utf8_lossy(&output.stderr).trim().to_owned(),
         });
     }
-    let bytes = std::fs::read(&image).map_err(read_error(&image))?;
-    Ok(ImageMeasure {
-        path: image,
-        sha256: hex::encode(Sha256::digest(&bytes)),
-        size: bytes.len() as u64,
-    })
+    Image::measure(image)
 }
 
 #[cfg(test)]

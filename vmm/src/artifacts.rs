@@ -71,7 +71,7 @@ pub struct Artifact {
     /// Whether its hash equals the pin.
     pub pinned: bool,
     /// How long hashing took.
-    pub hash_ms: u128,
+    pub hash_ms: u64,
 }
 
 /// Hashes a file.
@@ -128,6 +128,6 @@ pub fn resolve(
         sha256,
         size,
         pinned,
-        hash_ms: started.elapsed().as_millis(),
+        hash_ms: started.elapsed().as_millis() as u64,
     })
 }

@@ -1,7 +1,7 @@
 //! Machine code for the guest, compiled on the host.
 //!
 //! Under QEMU/TCG, Cranelift inside the guest is about 200× slower than on the host
-//! (notes/microvm-findings.md), so compiling every program at every boot would decide
+//! (docs/design/microvm-findings.md), so compiling every program at every boot would decide
 //! boot-to-first-answer. berm-vmm therefore compiles each program here, with exactly the
 //! engine settings the guest's bermd uses ([`berm::EngineConfig::vm`]: a fixed musl target
 //! and a baseline CPU feature set instead of this host's), and ships the code in the app's
@@ -92,10 +92,7 @@ pub fn precompiled(wasm: &[u8]) -> Result<Compiled, CodeError> {
         .precompile(wasm)
         .map_err(|e| CodeError::Compile(e.to_string()))?;
     std::fs::create_dir_all(&dir).map_err(cache_err(&dir))?;
-    // Write then rename, so a crash never leaves half a file under the final name.
-    let tmp = dir.join(format!(".{file_name}.{}", std::process::id()));
-    std::fs::write(&tmp, &compiled.bytes).map_err(cache_err(&tmp))?;
-    std::fs::rename(&tmp, &path).map_err(cache_err(&path))?;
+    berm_durable::write_atomic(&path, &compiled.bytes).map_err(cache_err(&path))?;
     Ok(Compiled {
         file_name,
         sha256: hex::encode(Sha256::digest(&compiled.bytes)),

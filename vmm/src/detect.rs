@@ -2,7 +2,7 @@
 //!
 //! libkrun needs hardware KVM. On machines whose `/dev/kvm` comes from `kvm_pvm`, a stock
 //! kernel boots only by emulation and faults at the guest's first user-space system call
-//! (notes/microvm-findings.md), so `auto` picks QEMU there: with KVM when QEMU can use
+//! (docs/design/microvm-findings.md), so `auto` picks QEMU there: with KVM when QEMU can use
 //! hardware KVM, otherwise TCG, and vhost-device-vsock for the guest's vsock.
 
 use std::path::{Path, PathBuf};
@@ -21,25 +21,8 @@ pub enum Requested {
     Qemu,
 }
 
-/// The backend that will run the VM.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Backend {
-    /// libkrun, linked into berm-vmm.
-    Krun,
-    /// QEMU + vhost-device-vsock, as child processes.
-    Qemu,
-}
-
-impl Backend {
-    /// The name used in lines and settings.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Krun => "krun",
-            Self::Qemu => "qemu",
-        }
-    }
-}
+/// The backend that will run the VM (named in lines as berm-vm-protocol says).
+pub use berm_vm_protocol::host::Backend;
 
 /// What this host offers.
 #[derive(Clone, Debug, Serialize)]

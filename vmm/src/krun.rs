@@ -13,29 +13,14 @@ use std::process::{Child, Command, Stdio};
 
 use serde::{Deserialize, Serialize};
 
+use crate::spec::VmSpec;
 use crate::sys;
 
 /// What the child is told; passed as one JSON argument.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct KrunConfig {
-    /// vCPUs.
-    pub cpus: u8,
-    /// Guest memory in MiB.
-    pub memory_mib: u32,
-    /// ELF vmlinux (already checked against the pin).
-    pub kernel: PathBuf,
-    /// The complete kernel command line.
-    pub cmdline: String,
-    /// Root disk.
-    pub rootfs: PathBuf,
-    /// State disk.
-    pub state: Option<PathBuf>,
-    /// Read-only disks after root and state: (serial, image).
-    pub disks: Vec<(String, PathBuf)>,
-    /// vsock port → Unix socket.
-    pub ports: Vec<(u32, PathBuf)>,
-    /// Console output file.
-    pub console: PathBuf,
+    /// The VM.
+    pub vm: VmSpec,
     /// The host sandbox the child applies to itself just before `krun_start_enter`
     /// (`None` with `--no-host-sandbox`).
     pub host_sandbox: Option<crate::sandbox::Policy>,
@@ -76,26 +61,7 @@ pub fn spawn(config: &KrunConfig, log: &std::path::Path) -> Result<Child, SpawnK
 
 /// The child's side: configure libkrun and enter the VM. Returns only on failure.
 pub fn enter(config: &KrunConfig) -> sys::KrunError {
-    let vm = sys::KrunVm {
-        cpus: config.cpus,
-        memory_mib: config.memory_mib,
-        kernel: &config.kernel,
-        cmdline: &config.cmdline,
-        rootfs: &config.rootfs,
-        state: config.state.as_deref(),
-        disks: config
-            .disks
-            .iter()
-            .map(|(serial, path)| (serial.as_str(), path.as_path()))
-            .collect(),
-        ports: config
-            .ports
-            .iter()
-            .map(|(port, path)| (*port, path.as_path()))
-            .collect(),
-        console: &config.console,
-    };
-    match sys::krun_enter(&vm) {
+    match sys::krun_enter(&config.vm) {
         Err(e) => e,
         Ok(never) => match never {},
     }

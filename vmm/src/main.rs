@@ -150,10 +150,12 @@ fn main() -> ExitCode {
                 Ok(outcome) => (outcome.status, outcome.summary),
                 Err(e) => (e.status(), format!("{:#}", anyhow::Error::new(e))),
             };
-            berm_vmm::report::line(
-                "exit",
-                serde_json::json!({"status": status.name(), "code": status.code(), "message": message}),
-            );
+            let exit = berm_vm_protocol::host::ExitLine {
+                status: status.name().into(),
+                code: status.code(),
+                message: message.clone(),
+            };
+            berm_vmm::report::line("exit", &exit);
             if status != ExitStatus::Clean {
                 eprintln!("berm-vmm: {message}");
             }

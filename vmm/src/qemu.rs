@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use crate::run_dir::RunDir;
 use crate::sandbox::{ChildReport, ChildSandbox, Policy, Role, SandboxError};
+use crate::spec::VmSpec;
 use crate::sys;
 
 /// QEMU's own seccomp sandbox for itself: no obsolete syscalls, no privilege changes, no
@@ -77,28 +78,16 @@ pub enum StartQemuError {
     },
 }
 
-/// What QEMU is told.
+/// What QEMU is told: the VM, and what only this backend needs.
 pub struct QemuVm<'a> {
+    /// The VM.
+    pub spec: &'a VmSpec,
     /// `qemu-system-x86_64`.
     pub qemu: &'a Path,
     /// `vhost-device-vsock`.
     pub vhost_device_vsock: &'a Path,
     /// `kvm` or `tcg`.
     pub accel: &'a str,
-    /// vCPUs.
-    pub cpus: u8,
-    /// Guest memory in MiB.
-    pub memory_mib: u32,
-    /// ELF vmlinux.
-    pub kernel: &'a Path,
-    /// The complete command line.
-    pub cmdline: &'a str,
-    /// Root disk.
-    pub rootfs: &'a Path,
-    /// State disk.
-    pub state: Option<&'a Path>,
-    /// Read-only disks after root and state: (serial, image).
-    pub disks: &'a [(String, PathBuf)],
     /// The run directory.
     pub run: &'a RunDir,
     /// How long a relayed connection waits for the guest to listen.
@@ -231,9 +220,10 @@ struct OptionValues {
 impl OptionValues {
     fn of(vm: &QemuVm<'_>) -> Result<Self, StartQemuError> {
         Ok(Self {
-            rootfs: qemu_value(vm.rootfs)?,
-            state: vm.state.map(qemu_value).transpose()?,
+            rootfs: qemu_value(&vm.spec.rootfs)?,
+            state: vm.spec.state.as_deref().map(qemu_value).transpose()?,
             disks: vm
+                .spec
                 .disks
                 .iter()
                 .map(|(_, image)| qemu_value(image))
@@ -243,10 +233,34 @@ impl OptionValues {
     }
 }
 
-/// Starts vhost-device-vsock, the relays, then QEMU.
+/// Starts vhost-device-vsock, binds the relays, then starts QEMU on a connection to
+/// vhost-device-vsock that berm-vmm opens for it.
 pub fn start(vm: &QemuVm<'_>) -> Result<QemuChildren, StartQemuError> {
-    let run = vm.run;
     let values = OptionValues::of(vm)?;
+    let mut sandboxes = Vec::new();
+    let mut vhost = start_vhost(vm, &mut sandboxes)?;
+    let started = bind_relays(vm).and_then(|relays| {
+        let qemu = start_qemu(vm, &values, &mut sandboxes)?;
+        Ok((relays, qemu))
+    });
+    match started {
+        Ok((relays, qemu)) => Ok(QemuChildren {
+            vhost,
+            qemu,
+            relays,
+            sandboxes,
+        }),
+        Err(e) => {
+            let _ = vhost.kill();
+            let _ = vhost.wait();
+            Err(e)
+        }
+    }
+}
+
+/// Starts vhost-device-vsock (confined to the run dir) and waits for its socket.
+fn start_vhost(vm: &QemuVm<'_>, sandboxes: &mut Vec<ChildReport>) -> Result<Child, StartQemuError> {
+    let run = vm.run;
     let (out, err) = log_stdio(&run.hypervisor_log, vm.vhost_device_vsock)?;
     let mut command = Command::new(vm.vhost_device_vsock);
     command
@@ -260,7 +274,6 @@ pub fn start(vm: &QemuVm<'_>) -> Result<QemuChildren, StartQemuError> {
         .stdout(out)
         .stderr(err);
     sys::kill_with_parent(&mut command);
-    let mut sandboxes = Vec::new();
     // vhost-device-vsock needs only its run-dir sockets.
     let vhost_policy = vm.sandbox.map(|_| {
         Policy {
@@ -275,7 +288,7 @@ pub fn start(vm: &QemuVm<'_>) -> Result<QemuChildren, StartQemuError> {
         vhost_policy,
         Role::VhostDeviceVsock,
         "",
-        &mut sandboxes,
+        sandboxes,
     )?;
     let mut vhost = command.spawn().map_err(|source| StartQemuError::Spawn {
         program: vm.vhost_device_vsock.to_owned(),
@@ -290,43 +303,77 @@ pub fn start(vm: &QemuVm<'_>) -> Result<QemuChildren, StartQemuError> {
         }
         std::thread::sleep(Duration::from_millis(5));
     }
+    Ok(vhost)
+}
 
-    let mut relays = vec![
-        (run.control.clone(), berm_vm_protocol::CONTROL_PORT),
-        (run.logs.clone(), berm_vm_protocol::LOGS_PORT),
-    ];
-    for (i, rpc) in run.rpc.iter().enumerate() {
-        relays.push((rpc.clone(), berm_vm_protocol::RPC_PORT_BASE + i as u32));
-    }
+/// Binds a listener on every socket of the VM's port plan; served later by [`Relays::serve`].
+fn bind_relays(vm: &QemuVm<'_>) -> Result<Relays, StartQemuError> {
     let mut listeners = Vec::new();
-    for (path, port) in relays {
-        let listener = UnixListener::bind(&path).map_err(|source| StartQemuError::Bind {
+    for (port, path) in &vm.spec.ports {
+        let listener = UnixListener::bind(path).map_err(|source| StartQemuError::Bind {
             path: path.clone(),
             source,
         })?;
-        listeners.push((listener, port));
+        listeners.push((listener, *port));
     }
-    let relays = Relays {
+    Ok(Relays {
         listeners,
-        uds: run.vsock.clone(),
-        console: run.console.clone(),
+        uds: vm.run.vsock.clone(),
+        console: vm.run.console.clone(),
         timeout: vm.connect_timeout,
-    };
+    })
+}
 
+/// Starts QEMU with [`qemu_args`] on an inherited connection to vhost-device-vsock, confined
+/// like berm-vmm (plus `/dev/kvm` under KVM).
+fn start_qemu(
+    vm: &QemuVm<'_>,
+    values: &OptionValues,
+    sandboxes: &mut Vec<ChildReport>,
+) -> Result<Child, StartQemuError> {
     // berm-vmm connects to vhost-device-vsock and hands QEMU the connected socket, so QEMU
     // itself never needs socket(2) or connect(2) (its allow list has neither).
-    let connected = match UnixStream::connect(&run.vhost) {
-        Ok(stream) => stream,
-        Err(source) => {
-            let _ = vhost.kill();
-            let _ = vhost.wait();
-            return Err(StartQemuError::Spawn {
-                program: vm.vhost_device_vsock.to_owned(),
-                source,
-            });
+    let connected = UnixStream::connect(&vm.run.vhost).map_err(|source| StartQemuError::Spawn {
+        program: vm.vhost_device_vsock.to_owned(),
+        source,
+    })?;
+    let (out, err) = log_stdio(&vm.run.hypervisor_log, vm.qemu)?;
+    let mut command = Command::new(vm.qemu);
+    command
+        .args(qemu_args(vm, values))
+        .stdin(Stdio::null())
+        .stdout(out)
+        .stderr(err);
+    sys::kill_with_parent(&mut command);
+    let vhost_fd = sys::pass_fd(&mut command, connected.into());
+    command.args(vhost_args(vhost_fd));
+    let qemu_policy = vm.sandbox.map(|base| {
+        let mut policy = base.for_program(vm.qemu);
+        if vm.accel == "kvm" {
+            policy.devices.push(PathBuf::from("/dev/kvm"));
         }
-    };
-    let memory = format!("{}M", vm.memory_mib);
+        policy
+    });
+    confine(
+        &mut command,
+        vm.qemu,
+        qemu_policy,
+        Role::Qemu,
+        &format!(" and -sandbox {QEMU_SANDBOX}"),
+        sandboxes,
+    )?;
+    command.spawn().map_err(|source| StartQemuError::Spawn {
+        program: vm.qemu.to_owned(),
+        source,
+    })
+}
+
+/// QEMU's command line for `vm` (before the inherited vhost-user device): a microvm machine
+/// without defaults, the kernel and its command line, every disk as virtio-blk (root first, so
+/// it is vda), the console on hvc0 into the run dir. Paths come escaped in `values`.
+fn qemu_args(vm: &QemuVm<'_>, values: &OptionValues) -> Vec<String> {
+    let spec = vm.spec;
+    let memory = format!("{}M", spec.memory_mib);
     let mut args: Vec<String> = vec![
         "-machine".into(),
         "microvm,acpi=off,memory-backend=mem".into(),
@@ -339,7 +386,7 @@ pub fn start(vm: &QemuVm<'_>) -> Result<QemuChildren, StartQemuError> {
             "max".into()
         },
         "-smp".into(),
-        vm.cpus.to_string(),
+        spec.cpus.to_string(),
         "-m".into(),
         memory.clone(),
         // vhost-user needs the guest memory shared with vhost-device-vsock.
@@ -355,9 +402,9 @@ pub fn start(vm: &QemuVm<'_>) -> Result<QemuChildren, StartQemuError> {
         "-device".into(),
         "i8042".into(),
         "-kernel".into(),
-        vm.kernel.display().to_string(),
+        spec.kernel.display().to_string(),
         "-append".into(),
-        vm.cmdline.into(),
+        spec.cmdline.clone(),
         // The first virtio-blk device is vda.
         "-drive".into(),
         format!(
@@ -375,7 +422,7 @@ pub fn start(vm: &QemuVm<'_>) -> Result<QemuChildren, StartQemuError> {
             "virtio-blk-device,drive=state,serial=state".into(),
         ]);
     }
-    for (i, ((serial, _), image)) in vm.disks.iter().zip(&values.disks).enumerate() {
+    for (i, ((serial, _), image)) in spec.disks.iter().zip(&values.disks).enumerate() {
         args.extend([
             "-drive".into(),
             format!("file={image},format=raw,if=none,id=disk{i},readonly=on"),
@@ -397,61 +444,17 @@ pub fn start(vm: &QemuVm<'_>) -> Result<QemuChildren, StartQemuError> {
     if vm.sandbox.is_some() {
         args.extend(["-sandbox".into(), QEMU_SANDBOX.into()]);
     }
-    let (out, err) = log_stdio(&run.hypervisor_log, vm.qemu)?;
-    let mut command = Command::new(vm.qemu);
-    command
-        .args(&args)
-        .stdin(Stdio::null())
-        .stdout(out)
-        .stderr(err);
-    sys::kill_with_parent(&mut command);
-    let vhost_fd = sys::pass_fd(&mut command, connected.into());
-    command.args(vhost_args(vhost_fd));
-    let qemu_policy = vm.sandbox.map(|base| {
-        let mut policy = base.for_program(vm.qemu);
-        if vm.accel == "kvm" {
-            policy.devices.push(PathBuf::from("/dev/kvm"));
-        }
-        policy
-    });
-    if let Err(e) = confine(
-        &mut command,
-        vm.qemu,
-        qemu_policy,
-        Role::Qemu,
-        &format!(" and -sandbox {QEMU_SANDBOX}"),
-        &mut sandboxes,
-    ) {
-        let _ = vhost.kill();
-        let _ = vhost.wait();
-        return Err(e);
-    }
-    match command.spawn() {
-        Ok(qemu) => Ok(QemuChildren {
-            vhost,
-            qemu,
-            relays,
-            sandboxes,
-        }),
-        Err(source) => {
-            let _ = vhost.kill();
-            let _ = vhost.wait();
-            Err(StartQemuError::Spawn {
-                program: vm.qemu.to_owned(),
-                source,
-            })
-        }
-    }
+    args
 }
 
-/// The console line berm-init writes once it listens on vsock (init/src/main.rs).
-pub const LISTENING_MARKER: &[u8] = b"berm-init: listening on vsock 1024 1025";
+/// The console line berm-init writes once it listens on vsock.
+pub const LISTENING_MARKER: &[u8] = berm_vm_protocol::host::LISTENING_MARKER.as_bytes();
 /// How much of the console is searched for the marker before giving up on it.
 const MARKER_SCAN_LIMIT: u64 = 4 << 20;
 
 /// Waits until the guest's console shows [`LISTENING_MARKER`], so no `CONNECT` reaches
 /// vhost-device-vsock while the guest's vsock device is still coming up (that can stall it;
-/// notes/microvm-findings.md). The marker only decides *when* to start connecting: if it
+/// docs/design/microvm-findings.md). The marker only decides *when* to start connecting: if it
 /// never comes (or the console grows past the scan limit), handshakes start anyway at the
 /// deadline's edge and simply fail like any unanswered connect.
 fn wait_for_listening(console: &Path, deadline: Instant) {

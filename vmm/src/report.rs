@@ -13,6 +13,8 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
+use berm_vm_protocol::host::{GUEST_SOURCE, HOST_SOURCE};
+use serde::Serialize;
 use serde_json::{Map, Value};
 
 /// The record file's name inside the run dir.
@@ -65,12 +67,16 @@ pub fn record_to(run_dir: &Path) -> Result<(), RecordError> {
     Ok(())
 }
 
-/// Writes one `{"source":"berm-vmm","event":EVENT,...fields}` line to stderr.
-pub fn line(event: &str, fields: Value) {
+/// Writes one `{"source":"berm-vmm","event":EVENT,...fields}` line to stderr; `fields` is one
+/// of the line types of [`berm_vm_protocol::host`] (or, for lines no reader parses, a JSON
+/// object).
+pub fn line(event: &str, fields: &impl Serialize) {
     let mut object = Map::new();
-    object.insert("source".into(), "berm-vmm".into());
+    object.insert("source".into(), HOST_SOURCE.into());
     object.insert("event".into(), event.into());
-    if let Value::Object(fields) = fields {
+    // The line types hold strings, numbers, booleans, lists and string-keyed maps: they
+    // serialize to an object.
+    if let Ok(Value::Object(fields)) = serde_json::to_value(fields) {
         object.extend(fields);
     }
     emit(Value::Object(object));
@@ -94,13 +100,13 @@ pub fn guest(line: &berm_vm_protocol::GuestLine) {
         if before <= cap {
             self::line(
                 "record_capped",
-                serde_json::json!({"guest_bytes": before, "cap": cap}),
+                &serde_json::json!({"guest_bytes": before, "cap": cap}),
             );
         }
         return;
     }
     let mut object = Map::new();
-    object.insert("source".into(), "berm-init".into());
+    object.insert("source".into(), GUEST_SOURCE.into());
     object.extend(fields);
     emit(Value::Object(object));
 }
@@ -119,5 +125,21 @@ fn emit(value: Value) {
         // A failed append cannot be reported anywhere better than the stderr line just
         // written; the record then lacks the line, which `berm attest` reports as missing.
         Record::File(file) => drop(file.write_all(text.as_bytes())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use berm_vm_protocol::host::HostSandboxLine;
+
+    #[test]
+    fn the_host_sandbox_report_reads_back_as_the_line_type() {
+        let report = crate::sandbox::Report::disabled("--no-host-sandbox");
+        let line: HostSandboxLine =
+            serde_json::from_value(serde_json::to_value(&report).unwrap()).unwrap();
+        assert!(!line.enabled);
+        assert_eq!(line.landlock.name(), report.landlock);
+        assert_eq!(line.seccomp, report.seccomp);
+        assert_eq!(line.reason.as_deref(), Some("--no-host-sandbox"));
     }
 }

@@ -6,29 +6,34 @@
 //! After boot berm-vmm holds its own control connection and decides its exit code from what
 //! the guest reported ([`ExitStatus`]), never from the hypervisor's exit code alone.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Child;
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
 use berm_pins::{ArtifactStore, KernelPins, ParsePinsError, RootfsPins};
 use berm_vm_protocol::client::{ConnectError, GuestConnection, ReceiveError};
-use berm_vm_protocol::{Event, GuestLine, Service};
+use berm_vm_protocol::host::{
+    GreetedLine, HypervisorLine, KernelMeasurement, MeasurementsLine, ProbeMeasurement,
+    RootfsMeasurement,
+};
+use berm_vm_protocol::{BootFailed, Event, GuestLine, PowerOff, Service};
 use serde_json::json;
 
 use crate::apps::{self, AppError};
 use crate::artifacts::{self, ArtifactError};
-use crate::detect::{Backend, DetectError, Detection, Requested};
+use crate::detect::{Backend, Choice, DetectError, Detection, Requested};
 use crate::exit::ExitStatus;
 use crate::krun::{self, KrunConfig, SpawnKrunError};
-use crate::qemu::{self, QemuVm, StartQemuError};
+use crate::qemu::{self, QemuVm, Relays, StartQemuError};
 use crate::report;
 use crate::run_dir::{RunDir, RunDirError};
 use crate::sandbox::{self, SandboxError};
 use crate::settings::{self, GuestSetting, SettingError};
+use crate::spec::{self, VmSpec};
 use crate::state::{self, StateError};
 
-/// Extra kernel words for libkrun on kvm_pvm (notes/microvm-findings.md): without them the
+/// Extra kernel words for libkrun on kvm_pvm (docs/design/microvm-findings.md): without them the
 /// kernel does not get far under PVM's emulation. Only ever added there, and reported.
 pub const PVM_CMDLINE: &str = "noxsave clearcpuid=popcnt,smap";
 
@@ -155,36 +160,93 @@ pub struct Outcome {
     pub summary: String,
 }
 
-/// Runs one VM to its end.
+/// Runs one VM to its end: a straight sequence of steps, each of which may refuse. Nothing
+/// that starts a hypervisor happens before the artifacts are checked against the pins and
+/// everything the guest will see is validated and written down.
 pub fn run(config: &RunConfig) -> Result<Outcome, RunError> {
+    check_bounds(config)?;
+    let artifacts = Artifacts::check(config)?;
+    let user_settings = user_settings(config)?;
+    let detection = Detection::probe();
+    let choice = detection.choose(config.hypervisor)?;
+    let guest = GuestSettings::new(config, user_settings, &artifacts, &detection, &choice)?;
+    let prepared = Prepared::new(config)?;
+    report_plan(config, &artifacts, &guest, &prepared, &detection, &choice);
+    let spec = VmSpec {
+        cpus: config.cpus,
+        memory_mib: config.memory_mib,
+        kernel: artifacts.kernel.path.clone(),
+        cmdline: guest.cmdline.clone(),
+        rootfs: artifacts.rootfs.path.clone(),
+        state: prepared.state.as_ref().map(|s| s.path.clone()),
+        disks: prepared.disks(),
+        ports: spec::ports(&prepared.run),
+        console: prepared.run.console.clone(),
+    };
+    let mut booted = boot(config, &spec, &choice, &detection, &prepared)?;
+    let outcome = supervise(
+        &prepared.run,
+        &mut booted.children,
+        config.boot_timeout,
+        booted.started,
+    );
+    // The hypervisor is gone: its sockets and the app images are of no further use.
+    if let Err(e) = prepared.run.clean_up() {
+        report::line("run_dir_cleanup", &json!({"error": e.to_string()}));
+    }
+    Ok(outcome)
+}
+
+/// Refuses vCPU and memory counts the guest kernel cannot take.
+fn check_bounds(config: &RunConfig) -> Result<(), RunError> {
     if !(1..=16).contains(&config.cpus) {
         return Err(RunError::Cpus(config.cpus));
     }
     if !(64..=16384).contains(&config.memory_mib) {
         return Err(RunError::Memory(config.memory_mib));
     }
+    Ok(())
+}
 
-    // 1. The artifacts, against the pins, before anything else.
-    let kernel_pins = KernelPins::compiled_in()?;
-    let rootfs_pins = RootfsPins::compiled_in()?;
-    let store = ArtifactStore::from_env();
-    let kernel = artifacts::resolve(
-        "kernel",
-        &kernel_pins.image,
-        config.kernel.as_deref(),
-        store.as_ref(),
-        ArtifactStore::kernel,
-    )?;
-    let rootfs = artifacts::resolve(
-        "rootfs",
-        &rootfs_pins.image,
-        config.rootfs.as_deref(),
-        store.as_ref(),
-        ArtifactStore::rootfs,
-    )?;
+/// The kernel and rootfs, hashed against the pins compiled into berm-vmm.
+struct Artifacts {
+    kernel_pins: KernelPins,
+    rootfs_pins: RootfsPins,
+    kernel: artifacts::Artifact,
+    rootfs: artifacts::Artifact,
+}
 
-    // 2. Everything that reaches the guest's command line.
-    let user_settings: Vec<GuestSetting> = config
+impl Artifacts {
+    fn check(config: &RunConfig) -> Result<Self, RunError> {
+        let kernel_pins = KernelPins::compiled_in()?;
+        let rootfs_pins = RootfsPins::compiled_in()?;
+        let store = ArtifactStore::from_env();
+        let kernel = artifacts::resolve(
+            "kernel",
+            &kernel_pins.image,
+            config.kernel.as_deref(),
+            store.as_ref(),
+            ArtifactStore::kernel,
+        )?;
+        let rootfs = artifacts::resolve(
+            "rootfs",
+            &rootfs_pins.image,
+            config.rootfs.as_deref(),
+            store.as_ref(),
+            ArtifactStore::rootfs,
+        )?;
+        Ok(Self {
+            kernel_pins,
+            rootfs_pins,
+            kernel,
+            rootfs,
+        })
+    }
+}
+
+/// The user's `--env` settings, checked, and the probe's app index.
+fn user_settings(config: &RunConfig) -> Result<Vec<GuestSetting>, RunError> {
+    let user_settings = config
         .env
         .iter()
         .map(|arg| GuestSetting::parse_user(arg))
@@ -192,195 +254,229 @@ pub fn run(config: &RunConfig) -> Result<Outcome, RunError> {
     if config.test_probe.is_some() && config.test_probe_app as usize >= config.apps.len() {
         return Err(RunError::ProbeApp(config.test_probe_app));
     }
-    let detection = Detection::probe();
-    let choice = detection.choose(config.hypervisor)?;
-    let mut settings = vec![GuestSetting::new("BERM_HYPERVISOR", choice.backend.name())?];
-    if !config.apps.is_empty() {
-        settings.push(GuestSetting::new(
-            "BERM_APPS",
-            &config.apps.len().to_string(),
-        )?);
-    }
-    if config.test_probe.is_some() {
-        settings.push(GuestSetting::new(
-            "BERM_PROBE",
-            &config.test_probe_app.to_string(),
-        )?);
-    }
-    if config.state.is_some() {
-        settings.push(GuestSetting::new("BERM_STATE", "vdb")?);
-    }
-    settings.extend(user_settings);
-    let pvm_words = choice.backend == Backend::Krun && detection.kvm_pvm;
-    let tcg_words = choice.backend == Backend::Qemu
-        && choice.accel == Some("tcg")
-        && !kernel_pins.tcg_cmdline.is_empty();
-    let pinned_cmdline = if pvm_words {
-        format!("{} {PVM_CMDLINE}", kernel_pins.cmdline)
-    } else if tcg_words {
-        // Pinned beside the command line, and accepted by `berm attest verify` only as
-        // exactly these words in this place.
-        format!("{} {}", kernel_pins.cmdline, kernel_pins.tcg_cmdline)
-    } else {
-        kernel_pins.cmdline.clone()
-    };
-    let cmdline = settings::command_line(&pinned_cmdline, &settings)?;
+    Ok(user_settings)
+}
 
-    // 3. The run dir and the state disk.
-    let run = match &config.run_dir {
-        Some(dir) => RunDir::prepare(dir, config.apps.len())?,
-        None => RunDir::create(config.apps.len())?,
-    };
-    report::record_to(&run.dir)?;
-    let state = config.state.as_deref().map(state::prepare).transpose()?;
-    let apps = apps::prepare(&config.apps, &run.dir)?;
-    let probe = config
-        .test_probe
-        .as_deref()
-        .map(|binary| apps::pack_probe(binary, &run.dir))
-        .transpose()?;
-    // Read-only disks after root (and state): one per app, then the probe. The guest finds
-    // each by its serial, not by its position.
-    let mut disks: Vec<(String, PathBuf)> = apps
-        .iter()
-        .map(|a| (format!("app-{}", a.index), a.image.path.clone()))
-        .collect();
-    if let Some(probe) = &probe {
-        disks.push(("probe".into(), probe.path.clone()));
+/// Everything that reaches the guest's command line, validated.
+struct GuestSettings {
+    settings: Vec<GuestSetting>,
+    pvm_words: bool,
+    cmdline: String,
+}
+
+impl GuestSettings {
+    /// berm-vmm's own settings, then the user's, then the command line they make.
+    fn new(
+        config: &RunConfig,
+        user_settings: Vec<GuestSetting>,
+        artifacts: &Artifacts,
+        detection: &Detection,
+        choice: &Choice,
+    ) -> Result<Self, RunError> {
+        let mut settings = vec![GuestSetting::new("BERM_HYPERVISOR", choice.backend.name())?];
+        if !config.apps.is_empty() {
+            settings.push(GuestSetting::new(
+                "BERM_APPS",
+                &config.apps.len().to_string(),
+            )?);
+        }
+        if config.test_probe.is_some() {
+            settings.push(GuestSetting::new(
+                "BERM_PROBE",
+                &config.test_probe_app.to_string(),
+            )?);
+        }
+        if config.state.is_some() {
+            settings.push(GuestSetting::new("BERM_STATE", "vdb")?);
+        }
+        settings.extend(user_settings);
+        let pinned = &artifacts.kernel_pins.cmdline;
+        let tcg = &artifacts.kernel_pins.tcg_cmdline;
+        let pvm_words = choice.backend == Backend::Krun && detection.kvm_pvm;
+        let tcg_words =
+            choice.backend == Backend::Qemu && choice.accel == Some("tcg") && !tcg.is_empty();
+        let pinned_cmdline = if pvm_words {
+            format!("{pinned} {PVM_CMDLINE}")
+        } else if tcg_words {
+            // Pinned beside the command line, and accepted by `berm attest verify` only as
+            // exactly these words in this place.
+            format!("{pinned} {tcg}")
+        } else {
+            pinned.clone()
+        };
+        let cmdline = settings::command_line(&pinned_cmdline, &settings)?;
+        Ok(Self {
+            settings,
+            pvm_words,
+            cmdline,
+        })
+    }
+}
+
+/// The run dir, the state disk and the app (and probe) images, ready to attach.
+struct Prepared {
+    run: RunDir,
+    state: Option<state::StateDisk>,
+    apps: Vec<apps::App>,
+    probe: Option<apps::Image>,
+}
+
+impl Prepared {
+    fn new(config: &RunConfig) -> Result<Self, RunError> {
+        let run = match &config.run_dir {
+            Some(dir) => RunDir::prepare(dir, config.apps.len())?,
+            None => RunDir::create(config.apps.len())?,
+        };
+        report::record_to(&run.dir)?;
+        let state = config.state.as_deref().map(state::prepare).transpose()?;
+        let apps = apps::prepare(&config.apps, &run.dir)?;
+        let probe = config
+            .test_probe
+            .as_deref()
+            .map(|binary| apps::pack_probe(binary, &run.dir))
+            .transpose()?;
+        Ok(Self {
+            run,
+            state,
+            apps,
+            probe,
+        })
     }
 
-    // 4. Say what is about to boot.
+    /// Read-only disks after root (and state): one per app, then the probe. The guest finds
+    /// each by its serial, not by its position.
+    fn disks(&self) -> Vec<(String, PathBuf)> {
+        let mut disks: Vec<(String, PathBuf)> = self
+            .apps
+            .iter()
+            .map(|a| (format!("app-{}", a.index()), a.image.clone()))
+            .collect();
+        if let Some(probe) = &self.probe {
+            disks.push(("probe".into(), probe.path.clone()));
+        }
+        disks
+    }
+}
+
+/// Says what is about to boot: the `hypervisor`, `endpoints`, `vm_config` and `measurements`
+/// lines, all before the hypervisor starts.
+fn report_plan(
+    config: &RunConfig,
+    artifacts: &Artifacts,
+    guest: &GuestSettings,
+    prepared: &Prepared,
+    detection: &Detection,
+    choice: &Choice,
+) {
+    let (run, apps) = (&prepared.run, &prepared.apps);
     report::line(
         "hypervisor",
-        json!({"chosen": choice.backend, "accel": choice.accel, "reason": choice.reason}),
+        &HypervisorLine {
+            chosen: choice.backend,
+            accel: choice.accel.map(str::to_owned),
+            reason: choice.reason.clone(),
+        },
     );
     report::line(
         "endpoints",
-        json!({
+        &json!({
             "run_dir": run.dir, "control": run.control, "logs": run.logs, "console": run.console,
             "hypervisor_log": run.hypervisor_log,
             "rpc": apps.iter().map(|app| json!({
-                "index": app.index, "name": app.name, "app": app.path, "port": berm_vm_protocol::RPC_PORT_BASE + app.index as u32,
-                "socket": run.rpc[app.index],
+                "index": app.index(), "name": app.measured.name, "app": app.measured.path,
+                "port": berm_vm_protocol::RPC_PORT_BASE + app.measured.index,
+                "socket": run.rpc[app.index()],
             })).collect::<Vec<_>>(),
         }),
     );
     report::line(
         "vm_config",
-        json!({
+        &json!({
             "hypervisor": {"chosen": choice.backend, "accel": choice.accel, "reason": choice.reason, "requested": config.hypervisor},
             "detection": detection, "cpus": config.cpus, "memory_mib": config.memory_mib,
-            "settings": settings.iter().map(|s| format!("{}={}", s.name(), s.value())).collect::<Vec<_>>(),
-            "pvm_cmdline": pvm_words.then_some(PVM_CMDLINE),
+            "settings": guest.settings.iter().map(|s| format!("{}={}", s.name(), s.value())).collect::<Vec<_>>(),
+            "pvm_cmdline": guest.pvm_words.then_some(PVM_CMDLINE),
             "boot_timeout_ms": config.boot_timeout.as_millis(),
         }),
     );
     report::line(
         "measurements",
-        json!({
-            "kernel": {"sha256": kernel.sha256, "size": kernel.size, "pinned": kernel.pinned, "path": kernel.path,
-                       "linux": kernel_pins.linux, "config_sha256": kernel_pins.config_sha256.as_str(),
-                       "cmdline": cmdline, "hash_ms": kernel.hash_ms},
-            "rootfs": {"sha256": rootfs.sha256, "size": rootfs.size, "pinned": rootfs.pinned, "path": rootfs.path,
-                       "fstype": rootfs_pins.fstype, "read_only": true, "hash_ms": rootfs.hash_ms},
-            "state": state,
-            "apps": apps.iter().map(|a| json!({
-                "index": a.index, "name": a.name, "path": a.path, "sha256": a.sha256, "files": a.files,
-                "programs": a.programs, "code": a.code,
-                "image": {"sha256": a.image.sha256, "size": a.image.size},
-                "limits": a.limits,
-                "uid": berm_vm_protocol::APP_UID_BASE + a.index as u32,
-            })).collect::<Vec<_>>(),
-            "test_probe": probe.as_ref().map(|p| json!({
-                "image": {"sha256": p.sha256, "size": p.size}, "app": config.test_probe_app,
-            })),
-        }),
+        &measurements(config, artifacts, guest, prepared),
     );
+}
 
-    // 5. Boot.
-    let host_sandbox = config.host_sandbox;
-    let mut ports = vec![
-        (berm_vm_protocol::CONTROL_PORT, run.control.clone()),
-        (berm_vm_protocol::LOGS_PORT, run.logs.clone()),
-    ];
-    for (i, rpc) in run.rpc.iter().enumerate() {
-        ports.push((berm_vm_protocol::RPC_PORT_BASE + i as u32, rpc.clone()));
+/// The `measurements` line.
+fn measurements(
+    config: &RunConfig,
+    artifacts: &Artifacts,
+    guest: &GuestSettings,
+    prepared: &Prepared,
+) -> MeasurementsLine {
+    let (kernel, rootfs) = (&artifacts.kernel, &artifacts.rootfs);
+    MeasurementsLine {
+        kernel: KernelMeasurement {
+            sha256: kernel.sha256.clone(),
+            size: kernel.size,
+            pinned: kernel.pinned,
+            path: kernel.path.clone(),
+            linux: artifacts.kernel_pins.linux.clone(),
+            config_sha256: artifacts.kernel_pins.config_sha256.as_str().to_owned(),
+            cmdline: guest.cmdline.clone(),
+            hash_ms: kernel.hash_ms,
+        },
+        rootfs: RootfsMeasurement {
+            sha256: rootfs.sha256.clone(),
+            size: rootfs.size,
+            pinned: rootfs.pinned,
+            path: rootfs.path.clone(),
+            fstype: artifacts.rootfs_pins.fstype.clone(),
+            read_only: true,
+            hash_ms: rootfs.hash_ms,
+        },
+        state: prepared.state.clone(),
+        apps: prepared.apps.iter().map(|a| a.measured.clone()).collect(),
+        test_probe: prepared.probe.as_ref().map(|p| ProbeMeasurement {
+            image: p.measured.clone(),
+            app: config.test_probe_app,
+        }),
     }
+}
+
+/// The hypervisor's processes, and when they started.
+struct Booted {
+    children: Vec<Child>,
+    started: Instant,
+}
+
+/// Starts the hypervisor on `spec`, then confines berm-vmm itself and starts serving.
+fn boot(
+    config: &RunConfig,
+    spec: &VmSpec,
+    choice: &Choice,
+    detection: &Detection,
+    prepared: &Prepared,
+) -> Result<Booted, RunError> {
+    let run = &prepared.run;
     // What the host sandbox grants: the artifacts and shares to read, the run dir and the
     // state disk to write; the libkrun child also gets /dev/kvm.
     let policy = sandbox::Policy {
-        read: [kernel.path.clone(), rootfs.path.clone()]
+        read: [spec.kernel.clone(), spec.rootfs.clone()]
             .into_iter()
-            .chain(apps.iter().map(|a| a.path.clone()))
+            .chain(prepared.apps.iter().map(|a| a.measured.path.clone()))
             .collect(),
         read_write: std::iter::once(run.dir.clone())
-            .chain(state.as_ref().map(|s| s.path.clone()))
+            .chain(spec.state.clone())
             .collect(),
         ..sandbox::Policy::default()
     };
-    let mut relays = None;
-    let mut child_sandboxes = Vec::new();
     let started = Instant::now();
-    let mut children = match choice.backend {
-        Backend::Krun => {
-            let config = KrunConfig {
-                cpus: config.cpus,
-                memory_mib: config.memory_mib,
-                kernel: kernel.path.clone(),
-                cmdline: cmdline.clone(),
-                rootfs: rootfs.path.clone(),
-                state: state.as_ref().map(|s| s.path.clone()),
-                disks: disks.clone(),
-                ports,
-                console: run.console.clone(),
-                host_sandbox: host_sandbox.then(|| sandbox::Policy {
-                    devices: vec![PathBuf::from("/dev/kvm")],
-                    ..policy.clone()
-                }),
-            };
-            if let Some(policy) = &config.host_sandbox {
-                child_sandboxes.push(sandbox::ChildReport {
-                    program: PathBuf::from("berm-vmm krun-enter"),
-                    landlock: "fully_enforced",
-                    seccomp: format!("allow_list {}", sandbox::Role::KrunEnter.name()),
-                    policy_sha256: policy.sha256(sandbox::Role::KrunEnter),
-                });
-            }
-            vec![krun::spawn(&config, &run.hypervisor_log)?]
-        }
-        Backend::Qemu => {
-            // Cannot be None: choose() returned Qemu only with both programs present.
-            let (Some(qemu), Some(vhost)) = (&detection.qemu, &detection.vhost_device_vsock) else {
-                return Err(
-                    DetectError::NoneUsable("QEMU or vhost-device-vsock vanished".into()).into(),
-                );
-            };
-            let vm = QemuVm {
-                qemu,
-                vhost_device_vsock: vhost,
-                accel: choice.accel.unwrap_or("tcg"),
-                cpus: config.cpus,
-                memory_mib: config.memory_mib,
-                kernel: &kernel.path,
-                cmdline: &cmdline,
-                rootfs: &rootfs.path,
-                state: state.as_ref().map(|s| s.path.as_path()),
-                disks: &disks,
-                run: &run,
-                connect_timeout: config.boot_timeout,
-                sandbox: host_sandbox.then_some(&policy),
-            };
-            let children = qemu::start(&vm)?;
-            relays = Some(children.relays);
-            child_sandboxes = children.sandboxes;
-            // The VM is QEMU; vhost-device-vsock is its helper and is stopped after it.
-            vec![children.qemu, children.vhost]
-        }
+    let (mut children, relays, child_sandboxes) = match choice.backend {
+        Backend::Krun => start_krun(config, spec, run, &policy)?,
+        Backend::Qemu => start_qemu(config, spec, choice, detection, run, &policy)?,
     };
-
-    // 6. berm-vmm confines itself: the hypervisor is started, nothing of the guest's has been
+    // berm-vmm confines itself: the hypervisor is started, nothing of the guest's has been
     // served yet, and the process is still single-threaded (the relays start after this).
-    let mut confined = if host_sandbox {
+    let mut confined = if config.host_sandbox {
         let pids: Vec<u32> = children.iter().map(Child::id).collect();
         sandbox::confine(&policy, sandbox::Role::Vmm, &pids).inspect_err(|_| stop(&mut children))?
     } else {
@@ -394,25 +490,80 @@ pub fn run(config: &RunConfig) -> Result<Outcome, RunError> {
             ..child
         })
         .collect();
-    report::line(
-        "host_sandbox",
-        serde_json::to_value(&confined).unwrap_or_default(),
-    );
+    report::line("host_sandbox", &confined);
     if let Some(outside) = &config.sandbox_probe {
         report::line(
             "host_sandbox_probe",
-            sandbox::probe(outside, &kernel.path, &run.dir),
+            &sandbox::probe(outside, &spec.kernel, &run.dir),
         );
     }
     if let Some(relays) = relays {
         relays.serve();
     }
-    let outcome = supervise(&run, &mut children, config.boot_timeout, started);
-    // The hypervisor is gone: its sockets and the app images are of no further use.
-    if let Err(e) = run.clean_up() {
-        report::line("run_dir_cleanup", json!({"error": e.to_string()}));
-    }
-    Ok(outcome)
+    Ok(Booted { children, started })
+}
+
+/// What a backend started: its processes (the VM first), the relays to serve once confined
+/// (QEMU only) and how each child is confined.
+type Started = (Vec<Child>, Option<Relays>, Vec<sandbox::ChildReport>);
+
+/// The libkrun child: berm-vmm itself, re-executed, confined to `policy` plus `/dev/kvm`.
+fn start_krun(
+    config: &RunConfig,
+    spec: &VmSpec,
+    run: &RunDir,
+    policy: &sandbox::Policy,
+) -> Result<Started, RunError> {
+    let krun_config = KrunConfig {
+        vm: spec.clone(),
+        host_sandbox: config.host_sandbox.then(|| sandbox::Policy {
+            devices: vec![PathBuf::from("/dev/kvm")],
+            ..policy.clone()
+        }),
+    };
+    let sandboxes = krun_config
+        .host_sandbox
+        .iter()
+        .map(|policy| sandbox::ChildReport {
+            program: PathBuf::from("berm-vmm krun-enter"),
+            landlock: "fully_enforced",
+            seccomp: format!("allow_list {}", sandbox::Role::KrunEnter.name()),
+            policy_sha256: policy.sha256(sandbox::Role::KrunEnter),
+        })
+        .collect();
+    let child = krun::spawn(&krun_config, &run.hypervisor_log)?;
+    Ok((vec![child], None, sandboxes))
+}
+
+/// QEMU and its helper vhost-device-vsock, each confined to what it needs.
+fn start_qemu(
+    config: &RunConfig,
+    spec: &VmSpec,
+    choice: &Choice,
+    detection: &Detection,
+    run: &RunDir,
+    policy: &sandbox::Policy,
+) -> Result<Started, RunError> {
+    // Cannot be None: choose() returned Qemu only with both programs present.
+    let (Some(qemu), Some(vhost)) = (&detection.qemu, &detection.vhost_device_vsock) else {
+        return Err(DetectError::NoneUsable("QEMU or vhost-device-vsock vanished".into()).into());
+    };
+    let vm = QemuVm {
+        spec,
+        qemu,
+        vhost_device_vsock: vhost,
+        accel: choice.accel.unwrap_or("tcg"),
+        run,
+        connect_timeout: config.boot_timeout,
+        sandbox: config.host_sandbox.then_some(policy),
+    };
+    let children = qemu::start(&vm)?;
+    // The VM is QEMU; vhost-device-vsock is its helper and is stopped after it.
+    Ok((
+        vec![children.qemu, children.vhost],
+        Some(children.relays),
+        children.sandboxes,
+    ))
 }
 
 enum Watch {
@@ -422,6 +573,67 @@ enum Watch {
     Ended(String),
 }
 
+/// What the supervisor has learned from the control stream so far.
+#[derive(Default)]
+struct Seen {
+    greeted: bool,
+    power_off: Option<PowerOff>,
+    power_off_at: Option<Instant>,
+    boot_failed: Option<BootFailed>,
+    watch_problem: Option<String>,
+}
+
+impl Seen {
+    /// Takes one guest line: relays it into the record and keeps what decides the verdict.
+    fn line(&mut self, line: GuestLine) {
+        report::guest(&line);
+        match line.event {
+            Event::BootFailed(failed) => self.boot_failed = Some(failed),
+            Event::PowerOff(off) => {
+                self.power_off = Some(off);
+                self.power_off_at = Some(Instant::now());
+            }
+            _ => {}
+        }
+    }
+
+    /// The verdict once the VM has ended.
+    fn verdict(self, hypervisor_exit: std::process::ExitStatus, console: &Path) -> Outcome {
+        match (self.power_off, self.boot_failed) {
+            (Some(off), _) if off.exit_code == 0 => finish(
+                ExitStatus::Clean,
+                format!("the guest powered off ({})", off.reason),
+            ),
+            (Some(off), Some(failed)) => finish(
+                ExitStatus::BootFailed,
+                format!(
+                    "the guest's boot failed at {}: {} (guest exit code {})",
+                    failed.step, failed.message, off.exit_code
+                ),
+            ),
+            (Some(off), None) => finish(
+                ExitStatus::GuestError,
+                format!(
+                    "the guest powered off with exit code {} ({})",
+                    off.exit_code, off.reason
+                ),
+            ),
+            (None, _) => {
+                let why = self
+                    .watch_problem
+                    .unwrap_or_else(|| "no power_off line".into());
+                finish(
+                    ExitStatus::Crashed,
+                    format!(
+                        "the VM ended ({hypervisor_exit}) without power_off: {why}; see {}",
+                        console.display()
+                    ),
+                )
+            }
+        }
+    }
+}
+
 /// Watches the control stream and the hypervisor until the VM ends.
 fn supervise(
     run: &RunDir,
@@ -429,7 +641,6 @@ fn supervise(
     boot_timeout: Duration,
     started: Instant,
 ) -> Outcome {
-    let (tx, rx) = mpsc::channel();
     let logs = run.logs.clone();
     let guest_log = run.dir.join("guest.log");
     std::thread::spawn(move || pump_logs(&logs, &guest_log, started + boot_timeout));
@@ -437,13 +648,66 @@ fn supervise(
     std::thread::spawn(move || {
         crate::log_cap::watch_console(&console, crate::log_cap::CONSOLE_LOG_CAP)
     });
-    let control = run.control.clone();
+    let rx = watch_control(run.control.clone(), started + boot_timeout);
+    let mut seen = Seen::default();
+    let mut stop_signal_at: Option<Instant> = None;
+    let hypervisor_exit = loop {
+        match rx.recv_timeout(Duration::from_millis(20)) {
+            Ok(Watch::Greeted(line)) => {
+                seen.greeted = true;
+                report::line(
+                    "guest_greeted",
+                    &GreetedLine {
+                        after_ms: started.elapsed().as_millis() as u64,
+                        boot_id: line.boot_id,
+                    },
+                );
+            }
+            Ok(Watch::Line(line)) => seen.line(line),
+            Ok(Watch::ConnectFailed(e)) => return not_greeted(run, children, &e),
+            Ok(Watch::Ended(message)) => seen.watch_problem = Some(message),
+            Err(RecvTimeoutError::Timeout) | Err(RecvTimeoutError::Disconnected) => {}
+        }
+        if let Ok(Some(status)) = children[0].try_wait() {
+            break status;
+        }
+        if crate::sys::stop_requested() && stop_signal_at.is_none() {
+            stop_signal_at = Some(Instant::now());
+            request_shutdown(run.control.clone());
+        }
+        if stop_signal_at.is_some_and(|at| at.elapsed() > STOP_GRACE) {
+            let _ = children[0].kill();
+        }
+        if seen
+            .power_off_at
+            .is_some_and(|at| at.elapsed() > RESET_GRACE)
+        {
+            let _ = children[0].kill();
+        }
+    };
+    // Lines can still be in flight when the hypervisor is gone.
+    let deadline = Instant::now() + DRAIN;
+    while seen.power_off.is_none() && seen.watch_problem.is_none() && seen.greeted {
+        match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok(Watch::Line(line)) => seen.line(line),
+            Ok(Watch::Ended(message)) => seen.watch_problem = Some(message),
+            Ok(_) => {}
+            Err(_) => break,
+        }
+    }
+    stop(children);
+    seen.verdict(hypervisor_exit, &run.console)
+}
+
+/// Holds berm-vmm's own control connection on a thread of its own and passes on what it
+/// reads, until `power_off` (after which closing tells berm-init the line arrived).
+fn watch_control(control: PathBuf, deadline: Instant) -> mpsc::Receiver<Watch> {
+    let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
-        let mut conn =
-            match GuestConnection::connect(&control, Service::Control, started + boot_timeout) {
-                Ok(conn) => conn,
-                Err(e) => return drop(tx.send(Watch::ConnectFailed(e))),
-            };
+        let mut conn = match GuestConnection::connect(&control, Service::Control, deadline) {
+            Ok(conn) => conn,
+            Err(e) => return drop(tx.send(Watch::ConnectFailed(e))),
+        };
         let _ = tx.send(Watch::Greeted(conn.greeting().clone()));
         loop {
             match conn.receive(Instant::now() + Duration::from_secs(3600)) {
@@ -466,128 +730,41 @@ fn supervise(
             }
         }
     });
+    rx
+}
 
-    let mut greeted = false;
-    let mut power_off = None;
-    let mut boot_failed = None;
-    let mut power_off_at = None;
-    let mut watch_problem = None;
-    let mut stop_signal_at: Option<Instant> = None;
-    let hypervisor_exit = loop {
-        match rx.recv_timeout(Duration::from_millis(20)) {
-            Ok(Watch::Greeted(line)) => {
-                greeted = true;
-                report::line(
-                    "guest_greeted",
-                    json!({"after_ms": started.elapsed().as_millis(), "boot_id": line.boot_id}),
-                );
-            }
-            Ok(Watch::Line(line)) => {
-                report::guest(&line);
-                match &line.event {
-                    Event::BootFailed(failed) => boot_failed = Some(failed.clone()),
-                    Event::PowerOff(off) => {
-                        power_off = Some(off.clone());
-                        power_off_at = Some(Instant::now());
-                    }
-                    _ => {}
-                }
-            }
-            Ok(Watch::ConnectFailed(e)) => {
-                let exited = children[0].try_wait().ok().flatten();
-                stop(children);
-                return match exited {
-                    Some(status) => finish(
-                        ExitStatus::Crashed,
-                        format!(
-                            "the VM ended before the guest greeted ({status}); see {}",
-                            run.console.display()
-                        ),
-                    ),
-                    None => finish(
-                        ExitStatus::BootTimeout,
-                        format!("{e}; see {}", run.console.display()),
-                    ),
-                };
-            }
-            Ok(Watch::Ended(message)) => watch_problem = Some(message),
-            Err(RecvTimeoutError::Timeout) | Err(RecvTimeoutError::Disconnected) => {}
-        }
-        if let Ok(Some(status)) = children[0].try_wait() {
-            break status;
-        }
-        if crate::sys::stop_requested() && stop_signal_at.is_none() {
-            // A stop signal: ask the guest to shut down in order, on a connection of its own
-            // (the watcher's is busy reading); kill the VM if that does not end it in time.
-            stop_signal_at = Some(Instant::now());
-            report::line("stop_signal", json!({"action": "shutdown requested"}));
-            let control = run.control.clone();
-            std::thread::spawn(move || {
-                let deadline = Instant::now() + Duration::from_secs(2);
-                if let Ok(mut conn) = GuestConnection::connect(&control, Service::Control, deadline)
-                {
-                    let _ = conn.send(berm_vm_protocol::Request::Shutdown, deadline);
-                    let _ = conn.wait_for(deadline + STOP_GRACE, |l| {
-                        matches!(l.event, Event::PowerOff(_))
-                    });
-                }
+/// The guest never greeted: a VM that already ended crashed, one still running timed out.
+fn not_greeted(run: &RunDir, children: &mut [Child], error: &ConnectError) -> Outcome {
+    let exited = children[0].try_wait().ok().flatten();
+    stop(children);
+    match exited {
+        Some(status) => finish(
+            ExitStatus::Crashed,
+            format!(
+                "the VM ended before the guest greeted ({status}); see {}",
+                run.console.display()
+            ),
+        ),
+        None => finish(
+            ExitStatus::BootTimeout,
+            format!("{error}; see {}", run.console.display()),
+        ),
+    }
+}
+
+/// A stop signal: asks the guest to shut down in order, on a connection of its own (the
+/// watcher's is busy reading); the supervisor kills the VM if that does not end it in time.
+fn request_shutdown(control: PathBuf) {
+    report::line("stop_signal", &json!({"action": "shutdown requested"}));
+    std::thread::spawn(move || {
+        let deadline = Instant::now() + Duration::from_secs(2);
+        if let Ok(mut conn) = GuestConnection::connect(&control, Service::Control, deadline) {
+            let _ = conn.send(berm_vm_protocol::Request::Shutdown, deadline);
+            let _ = conn.wait_for(deadline + STOP_GRACE, |l| {
+                matches!(l.event, Event::PowerOff(_))
             });
         }
-        if stop_signal_at.is_some_and(|at| at.elapsed() > STOP_GRACE) {
-            let _ = children[0].kill();
-        }
-        if power_off_at.is_some_and(|at| at.elapsed() > RESET_GRACE) {
-            let _ = children[0].kill();
-        }
-    };
-    // Lines can still be in flight when the hypervisor is gone.
-    let deadline = Instant::now() + DRAIN;
-    while power_off.is_none() && watch_problem.is_none() && greeted {
-        match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-            Ok(Watch::Line(line)) => {
-                report::guest(&line);
-                match line.event {
-                    Event::BootFailed(failed) => boot_failed = Some(failed),
-                    Event::PowerOff(off) => power_off = Some(off),
-                    _ => {}
-                }
-            }
-            Ok(Watch::Ended(message)) => watch_problem = Some(message),
-            Ok(_) => {}
-            Err(_) => break,
-        }
-    }
-    stop(children);
-    match (power_off, boot_failed) {
-        (Some(off), _) if off.exit_code == 0 => finish(
-            ExitStatus::Clean,
-            format!("the guest powered off ({})", off.reason),
-        ),
-        (Some(off), Some(failed)) => finish(
-            ExitStatus::BootFailed,
-            format!(
-                "the guest's boot failed at {}: {} (guest exit code {})",
-                failed.step, failed.message, off.exit_code
-            ),
-        ),
-        (Some(off), None) => finish(
-            ExitStatus::GuestError,
-            format!(
-                "the guest powered off with exit code {} ({})",
-                off.exit_code, off.reason
-            ),
-        ),
-        (None, _) => {
-            let why = watch_problem.unwrap_or_else(|| "no power_off line".into());
-            finish(
-                ExitStatus::Crashed,
-                format!(
-                    "the VM ended ({hypervisor_exit}) without power_off: {why}; see {}",
-                    run.console.display()
-                ),
-            )
-        }
-    }
+    });
 }
 
 /// Keeps the guest's log port (berm-init's own lines and every app's bermd output) in

@@ -14,7 +14,6 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use crate::sys;
@@ -79,26 +78,8 @@ pub enum StateError {
     },
 }
 
-/// The state disk as measured.
-#[derive(Clone, Debug, Serialize)]
-pub struct StateDisk {
-    /// Where it is.
-    pub path: PathBuf,
-    /// Its size.
-    pub size_bytes: u64,
-    /// Whether berm-vmm created the file on this run.
-    pub created: bool,
-    /// Whether berm-vmm formatted it on this run (new or blank).
-    pub formatted: bool,
-    /// Bytes of zero tail put back because the file was shorter than its filesystem.
-    pub restored_bytes: u64,
-    /// sha256 over the per-MiB chunk hashes.
-    pub chunked_sha256: String,
-    /// Bytes actually read (data extents).
-    pub hashed_bytes: u64,
-    /// How long the digest took.
-    pub hash_ms: u128,
-}
+/// The state disk as measured (the measurement line's own type).
+pub use berm_vm_protocol::host::StateMeasurement as StateDisk;
 
 /// Smallest disk berm-vmm formats.
 const MIN_SIZE: u64 = 16 << 20;
@@ -189,7 +170,7 @@ pub fn prepare(path: &Path) -> Result<StateDisk, StateError> {
 
 /// sha256 over per-MiB chunk hashes, reading only chunks with data: (size, digest, bytes
 /// read, milliseconds).
-fn digest(path: &Path) -> Result<(u64, String, u64, u128), StateError> {
+fn digest(path: &Path) -> Result<(u64, String, u64, u64), StateError> {
     let io = |source| StateError::Io {
         path: path.to_owned(),
         source,
@@ -220,7 +201,7 @@ fn digest(path: &Path) -> Result<(u64, String, u64, u128), StateError> {
         size_bytes,
         hex::encode(outer.finalize()),
         hashed_bytes,
-        started.elapsed().as_millis(),
+        started.elapsed().as_millis() as u64,
     ))
 }
 

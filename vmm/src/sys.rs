@@ -11,6 +11,8 @@ use std::path::Path;
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use crate::spec::VmSpec;
+
 /// Set by SIGTERM, SIGINT or SIGHUP once [`catch_stop_signals`] ran.
 static STOP_REQUESTED: AtomicBool = AtomicBool::new(false);
 
@@ -174,28 +176,6 @@ pub fn next_data(file: &File, offset: u64) -> io::Result<Option<u64>> {
     Ok(Some(ret as u64))
 }
 
-/// Everything libkrun is told, in the order it is told.
-pub struct KrunVm<'a> {
-    /// vCPUs.
-    pub cpus: u8,
-    /// Guest memory in MiB.
-    pub memory_mib: u32,
-    /// ELF vmlinux.
-    pub kernel: &'a Path,
-    /// The complete command line (replaces libkrun's default).
-    pub cmdline: &'a str,
-    /// Read-only root disk (vda).
-    pub rootfs: &'a Path,
-    /// Optional state disk (vdb).
-    pub state: Option<&'a Path>,
-    /// Read-only disks after those: (serial, image); the guest finds them by serial.
-    pub disks: Vec<(&'a str, &'a Path)>,
-    /// vsock port → Unix socket libkrun listens on for host connections.
-    pub ports: Vec<(u32, &'a Path)>,
-    /// Where the guest console goes.
-    pub console: &'a Path,
-}
-
 /// A libkrun call that failed.
 #[derive(Debug, thiserror::Error)]
 #[error("{call} failed: {}", io::Error::from_raw_os_error(-*.code))]
@@ -223,17 +203,17 @@ fn ok(call: &'static str, ret: i32) -> Result<i32, KrunError> {
 
 /// Configures libkrun and enters the VM. On success this never returns: libkrun exits the
 /// process when the guest resets. The call order is the one measured to work
-/// (notes/microvm-findings.md): the implicit vsock is disabled first because it turns on TSI,
+/// (docs/design/microvm-findings.md): the implicit vsock is disabled first because it turns on TSI,
 /// which needs libkrunfw's patched kernel.
-pub fn krun_enter(vm: &KrunVm<'_>) -> Result<std::convert::Infallible, KrunError> {
-    let kernel = c(vm.kernel)?;
-    let cmdline = CString::new(vm.cmdline).map_err(|_| KrunError {
+pub fn krun_enter(vm: &VmSpec) -> Result<std::convert::Infallible, KrunError> {
+    let kernel = c(&vm.kernel)?;
+    let cmdline = CString::new(vm.cmdline.as_str()).map_err(|_| KrunError {
         call: "cmdline with a NUL byte",
         code: -libc::EINVAL,
     })?;
-    let rootfs = c(vm.rootfs)?;
-    let state = vm.state.map(c).transpose()?;
-    let console = c(vm.console)?;
+    let rootfs = c(&vm.rootfs)?;
+    let state = vm.state.as_deref().map(c).transpose()?;
+    let console = c(&vm.console)?;
     let ports: Vec<(u32, CString)> = vm
         .ports
         .iter()
@@ -245,7 +225,7 @@ pub fn krun_enter(vm: &KrunVm<'_>) -> Result<std::convert::Infallible, KrunError
         .disks
         .iter()
         .map(|(serial, path)| {
-            let serial = CString::new(*serial).map_err(|_| KrunError {
+            let serial = CString::new(serial.as_str()).map_err(|_| KrunError {
                 call: "disk serial with a NUL byte",
                 code: -libc::EINVAL,
             })?;

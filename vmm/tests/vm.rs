@@ -391,7 +391,7 @@ fn libkrun_smoke() {
             "nothing else"
         } else {
             "the kernel boot itself: KVM stopped the guest before its console came up, which fits \
-             notes/microvm-findings.md (under PVM a stock kernel needs its INT3 alternatives \
+             docs/design/microvm-findings.md (under PVM a stock kernel needs its INT3 alternatives \
              self-test skipped; berm's pinned kernel is unpatched Debian source)"
         }
     );

@@ -25,7 +25,7 @@ pub struct Args {
     app: Option<PathBuf>,
     /// Registry access, when SOURCE is a reference.
     #[command(flatten)]
-    registry: berm_oci::cli::RegistryArgs,
+    registry: super::dist::RegistryArgs,
     /// What the program may reach: log, clock, random, kv,
     /// fs=DIR[:ro|:rw][:bytes=N][:entries=N].
     /// Repeat for several; nothing is granted by default.
@@ -47,8 +47,8 @@ pub async fn run(home: &Path, args: Args) -> anyhow::Result<Exit> {
         // clap requires NAME and SOURCE unless --app is given.
         _ => anyhow::bail!("berm deploy needs NAME and FILE, or --app DIR"),
     };
-    let image = if berm_oci::cli::is_reference(&source) {
-        let pulled = berm_oci::cli::fetch_for_deploy(&source, &args.registry)
+    let image = if berm_oci::is_reference(&source) {
+        let pulled = berm_oci::pull(&source, &args.registry.options())
             .await
             .with_context(|| format!("pulling {source}"))?;
         eprintln!("{pulled}");

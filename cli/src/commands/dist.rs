@@ -1,26 +1,162 @@
-//! `berm push`, `pull`, `search` and `index`: thin over berm-oci and
-//! berm-index. The CLI pulls and verifies; bermd never talks to a registry.
+//! `berm push`, `pull`, `search` and `index`: the flags, and thin calls into berm-oci and
+//! berm-index (which take typed options and know nothing of clap). The CLI pulls and
+//! verifies; bermd never talks to a registry.
+//!
+//! ```text
+//! berm push REF FILE [--insecure]
+//! berm pull REF -o FILE [--insecure]
+//! berm search TEXT… [--limit N] [--index-dir DIR]
+//! berm index update [--index URL|PATH] [--index-dir DIR]
+//! berm index add REF [--name NAME] [--publisher WHO] [--index-dir DIR] [--insecure]
+//! ```
 
-use berm_index::cli::{IndexCommand, SearchArgs};
-use berm_oci::cli::{PullArgs, PushArgs};
+use std::path::PathBuf;
+
+use berm_index::{DEFAULT_INDEX_URL, default_index_dir};
+use berm_oci::RegistryOptions;
 
 use crate::Exit;
 
-/// `berm push REF FILE`.
+/// Options shared by every command that talks to a registry.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct RegistryArgs {
+    /// Speak plain HTTP to a registry that is not on this machine's loopback
+    /// (loopback registries are always spoken to over HTTP). Credentials and
+    /// bytes then cross the network in the clear; pulled bytes are still
+    /// verified against their digests.
+    #[arg(long)]
+    pub insecure: bool,
+}
+
+impl RegistryArgs {
+    /// The options these flags and the environment select
+    /// (`BERM_REGISTRY_USER`, `BERM_REGISTRY_PASSWORD`, `DOCKER_CONFIG`).
+    pub fn options(&self) -> RegistryOptions {
+        RegistryOptions::from_environment(self.insecure)
+    }
+}
+
+/// `berm push REF FILE`: publish a program to a registry.
+#[derive(Debug, Clone, clap::Args)]
+pub struct PushArgs {
+    /// Where to push, e.g. `ghcr.io/org/echo:v1` or `127.0.0.1:5000/echo:v1`.
+    #[arg(value_name = "REF")]
+    reference: String,
+    /// The program: a `.wasm` module built with berm-guest.
+    #[arg(value_name = "FILE")]
+    file: PathBuf,
+    /// Registry access.
+    #[command(flatten)]
+    registry: RegistryArgs,
+}
+
+/// `berm pull REF -o FILE`: fetch a program and write it, verified.
+#[derive(Debug, Clone, clap::Args)]
+pub struct PullArgs {
+    /// What to pull: `host/repo:tag` or `host/repo@sha256:<manifest digest>`.
+    #[arg(value_name = "REF")]
+    reference: String,
+    /// Where to write the module; replaced atomically, untouched on failure.
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    output: PathBuf,
+    /// Registry access.
+    #[command(flatten)]
+    registry: RegistryArgs,
+}
+
+/// Where the local clone of the index is.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct IndexDirArgs {
+    /// The local clone [default: $BERM_HOME/index, else ~/.berm/index].
+    #[arg(long = "index-dir", value_name = "DIR", env = "BERM_INDEX_DIR")]
+    index_dir: Option<PathBuf>,
+}
+
+impl IndexDirArgs {
+    /// The directory chosen, or the default.
+    fn dir(&self) -> PathBuf {
+        self.index_dir.clone().unwrap_or_else(default_index_dir)
+    }
+}
+
+/// `berm search TEXT…`: ranked search of the local clone.
+#[derive(Debug, Clone, clap::Args)]
+pub struct SearchArgs {
+    /// What to look for, in words: "read a file", "key value store".
+    #[arg(value_name = "TEXT", required = true, num_args = 1..)]
+    text: Vec<String>,
+    /// At most this many results.
+    #[arg(long, default_value_t = 10)]
+    limit: usize,
+    /// The clone to search.
+    #[command(flatten)]
+    index: IndexDirArgs,
+}
+
+/// `berm index …`.
+#[derive(Debug, Clone, clap::Subcommand)]
+pub enum IndexCommand {
+    /// Clone the index, or fast-forward the local clone.
+    Update(UpdateArgs),
+    /// Write the entry for a pushed program into the local clone.
+    Add(AddArgs),
+}
+
+/// `berm index update`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct UpdateArgs {
+    /// The index repository: a git URL or a local path.
+    #[arg(long = "index", value_name = "URL|PATH", env = "BERM_INDEX_URL", default_value = DEFAULT_INDEX_URL)]
+    source: String,
+    /// Where the clone goes.
+    #[command(flatten)]
+    index: IndexDirArgs,
+}
+
+/// `berm index add REF`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct AddArgs {
+    /// The pushed program, e.g. `ghcr.io/org/echo:v1` (the entry pins its digest).
+    #[arg(value_name = "REF")]
+    reference: String,
+    /// The program's name in the index [default: the repository's last segment].
+    #[arg(long)]
+    name: Option<String>,
+    /// Who publishes it [default: the registry host and namespace].
+    #[arg(long)]
+    publisher: Option<String>,
+    /// The clone to write into.
+    #[command(flatten)]
+    index: IndexDirArgs,
+    /// Registry access.
+    #[command(flatten)]
+    registry: RegistryArgs,
+}
+
+/// `berm push REF FILE`: refuses a module that would not deploy, pushes it.
 pub async fn push(args: PushArgs) -> anyhow::Result<Exit> {
-    println!("{}", berm_oci::cli::push(&args).await?);
+    let options = args.registry.options();
+    println!(
+        "{}",
+        berm_oci::push_file(&args.reference, &args.file, &options).await?
+    );
     Ok(Exit::Ok)
 }
 
-/// `berm pull REF -o FILE`.
+/// `berm pull REF -o FILE`: on any error the output file is left as it was.
 pub async fn pull(args: PullArgs) -> anyhow::Result<Exit> {
-    println!("{}", berm_oci::cli::pull(&args).await?);
+    let options = args.registry.options();
+    println!(
+        "{}",
+        berm_oci::pull_to(&args.reference, &args.output, &options).await?
+    );
     Ok(Exit::Ok)
 }
 
 /// `berm search TEXT…`: ranked results on stdout, skipped entries on stderr.
 pub fn search(args: SearchArgs) -> anyhow::Result<Exit> {
-    let (out, warnings) = berm_index::cli::search(&args)?;
+    let (out, warnings) =
+        berm_index::search_text(&args.index.dir(), &args.text.join(" "), args.limit)?;
     for warning in warnings {
         eprintln!("berm: {warning}");
     }
@@ -31,8 +167,47 @@ pub fn search(args: SearchArgs) -> anyhow::Result<Exit> {
 /// `berm index update|add`.
 pub async fn index(command: IndexCommand) -> anyhow::Result<Exit> {
     match command {
-        IndexCommand::Update(args) => println!("{}", berm_index::cli::update(&args)?),
-        IndexCommand::Add(args) => println!("{}", berm_index::cli::add(&args).await?),
+        IndexCommand::Update(args) => {
+            println!("{}", berm_index::update(&args.source, &args.index.dir())?)
+        }
+        IndexCommand::Add(args) => {
+            let (dir, options) = (args.index.dir(), args.registry.options());
+            let added = berm_index::add(
+                &args.reference,
+                args.name.as_deref(),
+                args.publisher.as_deref(),
+                &dir,
+                &options,
+            );
+            println!("{}", added.await?)
+        }
     }
     Ok(Exit::Ok)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    enum Cmd {
+        Push(PushArgs),
+        Pull(PullArgs),
+    }
+
+    #[test]
+    fn flags_parse() {
+        let Cmd::Pull(p) = Cmd::parse_from(["t", "pull", "h/r:t", "-o", "x.wasm", "--insecure"])
+        else {
+            panic!("not pull")
+        };
+        assert!(p.registry.insecure);
+        assert_eq!(p.output, PathBuf::from("x.wasm"));
+        let Cmd::Push(p) = Cmd::parse_from(["t", "push", "h/r:t", "f.wasm"]) else {
+            panic!("not push")
+        };
+        assert!(!p.registry.insecure);
+        assert_eq!(p.reference, "h/r:t");
+    }
 }

@@ -65,6 +65,24 @@ pub fn qemu_accel(detection: &berm_vmm::detect::Detection) -> &'static str {
         .unwrap_or("-")
 }
 
+/// The hypervisor column of a result row: `qemu (<accel>)` or `krun`.
+pub fn hypervisor_label(hypervisor: &str, accel: &str) -> String {
+    if hypervisor == "qemu" {
+        format!("qemu ({accel})")
+    } else {
+        "krun".into()
+    }
+}
+
+/// The runs column's note: nothing, or how many runs failed and why.
+pub fn failed_note(failures: &[String]) -> String {
+    if failures.is_empty() {
+        String::new()
+    } else {
+        format!(", {} failed: {}", failures.len(), failures.join("; "))
+    }
+}
+
 /// Connects, initializes and calls `tool` once; `None` until the app answers.
 pub fn call_once(socket: &Path, tool: &str, args: &Value) -> Option<()> {
     let mut stream = UnixStream::connect(socket).ok()?;

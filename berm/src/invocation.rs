@@ -1,0 +1,383 @@
+//! One call on a fresh instance: what its store holds ([`CallState`]), the bounds it runs
+//! under (the memory limiter and the epoch deadline) and how its end is named ([`classify`]).
+//!
+//! `call.rs` (the runtime's programs by name) and `linker.rs` (the imports a program is
+//! linked with) both build on this module and on nothing of each other: a call between
+//! programs goes back to the runtime through the [`Programs`] trait object the state holds.
+
+use std::any::Any;
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use wasmtime::{Extern, InstancePre, Memory, ModuleExport, ResourceLimiter, Store, UpdateDeadline};
+
+use crate::program::ProgramInfo;
+use crate::{Engine, Error, Failure};
+
+/// A call's two levels of result: the host's error outside, the program's failure inside.
+pub(crate) type CallResult = Result<Result<String, Failure>, Error>;
+
+/// A program ready to be called: compiled, linked and pre-instantiated. `name` is
+/// `info.name`, shared cheaply with every call it makes.
+pub(crate) struct Program {
+    pub name: Arc<str>,
+    pub info: ProgramInfo,
+    pub pre: InstancePre<CallState>,
+    pub tools: HashMap<String, ModuleExport>,
+    pub memory: ModuleExport,
+    pub data: Option<Arc<dyn Any + Send + Sync>>,
+}
+
+/// One call to run: of `program` (a looked-up [`Program`], or a name a running program asked
+/// for), `tool` with `args`.
+pub(crate) struct Invocation<P = Arc<Program>> {
+    pub program: P,
+    pub tool: String,
+    pub args: Vec<u8>,
+    pub caller: Option<Arc<str>>,
+    pub depth: u32,
+    pub deadline: Instant,
+    pub budget: Duration,
+}
+
+impl<P> Invocation<P> {
+    /// The same call, of `program`.
+    pub fn of<Q>(self, program: Q) -> Invocation<Q> {
+        Invocation {
+            program,
+            tool: self.tool,
+            args: self.args,
+            caller: self.caller,
+            depth: self.depth,
+            deadline: self.deadline,
+            budget: self.budget,
+        }
+    }
+}
+
+/// The running program's way to the others: the runtime looks `program` up by name and runs
+/// the call (boxed: the call may nest again).
+pub(crate) trait Programs: Send + Sync {
+    /// The argument cap of `program`, checked before a nested call's arguments are copied;
+    /// `None` when no program has that name.
+    fn max_args_bytes(&self, program: &str) -> Option<usize>;
+
+    fn call_by_name(
+        self: Arc<Self>,
+        invocation: Invocation<String>,
+    ) -> Pin<Box<dyn Future<Output = CallResult> + Send>>;
+}
+
+/// What the tool said before returning.
+pub(crate) enum Outcome {
+    Done(Vec<u8>),
+    Failed(Vec<u8>),
+}
+
+/// The program broke the calling convention; carried as a trap.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub(crate) struct Violation(pub String);
+
+/// Marks a trap whose real cause is recorded in [`CallState::fault`].
+#[derive(Debug, thiserror::Error)]
+#[error("the host stopped the call")]
+struct Faulted;
+
+#[derive(Debug, thiserror::Error)]
+#[error("deadline reached")]
+struct DeadlineReached;
+
+/// Everything one call's store holds. Dropped with the store when the call
+/// ends: nothing survives it.
+pub(crate) struct CallState {
+    pub call: Invocation,
+    pub outcome: Option<Outcome>,
+    pub staged: Vec<u8>,
+    pub memory: Option<Memory>,
+    pub panic: Option<String>,
+    pub programs: Arc<dyn Programs>,
+    fault: Option<Error>,
+    timed_out: bool,
+    limiter: MemoryLimiter,
+}
+
+impl CallState {
+    /// The guest region `(ptr, len)`, or a trap naming the bad pointer.
+    pub fn region<'m>(
+        &self,
+        memory: &'m mut [u8],
+        ptr: i32,
+        len: i32,
+    ) -> wasmtime::Result<&'m mut [u8]> {
+        let start = ptr as u32 as usize;
+        let end = start.checked_add(len as u32 as usize);
+        match end {
+            Some(end) if end <= memory.len() => Ok(&mut memory[start..end]),
+            _ => Err(self.violation(&format!(
+                "pointer {start:#x} + length {} is outside its {}-byte memory",
+                len as u32,
+                memory.len()
+            ))),
+        }
+    }
+
+    /// Records `error` as the outer result and returns the trap that stops
+    /// the guest.
+    pub fn fault(&mut self, error: Error) -> wasmtime::Error {
+        self.fault.get_or_insert(error);
+        wasmtime::Error::new(Faulted)
+    }
+
+    /// A calling-convention violation, as a trap.
+    pub fn violation(&self, message: &str) -> wasmtime::Error {
+        wasmtime::Error::new(Violation(message.to_string()))
+    }
+
+    /// A call `program` makes to another program by name, from inside this one: one level
+    /// deeper, under the same deadline, attributed to this program.
+    pub fn nested(&self, program: String, tool: String, args: Vec<u8>) -> Invocation<String> {
+        Invocation {
+            program,
+            tool,
+            args,
+            caller: Some(self.call.program.name.clone()),
+            depth: self.call.depth + 1,
+            deadline: self.call.deadline,
+            budget: self.call.budget,
+        }
+    }
+}
+
+/// Caps memory growth and remembers whether it refused, so the outer error
+/// can say "memory cap" rather than "unreachable".
+struct MemoryLimiter {
+    cap: usize,
+    denied: bool,
+}
+
+impl ResourceLimiter for MemoryLimiter {
+    fn memory_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        let allowed = desired <= self.cap;
+        self.denied |= !allowed;
+        Ok(allowed)
+    }
+
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        Ok(desired <= 100_000)
+    }
+}
+
+/// Runs `invocation` on a fresh instance of its program, on `engine`; nested calls reach
+/// other programs through `programs`. The depth was checked by the caller.
+pub(crate) async fn invoke(
+    engine: &Engine,
+    programs: Arc<dyn Programs>,
+    invocation: Invocation,
+) -> CallResult {
+    let program = invocation.program.clone();
+    let Some(export) = program.tools.get(&invocation.tool).cloned() else {
+        let mut available: Vec<&str> = program.tools.keys().map(String::as_str).collect();
+        available.sort_unstable();
+        return Err(Error::NoSuchTool {
+            program: program.name.to_string(),
+            tool: invocation.tool,
+            available: available.join(", "),
+        });
+    };
+    if invocation.args.len() > program.info.limits.max_args_bytes {
+        return Err(Error::ArgsTooLarge {
+            program: program.name.to_string(),
+            tool: invocation.tool,
+            size: invocation.args.len(),
+            cap: program.info.limits.max_args_bytes,
+        });
+    }
+    let mut store = store(engine, programs, invocation);
+    let result = run(&mut store, &program, &export).await;
+    let mut state = store.into_data();
+    // Names for an error are only built when there is one: the success
+    // path is the hot one.
+    let tool = std::mem::take(&mut state.call.tool);
+    let name = || program.name.to_string();
+    match result {
+        Ok(()) => match state.outcome.take() {
+            Some(Outcome::Done(bytes)) => {
+                String::from_utf8(bytes)
+                    .map(Ok)
+                    .map_err(|_| Error::Convention {
+                        program: name(),
+                        tool,
+                        message: "its result is not UTF-8".into(),
+                    })
+            }
+            Some(Outcome::Failed(bytes)) => Ok(Err(Failure {
+                message: String::from_utf8_lossy(&bytes).into_owned(),
+            })),
+            None => Err(Error::Convention {
+                program: name(),
+                tool,
+                message: "the tool returned without calling `berm.done` or `berm.fail`".into(),
+            }),
+        },
+        Err(Stop::Instantiate(message)) => Err(Error::Instantiate {
+            program: name(),
+            tool,
+            message,
+        }),
+        Err(Stop::Trap(error)) => {
+            let stack = engine.config().max_wasm_stack;
+            Err(classify(error, state, name(), tool, stack))
+        }
+    }
+}
+
+/// The store one call runs in, with its memory cap and its deadline.
+fn store(engine: &Engine, programs: Arc<dyn Programs>, invocation: Invocation) -> Store<CallState> {
+    let deadline = invocation.deadline;
+    let limiter = MemoryLimiter {
+        cap: invocation.program.info.limits.memory_bytes,
+        denied: false,
+    };
+    let state = CallState {
+        call: invocation,
+        outcome: None,
+        staged: Vec::new(),
+        memory: None,
+        panic: None,
+        programs,
+        fault: None,
+        timed_out: false,
+        limiter,
+    };
+    let mut store = Store::new(engine.wasmtime(), state);
+    store.limiter(|state| &mut state.limiter);
+    // The first check comes at the next tick; from then on every tick
+    // yields to the executor (so a busy program cannot starve others on
+    // the same thread) until the deadline, which stops the call.
+    store.set_epoch_deadline(1);
+    store.epoch_deadline_callback(move |mut store| {
+        if Instant::now() >= deadline {
+            store.data_mut().timed_out = true;
+            Err(wasmtime::Error::new(DeadlineReached))
+        } else {
+            Ok(UpdateDeadline::Yield(1))
+        }
+    });
+    store
+}
+
+enum Stop {
+    Instantiate(String),
+    Trap(wasmtime::Error),
+}
+
+async fn run(
+    store: &mut Store<CallState>,
+    program: &Program,
+    export: &wasmtime::ModuleExport,
+) -> Result<(), Stop> {
+    let instance = program
+        .pre
+        .instantiate_async(&mut *store)
+        .await
+        .map_err(|e| {
+            // A start function that traps or breaks the convention fails
+            // instantiation; anything else (a full pool) is the host's.
+            if e.is::<wasmtime::Trap>() || e.is::<Violation>() || e.is::<Faulted>() {
+                Stop::Trap(e)
+            } else {
+                Stop::Instantiate(format!("{e:#}"))
+            }
+        })?;
+    let memory = match instance.get_module_export(&mut *store, &program.memory) {
+        Some(Extern::Memory(memory)) => memory,
+        // Deploy checked the export is a memory; an index from the same
+        // module always resolves.
+        _ => {
+            return Err(Stop::Instantiate(
+                "the module's memory export is missing".into(),
+            ));
+        }
+    };
+    store.data_mut().memory = Some(memory);
+    let func = match instance.get_module_export(&mut *store, export) {
+        Some(Extern::Func(func)) => func,
+        _ => return Err(Stop::Instantiate("the tool's export is missing".into())),
+    };
+    let func = func
+        .typed::<(), ()>(&*store)
+        .map_err(|e| Stop::Instantiate(format!("{e:#}")))?;
+    func.call_async(&mut *store, ()).await.map_err(Stop::Trap)
+}
+
+/// Names the real reason a call trapped, in order of certainty: what the
+/// host recorded, the deadline, a panic message, the stack, the memory cap.
+fn classify(
+    error: wasmtime::Error,
+    mut state: CallState,
+    program: String,
+    tool: String,
+    stack_limit: usize,
+) -> Error {
+    if let Some(fault) = state.fault.take() {
+        return fault;
+    }
+    if state.timed_out {
+        return Error::Timeout {
+            program,
+            tool,
+            deadline: state.call.budget,
+        };
+    }
+    if let Some(message) = state.panic.take() {
+        return Error::Panicked {
+            program,
+            tool,
+            message,
+        };
+    }
+    if let Some(Violation(message)) = error.downcast_ref::<Violation>() {
+        return Error::Convention {
+            program,
+            tool,
+            message: message.clone(),
+        };
+    }
+    if let Some(wasmtime::Trap::StackOverflow) = error.downcast_ref::<wasmtime::Trap>() {
+        return Error::StackOverflow {
+            program,
+            tool,
+            limit: stack_limit,
+        };
+    }
+    if state.limiter.denied {
+        return Error::MemoryCap {
+            program,
+            tool,
+            cap: state.limiter.cap,
+        };
+    }
+    let message = match error.downcast_ref::<wasmtime::Trap>() {
+        Some(trap) => trap.to_string(),
+        None => error.root_cause().to_string(),
+    };
+    Error::Trap {
+        program,
+        tool,
+        message,
+    }
+}
