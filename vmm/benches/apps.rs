@@ -6,6 +6,8 @@
 //!
 //! `BERM_BENCH_RUNS` (default 11) boots per row; the first is a warm-up (it also fills
 //! berm-vmm's compiled-code cache). Each boot gets a fresh state disk.
+//! `BERM_BENCH_PREVIOUS_VMM=PATH` also measures another berm-vmm binary (a previous build, its
+//! pinned artifacts in the same store), booting in turn with this one.
 
 mod common;
 
@@ -32,11 +34,16 @@ struct Sample {
     vmm_hwm_kib: f64,
 }
 
-fn boot_once(hypervisor: &str, apps: &[PathBuf], work: &Path) -> Result<Sample, String> {
+fn boot_once(
+    vmm: &Path,
+    hypervisor: &str,
+    apps: &[PathBuf],
+    work: &Path,
+) -> Result<Sample, String> {
     let run_dir = work.join("run");
     let stderr_path = work.join("stderr");
     let spawned = Instant::now();
-    let mut command = Command::new(env!("CARGO_BIN_EXE_berm-vmm"));
+    let mut command = Command::new(vmm);
     command
         .args(["run", "--hypervisor", hypervisor, "--memory"])
         .arg(MEMORY_MIB.to_string())
@@ -136,35 +143,48 @@ fn main() {
             ("1 (notes)", vec![notes.clone()]),
             ("2 (notes, echo)", vec![notes.clone(), echo.clone()]),
         ] {
-            let mut samples = Vec::new();
-            let mut failures = Vec::new();
-            for i in 0..runs {
-                let work = tmp.join(format!("{hypervisor}-{}-{i}", apps.len()));
-                let _ = std::fs::create_dir_all(&work);
-                match boot_once(hypervisor, &apps, &work) {
-                    Ok(sample) if i > 0 => samples.push(sample),
-                    Ok(_) => {}
-                    Err(e) => {
-                        failures.push(format!("{e} (kept: {})", work.display()));
-                        continue;
-                    }
-                }
-                let _ = std::fs::remove_dir_all(&work);
+            // The previous build, when given, boots in turn with this one, so both see the
+            // same machine.
+            let mut builds = vec![("this build", PathBuf::from(env!("CARGO_BIN_EXE_berm-vmm")))];
+            if let Some(previous) = std::env::var_os("BERM_BENCH_PREVIOUS_VMM") {
+                builds.insert(0, ("previous build", PathBuf::from(previous)));
             }
-            let m = |f: fn(&Sample) -> f64| median(samples.iter().map(f).collect());
-            let name = common::hypervisor_label(hypervisor, accel);
-            println!(
-                "| {name} | {label} | {} (+1 warm-up{}) | {:.0} ms | {:.0} ms | {:.0} ms | {:.0} ms | {:.0} ms | {:.0} MiB of {MEMORY_MIB} | {:.1} MiB |",
-                samples.len(),
-                common::failed_note(&failures),
-                m(|s| s.first_call_ms),
-                m(|s| s.boot_start_uptime),
-                m(|s| s.first_app_started_uptime),
-                m(|s| s.last_app_ready_uptime),
-                m(|s| s.boot_complete_uptime),
-                m(|s| s.guest_used_mib),
-                m(|s| s.vmm_hwm_kib) / 1024.0,
-            );
+            let mut samples: Vec<Vec<Sample>> = builds.iter().map(|_| Vec::new()).collect();
+            let mut failures: Vec<Vec<String>> = builds.iter().map(|_| Vec::new()).collect();
+            for i in 0..runs {
+                for (b, (_, vmm)) in builds.iter().enumerate() {
+                    let work = tmp.join(format!("{hypervisor}-{}-{b}-{i}", apps.len()));
+                    let _ = std::fs::create_dir_all(&work);
+                    match boot_once(vmm, hypervisor, &apps, &work) {
+                        Ok(sample) if i > 0 => samples[b].push(sample),
+                        Ok(_) => {}
+                        Err(e) => {
+                            failures[b].push(format!("{e} (kept: {})", work.display()));
+                            continue;
+                        }
+                    }
+                    let _ = std::fs::remove_dir_all(&work);
+                }
+            }
+            for (b, (build, _)) in builds.iter().enumerate() {
+                let m = |f: fn(&Sample) -> f64| median(samples[b].iter().map(f).collect());
+                let mut name = common::hypervisor_label(hypervisor, accel);
+                if builds.len() > 1 {
+                    name = format!("{name}, {build}");
+                }
+                println!(
+                    "| {name} | {label} | {} (+1 warm-up{}) | {:.0} ms | {:.0} ms | {:.0} ms | {:.0} ms | {:.0} ms | {:.0} MiB of {MEMORY_MIB} | {:.1} MiB |",
+                    samples[b].len(),
+                    common::failed_note(&failures[b]),
+                    m(|s| s.first_call_ms),
+                    m(|s| s.boot_start_uptime),
+                    m(|s| s.first_app_started_uptime),
+                    m(|s| s.last_app_ready_uptime),
+                    m(|s| s.boot_complete_uptime),
+                    m(|s| s.guest_used_mib),
+                    m(|s| s.vmm_hwm_kib) / 1024.0,
+                );
+            }
         }
     }
     let _ = std::fs::remove_dir_all(tmp.join("notes"));
