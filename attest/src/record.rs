@@ -37,6 +37,8 @@ pub struct Record {
     pub apps: Vec<App>,
     /// The test-only enforcement probe, if this boot attached one (`--test-probe`).
     pub test_probe: Option<TestProbe>,
+    /// The engine berm-vmm compiled every program's code with (absent without apps).
+    pub code_engine: Option<CodeEngine>,
     /// The backend that ran the VM.
     pub hypervisor: Option<Hypervisor>,
     /// How berm-vmm confined itself (`None`: it never said).
@@ -149,6 +151,16 @@ pub struct MeasuredCode {
     pub program: String,
     /// sha256 of the code.
     pub sha256: String,
+}
+
+/// The WebAssembly engine a run's code was compiled with: what re-deriving it needs.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CodeEngine {
+    /// berm's engine fingerprint (Wasmtime's version and every compiler and ISA setting).
+    pub fingerprint: String,
+    /// The target triple the code is for.
+    pub target: String,
 }
 
 /// The backend.
@@ -334,6 +346,8 @@ pub struct ReadyProgram {
     pub sha256: String,
     /// How its code was obtained (as the guest reports it).
     pub code: Option<Value>,
+    /// sha256 of the code file the guest mapped, as it reports it.
+    pub code_sha256: Option<String>,
 }
 
 /// How the run ended.
@@ -463,6 +477,14 @@ impl Record {
             problem,
         };
         let (kernel, rootfs, state, apps, test_probe) = measured(&m).map_err(malformed)?;
+        let code_engine = match m.get("engine") {
+            None | Some(Value::Null) => None,
+            Some(e) => Some(CodeEngine {
+                fingerprint: need(str_of(e, "fingerprint"), "engine.fingerprint")
+                    .map_err(malformed)?,
+                target: need(str_of(e, "target"), "engine.target").map_err(malformed)?,
+            }),
+        };
         let boot_id = greeted_boot_id.or_else(|| events.first().map(|e| e.boot_id().to_owned()));
         let mut record = Record {
             format: FORMAT.into(),
@@ -472,6 +494,7 @@ impl Record {
             state,
             apps,
             test_probe,
+            code_engine,
             hypervisor,
             host_sandbox,
             guest: Guest { boot_id, events },
@@ -667,6 +690,7 @@ fn guest_event(v: &Value) -> Result<Option<GuestEvent>, String> {
                         name: need(str_of(p, "name"), "programs[].name")?,
                         sha256: need(str_of(p, "sha256"), "programs[].sha256")?,
                         code: p.get("code").cloned(),
+                        code_sha256: str_of(p, "code_sha256"),
                     })
                 })
                 .collect::<Result<_, String>>()?,

@@ -82,6 +82,8 @@ struct BermdProgram {
     sha256: String,
     code: String,
     #[serde(default)]
+    code_sha256: Option<String>,
+    #[serde(default)]
     ms: f64,
 }
 
@@ -627,6 +629,7 @@ fn watch(hub: &Arc<Hub>, app: Launched, settled: Sender<Settled>) {
                         name: bounded_name(p.name),
                         sha256: bounded_name(p.sha256),
                         code: bounded_name(p.code),
+                        code_sha256: p.code_sha256.map(bounded_name),
                         ms: p.ms.max(0.0).round() as u64,
                     })
                     .collect(),

@@ -131,6 +131,10 @@ pub struct ProgramReady {
     /// Where its code came from: `precompiled`, `cache` (the compiled-code
     /// cache, or code already loaded for an identical image) or `compiled`.
     pub code: &'static str,
+    /// sha256 of the precompiled code file it mapped, when `code` is
+    /// `precompiled`: the guest's word on which code runs, which `berm attest
+    /// verify` holds against the host's measurement of the code it shipped.
+    pub code_sha256: Option<String>,
     /// How long getting its code took, in milliseconds.
     pub ms: f64,
 }
@@ -205,10 +209,21 @@ pub fn deploy(service: &Service, app: &App) -> Result<Vec<ProgramReady>, AppDepl
             None => ("compiled", 0.0),
         };
         tracing::info!(app = %app.name, program = %program.name, code, ms, "deployed from the app folder");
+        // The code came from this file (read-only in the VM); hashing it again reads what was
+        // mapped. An unreadable file reports no digest, which the verifier refuses.
+        let code_sha256 = match &info {
+            Some(info) if info.source == berm::CompileSource::Precompiled => service
+                .berm()
+                .precompiled_file(&berm::Digest::of(&image))
+                .and_then(|path| std::fs::read(path).ok())
+                .map(|bytes| berm_app::sha256_hex(&bytes)),
+            _ => None,
+        };
         ready.push(ProgramReady {
             name: program.name.clone(),
             sha256: berm_app::sha256_hex(&image),
             code,
+            code_sha256,
             ms,
         });
     }

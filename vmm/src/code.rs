@@ -62,6 +62,14 @@ fn engine() -> Result<&'static berm::Engine, CodeError> {
         .map_err(|e| CodeError::Engine(e.clone()))
 }
 
+/// The guest engine's fingerprint and target, as the measurement line names them: what a
+/// verifier needs to re-derive each code digest from its program.
+pub fn engine_identity() -> Option<serde_json::Value> {
+    engine().ok().map(|engine| {
+        serde_json::json!({"fingerprint": engine.fingerprint(), "target": berm::PORTABLE_TARGET})
+    })
+}
+
 fn cache_dir() -> PathBuf {
     match berm_pins::ArtifactStore::from_env() {
         Some(store) => store.root().join("code"),

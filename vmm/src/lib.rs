@@ -20,6 +20,7 @@ pub mod run;
 pub mod run_dir;
 pub mod sandbox;
 pub mod settings;
+pub mod sign;
 pub mod state;
 #[allow(unsafe_code)]
 mod sys;

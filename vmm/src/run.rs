@@ -286,6 +286,8 @@ pub fn run(config: &RunConfig) -> Result<Outcome, RunError> {
                 "limits": a.limits,
                 "uid": berm_vm_protocol::APP_UID_BASE + a.index as u32,
             })).collect::<Vec<_>>(),
+            // What re-deriving the code from the programs needs (berm attest verify --programs).
+            "engine": (!apps.is_empty()).then(crate::code::engine_identity).flatten(),
             "test_probe": probe.as_ref().map(|p| json!({
                 "image": {"sha256": p.sha256, "size": p.size}, "app": config.test_probe_app,
             })),
