@@ -21,7 +21,7 @@ use std::sync::OnceLock;
 use sha2::{Digest as _, Sha256};
 
 use crate::record::{CodeEngine, Record};
-use crate::verify::{Code, Problem};
+use crate::verify::{Code, Problem, is_sha256};
 
 /// How deep [`Programs::from_dir`] looks for wasm files.
 const MAX_DEPTH: usize = 8;
@@ -154,10 +154,6 @@ impl Programs {
 enum Derive {
     Unverified(String),
     Failed(String),
-}
-
-fn is_sha256(s: &str) -> bool {
-    s.len() == 64 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 
 fn store(path: &Path, digest: &str) -> std::io::Result<()> {
