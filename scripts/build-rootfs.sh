@@ -110,22 +110,27 @@ sha="$(sha256_of "$out/rootfs.erofs")"
 size="$(size_of "$out/rootfs.erofs")"
 init_sha="$(sha256_of "$stage/sbin/berm-init")"
 bermd_sha="$(sha256_of "$stage/usr/bin/bermd")"
+# The static berm-init runs on the build host too: it prints the policy digest apps report.
+policy_sha="$("$stage/sbin/berm-init" policy-sha256)" || die "$stage/sbin/berm-init policy-sha256 failed"
 pin_sha="$(toml_get $manifest image sha256)"
 pin_size="$(toml_get $manifest image size)"
 pin_init="$(toml_get $manifest contents berm_init_sha256)"
 pin_bermd="$(toml_get $manifest contents bermd_sha256)"
-if [ "$sha" != "$pin_sha" ] || [ "$size" != "$pin_size" ] || [ "$init_sha" != "$pin_init" ] || [ "$bermd_sha" != "$pin_bermd" ]; then
+pin_policy="$(toml_get $manifest contents app_policy_sha256)"
+if [ "$sha" != "$pin_sha" ] || [ "$size" != "$pin_size" ] || [ "$init_sha" != "$pin_init" ] || [ "$bermd_sha" != "$pin_bermd" ] || [ "$policy_sha" != "$pin_policy" ]; then
   if [ "${BERM_UPDATE_PINS:-0}" = 1 ]; then
     toml_set $manifest image sha256 "\"$sha\""
     toml_set $manifest image size "$size"
     toml_set $manifest contents berm_init_sha256 "\"$init_sha\""
     toml_set $manifest contents bermd_sha256 "\"$bermd_sha\""
+    toml_set $manifest contents app_policy_sha256 "\"$policy_sha\""
     note "updated rootfs/manifest.toml; rebuild berm-vmm (it compiles the pins in) and commit"
   else
     die "the rebuilt rootfs does not match rootfs/manifest.toml:
   rootfs.erofs     $sha, $size bytes (pinned $pin_sha, $pin_size bytes)
   /sbin/berm-init  $init_sha (pinned $pin_init)
   /usr/bin/bermd   $bermd_sha (pinned $pin_bermd)
+  app policy       $policy_sha (pinned $pin_policy)
   If the change is intended (init/, vm-protocol/, service/ or what bermd links, Cargo.lock, rootfs/contents.txt or the
   toolchain changed), update the pins with BERM_UPDATE_PINS=1 scripts/build-rootfs.sh, then
   rebuild berm-vmm and commit the manifest. If not, compare $out/inputs.json and tree.txt."

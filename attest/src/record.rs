@@ -183,10 +183,10 @@ pub struct HostSandbox {
     pub landlock_abi: u64,
     /// `fully_enforced`, `partially_enforced` or `not_enforced`.
     pub landlock: String,
-    /// `deny_list` or `none`.
+    /// `allow_list` or `none`.
     pub seccomp: String,
-    /// The denied syscalls.
-    pub denied: Vec<String>,
+    /// The allowed syscalls, argument rules in parentheses.
+    pub allowed: Vec<String>,
     /// sha256 of the policy.
     pub policy_sha256: String,
     /// Why it was off.
@@ -617,8 +617,8 @@ fn host_sandbox_of(v: &Value) -> Result<HostSandbox, String> {
         landlock_abi: u64_of(v, "landlock_abi").unwrap_or(0),
         landlock: need(str_of(v, "landlock"), "landlock")?,
         seccomp: need(str_of(v, "seccomp"), "seccomp")?,
-        denied: v
-            .get("denied")
+        allowed: v
+            .get("allowed")
             .and_then(Value::as_array)
             .map(|d| {
                 d.iter()

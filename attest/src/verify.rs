@@ -37,7 +37,7 @@ pub enum Code {
     HostSandboxMissing,
     /// berm-vmm ran unconfined (`--no-host-sandbox`).
     HostSandboxDisabled,
-    /// berm-vmm's Landlock was not fully enforced, or seccomp was not its deny list.
+    /// berm-vmm's Landlock was not fully enforced, or seccomp was not its allow list.
     HostSandboxWeak,
     /// The guest reported nothing (no `boot_start`).
     GuestMissing,
@@ -53,6 +53,12 @@ pub enum Code {
     EnforcementWeak,
     /// An app's enforcement report has no policy digest.
     PolicyDigestMissing,
+    /// An app's policy digest is not the one the pinned build's apps report.
+    PolicyMismatch,
+    /// A measured app exited while the VM ran (a crash, or a kill from inside the guest).
+    AppExited,
+    /// berm-vmm or the guest ended with a nonzero exit status.
+    ExitFailed,
     /// A started app never reported `app_ready`.
     AppNotReady,
     /// A program the guest loaded differs from the one measured on the host (or is absent).
@@ -87,7 +93,7 @@ pub enum Code {
 
 impl Code {
     /// Every code, in a fixed order (for documentation and tests).
-    pub const ALL: [Code; 31] = [
+    pub const ALL: [Code; 34] = [
         Code::RecordMalformed,
         Code::FormatUnsupported,
         Code::RecordHashMismatch,
@@ -105,6 +111,9 @@ impl Code {
         Code::EnforcementMissing,
         Code::EnforcementWeak,
         Code::PolicyDigestMissing,
+        Code::PolicyMismatch,
+        Code::AppExited,
+        Code::ExitFailed,
         Code::AppNotReady,
         Code::ProgramDigestMismatch,
         Code::ProgramUnmeasured,
@@ -147,6 +156,9 @@ impl Code {
             Code::EnforcementMissing => "enforcement_missing",
             Code::EnforcementWeak => "enforcement_weak",
             Code::PolicyDigestMissing => "policy_digest_missing",
+            Code::PolicyMismatch => "policy_mismatch",
+            Code::AppExited => "app_exited",
+            Code::ExitFailed => "exit_failed",
             Code::AppNotReady => "app_not_ready",
             Code::ProgramDigestMismatch => "program_digest_mismatch",
             Code::ProgramUnmeasured => "program_unmeasured",
@@ -388,10 +400,50 @@ fn check(value: &Value, pins: &Pins, p: &mut Problems) -> Option<Record> {
             ),
         );
     }
+    // BERM_PROBE is berm-vmm's own setting (a user cannot pass it); on the command line it
+    // means a test boot even if the probe's measurement was taken out of the record.
+    if record.test_probe.is_none()
+        && record
+            .kernel
+            .cmdline
+            .split(' ')
+            .any(|word| word.starts_with("BERM_PROBE="))
+    {
+        p.add(
+            Code::TestProbePresent,
+            "the command line sets BERM_PROBE: a test boot",
+        );
+    }
     check_artifacts(&record, pins, p);
     check_host_sandbox(&record, p);
-    check_guest(&record, p);
+    check_guest(&record, pins, p);
+    check_exit(&record, p);
     Some(record)
+}
+
+/// A run that ended with a nonzero status (berm-vmm's `exit` line, or the guest's
+/// `power_off`) did not do what it was asked, whatever else it reported.
+fn check_exit(r: &Record, p: &mut Problems) {
+    if let Some(exit) = &r.exit
+        && exit.code != 0
+    {
+        p.add(
+            Code::ExitFailed,
+            format!("berm-vmm exited {} ({})", exit.code, exit.status),
+        );
+    }
+    for event in &r.guest.events {
+        if let GuestEvent::PowerOff {
+            exit_code, reason, ..
+        } = event
+            && *exit_code != 0
+        {
+            p.add(
+                Code::ExitFailed,
+                format!("the guest powered off with exit code {exit_code} ({reason})"),
+            );
+        }
+    }
 }
 
 fn check_digests(r: &Record, p: &mut Problems) {
@@ -496,17 +548,17 @@ fn check_host_sandbox(r: &Record, p: &mut Problems) {
         return;
     }
     if sandbox.landlock != "fully_enforced"
-        || sandbox.seccomp != "deny_list"
-        || sandbox.denied.is_empty()
+        || sandbox.seccomp != "allow_list"
+        || sandbox.allowed.is_empty()
         || !is_sha256(&sandbox.policy_sha256)
     {
         p.add(
             Code::HostSandboxWeak,
             format!(
-                "berm-vmm's Landlock is {:?} and its seccomp {:?} ({} syscalls denied)",
+                "berm-vmm's Landlock is {:?} and its seccomp {:?} ({} syscalls allowed)",
                 sandbox.landlock,
                 sandbox.seccomp,
-                sandbox.denied.len()
+                sandbox.allowed.len()
             ),
         );
     }
@@ -520,7 +572,7 @@ struct AppReports<'a> {
     refused: Vec<&'a GuestEvent>,
 }
 
-fn check_guest(r: &Record, p: &mut Problems) {
+fn check_guest(r: &Record, pins: &Pins, p: &mut Problems) {
     let events = &r.guest.events;
     if !events
         .iter()
@@ -564,6 +616,20 @@ fn check_guest(r: &Record, p: &mut Problems) {
             GuestEvent::AppRefused { index, .. } => {
                 by_index.entry(*index).or_default().refused.push(event)
             }
+            GuestEvent::AppExited {
+                app,
+                index,
+                code,
+                signal,
+                ..
+            } => p.add(
+                Code::AppExited,
+                format!(
+                    "app {index} ({app}) exited while the VM ran (code {}, signal {})",
+                    code.map_or("none".into(), |c| c.to_string()),
+                    signal.as_ref().map_or("none".into(), ToString::to_string)
+                ),
+            ),
             _ => {}
         }
     }
@@ -579,7 +645,7 @@ fn check_guest(r: &Record, p: &mut Problems) {
     for app in &r.apps {
         let reports = by_index.get(&app.index).unwrap_or(&none);
         let label = app.name.clone().unwrap_or_else(|| app.path.clone());
-        check_app(app.index, &label, app, reports, p);
+        check_app(app.index, &label, app, reports, pins, p);
     }
 }
 
@@ -588,6 +654,7 @@ fn check_app(
     label: &str,
     app: &crate::record::App,
     reports: &AppReports<'_>,
+    pins: &Pins,
     p: &mut Problems,
 ) {
     for refused in &reports.refused {
@@ -612,7 +679,7 @@ fn check_app(
         let GuestEvent::AppStarted { enforcement: e, .. } = started else {
             continue;
         };
-        if e.landlock != "fully_enforced" || !e.no_new_privs || e.seccomp != "filter" {
+        if e.landlock != "fully_enforced" || !e.no_new_privs || e.seccomp != "allow_list" {
             p.add(
                 Code::EnforcementWeak,
                 format!(
@@ -621,11 +688,20 @@ fn check_app(
                 ),
             );
         }
+        let pinned = pins.rootfs.app_policy_sha256.as_str();
         if !is_sha256(&e.policy_sha256) {
             p.add(
                 Code::PolicyDigestMissing,
                 format!(
                     "app {index} ({label}) reported policy digest {:?}",
+                    e.policy_sha256
+                ),
+            );
+        } else if e.policy_sha256 != pinned {
+            p.add(
+                Code::PolicyMismatch,
+                format!(
+                    "app {index} ({label}) ran under policy {}, but the pinned build's apps report {pinned}",
                     e.policy_sha256
                 ),
             );

@@ -86,7 +86,7 @@ fn lines_with(wasm_sha: &str, code_sha: &str, engine: Value) -> Vec<Value> {
         vmm(
             "host_sandbox",
             json!({"enabled": true, "landlock_abi": 7, "landlock": "fully_enforced", "no_new_privs": true,
-                   "seccomp": "deny_list", "denied": ["execve", "ptrace"], "policy_sha256": POLICY_SHA,
+                   "seccomp": "allow_list", "allowed": ["read", "write", "clone(no CLONE_NEW*)"], "policy_sha256": POLICY_SHA,
                    "grants": {"read": [], "read_write": [], "devices": []}, "reason": null}),
         ),
         vmm(
@@ -106,7 +106,7 @@ fn lines_with(wasm_sha: &str, code_sha: &str, engine: Value) -> Vec<Value> {
                    "cgroup": "/berm/apps/notes",
                    "limits": {"cpu_max": "max 100000", "memory_max": "134217728", "memory_swap_max": "0", "pids_max": "64"},
                    "enforcement": {"no_new_privs": true, "landlock_abi": 6, "landlock": "fully_enforced",
-                                   "seccomp": "filter", "policy_sha256": POLICY_SHA}}),
+                                   "seccomp": "allow_list", "policy_sha256": pins.rootfs.app_policy_sha256.as_str()}}),
         ),
         guest(
             "app_ready",
@@ -179,7 +179,10 @@ const FORGED_FIELDS: &[(&str, &str)] = &[
     ("another app image", "app image"),
     ("a changed measured program digest", "program"),
     ("a changed code digest, the guest's left alone", "code"),
-    ("no policy digest", "policy"),
+    (
+        "an app under another policy than the pinned build's",
+        "policy",
+    ),
     ("berm-vmm's Landlock partially enforced", "host sandbox"),
 ];
 
@@ -280,6 +283,30 @@ fn corpus() -> Vec<Case> {
             r["guest"]["events"][i]["enforcement"]["policySha256"] = "".into();
         },
         Code::PolicyDigestMissing,
+    );
+    add(
+        "an app under another policy than the pinned build's",
+        &|r| {
+            let i = event_index(r, "app_started");
+            r["guest"]["events"][i]["enforcement"]["policySha256"] = POLICY_SHA.into();
+        },
+        Code::PolicyMismatch,
+    );
+    add(
+        "BERM_PROBE on the command line without the probe's measurement",
+        &|r| {
+            let cmdline = r["kernel"]["cmdline"].as_str().unwrap().to_owned();
+            r["kernel"]["cmdline"] = format!("{cmdline} BERM_PROBE=0").into();
+        },
+        Code::TestProbePresent,
+    );
+    add(
+        "a nonzero exit status",
+        &|r| {
+            r["exit"]["code"] = 6.into();
+            r["exit"]["status"] = "guest_error".into();
+        },
+        Code::ExitFailed,
     );
     add(
         "an app refused by the guest",
@@ -409,6 +436,27 @@ fn corpus() -> Vec<Case> {
         input: edited,
         verify: plain(),
         code: Code::RecordHashMismatch,
+    });
+    // An app that died while the VM ran: berm-init reports app_exited before any shutdown.
+    let mut lines = honest_lines();
+    let at = lines
+        .iter()
+        .position(|l| l["event"] == "boot_complete")
+        .unwrap();
+    lines.insert(
+        at + 1,
+        guest(
+            "app_exited",
+            1500,
+            json!({"app": "notes", "index": 0, "pid": 40, "code": null, "signal": 9}),
+        ),
+    );
+    cases.push(Case {
+        what: "an app that exited while the VM ran",
+        field: None,
+        input: record_of(&lines),
+        verify: plain(),
+        code: Code::AppExited,
     });
     cases.extend(expectation_cases());
     cases.extend(envelope_cases());

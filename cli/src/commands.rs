@@ -2,6 +2,7 @@
 
 pub mod attest;
 pub mod call;
+pub mod completions;
 pub mod deploy;
 pub mod deploy_app;
 pub mod dist;

@@ -75,6 +75,8 @@ enum Command {
     /// The record of a berm-vmm run (`berm attest RUN_DIR`), or its offline check
     /// (`berm attest verify RECORD`).
     Attest(commands::attest::Args),
+    /// Print a shell completion script: `berm completions bash > ~/.local/share/bash-completion/completions/berm`.
+    Completions(commands::completions::Args),
 }
 
 fn main() -> ExitCode {
@@ -116,6 +118,7 @@ fn main() -> ExitCode {
             Command::Vm(command) => commands::vm::run(command).await,
             Command::Doctor(args) => commands::doctor::run(&home, args).await,
             Command::Attest(args) => commands::attest::run(args),
+            Command::Completions(args) => commands::completions::run::<Cli>(args),
         }
     });
     match outcome {

@@ -338,6 +338,39 @@ struct Launched {
     ready: Arc<Mutex<Option<File>>>,
 }
 
+/// What an app's bermd may read, execute and write (Landlock), by index and name: one place
+/// for the plan PID 1 hands over and for the policy digest the rootfs pins
+/// (`berm-init policy-sha256`).
+pub struct AppRules {
+    /// Read only: the app's share.
+    pub read: Vec<String>,
+    /// Read and execute: bermd itself, nothing else.
+    pub exec: Vec<String>,
+    /// Read and write, never execute: the app's workspace.
+    pub write: Vec<String>,
+}
+
+impl AppRules {
+    /// The rules of app `index` named `name`.
+    pub fn of(index: u32, name: &str) -> Self {
+        Self::with(&index.to_string(), name)
+    }
+
+    /// The rules of any app, `<index>` and `<app>` standing for its index and name: what the
+    /// policy digest covers, so that every app of one build has the same digest.
+    pub fn template() -> Self {
+        Self::with("<index>", "<app>")
+    }
+
+    fn with(index: &str, name: &str) -> Self {
+        Self {
+            read: vec![format!("{APPS_DIR}/{index}")],
+            exec: vec![BERMD.into()],
+            write: vec![format!("{WORKSPACE}/{name}")],
+        }
+    }
+}
+
 fn launch(
     hub: &Arc<Hub>,
     index: u32,
@@ -371,15 +404,16 @@ fn launch(
     mkdir(&workspace, 0o700).map_err(fail)?;
     sys::chown(&workspace, uid, uid).map_err(|e| fail(format!("chown {workspace}: {e}")))?;
 
+    let rules = AppRules::of(index, &name);
     let plan = Plan {
         app: name.clone(),
         uid,
         gid: uid,
         cgroup: cgroup.clone(),
         listen_port: Some(RPC_PORT_BASE + index),
-        read: vec![root.clone()],
-        exec: vec![BERMD.into()],
-        write: vec![workspace.clone()],
+        read: rules.read,
+        exec: rules.exec,
+        write: rules.write,
         argv: [
             BERMD,
             "--home",
@@ -515,7 +549,11 @@ fn spawn_confined(
     Ok(pid)
 }
 
+/// Relays an app's output line by line, within its rate ([`relay::RateLimit`]); the pipe is
+/// always drained, so the app never blocks on it.
 fn relay_output(hub: &Hub, source: &str, out: File) {
+    use crate::relay::{self, RateLimit, Verdict};
+    let mut limit = RateLimit::new(Instant::now());
     let mut reader = BufReader::new(out);
     let mut line = Vec::new();
     loop {
@@ -526,10 +564,22 @@ fn relay_output(hub: &Hub, source: &str, out: File) {
             .read_until(b'\n', &mut line)
         {
             Ok(0) | Err(_) => return,
-            Ok(_) => {
-                let text = String::from_utf8_lossy(&line).trim_end().to_owned();
-                hub.log_as(source, LogLevel::Info, text);
-            }
+            Ok(_) => match limit.admit(line.len(), Instant::now()) {
+                Verdict::Drop => {}
+                Verdict::Relay { dropped_before } => {
+                    if dropped_before > 0 {
+                        hub.log(
+                            LogLevel::Warn,
+                            format!(
+                                "{source}: dropped {dropped_before} lines of output over {} KiB/s",
+                                relay::RATE_BYTES_PER_SEC / 1024
+                            ),
+                        );
+                    }
+                    let text = String::from_utf8_lossy(&line).trim_end().to_owned();
+                    hub.log_as(source, LogLevel::Info, text);
+                }
+            },
         }
     }
 }
@@ -675,6 +725,8 @@ fn run_probe(hub: &Arc<Hub>, app: &Launched, all: &[Launched]) {
             format!("{WORKSPACE}/{}", other.name),
             "--other-share".into(),
             format!("{APPS_DIR}/{}", other.index),
+            "--other-pid".into(),
+            other.pid.to_string(),
         ]);
     }
     let uid = APP_UID_BASE + app.index;
@@ -684,9 +736,9 @@ fn run_probe(hub: &Arc<Hub>, app: &Launched, all: &[Launched]) {
         gid: uid,
         cgroup: format!("{CGROUP_APPS}/{}", app.name),
         listen_port: None,
-        read: vec![format!("{APPS_DIR}/{}", app.index)],
+        read: AppRules::of(app.index, &app.name).read,
         exec: vec![probe],
-        write: vec![format!("{WORKSPACE}/{}", app.name)],
+        write: AppRules::of(app.index, &app.name).write,
         argv,
         env: Vec::new(),
     };

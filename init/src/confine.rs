@@ -9,26 +9,24 @@
 //! 2. listens on the app's vsock port, handing the socket to bermd as fd 4 (bermd then needs
 //!    no socket(2) of its own, and the seccomp filter refuses it);
 //! 3. sets no_new_privs and drops to the app's uid and gid, with no supplementary groups;
-//! 4. applies the Landlock ruleset (read the app image and bermd; write only the app's
-//!    workspace; no signals or abstract sockets outside the domain);
-//! 5. loads the seccomp filter (last: it refuses calls the earlier steps need);
+//! 4. applies the Landlock ruleset (read the app image; read and execute bermd and nothing
+//!    else; write, never execute, the app's workspace; no signals or abstract sockets outside
+//!    the domain);
+//! 5. loads the seccomp filter, bermd's allow list from `berm-confine` (last: it refuses
+//!    calls the earlier steps need; x32 and foreign-arch calls kill the process);
 //! 6. reports what is in force on fd 3 — and refuses to go on unless all of it is
 //!    (fail-closed) — then execs.
 //!
 //! The plan comes from PID 1 as one JSON argument; this process decides nothing itself.
 
-use std::collections::BTreeMap;
 use std::io::Write;
 use std::os::unix::process::CommandExt;
 
+use berm_confine::Role;
 use berm_vm_protocol::Enforcement;
 use landlock::{
     ABI, Access, AccessFs, AccessNet, CompatLevel, Compatible, PathBeneath, PathFd, Ruleset,
     RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope,
-};
-use seccompiler::{
-    SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter, SeccompRule,
-    TargetArch,
 };
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -88,62 +86,6 @@ pub enum Report {
     /// Something could not be put in force; the process exits without exec.
     Refused(String),
 }
-
-/// Syscalls an app never needs and must not reach: io_uring (its own syscall surface),
-/// namespaces, ptrace and cross-process memory access, the mount family, modules and kexec,
-/// bpf and perf, keyrings, reboot and swap, and new sockets (bermd gets its one socket
-/// ready-made). Refused with EPERM.
-const DENIED: &[(&str, libc::c_long)] = &[
-    ("io_uring_setup", libc::SYS_io_uring_setup),
-    ("io_uring_enter", libc::SYS_io_uring_enter),
-    ("io_uring_register", libc::SYS_io_uring_register),
-    ("unshare", libc::SYS_unshare),
-    ("setns", libc::SYS_setns),
-    ("ptrace", libc::SYS_ptrace),
-    ("process_vm_readv", libc::SYS_process_vm_readv),
-    ("process_vm_writev", libc::SYS_process_vm_writev),
-    ("mount", libc::SYS_mount),
-    ("umount2", libc::SYS_umount2),
-    ("pivot_root", libc::SYS_pivot_root),
-    ("chroot", libc::SYS_chroot),
-    ("open_tree", libc::SYS_open_tree),
-    ("move_mount", libc::SYS_move_mount),
-    ("fsopen", libc::SYS_fsopen),
-    ("fsconfig", libc::SYS_fsconfig),
-    ("fsmount", libc::SYS_fsmount),
-    ("fspick", libc::SYS_fspick),
-    ("mount_setattr", libc::SYS_mount_setattr),
-    ("init_module", libc::SYS_init_module),
-    ("finit_module", libc::SYS_finit_module),
-    ("delete_module", libc::SYS_delete_module),
-    ("kexec_load", libc::SYS_kexec_load),
-    ("kexec_file_load", libc::SYS_kexec_file_load),
-    ("bpf", libc::SYS_bpf),
-    ("perf_event_open", libc::SYS_perf_event_open),
-    ("userfaultfd", libc::SYS_userfaultfd),
-    ("keyctl", libc::SYS_keyctl),
-    ("add_key", libc::SYS_add_key),
-    ("request_key", libc::SYS_request_key),
-    ("reboot", libc::SYS_reboot),
-    ("swapon", libc::SYS_swapon),
-    ("swapoff", libc::SYS_swapoff),
-    ("socket", libc::SYS_socket),
-    ("acct", libc::SYS_acct),
-    ("quotactl", libc::SYS_quotactl),
-    ("settimeofday", libc::SYS_settimeofday),
-    ("clock_settime", libc::SYS_clock_settime),
-    ("adjtimex", libc::SYS_adjtimex),
-];
-
-/// Flags of clone(2) that create namespaces: refused like unshare(2).
-const CLONE_NAMESPACES: u64 = (libc::CLONE_NEWNS
-    | libc::CLONE_NEWUTS
-    | libc::CLONE_NEWIPC
-    | libc::CLONE_NEWUSER
-    | libc::CLONE_NEWPID
-    | libc::CLONE_NEWNET
-    | libc::CLONE_NEWCGROUP
-    | libc::CLONE_NEWTIME) as u64;
 
 /// Runs the plan in argument 2; never returns.
 pub fn main() -> ! {
@@ -207,10 +149,8 @@ fn confine(plan: &Plan) -> Result<Report, String> {
     sys::become_user(plan.uid, plan.gid)
         .map_err(|e| format!("switching to uid {} gid {}: {e}", plan.uid, plan.gid))?;
     let (abi, landlock) = restrict_landlock(plan)?;
-    let (filters, policy_sha256) = seccomp_filters(plan, abi)?;
-    for filter in &filters {
-        seccompiler::apply_filter(filter).map_err(|e| format!("loading seccomp filter: {e}"))?;
-    }
+    let (filter, policy_sha256) = seccomp_filters(plan, abi)?;
+    berm_confine::apply(Role::Bermd, &filter).map_err(|e| e.to_string())?;
     let landlock = match landlock {
         RulesetStatus::FullyEnforced => "fully_enforced",
         RulesetStatus::PartiallyEnforced => "partially_enforced",
@@ -230,10 +170,32 @@ fn confine(plan: &Plan) -> Result<Report, String> {
             no_new_privs,
             landlock_abi: abi as u32,
             landlock: landlock.into(),
-            seccomp: "filter".into(),
+            seccomp: "allow_list".into(),
             policy_sha256,
         },
     })
+}
+
+/// The policy digest every app of this build reports (`app_started.enforcement`): printed by
+/// `berm-init policy-sha256` and pinned beside the rootfs, so `berm attest verify` can check it.
+pub fn app_policy_sha256() -> String {
+    let index = 0;
+    let rules = crate::apps::AppRules::of(index, "app");
+    let plan = Plan {
+        app: "app".into(),
+        uid: berm_vm_protocol::APP_UID_BASE + index,
+        gid: berm_vm_protocol::APP_UID_BASE + index,
+        cgroup: String::new(),
+        listen_port: None,
+        read: rules.read,
+        exec: rules.exec,
+        write: rules.write,
+        argv: Vec::new(),
+        env: Vec::new(),
+    };
+    hex::encode(Sha256::digest(
+        policy_text(&plan, WANTED_ABI, index).as_bytes(),
+    ))
 }
 
 /// An fd given by number only, for the flag calls in [`sys`].
@@ -261,13 +223,13 @@ fn restrict_landlock(plan: &Plan) -> Result<(ABI, RulesetStatus), String> {
         .map_err(|e| err("scopes", &e))?
         .create()
         .map_err(|e| err("create", &e))?;
+    // Execute only on the files in `exec` (bermd itself): the app share and the workspace can
+    // be read (and the workspace written), never executed, so an app cannot run a binary it
+    // wrote or was shipped.
     let rules: [(&Vec<String>, _); 3] = [
-        (&plan.read, AccessFs::from_read(abi)),
-        (
-            &plan.exec,
-            AccessFs::from_read(abi) & (AccessFs::ReadFile | AccessFs::Execute),
-        ),
-        (&plan.write, AccessFs::from_all(abi)),
+        (&plan.read, AccessFs::from_read(abi) & !AccessFs::Execute),
+        (&plan.exec, AccessFs::ReadFile | AccessFs::Execute),
+        (&plan.write, AccessFs::from_all(abi) & !AccessFs::Execute),
     ];
     for (paths, access) in rules {
         for path in paths {
@@ -283,84 +245,85 @@ fn restrict_landlock(plan: &Plan) -> Result<(ABI, RulesetStatus), String> {
     Ok((abi, status.ruleset))
 }
 
-/// The deny-list filters and the sha256 of the whole policy (Landlock rules and the syscall
-/// list), which `app_started` reports.
-fn seccomp_filters(
-    plan: &Plan,
-    abi: ABI,
-) -> Result<(Vec<seccompiler::BpfProgram>, String), String> {
-    let arch = TargetArch::try_from(std::env::consts::ARCH)
-        .map_err(|e| format!("seccomp: unsupported architecture: {e:?}"))?;
-    let err = |e: &dyn std::fmt::Display| format!("building the seccomp filter: {e}");
-    let mut rules: BTreeMap<i64, Vec<SeccompRule>> =
-        DENIED.iter().map(|&(_, nr)| (nr, Vec::new())).collect();
-    let deny = SeccompFilter::new(
-        rules.clone(),
-        SeccompAction::Allow,
-        SeccompAction::Errno(libc::EPERM as u32),
-        arch,
-    )
-    .map_err(|e| err(&e))?;
-    // clone with namespace flags: one rule per flag bit (seccomp compares, it cannot test
-    // "any bit of a mask").
-    rules.clear();
-    let mut clone_rules = Vec::new();
-    for bit in 0..64u32 {
-        let flag = 1u64 << bit;
-        if CLONE_NAMESPACES & flag != 0 {
-            clone_rules.push(
-                SeccompRule::new(vec![
-                    SeccompCondition::new(
-                        0,
-                        SeccompCmpArgLen::Qword,
-                        SeccompCmpOp::MaskedEq(flag),
-                        flag,
-                    )
-                    .map_err(|e| err(&e))?,
-                ])
-                .map_err(|e| err(&e))?,
-            );
-        }
-    }
-    rules.insert(libc::SYS_clone, clone_rules);
-    let clone = SeccompFilter::new(
-        rules,
-        SeccompAction::Allow,
-        SeccompAction::Errno(libc::EPERM as u32),
-        arch,
-    )
-    .map_err(|e| err(&e))?;
-    // clone3 passes its flags in memory, which seccomp cannot read: ENOSYS makes libc fall
-    // back to clone(2), which the filter above can check.
-    let mut clone3 = BTreeMap::new();
-    clone3.insert(libc::SYS_clone3, Vec::new());
-    let clone3 = SeccompFilter::new(
-        clone3,
-        SeccompAction::Allow,
-        SeccompAction::Errno(libc::ENOSYS as u32),
-        arch,
-    )
-    .map_err(|e| err(&e))?;
-    let programs = [deny, clone, clone3]
-        .into_iter()
-        .map(|f| f.try_into().map_err(|e: seccompiler::BackendError| err(&e)))
-        .collect::<Result<Vec<seccompiler::BpfProgram>, String>>()?;
+/// The app's seccomp filter (its allow list, [`Role::Bermd`]) and the sha256 of the whole
+/// policy (Landlock rules and the allow list), which `app_started` reports.
+///
+/// The digest covers the rules as templates — the app's index and name replaced by
+/// `<index>` and `<app>` — so every app of one build reports the same digest, and `berm attest
+/// verify` can compare it with the one pinned beside the rootfs (`berm-init policy-sha256`).
+fn seccomp_filters(plan: &Plan, abi: ABI) -> Result<(berm_confine::BpfProgram, String), String> {
+    let program = Role::Bermd.filter().map_err(|e| e.to_string())?;
+    let index = plan
+        .uid
+        .checked_sub(berm_vm_protocol::APP_UID_BASE)
+        .unwrap_or(plan.uid);
+    let policy = policy_text(plan, abi, index);
+    Ok((program, hex::encode(Sha256::digest(policy.as_bytes()))))
+}
 
+/// The policy as text: Landlock's rules and the syscall allow list. Rule lists that are the
+/// standard ones of app `index` ([`crate::apps::AppRules`]) are written as the template, so
+/// every app of one build has the same text; anything else (the probe's) is written as is.
+pub fn policy_text(plan: &Plan, abi: ABI, index: u32) -> String {
+    let own = crate::apps::AppRules::of(index, &plan.app);
+    let template = crate::apps::AppRules::template();
     let mut policy = String::new();
     policy.push_str(&format!("landlock abi {}\n", abi as u32));
-    for (kind, paths) in [
-        ("read", &plan.read),
-        ("exec", &plan.exec),
-        ("write", &plan.write),
+    for (kind, paths, standard, templated) in [
+        ("read", &plan.read, &own.read, &template.read),
+        ("exec", &plan.exec, &own.exec, &template.exec),
+        ("write", &plan.write, &own.write, &template.write),
     ] {
-        for path in paths {
+        let shown = if paths == standard { templated } else { paths };
+        for path in shown {
             policy.push_str(&format!("{kind} {path}\n"));
         }
     }
-    policy.push_str("scope abstract_unix_socket signal\nnet tcp bind connect denied\n");
-    for (name, _) in DENIED {
-        policy.push_str(&format!("seccomp eperm {name}\n"));
+    policy.push_str(
+        "execute only exec\nscope abstract_unix_socket signal\nnet tcp bind connect denied\n",
+    );
+    policy.push_str(&Role::Bermd.policy_text());
+    policy
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan_of(index: u32, name: &str) -> Plan {
+        let rules = crate::apps::AppRules::of(index, name);
+        Plan {
+            app: name.into(),
+            uid: berm_vm_protocol::APP_UID_BASE + index,
+            gid: berm_vm_protocol::APP_UID_BASE + index,
+            cgroup: String::new(),
+            listen_port: Some(5000 + index),
+            read: rules.read,
+            exec: rules.exec,
+            write: rules.write,
+            argv: vec!["/usr/bin/bermd".into()],
+            env: Vec::new(),
+        }
     }
-    policy.push_str("seccomp eperm clone with namespace flags\nseccomp enosys clone3\n");
-    Ok((programs, hex::encode(Sha256::digest(policy.as_bytes()))))
+
+    #[test]
+    fn every_app_reports_the_pinnable_digest_and_the_probe_another() {
+        let pinned = app_policy_sha256();
+        for (index, name) in [(0, "notes"), (3, "run"), (7, "usr"), (1, "apps")] {
+            let plan = plan_of(index, name);
+            let digest = hex::encode(Sha256::digest(
+                policy_text(&plan, WANTED_ABI, index).as_bytes(),
+            ));
+            assert_eq!(digest, pinned, "{name}");
+        }
+        let mut probe = plan_of(0, "notes");
+        probe.exec = vec!["/run/probe/berm-probe".into()];
+        let text = policy_text(&probe, WANTED_ABI, 0);
+        assert!(text.contains("exec /run/probe/berm-probe\n"), "{text}");
+        assert!(text.contains("read /run/apps/<index>\n"), "{text}");
+        assert!(
+            text.contains("seccomp allow clone(no CLONE_NEW*)\n"),
+            "{text}"
+        );
+    }
 }

@@ -12,6 +12,7 @@
 mod apps;
 mod confine;
 mod hub;
+mod relay;
 mod settings;
 #[allow(unsafe_code)]
 mod sys;
@@ -104,6 +105,12 @@ fn main() {
     // itself never takes this path, whatever its arguments.
     if std::process::id() != 1 && std::env::args().nth(1).as_deref() == Some("confine") {
         confine::main();
+    }
+    // `berm-init policy-sha256` (on the build host, never as PID 1): the app policy digest
+    // scripts/build-rootfs.sh pins beside the rootfs.
+    if std::process::id() != 1 && std::env::args().nth(1).as_deref() == Some("policy-sha256") {
+        println!("{}", confine::app_policy_sha256());
+        std::process::exit(0);
     }
     std::panic::set_hook(Box::new(report_panic_and_reset));
 

@@ -112,6 +112,9 @@ pub struct RootfsPins {
     pub berm_init_sha256: Sha256Hex,
     /// sha256 of the `bermd` binary inside the image (one runs per app).
     pub bermd_sha256: Sha256Hex,
+    /// The policy digest every app of this build reports in `app_started` (Landlock rules as
+    /// templates and the bermd allow list; `berm-init policy-sha256`).
+    pub app_policy_sha256: Sha256Hex,
 }
 
 #[derive(Deserialize)]
@@ -161,6 +164,7 @@ struct RootfsImageFile {
 struct RootfsContentsFile {
     berm_init_sha256: String,
     bermd_sha256: String,
+    app_policy_sha256: String,
 }
 
 fn sha(
@@ -221,6 +225,11 @@ impl RootfsPins {
                 &file.contents.berm_init_sha256,
             )?,
             bermd_sha256: sha(NAME, "contents.bermd_sha256", &file.contents.bermd_sha256)?,
+            app_policy_sha256: sha(
+                NAME,
+                "contents.app_policy_sha256",
+                &file.contents.app_policy_sha256,
+            )?,
         })
     }
 

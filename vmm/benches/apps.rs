@@ -9,8 +9,6 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Write};
-use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -18,8 +16,8 @@ use std::time::{Duration, Instant};
 use berm_vm_protocol::client::GuestConnection;
 use berm_vm_protocol::{Event, Request, Service};
 use berm_vmm::detect::Detection;
-use common::{median, status_kib};
-use serde_json::{Value, json};
+use common::{NOTES_LIST, app_folder, call_once, median, status_kib};
+use serde_json::json;
 
 const MEMORY_MIB: u32 = 512;
 
@@ -32,52 +30,6 @@ struct Sample {
     boot_complete_uptime: f64,
     guest_used_mib: f64,
     vmm_hwm_kib: f64,
-}
-
-/// Connects, initializes and calls `tool` once; `None` until the app answers.
-fn call_once(socket: &Path, tool: &str, args: &Value) -> Option<()> {
-    let mut stream = UnixStream::connect(socket).ok()?;
-    stream
-        .set_read_timeout(Some(Duration::from_secs(30)))
-        .ok()?;
-    let mut reader = BufReader::new(stream.try_clone().ok()?);
-    let messages = [
-        json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"bench","version":"0"}}}),
-        json!({"jsonrpc":"2.0","method":"notifications/initialized"}),
-        json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":tool,"arguments":args}}),
-    ];
-    let mut text = String::new();
-    for m in messages {
-        text.push_str(&m.to_string());
-        text.push('\n');
-    }
-    stream.write_all(text.as_bytes()).ok()?;
-    loop {
-        let mut line = String::new();
-        if reader.read_line(&mut line).ok()? == 0 {
-            return None;
-        }
-        let value: Value = serde_json::from_str(&line).ok()?;
-        if value["id"] == 2 {
-            return (value["result"]["isError"] == false).then_some(());
-        }
-    }
-}
-
-fn app_folder(dir: &Path, name: &str, program: &str, grants: &str) -> PathBuf {
-    let wasm = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../target/wasm32-unknown-unknown/release")
-        .join(format!("{program}.wasm"));
-    let folder = dir.join(name);
-    std::fs::create_dir_all(&folder).expect("app folder");
-    std::fs::copy(&wasm, folder.join(format!("{program}.wasm")))
-        .unwrap_or_else(|e| panic!("{}: {e} (run scripts/build-apps.sh)", wasm.display()));
-    std::fs::write(
-        folder.join("berm.toml"),
-        format!("name = \"{name}\"\n[[program]]\nname = \"{program}\"\nwasm = \"{program}.wasm\"\ngrants = [{grants}]\n"),
-    )
-    .expect("berm.toml");
-    folder
 }
 
 fn boot_once(hypervisor: &str, apps: &[PathBuf], work: &Path) -> Result<Sample, String> {
@@ -103,7 +55,7 @@ fn boot_once(hypervisor: &str, apps: &[PathBuf], work: &Path) -> Result<Sample, 
     let deadline = spawned + Duration::from_secs(300);
     let socket = run_dir.join("rpc-0.sock");
     loop {
-        if call_once(&socket, "notes.list", &json!({})).is_some() {
+        if call_once(&socket, NOTES_LIST, &json!({})).is_some() {
             break;
         }
         if Instant::now() > deadline || child.try_wait().map_err(|e| e.to_string())?.is_some() {

@@ -14,6 +14,7 @@ pub mod code;
 pub mod detect;
 pub mod exit;
 pub mod krun;
+pub mod log_cap;
 pub mod qemu;
 pub mod report;
 pub mod run;
@@ -26,3 +27,4 @@ pub mod state;
 mod sys;
 
 pub use sys::catch_stop_signals;
+pub(crate) use sys::{may_signal, parent, x32_call_in_child};

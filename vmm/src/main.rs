@@ -210,7 +210,8 @@ fn krun_enter(config: &str) -> anyhow::Result<std::convert::Infallible> {
         serde_json::from_str(config).context("reading the libkrun child's configuration")?;
     // Just before krun_start_enter, while this process is still single-threaded: fail-closed.
     if let Some(policy) = &config.host_sandbox {
-        let report = berm_vmm::sandbox::confine(policy).context("confining the libkrun child")?;
+        let report = berm_vmm::sandbox::confine(policy, berm_vmm::sandbox::Role::KrunEnter, &[])
+            .context("confining the libkrun child")?;
         eprintln!(
             "{}",
             serde_json::json!({"source": "berm-vmm", "event": "host_sandbox", "process": "krun-enter", "report": report})

@@ -17,7 +17,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::run_dir::RunDir;
-use crate::sandbox::{ChildReport, ChildSandbox, Policy, SandboxError};
+use crate::sandbox::{ChildReport, ChildSandbox, Policy, Role, SandboxError};
 use crate::sys;
 
 /// QEMU's own seccomp sandbox for itself: no obsolete syscalls, no privilege changes, no
@@ -55,6 +55,16 @@ pub enum StartQemuError {
         /// Why.
         #[source]
         source: SandboxError,
+    },
+    /// A path cannot be passed to QEMU or vhost-device-vsock as an option value.
+    #[error("{path} cannot be passed to {program}: {reason}")]
+    Path {
+        /// The path.
+        path: PathBuf,
+        /// Which program's options it would go into.
+        program: &'static str,
+        /// Why.
+        reason: &'static str,
     },
     /// A relay socket could not be bound.
     #[error("listening on {path} failed")]
@@ -110,27 +120,30 @@ pub struct QemuChildren {
     pub sandboxes: Vec<ChildReport>,
 }
 
-/// Confines `command` (which runs `program`) to `policy`, if there is one.
+/// Confines `command` (which runs `program`) to `policy` and `role`'s allow list, if there is
+/// a policy.
 fn confine(
     command: &mut Command,
     program: &Path,
     policy: Option<Policy>,
-    seccomp: &str,
+    role: Role,
+    also: &str,
     reports: &mut Vec<ChildReport>,
 ) -> Result<(), StartQemuError> {
     let Some(policy) = policy else {
         return Ok(());
     };
-    let sandbox = ChildSandbox::prepare(&policy).map_err(|source| StartQemuError::Sandbox {
-        program: program.to_owned(),
-        source,
-    })?;
+    let sandbox =
+        ChildSandbox::prepare(&policy, role).map_err(|source| StartQemuError::Sandbox {
+            program: program.to_owned(),
+            source,
+        })?;
     sys::confine_child(command, sandbox);
     reports.push(ChildReport {
         program: program.to_owned(),
         landlock: "fully_enforced",
-        seccomp: seccomp.to_owned(),
-        policy_sha256: policy.sha256(),
+        seccomp: format!("allow_list {}{also}", role.name()),
+        policy_sha256: policy.sha256(role),
     });
     Ok(())
 }
@@ -167,17 +180,81 @@ fn log_stdio(log: &Path, program: &Path) -> Result<(Stdio, Stdio), StartQemuErro
     Ok((Stdio::from(out), Stdio::from(err)))
 }
 
+/// `path` as the value of a QEMU `key=value,…` option: QEMU reads `,,` as a literal comma,
+/// so commas are doubled; a path that is not UTF-8 is refused rather than passed mangled.
+pub fn qemu_value(path: &Path) -> Result<String, StartQemuError> {
+    let text = path.to_str().ok_or_else(|| StartQemuError::Path {
+        path: path.to_owned(),
+        program: "QEMU",
+        reason: "it is not valid UTF-8",
+    })?;
+    Ok(text.replace(',', ",,"))
+}
+
+/// `path` in vhost-device-vsock's `--vm key=value,…` option, which has no escape: a comma is
+/// refused.
+fn vhost_value(path: &Path) -> Result<&str, StartQemuError> {
+    let refuse = |reason| StartQemuError::Path {
+        path: path.to_owned(),
+        program: "vhost-device-vsock",
+        reason,
+    };
+    let text = path
+        .to_str()
+        .ok_or_else(|| refuse("it is not valid UTF-8"))?;
+    if text.contains(',') {
+        return Err(refuse(
+            "its option syntax has no escape for ','; choose a run dir without commas",
+        ));
+    }
+    Ok(text)
+}
+
+/// The vhost-user device on the connection QEMU inherits as `fd`.
+fn vhost_args(fd: i32) -> [String; 4] {
+    [
+        "-chardev".into(),
+        format!("socket,id=vsock,fd={fd}"),
+        "-device".into(),
+        "vhost-user-vsock-device,chardev=vsock".into(),
+    ]
+}
+
+/// Every path QEMU gets inside an option value, escaped before anything is started.
+struct OptionValues {
+    rootfs: String,
+    state: Option<String>,
+    disks: Vec<String>,
+    console: String,
+}
+
+impl OptionValues {
+    fn of(vm: &QemuVm<'_>) -> Result<Self, StartQemuError> {
+        Ok(Self {
+            rootfs: qemu_value(vm.rootfs)?,
+            state: vm.state.map(qemu_value).transpose()?,
+            disks: vm
+                .disks
+                .iter()
+                .map(|(_, image)| qemu_value(image))
+                .collect::<Result<_, _>>()?,
+            console: qemu_value(&vm.run.console)?,
+        })
+    }
+}
+
 /// Starts vhost-device-vsock, the relays, then QEMU.
 pub fn start(vm: &QemuVm<'_>) -> Result<QemuChildren, StartQemuError> {
     let run = vm.run;
+    let values = OptionValues::of(vm)?;
     let (out, err) = log_stdio(&run.hypervisor_log, vm.vhost_device_vsock)?;
     let mut command = Command::new(vm.vhost_device_vsock);
     command
         .arg("--vm")
         .arg(format!(
             "guest-cid={GUEST_CID},socket={},uds-path={}",
-            run.vhost.display(),
-            run.vsock.display()
+            vhost_value(&run.vhost)?,
+            vhost_value(&run.vsock)?
         ))
         .stdin(Stdio::null())
         .stdout(out)
@@ -196,7 +273,8 @@ pub fn start(vm: &QemuVm<'_>) -> Result<QemuChildren, StartQemuError> {
         &mut command,
         vm.vhost_device_vsock,
         vhost_policy,
-        "none",
+        Role::VhostDeviceVsock,
+        "",
         &mut sandboxes,
     )?;
     let mut vhost = command.spawn().map_err(|source| StartQemuError::Spawn {
@@ -235,6 +313,19 @@ pub fn start(vm: &QemuVm<'_>) -> Result<QemuChildren, StartQemuError> {
         timeout: vm.connect_timeout,
     };
 
+    // berm-vmm connects to vhost-device-vsock and hands QEMU the connected socket, so QEMU
+    // itself never needs socket(2) or connect(2) (its allow list has neither).
+    let connected = match UnixStream::connect(&run.vhost) {
+        Ok(stream) => stream,
+        Err(source) => {
+            let _ = vhost.kill();
+            let _ = vhost.wait();
+            return Err(StartQemuError::Spawn {
+                program: vm.vhost_device_vsock.to_owned(),
+                source,
+            });
+        }
+    };
     let memory = format!("{}M", vm.memory_mib);
     let mut args: Vec<String> = vec![
         "-machine".into(),
@@ -271,40 +362,35 @@ pub fn start(vm: &QemuVm<'_>) -> Result<QemuChildren, StartQemuError> {
         "-drive".into(),
         format!(
             "file={},format=raw,if=none,id=root,readonly=on",
-            vm.rootfs.display()
+            values.rootfs
         ),
         "-device".into(),
         "virtio-blk-device,drive=root,serial=root".into(),
     ];
-    if let Some(state) = vm.state {
+    if let Some(state) = &values.state {
         args.extend([
             "-drive".into(),
-            format!("file={},format=raw,if=none,id=state", state.display()),
+            format!("file={state},format=raw,if=none,id=state"),
             "-device".into(),
             "virtio-blk-device,drive=state,serial=state".into(),
         ]);
     }
-    for (i, (serial, image)) in vm.disks.iter().enumerate() {
+    for (i, ((serial, _), image)) in vm.disks.iter().zip(&values.disks).enumerate() {
         args.extend([
             "-drive".into(),
-            format!(
-                "file={},format=raw,if=none,id=disk{i},readonly=on",
-                image.display()
-            ),
+            format!("file={image},format=raw,if=none,id=disk{i},readonly=on"),
             "-device".into(),
             format!("virtio-blk-device,drive=disk{i},serial={serial}"),
         ]);
     }
     args.extend([
-        "-chardev".into(),
-        format!("socket,id=vsock,path={}", run.vhost.display()),
-        "-device".into(),
-        "vhost-user-vsock-device,chardev=vsock".into(),
         // hvc0, the console the pinned cmdline names, as libkrun provides it.
         "-device".into(),
         "virtio-serial-device".into(),
         "-chardev".into(),
-        format!("file,id=console,path={}", run.console.display()),
+        // append=on: berm-vmm truncates the console at its cap (log_cap.rs), and QEMU's
+        // writes must then continue at the new end.
+        format!("file,id=console,path={},append=on", values.console),
         "-device".into(),
         "virtconsole,chardev=console".into(),
     ]);
@@ -319,6 +405,8 @@ pub fn start(vm: &QemuVm<'_>) -> Result<QemuChildren, StartQemuError> {
         .stdout(out)
         .stderr(err);
     sys::kill_with_parent(&mut command);
+    let vhost_fd = sys::pass_fd(&mut command, connected.into());
+    command.args(vhost_args(vhost_fd));
     let qemu_policy = vm.sandbox.map(|base| {
         let mut policy = base.for_program(vm.qemu);
         if vm.accel == "kvm" {
@@ -330,7 +418,8 @@ pub fn start(vm: &QemuVm<'_>) -> Result<QemuChildren, StartQemuError> {
         &mut command,
         vm.qemu,
         qemu_policy,
-        &format!("qemu -sandbox {QEMU_SANDBOX}"),
+        Role::Qemu,
+        &format!(" and -sandbox {QEMU_SANDBOX}"),
         &mut sandboxes,
     ) {
         let _ = vhost.kill();
@@ -452,4 +541,29 @@ fn splice(client: UnixStream, guest: UnixStream) {
     let _ = std::io::copy(&mut &guest, &mut &client);
     let _ = client.shutdown(Shutdown::Write);
     let _ = upstream.join();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::ffi::OsStrExt;
+
+    #[test]
+    fn option_values_escape_commas_or_refuse() {
+        assert_eq!(
+            qemu_value(Path::new("/a,b/disk,,x.img")).unwrap(),
+            "/a,,b/disk,,,,x.img"
+        );
+        let invalid = Path::new(std::ffi::OsStr::from_bytes(b"/a/\xff.img"));
+        let err = qemu_value(invalid).unwrap_err().to_string();
+        assert!(err.contains("not valid UTF-8"), "{err}");
+        let err = vhost_value(Path::new("/run,x/vhost.sock"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("no escape for ','"), "{err}");
+        assert_eq!(
+            vhost_value(Path::new("/run/x.sock")).unwrap(),
+            "/run/x.sock"
+        );
+    }
 }

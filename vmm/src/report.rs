@@ -90,11 +90,29 @@ pub fn line(event: &str, fields: Value) {
     emit(Value::Object(object));
 }
 
-/// Relays a parsed guest line, marked as coming from berm-init.
+/// Bytes of guest events relayed so far ([`crate::log_cap::RECORD_GUEST_CAP`] at most).
+static GUEST_BYTES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Relays a parsed guest line, marked as coming from berm-init, while the guest's share of
+/// the record is under its cap; past it, one `record_capped` line says so and the rest of
+/// the guest's events are dropped (berm-vmm's own lines still go out).
 pub fn guest(line: &berm_vm_protocol::GuestLine) {
+    use std::sync::atomic::Ordering;
     let Ok(Value::Object(fields)) = serde_json::to_value(line) else {
         return;
     };
+    let size = Value::Object(fields.clone()).to_string().len() as u64 + 24;
+    let before = GUEST_BYTES.fetch_add(size, Ordering::SeqCst);
+    let cap = crate::log_cap::RECORD_GUEST_CAP;
+    if before + size > cap {
+        if before <= cap {
+            self::line(
+                "record_capped",
+                serde_json::json!({"guest_bytes": before, "cap": cap}),
+            );
+        }
+        return;
+    }
     let mut object = Map::new();
     object.insert("source".into(), "berm-init".into());
     object.extend(fields);

@@ -46,7 +46,8 @@ pub struct RunConfig {
     pub apps: Vec<PathBuf>,
     /// State disk (created and formatted if missing).
     pub state: Option<PathBuf>,
-    /// Run directory (default `$XDG_RUNTIME_DIR/berm-vmm-<pid>`, else `/tmp/berm-vmm-<pid>`).
+    /// Run directory (default: a fresh `berm-vmm-<random>` under `$XDG_RUNTIME_DIR`, else
+    /// under the system temp dir).
     pub run_dir: Option<PathBuf>,
     /// vCPUs.
     pub cpus: u8,
@@ -219,13 +220,10 @@ pub fn run(config: &RunConfig) -> Result<Outcome, RunError> {
     let cmdline = settings::command_line(&pinned_cmdline, &settings)?;
 
     // 3. The run dir and the state disk.
-    let run_dir = config.run_dir.clone().unwrap_or_else(|| {
-        let base = std::env::var_os("XDG_RUNTIME_DIR")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from("/tmp"));
-        base.join(format!("berm-vmm-{}", std::process::id()))
-    });
-    let run = RunDir::prepare(&run_dir, config.apps.len())?;
+    let run = match &config.run_dir {
+        Some(dir) => RunDir::prepare(dir, config.apps.len())?,
+        None => RunDir::create(config.apps.len())?,
+    };
     report::record_to(&run.dir)?;
     let state = config.state.as_deref().map(state::prepare).transpose()?;
     let apps = apps::prepare(&config.apps, &run.dir)?;
@@ -339,8 +337,8 @@ pub fn run(config: &RunConfig) -> Result<Outcome, RunError> {
                 child_sandboxes.push(sandbox::ChildReport {
                     program: PathBuf::from("berm-vmm krun-enter"),
                     landlock: "fully_enforced",
-                    seccomp: "deny_list".into(),
-                    policy_sha256: policy.sha256(),
+                    seccomp: format!("allow_list {}", sandbox::Role::KrunEnter.name()),
+                    policy_sha256: policy.sha256(sandbox::Role::KrunEnter),
                 });
             }
             vec![krun::spawn(&config, &run.hypervisor_log)?]
@@ -378,7 +376,8 @@ pub fn run(config: &RunConfig) -> Result<Outcome, RunError> {
     // 6. berm-vmm confines itself: the hypervisor is started, nothing of the guest's has been
     // served yet, and the process is still single-threaded (the relays start after this).
     let mut confined = if host_sandbox {
-        sandbox::confine(&policy).inspect_err(|_| stop(&mut children))?
+        let pids: Vec<u32> = children.iter().map(Child::id).collect();
+        sandbox::confine(&policy, sandbox::Role::Vmm, &pids).inspect_err(|_| stop(&mut children))?
     } else {
         sandbox::Report::disabled("--no-host-sandbox")
     };
@@ -403,7 +402,12 @@ pub fn run(config: &RunConfig) -> Result<Outcome, RunError> {
     if let Some(relays) = relays {
         relays.serve();
     }
-    Ok(supervise(&run, &mut children, config.boot_timeout, started))
+    let outcome = supervise(&run, &mut children, config.boot_timeout, started);
+    // The hypervisor is gone: its sockets and the app images are of no further use.
+    if let Err(e) = run.clean_up() {
+        report::line("run_dir_cleanup", json!({"error": e.to_string()}));
+    }
+    Ok(outcome)
 }
 
 enum Watch {
@@ -424,6 +428,10 @@ fn supervise(
     let logs = run.logs.clone();
     let guest_log = run.dir.join("guest.log");
     std::thread::spawn(move || pump_logs(&logs, &guest_log, started + boot_timeout));
+    let console = run.console.clone();
+    std::thread::spawn(move || {
+        crate::log_cap::watch_console(&console, crate::log_cap::CONSOLE_LOG_CAP)
+    });
     let control = run.control.clone();
     std::thread::spawn(move || {
         let mut conn =
@@ -582,15 +590,10 @@ fn supervise(
 /// read after the fact. Lines a host connects too late for are still there: the guest keeps a
 /// backlog for new connections.
 fn pump_logs(logs: &std::path::Path, path: &std::path::Path, deadline: Instant) {
-    use std::io::Write;
     let Ok(mut conn) = GuestConnection::connect(logs, Service::Logs, deadline) else {
         return;
     };
-    let Ok(mut file) = std::fs::File::options()
-        .create(true)
-        .append(true)
-        .open(path)
-    else {
+    let Ok(mut file) = crate::log_cap::CappedLog::open(path, crate::log_cap::GUEST_LOG_CAP) else {
         return;
     };
     while let Ok(line) = conn.receive(Instant::now() + Duration::from_secs(3600)) {
@@ -602,7 +605,7 @@ fn pump_logs(logs: &std::path::Path, path: &std::path::Path, deadline: Instant) 
                 log.source,
                 log.message.escape_debug()
             );
-            if file.write_all(text.as_bytes()).is_err() {
+            if file.write(text.as_bytes()).is_err() {
                 return;
             }
         }

@@ -8,11 +8,12 @@
 //! - **Landlock**: read the kernel, the rootfs and each app share; read and write the state
 //!   disk and the run dir; nothing else on the filesystem (no execute right anywhere), and no
 //!   TCP bind or connect where the kernel can refuse them (ABI 4+).
-//! - **seccomp**, a deny list answering `EPERM`: exec, ptrace and cross-process memory, the
-//!   mount family, namespaces (`unshare`, `setns`, `clone` with a `CLONE_NEW*` flag), module
-//!   and kexec loading, bpf, keyrings, io_uring, reboot, swap, chroot, perf events,
-//!   userfaultfd, accounting, handle-based opens. `clone3` answers `ENOSYS` instead (its flags
-//!   live in memory a filter cannot read), which makes the C library fall back to `clone`.
+//! - **seccomp**, an allow list ([`berm_confine::Role::Vmm`]): what berm-vmm was traced
+//!   calling once confined, and nothing else (`EPERM`); no exec, no executable memory, no
+//!   namespaces, `kill` only to its own children; x32 and foreign-arch calls kill the process.
+//! - **Landlock scopes** (ABI 6, where the kernel has them): no connecting to abstract Unix
+//!   sockets made outside the sandbox. (Its signals are limited by seccomp instead: berm-vmm
+//!   must stop its children, whose Landlock domains are not nested in its own.)
 //!
 //! Both are applied while the process is single-threaded (checked, not assumed: Landlock binds
 //! only the calling thread and the threads it creates later), and fail closed: a kernel
@@ -22,55 +23,15 @@
 //! verify`). `--no-host-sandbox` runs unconfined, and the `host_sandbox` line says so.
 //!
 //! The hypervisor children (QEMU and vhost-device-vsock, or the libkrun child) get the same
-//! policy widened just enough to run: see [`Policy::for_program`] and [`ChildSandbox`].
+//! policy widened just enough to run (see [`Policy::for_program`] and [`ChildSandbox`]), both
+//! Landlock scopes (signals and abstract sockets), and their own role's allow list.
 
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-/// The syscalls the deny list refuses with `EPERM`, by name (reported in `host_sandbox`).
-pub const DENIED: &[&str] = &[
-    "execve",
-    "execveat",
-    "ptrace",
-    "process_vm_readv",
-    "process_vm_writev",
-    "mount",
-    "umount2",
-    "pivot_root",
-    "chroot",
-    "move_mount",
-    "open_tree",
-    "fsopen",
-    "fsconfig",
-    "fsmount",
-    "fspick",
-    "mount_setattr",
-    "unshare",
-    "setns",
-    "clone(CLONE_NEW*)",
-    "clone3(ENOSYS)",
-    "init_module",
-    "finit_module",
-    "delete_module",
-    "kexec_load",
-    "kexec_file_load",
-    "bpf",
-    "add_key",
-    "request_key",
-    "keyctl",
-    "io_uring_setup",
-    "io_uring_enter",
-    "io_uring_register",
-    "reboot",
-    "swapon",
-    "swapoff",
-    "perf_event_open",
-    "userfaultfd",
-    "acct",
-    "open_by_handle_at",
-];
+pub use berm_confine::Role;
 
 /// What the sandbox grants: everything else is refused.
 #[derive(Clone, Debug, Default, Serialize, serde::Deserialize, PartialEq, Eq)]
@@ -130,20 +91,29 @@ pub struct ChildReport {
 pub struct ChildSandbox {
     #[cfg(target_os = "linux")]
     ruleset: Option<landlock::RulesetCreated>,
+    #[cfg(target_os = "linux")]
+    role: Role,
+    #[cfg(target_os = "linux")]
+    filter: berm_confine::BpfProgram,
 }
 
 impl ChildSandbox {
-    /// Builds the ruleset for `policy`; fails closed like [`confine`].
-    pub fn prepare(policy: &Policy) -> Result<Self, SandboxError> {
+    /// Builds the ruleset for `policy` (with both scopes) and `role`'s seccomp filter; fails
+    /// closed like [`confine`].
+    pub fn prepare(policy: &Policy, role: Role) -> Result<Self, SandboxError> {
         #[cfg(target_os = "linux")]
         {
             Ok(Self {
-                ruleset: Some(linux::ruleset(policy)?),
+                ruleset: Some(linux::ruleset(policy, linux::CHILD_SCOPES)?),
+                role,
+                filter: role
+                    .filter()
+                    .map_err(|e| SandboxError::Seccomp(Box::new(e)))?,
             })
         }
         #[cfg(not(target_os = "linux"))]
         {
-            let _ = policy;
+            let _ = (policy, role);
             Err(SandboxError::Unsupported)
         }
     }
@@ -160,13 +130,12 @@ impl ChildSandbox {
             match ruleset.restrict_self() {
                 Ok(status)
                     if status.ruleset != landlock::RulesetStatus::NotEnforced
-                        && status.no_new_privs =>
-                {
-                    Ok(())
-                }
-                Ok(_) => Err(std::io::Error::other("Landlock is not enforced")),
-                Err(e) => Err(std::io::Error::other(e)),
+                        && status.no_new_privs => {}
+                Ok(_) => return Err(std::io::Error::other("Landlock is not enforced")),
+                Err(e) => return Err(std::io::Error::other(e)),
             }
+            // Last, so the program's exec is the first call it filters.
+            berm_confine::apply(self.role, &self.filter).map_err(std::io::Error::other)
         }
         #[cfg(not(target_os = "linux"))]
         {
@@ -176,14 +145,14 @@ impl ChildSandbox {
 }
 
 impl Policy {
-    /// sha256 of the policy's canonical JSON (the grants and the deny list), so a record can
-    /// say exactly which policy a run had.
-    pub fn sha256(&self) -> String {
+    /// sha256 of the policy's canonical JSON (the grants and `role`'s syscall policy), so a
+    /// record can say exactly which policy a run had.
+    pub fn sha256(&self, role: Role) -> String {
         let canonical = serde_json::json!({
-            "landlock_handled_abi": 5,
+            "landlock_handled_abi": 6,
             "read": self.read, "read_write": self.read_write, "devices": self.devices,
             "execute": self.execute,
-            "seccomp_deny": DENIED,
+            "seccomp": role.policy_text(),
         });
         hex::encode(Sha256::digest(canonical.to_string().as_bytes()))
     }
@@ -200,10 +169,13 @@ pub struct Report {
     pub landlock: &'static str,
     /// Whether `no_new_privs` is set.
     pub no_new_privs: bool,
-    /// `deny_list` or `none`.
+    /// `allow_list` or `none`.
     pub seccomp: &'static str,
-    /// The denied syscalls ([`DENIED`]), empty when disabled.
-    pub denied: Vec<&'static str>,
+    /// The allowed syscalls, argument rules in parentheses ([`Role::describe`]), empty when
+    /// disabled. Everything else answers `EPERM`; x32 and foreign-arch calls kill.
+    pub allowed: Vec<String>,
+    /// The Landlock scopes in force (`abstract_unix_socket`; none on kernels before ABI 6).
+    pub scopes: Vec<&'static str>,
     /// [`Policy::sha256`].
     pub policy_sha256: String,
     /// The grants.
@@ -223,8 +195,9 @@ impl Report {
             landlock: "not_enforced",
             no_new_privs: false,
             seccomp: "none",
-            denied: Vec::new(),
-            policy_sha256: Policy::default().sha256(),
+            allowed: Vec::new(),
+            scopes: Vec::new(),
+            policy_sha256: Policy::default().sha256(Role::Vmm),
             grants: Policy::default(),
             reason: Some(reason.to_owned()),
             children: Vec::new(),
@@ -261,7 +234,7 @@ pub enum SandboxError {
     #[error("applying the Landlock ruleset failed")]
     Ruleset(#[source] Box<dyn std::error::Error + Send + Sync>),
     /// The seccomp filter could not be built or loaded.
-    #[error("loading the seccomp deny list failed")]
+    #[error("loading the seccomp allow list failed")]
     Seccomp(#[source] Box<dyn std::error::Error + Send + Sync>),
     /// This OS has no host sandbox in berm-vmm yet.
     #[error(
@@ -279,36 +252,37 @@ pub fn thread_count() -> Option<usize> {
         .and_then(|n| n.trim().parse().ok())
 }
 
-/// Confines the calling process (which must be single-threaded) to `policy`, fail-closed.
-pub fn confine(policy: &Policy) -> Result<Report, SandboxError> {
+/// Confines the calling process (which must be single-threaded) to `policy` and `role`'s
+/// allow list, fail-closed. `children` are the only processes it may signal (berm-vmm's
+/// hypervisor children; none for the libkrun child).
+pub fn confine(policy: &Policy, role: Role, children: &[u32]) -> Result<Report, SandboxError> {
     #[cfg(target_os = "linux")]
     {
-        linux::confine(policy)
+        linux::confine(policy, role, children)
     }
     #[cfg(not(target_os = "linux"))]
     {
-        let _ = policy;
+        let _ = (policy, role, children);
         Err(SandboxError::Unsupported)
     }
 }
 
 #[cfg(target_os = "linux")]
 mod linux {
-    use std::collections::BTreeMap;
-
     use landlock::{
         ABI, Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, LandlockStatus,
-        PathBeneath, PathFd, Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus,
-    };
-    use seccompiler::{
-        BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
-        SeccompRule, TargetArch,
+        PathBeneath, PathFd, Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope,
     };
 
     use super::*;
 
     /// The access rights berm-vmm asks the kernel to handle (ABI 5: up to ioctl on devices).
     const HANDLED: ABI = ABI::V5;
+    /// berm-vmm's own scopes: abstract sockets only (it must signal its children, whose
+    /// domains are siblings of its own; seccomp limits its kill() to them instead).
+    pub(super) const VMM_SCOPES: &[Scope] = &[Scope::AbstractUnixSocket];
+    /// A hypervisor child's scopes: no abstract sockets and no signals outside its domain.
+    pub(super) const CHILD_SCOPES: &[Scope] = &[Scope::AbstractUnixSocket, Scope::Signal];
 
     fn boxed<E: std::error::Error + Send + Sync + 'static>(
         e: E,
@@ -332,7 +306,10 @@ mod linux {
     }
 
     /// The Landlock ruleset for `policy`, created but not yet applied.
-    pub(super) fn ruleset(policy: &Policy) -> Result<landlock::RulesetCreated, SandboxError> {
+    pub(super) fn ruleset(
+        policy: &Policy,
+        scopes: &[Scope],
+    ) -> Result<landlock::RulesetCreated, SandboxError> {
         let read = AccessFs::ReadFile | AccessFs::ReadDir;
         let read_write = AccessFs::from_all(HANDLED) & !AccessFs::Execute;
         let device = AccessFs::ReadFile | AccessFs::WriteFile | AccessFs::IoctlDev;
@@ -348,6 +325,9 @@ mod linux {
             .handle_access(AccessFs::from_all(HANDLED))
             .map_err(|e| SandboxError::Ruleset(boxed(e)))?
             .handle_access(AccessNet::from_all(ABI::V4))
+            .map_err(|e| SandboxError::Ruleset(boxed(e)))?
+            // ABI 6 (Linux 6.12); without it the status reads partially_enforced.
+            .scope(scopes.iter().fold(BitFlags::empty(), |all, &s| all | s))
             .map_err(|e| SandboxError::Ruleset(boxed(e)))?
             .create()
             .map_err(|e| SandboxError::Ruleset(boxed(e)))?;
@@ -366,13 +346,22 @@ mod linux {
         Ok(ruleset)
     }
 
-    pub(super) fn confine(policy: &Policy) -> Result<Report, SandboxError> {
+    pub(super) fn confine(
+        policy: &Policy,
+        role: Role,
+        children: &[u32],
+    ) -> Result<Report, SandboxError> {
         match thread_count() {
             Some(1) => {}
             Some(n) => return Err(SandboxError::Threaded(n)),
             None => return Err(SandboxError::Threaded(0)),
         }
-        let status = ruleset(policy)?
+        let scopes = if role == Role::Vmm {
+            VMM_SCOPES
+        } else {
+            CHILD_SCOPES
+        };
+        let status = ruleset(policy, scopes)?
             .restrict_self()
             .map_err(|e| SandboxError::Ruleset(boxed(e)))?;
         let abi = match status.landlock {
@@ -394,15 +383,26 @@ mod linux {
                 status: landlock.replace('_', " "),
             });
         }
-        load_deny_list()?;
+        let filter = role
+            .filter_with_children(children)
+            .map_err(|e| SandboxError::Seccomp(boxed(e)))?;
+        // All threads: there is one (checked), and any the C library might have started would
+        // be filtered too.
+        berm_confine::apply_all_threads(role, &filter)
+            .map_err(|e| SandboxError::Seccomp(boxed(e)))?;
         Ok(Report {
             enabled: true,
             landlock_abi: abi,
             landlock,
             no_new_privs: status.no_new_privs,
-            seccomp: "deny_list",
-            denied: DENIED.to_vec(),
-            policy_sha256: policy.sha256(),
+            seccomp: "allow_list",
+            allowed: role.describe(),
+            scopes: if abi >= 6 {
+                scopes.iter().map(|&s| scope_name(s)).collect()
+            } else {
+                Vec::new()
+            },
+            policy_sha256: policy.sha256(role),
             grants: policy.clone(),
             reason: None,
             children: Vec::new(),
@@ -415,99 +415,12 @@ mod linux {
         }
     }
 
-    fn arch() -> Result<TargetArch, SandboxError> {
-        TargetArch::try_from(std::env::consts::ARCH).map_err(|e| SandboxError::Seccomp(boxed(e)))
-    }
-
-    fn load(rules: BTreeMap<i64, Vec<SeccompRule>>, errno: i32) -> Result<(), SandboxError> {
-        let filter = SeccompFilter::new(
-            rules,
-            SeccompAction::Allow,
-            SeccompAction::Errno(errno as u32),
-            arch()?,
-        )
-        .map_err(|e| SandboxError::Seccomp(boxed(e)))?;
-        let program: BpfProgram = filter
-            .try_into()
-            .map_err(|e: seccompiler::BackendError| SandboxError::Seccomp(boxed(e)))?;
-        // All threads: there is one (checked), and any the C library might have started would
-        // be filtered too.
-        seccompiler::apply_filter_all_threads(&program).map_err(|e| SandboxError::Seccomp(boxed(e)))
-    }
-
-    fn load_deny_list() -> Result<(), SandboxError> {
-        let plain = [
-            libc::SYS_execve,
-            libc::SYS_execveat,
-            libc::SYS_ptrace,
-            libc::SYS_process_vm_readv,
-            libc::SYS_process_vm_writev,
-            libc::SYS_mount,
-            libc::SYS_umount2,
-            libc::SYS_pivot_root,
-            libc::SYS_chroot,
-            libc::SYS_move_mount,
-            libc::SYS_open_tree,
-            libc::SYS_fsopen,
-            libc::SYS_fsconfig,
-            libc::SYS_fsmount,
-            libc::SYS_fspick,
-            libc::SYS_mount_setattr,
-            libc::SYS_unshare,
-            libc::SYS_setns,
-            libc::SYS_init_module,
-            libc::SYS_finit_module,
-            libc::SYS_delete_module,
-            libc::SYS_kexec_load,
-            libc::SYS_kexec_file_load,
-            libc::SYS_bpf,
-            libc::SYS_add_key,
-            libc::SYS_request_key,
-            libc::SYS_keyctl,
-            libc::SYS_io_uring_setup,
-            libc::SYS_io_uring_enter,
-            libc::SYS_io_uring_register,
-            libc::SYS_reboot,
-            libc::SYS_swapon,
-            libc::SYS_swapoff,
-            libc::SYS_perf_event_open,
-            libc::SYS_userfaultfd,
-            libc::SYS_acct,
-            libc::SYS_open_by_handle_at,
-        ];
-        let mut rules: BTreeMap<i64, Vec<SeccompRule>> =
-            plain.iter().map(|&nr| (nr, Vec::new())).collect();
-        // clone with any namespace flag: one rule per flag (a rule's conditions are ANDed,
-        // the rules of one syscall ORed).
-        let namespace_flags = [
-            libc::CLONE_NEWNS,
-            libc::CLONE_NEWUTS,
-            libc::CLONE_NEWIPC,
-            libc::CLONE_NEWUSER,
-            libc::CLONE_NEWPID,
-            libc::CLONE_NEWNET,
-            libc::CLONE_NEWCGROUP,
-        ];
-        let clone_rules = namespace_flags
-            .iter()
-            .map(|&flag| {
-                let flag = flag as u64;
-                SeccompCondition::new(
-                    0,
-                    SeccompCmpArgLen::Qword,
-                    SeccompCmpOp::MaskedEq(flag),
-                    flag,
-                )
-                .and_then(|c| SeccompRule::new(vec![c]))
-            })
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| SandboxError::Seccomp(boxed(e)))?;
-        rules.insert(libc::SYS_clone, clone_rules);
-        load(rules, libc::EPERM)?;
-        load(
-            BTreeMap::from([(libc::SYS_clone3, Vec::new())]),
-            libc::ENOSYS,
-        )
+    fn scope_name(scope: Scope) -> &'static str {
+        match scope {
+            Scope::AbstractUnixSocket => "abstract_unix_socket",
+            Scope::Signal => "signal",
+            _ => "other",
+        }
     }
 }
 
@@ -531,7 +444,26 @@ pub fn probe(outside: &Path, kernel: &Path, run_dir: &Path) -> serde_json::Value
     // Inherited stdio: `Stdio::null()` would open /dev/null first, which the sandbox refuses
     // (EACCES) before exec is even tried. /bin/true prints nothing.
     let exec = std::process::Command::new("/bin/true").status();
+    // The test binds a Unix socket beside `outside` (a pathname outside the run dir) and an
+    // abstract one named after it.
+    let socket = outside.with_extension("sock");
+    let abstract_name = format!("berm-probe:{}", outside.display());
+    #[cfg(target_os = "linux")]
+    let connect_abstract = {
+        use std::os::linux::net::SocketAddrExt;
+        std::os::unix::net::SocketAddr::from_abstract_name(&abstract_name)
+            .and_then(|addr| std::os::unix::net::UnixStream::connect_addr(&addr))
+    };
+    #[cfg(not(target_os = "linux"))]
+    let connect_abstract: std::io::Result<()> = {
+        let _ = abstract_name;
+        Err(std::io::Error::other("no abstract sockets on this OS"))
+    };
     serde_json::json!({
+        "connect_outside_socket": outcome(std::os::unix::net::UnixStream::connect(&socket)),
+        "connect_abstract_socket": outcome(connect_abstract),
+        "kill_parent": outcome(crate::may_signal(crate::parent())),
+        "x32_call": crate::x32_call_in_child(),
         "read_outside": outcome(std::fs::File::open(outside).and_then(|mut f| f.read(&mut [0u8; 1]))),
         "write_outside": outcome(std::fs::File::options().append(true).open(outside).and_then(|mut f| f.write_all(b"x"))),
         "create_outside": outcome(std::fs::File::create_new(&sibling)),

@@ -48,6 +48,27 @@ pub enum StateError {
         "state disk {0} is neither an ext4 filesystem nor blank; berm-vmm formats only a new or all-zero disk and will not overwrite data (give another path, or remove this file)"
     )]
     Foreign(PathBuf),
+    /// The superblock names a size the file cannot be: a guest wrote it, and berm-vmm will not
+    /// resize or read by it.
+    #[error(
+        "state disk {path}: its ext4 superblock says {claimed} bytes, but the file has {size} (at most {MAX_RESTORE} bytes of zero tail are ever restored, and a disk holds at most {MAX_SIZE} bytes); the file is left as it is"
+    )]
+    BadSuperblock {
+        /// The disk.
+        path: PathBuf,
+        /// What the superblock claims (saturated at u64::MAX).
+        claimed: u64,
+        /// The file's own size.
+        size: u64,
+    },
+    /// The file itself is larger than berm-vmm digests.
+    #[error("state disk {path} is {size} bytes; berm-vmm takes at most {MAX_SIZE}")]
+    TooLarge {
+        /// The disk.
+        path: PathBuf,
+        /// Its size.
+        size: u64,
+    },
     /// Too small to hold a filesystem.
     #[error("state disk {path} is {size} bytes; it needs at least 16 MiB")]
     TooSmall {
@@ -81,6 +102,30 @@ pub struct StateDisk {
 
 /// Smallest disk berm-vmm formats.
 const MIN_SIZE: u64 = 16 << 20;
+/// Largest state disk berm-vmm takes (file or filesystem): 64 GiB, 65,536 chunks to digest.
+pub const MAX_SIZE: u64 = 64 << 30;
+/// Most zero tail berm-vmm puts back when the file is shorter than its filesystem. libkrun's
+/// discard bug cuts only free space at the end; more than this is not that bug.
+pub const MAX_RESTORE: u64 = 1 << 30;
+
+/// What to do about the file's size, decided from the superblock before the file is touched:
+/// `Ok(bytes)` of zero tail to restore (0 when the sizes agree), or the refusal.
+pub fn check_superblock(path: &Path, claimed: u64, size: u64) -> Result<u64, StateError> {
+    let bad = || StateError::BadSuperblock {
+        path: path.to_owned(),
+        claimed,
+        size,
+    };
+    if !(MIN_SIZE..=MAX_SIZE).contains(&claimed) {
+        return Err(bad());
+    }
+    match claimed.checked_sub(size) {
+        Some(tail) if tail > MAX_RESTORE => Err(bad()),
+        Some(tail) => Ok(tail),
+        // A file longer than its filesystem is fine (the filesystem was made smaller).
+        None => Ok(0),
+    }
+}
 
 /// Creates and formats `path` if missing or blank, restores a truncated tail, then digests it.
 pub fn prepare(path: &Path) -> Result<StateDisk, StateError> {
@@ -94,6 +139,12 @@ pub fn prepare(path: &Path) -> Result<StateDisk, StateError> {
         file.set_len(DEFAULT_SIZE).map_err(io)?;
     }
     let size = std::fs::metadata(path).map_err(io)?.len();
+    if size > MAX_SIZE {
+        return Err(StateError::TooLarge {
+            path: path.to_owned(),
+            size,
+        });
+    }
     let mut head = vec![0u8; CHUNK.min(size) as usize];
     File::open(path)
         .and_then(|f| f.read_exact_at(&mut head, 0))
@@ -101,14 +152,16 @@ pub fn prepare(path: &Path) -> Result<StateDisk, StateError> {
     let mut formatted = false;
     let mut restored_bytes = 0;
     match ext4_size(&head) {
-        Some(fs_size) if fs_size > size => {
-            // The tail was cut off; it held only zeros (ext4 wrote nothing there, or the
-            // discard that cut it had zeroed it), so sparse zeros restore it exactly.
-            let file = File::options().write(true).open(path).map_err(io)?;
-            file.set_len(fs_size).map_err(io)?;
-            restored_bytes = fs_size - size;
+        Some(fs_size) => {
+            let tail = check_superblock(path, fs_size, size)?;
+            if tail > 0 {
+                // The tail was cut off; it held only zeros (ext4 wrote nothing there, or the
+                // discard that cut it had zeroed it), so sparse zeros restore it exactly.
+                let file = File::options().write(true).open(path).map_err(io)?;
+                file.set_len(fs_size).map_err(io)?;
+                restored_bytes = tail;
+            }
         }
-        Some(_) => {}
         None if head.iter().all(|&b| b == 0) => {
             if size < MIN_SIZE {
                 return Err(StateError::TooSmall {
@@ -213,7 +266,8 @@ fn ext4_size(head: &[u8]) -> Option<u64> {
     if u32_at(0x60) & 0x80 != 0 {
         blocks |= u64::from(u32_at(0x150)) << 32;
     }
-    blocks.checked_mul(block_size)
+    // An overflowing count is as bad as a huge one: saturate, and the bound refuses it.
+    Some(blocks.saturating_mul(block_size))
 }
 
 #[cfg(test)]
@@ -259,6 +313,36 @@ mod tests {
         let small = tmp.path().join("small");
         File::create(&small).unwrap().set_len(1 << 20).unwrap();
         assert!(prepare(&small).unwrap_err().to_string().contains("16 MiB"));
+    }
+
+    #[test]
+    fn a_superblock_claiming_an_absurd_size_is_refused_fast_and_the_file_untouched() {
+        let tmp = tempfile::tempdir().unwrap();
+        let disk = tmp.path().join("disk");
+        prepare(&disk).unwrap();
+        let original = std::fs::read(&disk).unwrap();
+        let size = original.len() as u64;
+        let sb = |head: &mut Vec<u8>, blocks_lo: u32, blocks_hi: u32| {
+            head[1024 + 0x04..1024 + 0x08].copy_from_slice(&blocks_lo.to_le_bytes());
+            head[1024 + 0x60] |= 0x80; // INCOMPAT_64BIT
+            head[1024 + 0x150..1024 + 0x154].copy_from_slice(&blocks_hi.to_le_bytes());
+        };
+        for (lo, hi) in [(u32::MAX, u32::MAX), (0, 1), (u32::MAX, 0), (1, 0)] {
+            let mut bytes = original.clone();
+            sb(&mut bytes, lo, hi);
+            std::fs::write(&disk, &bytes).unwrap();
+            let started = std::time::Instant::now();
+            let err = prepare(&disk).unwrap_err();
+            assert!(started.elapsed() < std::time::Duration::from_secs(1));
+            assert!(matches!(err, StateError::BadSuperblock { .. }), "{err}");
+            assert!(err.to_string().contains("left as it is"), "{err}");
+            assert_eq!(std::fs::metadata(&disk).unwrap().len(), size);
+            assert_eq!(std::fs::read(&disk).unwrap(), bytes);
+        }
+        // Within the bounds, a cut tail is still put back.
+        assert_eq!(check_superblock(&disk, size, size - 4096).unwrap(), 4096);
+        assert_eq!(check_superblock(&disk, size, size + 4096).unwrap(), 0);
+        assert!(check_superblock(&disk, size + MAX_RESTORE + 1, size).is_err());
     }
 
     #[test]

@@ -42,6 +42,65 @@ pub fn stop_requested() -> bool {
     STOP_REQUESTED.load(Ordering::SeqCst)
 }
 
+/// kill(`pid`, 0): whether this process may signal `pid` (for the host-sandbox probe).
+pub fn may_signal(pid: u32) -> io::Result<()> {
+    let pid = libc::pid_t::try_from(pid).map_err(|_| io::Error::from_raw_os_error(libc::ESRCH))?;
+    // SAFETY: kill(2) with signal 0 sends nothing; integer arguments only.
+    if unsafe { libc::kill(pid, 0) } == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// This process's parent.
+pub fn parent() -> u32 {
+    // SAFETY: getppid(2) takes no arguments and always succeeds.
+    unsafe { libc::getppid() as u32 }
+}
+
+#[cfg(not(target_os = "linux"))]
+/// No x32 here.
+pub fn x32_call_in_child() -> String {
+    "not linux".into()
+}
+
+#[cfg(target_os = "linux")]
+/// Forks a child that makes one x32 system call (getpid with the x32 bit) and reports how
+/// the child ended: `SIGSYS` when the seccomp filter killed it.
+pub fn x32_call_in_child() -> String {
+    // SAFETY: the child makes one raw system call and _exits, touching no lock or allocation
+    // (the probe runs while berm-vmm is still single-threaded).
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        // SAFETY: a raw getpid with the x32 bit; then _exit without unwinding.
+        unsafe {
+            libc::syscall(libc::SYS_getpid | 0x4000_0000);
+            libc::_exit(0)
+        }
+    }
+    if pid < 0 {
+        return format!("fork failed: {}", io::Error::last_os_error());
+    }
+    let mut status = 0;
+    // SAFETY: reaping the child just forked.
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+    if libc::WIFSIGNALED(status) {
+        match libc::WTERMSIG(status) {
+            libc::SIGSYS => "SIGSYS".into(),
+            signal => format!("signal {signal}"),
+        }
+    } else {
+        "allowed".into()
+    }
+}
+
+/// The effective uid of this process.
+pub fn euid() -> u32 {
+    // SAFETY: geteuid(2) takes no arguments, touches no memory and always succeeds.
+    unsafe { libc::geteuid() }
+}
+
 /// Makes the kernel SIGKILL the child when berm-vmm dies, so no hypervisor outlives it, and
 /// puts it in its own process group, so a terminal's Ctrl-C reaches only berm-vmm (which then
 /// stops the guest in order).
@@ -60,6 +119,26 @@ pub fn kill_with_parent(command: &mut Command) {
             Ok(())
         });
     }
+}
+
+/// Lets the child inherit `fd` under its own number (close-on-exec cleared in the child
+/// only), so it can use a socket berm-vmm connected instead of connecting itself. The number
+/// is the parent's, so it cannot collide with any descriptor the spawn itself uses.
+pub fn pass_fd(command: &mut Command, fd: std::os::fd::OwnedFd) -> i32 {
+    use std::os::fd::AsRawFd;
+    let raw = fd.as_raw_fd();
+    // SAFETY: the closure runs in the child between fork and exec and calls only fcntl(2),
+    // which is async-signal-safe; it allocates nothing. `fd` is moved into the closure, so
+    // it stays open in the parent until the command is dropped.
+    unsafe {
+        command.pre_exec(move || {
+            if libc::fcntl(fd.as_raw_fd(), libc::F_SETFD, 0) < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    raw
 }
 
 /// Makes the child apply `sandbox` between fork and exec; a child that cannot is never

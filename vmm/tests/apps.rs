@@ -86,7 +86,15 @@ fn one_app_answers_mcp_and_its_notes_survive_a_reboot() {
     assert_eq!(start["limits"]["memory_max"], (128u64 << 20).to_string());
     assert_eq!(start["limits"]["pids_max"], "32");
     assert_eq!(start["enforcement"]["landlock"], "fully_enforced");
-    assert_eq!(start["enforcement"]["seccomp"], "filter");
+    assert_eq!(start["enforcement"]["seccomp"], "allow_list");
+    // Every app of this build reports the policy digest pinned beside the rootfs.
+    assert_eq!(
+        start["enforcement"]["policy_sha256"],
+        berm_pins::RootfsPins::compiled_in()
+            .unwrap()
+            .app_policy_sha256
+            .as_str()
+    );
     assert_eq!(start["enforcement"]["no_new_privs"], true);
 
     let rpc = vmm.run_dir.join("rpc-0.sock");
@@ -257,7 +265,8 @@ fn apps_are_confined_apart_and_survive_each_other() {
     assert_eq!(report["cgroup"], "0::/berm/apps/notes");
     assert_eq!(report["enforcement"]["landlock"], "fully_enforced");
     let checks = report["checks"].as_array().unwrap();
-    assert!(checks.len() >= 18, "{report}");
+    // 18 rows before issue 13, 9 more for it, and one kill row per other app.
+    assert!(checks.len() >= 29, "{report}");
     let failed: Vec<&Value> = checks.iter().filter(|c| c["pass"] != true).collect();
     assert!(failed.is_empty(), "probe checks failed: {failed:#?}");
 

@@ -83,6 +83,15 @@ fn berm_vmm_confines_itself_and_the_vm_still_works() {
     let tmp = tempfile::tempdir().unwrap();
     let outside = tmp.path().join("users-secret.txt");
     std::fs::write(&outside, "secret\n").unwrap();
+    // What an escaped VMM would reach for: a pathname socket outside its run dir (a session
+    // bus) and an abstract one. Both listen for real.
+    let _pathname = std::os::unix::net::UnixListener::bind(outside.with_extension("sock")).unwrap();
+    let _abstract = {
+        use std::os::linux::net::SocketAddrExt;
+        let name = format!("berm-probe:{}", outside.display());
+        let addr = std::os::unix::net::SocketAddr::from_abstract_name(name).unwrap();
+        std::os::unix::net::UnixListener::bind_addr(&addr).unwrap()
+    };
     let run_dir = tmp.path().join("run");
     let state = tmp.path().join("state.img");
     let mut run = Vmm::start_in(
@@ -119,9 +128,8 @@ fn berm_vmm_confines_itself_and_the_vm_still_works() {
     assert!(!children.is_empty());
     for (name, nnp, seccomp) in &children {
         assert_eq!(nnp.as_deref(), Some("1"), "{name}");
-        if name.starts_with("qemu") {
-            assert_eq!(seccomp.as_deref(), Some("2"), "QEMU's own -sandbox");
-        }
+        // Every child runs under its role's allow list (QEMU also under its own -sandbox).
+        assert_eq!(seccomp.as_deref(), Some("2"), "{name}: no seccomp filter");
     }
     assert_eq!(
         filtered,
@@ -132,14 +140,20 @@ fn berm_vmm_confines_itself_and_the_vm_still_works() {
     let sandbox = event(&mut run, "host_sandbox").unwrap();
     assert_eq!(sandbox["enabled"], true, "{sandbox}");
     assert_eq!(sandbox["landlock"], "fully_enforced", "{sandbox}");
-    assert_eq!(sandbox["seccomp"], "deny_list", "{sandbox}");
+    assert_eq!(sandbox["seccomp"], "allow_list", "{sandbox}");
     assert!(sandbox["landlock_abi"].as_u64().unwrap() >= 5, "{sandbox}");
-    let denied: Vec<&str> = sandbox["denied"]
+    let allowed: Vec<&str> = sandbox["allowed"]
         .as_array()
         .unwrap()
         .iter()
         .map(|d| d.as_str().unwrap())
         .collect();
+    // The report is the enforced table itself.
+    assert_eq!(
+        allowed,
+        berm_vmm::sandbox::Role::Vmm.describe(),
+        "{sandbox}"
+    );
     for syscall in [
         "execve",
         "ptrace",
@@ -152,7 +166,16 @@ fn berm_vmm_confines_itself_and_the_vm_still_works() {
         "io_uring_setup",
         "reboot",
     ] {
-        assert!(denied.contains(&syscall), "{syscall} not denied: {sandbox}");
+        assert!(
+            !allowed.iter().any(|a| a.split('(').next() == Some(syscall)),
+            "{syscall} allowed: {sandbox}"
+        );
+    }
+    if sandbox["landlock_abi"].as_u64().unwrap() >= 6 {
+        assert_eq!(
+            sandbox["scopes"],
+            serde_json::json!(["abstract_unix_socket"])
+        );
     }
     let reported: Vec<&Value> = sandbox["children"].as_array().unwrap().iter().collect();
     assert_eq!(reported.len(), children.len(), "{sandbox}");
@@ -166,6 +189,11 @@ fn berm_vmm_confines_itself_and_the_vm_still_works() {
     assert_eq!(probe["create_outside"], "EACCES", "{probe}");
     assert_eq!(probe["exec"], "EPERM", "{probe}");
     assert_eq!(probe["read_kernel"], "allowed", "{probe}");
+    assert_eq!(probe["x32_call"], "SIGSYS", "{probe}");
+    assert_eq!(probe["kill_parent"], "EPERM", "{probe}");
+    if sandbox["landlock_abi"].as_u64().unwrap() >= 6 {
+        assert_eq!(probe["connect_abstract_socket"], "EPERM", "{probe}");
+    }
     assert_eq!(probe["write_run_dir"], "allowed", "{probe}");
     assert_eq!(std::fs::read_to_string(&outside).unwrap(), "secret\n");
     assert!(!outside.with_extension("berm-probe-created").exists());

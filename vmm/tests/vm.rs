@@ -373,7 +373,7 @@ fn libkrun_smoke() {
     assert!(
         log.lines().any(|l| l.contains(r#""process":"krun-enter""#)
             && l.contains(r#""landlock":"fully_enforced""#)
-            && l.contains(r#""seccomp":"deny_list""#)),
+            && l.contains(r#""seccomp":"allow_list""#)),
         "no host_sandbox line from the libkrun child:\n{log}"
     );
     let kernel_printed = console.contains("Linux version");

@@ -70,15 +70,21 @@ enum Cpu {
     Portable,
 }
 
+/// What to log: `BERM_LOG`, else `RUST_LOG` (the variable every tracing-based tool reads),
+/// else `info`. Either takes the `EnvFilter` syntax, e.g. `berm_service=debug,info`.
+fn log_filter() -> tracing_subscriber::EnvFilter {
+    ["BERM_LOG", "RUST_LOG"]
+        .into_iter()
+        .find_map(|name| tracing_subscriber::EnvFilter::try_from_env(name).ok())
+        .unwrap_or_else(|| tracing_subscriber::EnvFilter::new("info"))
+}
+
 fn main() -> ExitCode {
     let started = Instant::now();
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("BERM_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
+        .with_env_filter(log_filter())
         .init();
     let args = match Args::try_parse() {
         Ok(args) => args,

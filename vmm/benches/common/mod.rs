@@ -2,6 +2,16 @@
 //! reading a process's peak memory, and medians.
 #![allow(dead_code)]
 
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+/// The served name of the notes app's `list` tool, which every VM bench calls.
+pub const NOTES_LIST: &str = "notes.list";
+
 /// A `kB` field of `/proc/<pid>/status` (e.g. `VmHWM:`), or NaN if it cannot be read.
 pub fn status_kib(pid: u32, field: &str) -> f64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
@@ -53,4 +63,50 @@ pub fn qemu_accel(detection: &berm_vmm::detect::Detection) -> &'static str {
         .ok()
         .and_then(|c| c.accel)
         .unwrap_or("-")
+}
+
+/// Connects, initializes and calls `tool` once; `None` until the app answers.
+pub fn call_once(socket: &Path, tool: &str, args: &Value) -> Option<()> {
+    let mut stream = UnixStream::connect(socket).ok()?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .ok()?;
+    let mut reader = BufReader::new(stream.try_clone().ok()?);
+    let messages = [
+        json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"bench","version":"0"}}}),
+        json!({"jsonrpc":"2.0","method":"notifications/initialized"}),
+        json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":tool,"arguments":args}}),
+    ];
+    let mut text = String::new();
+    for m in messages {
+        text.push_str(&m.to_string());
+        text.push('\n');
+    }
+    stream.write_all(text.as_bytes()).ok()?;
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line).ok()? == 0 {
+            return None;
+        }
+        let value: Value = serde_json::from_str(&line).ok()?;
+        if value["id"] == 2 {
+            return (value["result"]["isError"] == false).then_some(());
+        }
+    }
+}
+
+pub fn app_folder(dir: &Path, name: &str, program: &str, grants: &str) -> PathBuf {
+    let wasm = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../target/wasm32-unknown-unknown/release")
+        .join(format!("{program}.wasm"));
+    let folder = dir.join(name);
+    std::fs::create_dir_all(&folder).expect("app folder");
+    std::fs::copy(&wasm, folder.join(format!("{program}.wasm")))
+        .unwrap_or_else(|e| panic!("{}: {e} (run scripts/build-apps.sh)", wasm.display()));
+    std::fs::write(
+        folder.join("berm.toml"),
+        format!("name = \"{name}\"\n[[program]]\nname = \"{program}\"\nwasm = \"{program}.wasm\"\ngrants = [{grants}]\n"),
+    )
+    .expect("berm.toml");
+    folder
 }

@@ -1,0 +1,476 @@
+//! The allow lists, one per role. Each entry is a syscall the role was traced making (see
+//! `docs/threat-model.md` for how), with an argument rule where a cheap one exists.
+
+use crate::Role;
+
+/// A check on a syscall's arguments (a rule per allowed value; the kernel compares numbers
+/// only, so pointers and strings cannot be checked).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Args {
+    /// Any arguments.
+    Any,
+    /// `clone(2)` without any `CLONE_NEW*` flag in argument 0.
+    NoNamespaces,
+    /// Argument 0 (an address family) is one of these.
+    Families(&'static [(&'static str, i32)]),
+    /// Argument 1 (an ioctl request) is one of these; compared on its low 32 bits, since
+    /// musl passes the request as a sign-extended `int`.
+    Requests(&'static [(&'static str, u32)]),
+    /// Argument 2 (the `prot` of mmap or mprotect) has no `PROT_EXEC`.
+    NoExec,
+    /// Argument 0 is one of these (`prctl` options).
+    Arg0Is(&'static [(&'static str, i64)]),
+    /// Argument 0 (the pid of `kill`) is one of the children named when the filter is built;
+    /// with none, the call is not allowed at all.
+    Children,
+}
+
+/// One allowed syscall.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Syscall {
+    /// `SYS_<name>`, the libc constant's name.
+    constant: &'static str,
+    nr: libc::c_long,
+    /// What its arguments may be.
+    pub args: Args,
+}
+
+impl Syscall {
+    /// Its name, as strace and the man pages spell it.
+    pub fn name(&self) -> &'static str {
+        self.constant.strip_prefix("SYS_").unwrap_or(self.constant)
+    }
+
+    /// Its number on this architecture.
+    pub fn nr(&self) -> i64 {
+        self.nr
+    }
+
+    /// `name`, or `name(rule)` when its arguments are checked.
+    pub fn describe(&self) -> String {
+        let names =
+            |list: &mut dyn Iterator<Item = &'static str>| list.collect::<Vec<_>>().join("|");
+        match self.args {
+            Args::Any => self.name().to_owned(),
+            Args::NoNamespaces => format!("{}(no CLONE_NEW*)", self.name()),
+            Args::NoExec => format!("{}(no PROT_EXEC)", self.name()),
+            Args::Families(list) => {
+                format!("{}({})", self.name(), names(&mut list.iter().map(|e| e.0)))
+            }
+            Args::Requests(list) => {
+                format!("{}({})", self.name(), names(&mut list.iter().map(|e| e.0)))
+            }
+            Args::Arg0Is(list) => {
+                format!("{}({})", self.name(), names(&mut list.iter().map(|e| e.0)))
+            }
+            Args::Children => format!("{}(own children)", self.name()),
+        }
+    }
+
+    /// The seccompiler rules: empty for [`Args::Any`] (the number alone matches), else one
+    /// rule per allowed value (rules of one syscall are ORed).
+    #[cfg(target_os = "linux")]
+    pub(crate) fn rules(
+        &self,
+        children: &[u32],
+    ) -> Result<Vec<seccompiler::SeccompRule>, seccompiler::BackendError> {
+        use seccompiler::{
+            SeccompCmpArgLen as Len, SeccompCmpOp as Op, SeccompCondition, SeccompRule,
+        };
+        let one = |arg: u8, len: Len, op: Op, value: u64| {
+            SeccompRule::new(vec![SeccompCondition::new(arg, len, op, value)?])
+        };
+        match self.args {
+            Args::Any => Ok(Vec::new()),
+            Args::NoNamespaces => Ok(vec![one(0, Len::Qword, Op::MaskedEq(CLONE_NAMESPACES), 0)?]),
+            Args::NoExec => Ok(vec![one(
+                2,
+                Len::Qword,
+                Op::MaskedEq(libc::PROT_EXEC as u64),
+                0,
+            )?]),
+            Args::Families(list) => list
+                .iter()
+                .map(|&(_, family)| one(0, Len::Dword, Op::Eq, family as u64))
+                .collect(),
+            Args::Requests(list) => list
+                .iter()
+                .map(|&(_, request)| one(1, Len::Dword, Op::Eq, u64::from(request)))
+                .collect(),
+            Args::Arg0Is(list) => list
+                .iter()
+                .map(|&(_, value)| one(0, Len::Qword, Op::Eq, value as u64))
+                .collect(),
+            Args::Children => children
+                .iter()
+                .map(|&pid| one(0, Len::Dword, Op::Eq, u64::from(pid)))
+                .collect(),
+        }
+    }
+}
+
+/// The `CLONE_NEW*` flags: clone(2) with any of them creates a namespace.
+pub const CLONE_NAMESPACES: u64 = (libc::CLONE_NEWNS
+    | libc::CLONE_NEWUTS
+    | libc::CLONE_NEWIPC
+    | libc::CLONE_NEWUSER
+    | libc::CLONE_NEWPID
+    | libc::CLONE_NEWNET
+    | libc::CLONE_NEWCGROUP
+    | libc::CLONE_NEWTIME) as u64;
+
+/// Allowed with any arguments: `any!(SYS_read, SYS_write)`.
+macro_rules! any {
+    ($($sys:ident),* $(,)?) => {
+        [$(Syscall { constant: stringify!($sys), nr: libc::$sys, args: Args::Any }),*]
+    };
+}
+
+/// Allowed with an argument rule: `with!(SYS_clone, Args::NoNamespaces)`.
+macro_rules! with {
+    ($sys:ident, $args:expr) => {
+        Syscall {
+            constant: stringify!($sys),
+            nr: libc::$sys,
+            args: $args,
+        }
+    };
+}
+
+/// What every Rust program on Linux calls once running, whichever C library: memory, threads,
+/// signals, time, randomness, and I/O on descriptors it already holds.
+const RUNTIME: [Syscall; 39] = any!(
+    SYS_brk,
+    SYS_munmap,
+    SYS_mremap,
+    SYS_madvise,
+    SYS_futex,
+    SYS_set_robust_list,
+    SYS_set_tid_address,
+    SYS_rseq,
+    SYS_sched_yield,
+    SYS_sched_getaffinity,
+    SYS_rt_sigaction,
+    SYS_rt_sigprocmask,
+    SYS_rt_sigreturn,
+    SYS_restart_syscall,
+    SYS_sigaltstack,
+    SYS_getpid,
+    SYS_getppid,
+    SYS_gettid,
+    SYS_exit,
+    SYS_exit_group,
+    SYS_clock_gettime,
+    SYS_clock_nanosleep,
+    SYS_nanosleep,
+    SYS_getrandom,
+    SYS_read,
+    SYS_write,
+    SYS_readv,
+    SYS_writev,
+    SYS_pread64,
+    SYS_pwrite64,
+    SYS_close,
+    SYS_fcntl,
+    SYS_poll,
+    SYS_ppoll,
+    SYS_epoll_create1,
+    SYS_epoll_ctl,
+    SYS_epoll_wait,
+    SYS_epoll_pwait,
+    SYS_eventfd2,
+);
+
+/// Reading files and directories by path or descriptor.
+const FILES_READ: [Syscall; 17] = any!(
+    SYS_open,
+    SYS_openat,
+    SYS_stat,
+    SYS_fstat,
+    SYS_lstat,
+    SYS_newfstatat,
+    SYS_statx,
+    SYS_lseek,
+    SYS_getdents64,
+    SYS_readlink,
+    SYS_readlinkat,
+    SYS_access,
+    SYS_faccessat,
+    SYS_faccessat2,
+    SYS_getcwd,
+    SYS_dup,
+    SYS_dup3,
+);
+
+/// Writing files: creating, renaming into place, syncing, removing.
+const FILES_WRITE: [Syscall; 17] = any!(
+    SYS_mkdir,
+    SYS_mkdirat,
+    SYS_unlink,
+    SYS_unlinkat,
+    SYS_rmdir,
+    SYS_rename,
+    SYS_renameat,
+    SYS_renameat2,
+    SYS_fsync,
+    SYS_fdatasync,
+    SYS_ftruncate,
+    SYS_fallocate,
+    SYS_chmod,
+    SYS_fchmod,
+    SYS_fchmodat,
+    SYS_flock,
+    SYS_copy_file_range,
+);
+
+/// Serving connections on a socket it was handed (or bound before confinement).
+const SERVE: [Syscall; 11] = any!(
+    SYS_accept,
+    SYS_accept4,
+    SYS_recvfrom,
+    SYS_sendto,
+    SYS_recvmsg,
+    SYS_sendmsg,
+    SYS_shutdown,
+    SYS_getsockopt,
+    SYS_setsockopt,
+    SYS_getsockname,
+    SYS_getpeername,
+);
+
+const AF_UNIX: (&str, i32) = ("AF_UNIX", libc::AF_UNIX);
+const FIONBIO: (&str, u32) = ("FIONBIO", libc::FIONBIO as u32);
+const FIOCLEX: (&str, u32) = ("FIOCLEX", libc::FIOCLEX as u32);
+const TCGETS: (&str, u32) = ("TCGETS", libc::TCGETS as u32);
+/// `PAGEMAP_SCAN` (`_IOWR('f', 16, struct pm_scan_arg)`): Wasmtime's pooling allocator asks
+/// which pages an instance dirtied.
+const PAGEMAP_SCAN: (&str, u32) = ("PAGEMAP_SCAN", 0xc060_6610);
+const PR_SET_NAME: (&str, i64) = ("PR_SET_NAME", libc::PR_SET_NAME as i64);
+const PR_GET_NAME: (&str, i64) = ("PR_GET_NAME", libc::PR_GET_NAME as i64);
+
+/// An app's bermd: a Wasmtime host (code mapped executable, threads), serving MCP on the vsock
+/// listener it is handed as fd 4, writing only its workspace. No new sockets (tokio's signal
+/// pipe is a socketpair), no exec but the one that starts it (Landlock lets only bermd's own
+/// binary be executed), no namespaces.
+fn bermd() -> Vec<Syscall> {
+    let own = [
+        with!(SYS_mmap, Args::Any),
+        with!(SYS_mprotect, Args::Any),
+        with!(SYS_clone, Args::NoNamespaces),
+        with!(SYS_socketpair, Args::Families(&[AF_UNIX])),
+        with!(
+            SYS_ioctl,
+            Args::Requests(&[FIONBIO, FIOCLEX, TCGETS, PAGEMAP_SCAN])
+        ),
+        with!(SYS_prctl, Args::Arg0Is(&[PR_SET_NAME, PR_GET_NAME])),
+        with!(SYS_execve, Args::Any),
+    ];
+    let extra = any!(
+        SYS_arch_prctl,
+        SYS_prlimit64,
+        SYS_getrlimit,
+        SYS_membarrier,
+        SYS_uname,
+        SYS_getuid,
+        SYS_geteuid,
+        SYS_getgid,
+        SYS_getegid,
+        SYS_pipe2,
+    );
+    [
+        &RUNTIME[..],
+        &FILES_READ,
+        &FILES_WRITE,
+        &SERVE,
+        &own,
+        &extra,
+    ]
+    .concat()
+}
+
+/// berm-vmm once confined: relays bytes between run-dir sockets and the guest, writes its
+/// logs, waits for and stops its children. It maps nothing executable and makes no process;
+/// it still connects to Unix sockets (the guest's ports in the run dir), see
+/// `docs/threat-model.md` for what that leaves.
+fn vmm() -> Vec<Syscall> {
+    let own = [
+        with!(SYS_mmap, Args::NoExec),
+        with!(SYS_mprotect, Args::NoExec),
+        with!(SYS_clone, Args::NoNamespaces),
+        with!(SYS_socket, Args::Families(&[AF_UNIX])),
+        with!(SYS_socketpair, Args::Families(&[AF_UNIX])),
+        with!(SYS_ioctl, Args::Requests(&[FIONBIO, FIOCLEX, TCGETS])),
+        with!(SYS_prctl, Args::Arg0Is(&[PR_SET_NAME, PR_GET_NAME])),
+        with!(SYS_kill, Args::Children),
+    ];
+    let extra = any!(
+        SYS_connect,
+        SYS_wait4,
+        SYS_waitid,
+        SYS_prlimit64,
+        SYS_getuid,
+        SYS_geteuid,
+        SYS_pipe2,
+    );
+    [
+        &RUNTIME[..],
+        &FILES_READ,
+        &FILES_WRITE,
+        &SERVE,
+        &own,
+        &extra,
+    ]
+    .concat()
+}
+
+/// The libkrun child from `krun_start_enter` on: KVM ioctls on its vCPU and VM fds, guest
+/// memory, the device threads (virtio-blk on the disks, vsock listening on the run-dir
+/// sockets, the console file), eventfds and timers.
+fn krun_enter() -> Vec<Syscall> {
+    let own = [
+        with!(SYS_mmap, Args::Any),
+        with!(SYS_mprotect, Args::Any),
+        with!(SYS_clone, Args::NoNamespaces),
+        with!(SYS_socket, Args::Families(&[AF_UNIX])),
+        with!(SYS_socketpair, Args::Families(&[AF_UNIX])),
+        // KVM's requests are many and differ by version: the fds they act on are KVM's own
+        // (Landlock grants only /dev/kvm as a device).
+        with!(SYS_ioctl, Args::Any),
+        with!(SYS_prctl, Args::Arg0Is(&[PR_SET_NAME, PR_GET_NAME])),
+    ];
+    let extra = any!(
+        SYS_bind,
+        SYS_listen,
+        SYS_kill,
+        SYS_tgkill,
+        SYS_prlimit64,
+        SYS_getuid,
+        SYS_geteuid,
+        SYS_pipe2,
+        SYS_timerfd_create,
+        SYS_timerfd_settime,
+        SYS_timerfd_gettime,
+        SYS_preadv,
+        SYS_pwritev,
+        SYS_sched_setaffinity,
+        SYS_mlock,
+        SYS_munlock,
+    );
+    [
+        &RUNTIME[..],
+        &FILES_READ,
+        &FILES_WRITE,
+        &SERVE,
+        &own,
+        &extra,
+    ]
+    .concat()
+}
+
+/// vhost-device-vsock from its exec on: the dynamic loader, its vhost-user socket and the
+/// guest's memory (a memfd QEMU passes), the host-side socket it listens on. It never
+/// connects out.
+fn vhost_device_vsock() -> Vec<Syscall> {
+    let own = [
+        with!(SYS_mmap, Args::Any),
+        with!(SYS_mprotect, Args::Any),
+        with!(SYS_clone, Args::NoNamespaces),
+        with!(SYS_socket, Args::Families(&[AF_UNIX])),
+        with!(SYS_ioctl, Args::Requests(&[FIONBIO, FIOCLEX, TCGETS])),
+        with!(SYS_prctl, Args::Arg0Is(&[PR_SET_NAME, PR_GET_NAME])),
+        with!(SYS_execve, Args::Any),
+    ];
+    let extra = any!(
+        SYS_arch_prctl,
+        SYS_bind,
+        SYS_listen,
+        SYS_prlimit64,
+        SYS_getuid,
+        SYS_geteuid,
+        SYS_pipe2,
+    );
+    [
+        &RUNTIME[..],
+        &FILES_READ,
+        &FILES_WRITE,
+        &SERVE,
+        &own,
+        &extra,
+    ]
+    .concat()
+}
+
+/// QEMU from its exec on, beside its own `-sandbox`: the loader, TCG (code generated into
+/// executable memory) or KVM, the guest memory memfd it shares with vhost-device-vsock, the
+/// disks, the console, and the vhost-user connection it inherits (it makes no socket and
+/// connects nowhere). Its own `-sandbox` installs a second filter with `seccomp`.
+fn qemu() -> Vec<Syscall> {
+    let own = [
+        with!(SYS_mmap, Args::Any),
+        with!(SYS_mprotect, Args::Any),
+        with!(SYS_clone, Args::NoNamespaces),
+        // KVM's requests (with -accel kvm) are many and act on QEMU's own KVM fds.
+        with!(SYS_ioctl, Args::Any),
+        with!(SYS_execve, Args::Any),
+    ];
+    let extra = any!(
+        SYS_arch_prctl,
+        SYS_prctl,
+        SYS_memfd_create,
+        SYS_prlimit64,
+        SYS_getuid,
+        SYS_geteuid,
+        SYS_pipe2,
+        SYS_fchdir,
+        SYS_sysinfo,
+        SYS_statfs,
+        SYS_fstatfs,
+        SYS_get_mempolicy,
+        SYS_set_mempolicy,
+        SYS_mbind,
+        SYS_timerfd_create,
+        SYS_timerfd_settime,
+        SYS_signalfd4,
+        SYS_preadv,
+        SYS_pwritev,
+        SYS_sched_setaffinity,
+        SYS_seccomp,
+    );
+    [
+        &RUNTIME[..],
+        &FILES_READ,
+        &FILES_WRITE,
+        &SERVE,
+        &own,
+        &extra,
+    ]
+    .concat()
+}
+
+/// Syscalls a role answers with `ENOSYS` (not in the allow list, not `EPERM`): callers that
+/// treat `ENOSYS` as "this kernel is too old" fall back to something the list allows.
+pub(crate) fn enosys(role: Role) -> &'static [(&'static str, libc::c_long)] {
+    const CLONE3: (&str, libc::c_long) = ("clone3", libc::SYS_clone3);
+    match role {
+        // Wasmtime places a module's initial memory in a memfd unless it is mapped from the
+        // code file; on ENOSYS it does without (bermd maps its code from files).
+        Role::Bermd => &[CLONE3, ("memfd_create", libc::SYS_memfd_create)],
+        _ => &[CLONE3],
+    }
+}
+
+pub(crate) fn allowed(role: Role) -> &'static [Syscall] {
+    use std::sync::LazyLock;
+    static BERMD: LazyLock<Vec<Syscall>> = LazyLock::new(bermd);
+    static VMM: LazyLock<Vec<Syscall>> = LazyLock::new(vmm);
+    static KRUN_ENTER: LazyLock<Vec<Syscall>> = LazyLock::new(krun_enter);
+    static VHOST: LazyLock<Vec<Syscall>> = LazyLock::new(vhost_device_vsock);
+    static QEMU: LazyLock<Vec<Syscall>> = LazyLock::new(qemu);
+    match role {
+        Role::Bermd => &BERMD,
+        Role::Vmm => &VMM,
+        Role::KrunEnter => &KRUN_ENTER,
+        Role::VhostDeviceVsock => &VHOST,
+        Role::Qemu => &QEMU,
+    }
+}

@@ -1,0 +1,141 @@
+//! Bounded output: every file a guest can make grow has a cap (sizes in docs/vm.md).
+//!
+//! A guest decides how much it prints, so nothing it prints may fill the host's disk:
+//!
+//! - `guest.log` (written by berm-vmm from the log port) rotates: past [`GUEST_LOG_CAP`] it
+//!   becomes `guest.log.1` (replacing an older one) and a fresh file starts with a marker
+//!   line, so the newest lines are always there and the two files hold at most twice the cap;
+//! - `console.log` (written by the hypervisor itself) is watched: past [`CONSOLE_LOG_CAP`] it
+//!   is truncated and a marker line written (QEMU opens it with `append=on`, so its writes
+//!   then land after the marker);
+//! - `vmm.jsonl` keeps berm-vmm's own lines always, and the guest's events only up to
+//!   [`RECORD_GUEST_CAP`] bytes (see `report.rs`).
+//!
+//! None of this blocks the guest: the log port is read as fast as it comes, and what is over
+//! the cap is dropped, never waited on.
+
+use std::fs::File;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Bytes `guest.log` holds before it rotates to `guest.log.1`.
+pub const GUEST_LOG_CAP: u64 = 16 << 20;
+/// Bytes `console.log` may reach before it is truncated.
+pub const CONSOLE_LOG_CAP: u64 = 8 << 20;
+/// Bytes of guest events `vmm.jsonl` (and stderr) carries before the rest are dropped.
+pub const RECORD_GUEST_CAP: u64 = 4 << 20;
+/// How often `console.log`'s size is looked at.
+const CONSOLE_CHECK: Duration = Duration::from_millis(250);
+
+/// A log berm-vmm appends to, rotated at a cap.
+pub struct CappedLog {
+    path: PathBuf,
+    file: File,
+    written: u64,
+    cap: u64,
+}
+
+impl CappedLog {
+    /// Opens `path` for appending (its current size counts towards the cap).
+    pub fn open(path: &Path, cap: u64) -> std::io::Result<Self> {
+        let file = File::options().create(true).append(true).open(path)?;
+        let written = file.metadata()?.len();
+        Ok(Self {
+            path: path.to_owned(),
+            file,
+            written,
+            cap,
+        })
+    }
+
+    /// Appends `text`, rotating first if it would pass the cap.
+    pub fn write(&mut self, text: &[u8]) -> std::io::Result<()> {
+        if self.written + text.len() as u64 > self.cap {
+            let mut rotated = self.path.clone().into_os_string();
+            rotated.push(".1");
+            std::fs::rename(&self.path, &rotated)?;
+            self.file = File::options().create(true).append(true).open(&self.path)?;
+            let marker = format!(
+                "[berm-vmm] {} reached {} bytes; the older lines are in {}\n",
+                self.path.display(),
+                self.cap,
+                Path::new(&rotated).display()
+            );
+            self.file.write_all(marker.as_bytes())?;
+            self.written = marker.len() as u64;
+        }
+        self.file.write_all(text)?;
+        self.written += text.len() as u64;
+        Ok(())
+    }
+}
+
+/// Truncates `path` with a marker line whenever it passes `cap`; runs until the file can no
+/// longer be opened (the run dir is gone) — in practice for the life of berm-vmm.
+pub fn watch_console(path: &Path, cap: u64) {
+    loop {
+        std::thread::sleep(CONSOLE_CHECK);
+        let Ok(meta) = std::fs::metadata(path) else {
+            return;
+        };
+        if meta.len() > cap {
+            let _ = truncate_with_marker(path, meta.len());
+        }
+    }
+}
+
+fn truncate_with_marker(path: &Path, size: u64) -> std::io::Result<()> {
+    let mut file = File::options().write(true).open(path)?;
+    file.set_len(0)?;
+    let marker = format!("[berm-vmm] console.log reached {size} bytes and was truncated here\n");
+    file.write_all(marker.as_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_capped_log_rotates_once_past_its_cap_and_keeps_the_newest_lines() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("guest.log");
+        let mut log = CappedLog::open(&path, 1000).unwrap();
+        for i in 0..100 {
+            log.write(format!("line {i:04} {}\n", "x".repeat(40)).as_bytes())
+                .unwrap();
+        }
+        let now = std::fs::read_to_string(&path).unwrap();
+        let old = std::fs::read_to_string(tmp.path().join("guest.log.1")).unwrap();
+        assert!(
+            now.len() <= 1000 && old.len() <= 1000,
+            "{} {}",
+            now.len(),
+            old.len()
+        );
+        assert!(now.starts_with("[berm-vmm] "), "{now}");
+        assert!(now.contains("line 0099"), "{now}");
+        assert!(!now.contains("line 0000"));
+    }
+
+    #[test]
+    fn an_appended_console_is_truncated_with_a_marker() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("console.log");
+        // The hypervisor's view: an O_APPEND descriptor that keeps writing.
+        let mut writer = File::options()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .unwrap();
+        writer.write_all(&vec![b'a'; 5000]).unwrap();
+        truncate_with_marker(&path, 5000).unwrap();
+        writer.write_all(b"after\n").unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(
+            text.starts_with("[berm-vmm] console.log reached 5000 bytes"),
+            "{text}"
+        );
+        assert!(text.ends_with("here\nafter\n"), "{text}");
+    }
+}
