@@ -10,19 +10,27 @@
 //! record's own claims of being "pinned" is taken on trust — and reports every problem with a
 //! [`Code`] from a closed list.
 //!
-//! The record is evidence, not a signature: anyone who can edit it can recompute
-//! `recordSha256`. The hash detects edits made without recomputing it (and fixes the exact
-//! bytes a signature would later cover); every other check is a consistency check against the
-//! pins and between the host's measurements and the guest's reports.
+//! The record alone is evidence, not a signature: anyone who can edit it can recompute
+//! `recordSha256`. The hash detects edits made without recomputing it; every other check is a
+//! consistency check against the pins, between the host's measurements and the guest's
+//! reports, and (given the programs, [`Programs`]) between each program and the native code
+//! compiled from it. [`dsse`] signs the record with the host's key, so that a verifier holding
+//! the public key refuses any change at all.
 #![forbid(unsafe_code)]
 
 mod canonical;
+mod code;
+pub mod dsse;
 mod record;
 mod verify;
 
 pub use canonical::{canonical_json, record_sha256};
+pub use code::{Programs, ProgramsError};
 pub use record::{
-    App, BuildError, Enforcement, Exit, FORMAT, Guest, GuestEvent, HostSandbox, Hypervisor, Kernel,
-    MeasuredCode, MeasuredImage, MeasuredProgram, ReadyProgram, Record, Rootfs, State, TestProbe,
+    App, BuildError, CodeEngine, Enforcement, Exit, FORMAT, Guest, GuestEvent, HostSandbox,
+    Hypervisor, Kernel, MeasuredCode, MeasuredImage, MeasuredProgram, ReadyProgram, Record, Rootfs,
+    State, TestProbe,
 };
-pub use verify::{Code, Pins, PinsError, Problem, Verdict, verify};
+pub use verify::{
+    Code, Options, Pins, PinsError, Problem, Verdict, is_expectation, verify, verify_with,
+};

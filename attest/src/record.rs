@@ -42,6 +42,8 @@ pub struct Record {
     pub apps: Vec<App>,
     /// The test-only enforcement probe, if this boot attached one (`--test-probe`).
     pub test_probe: Option<TestProbe>,
+    /// The engine berm-vmm compiled every program's code with (absent without apps).
+    pub code_engine: Option<CodeEngine>,
     /// The backend that ran the VM.
     pub hypervisor: Option<Hypervisor>,
     /// How berm-vmm confined itself (`None`: it never said).
@@ -154,6 +156,16 @@ pub struct MeasuredCode {
     pub program: String,
     /// sha256 of the code.
     pub sha256: String,
+}
+
+/// The WebAssembly engine a run's code was compiled with: what re-deriving it needs.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CodeEngine {
+    /// berm's engine fingerprint (Wasmtime's version and every compiler and ISA setting).
+    pub fingerprint: String,
+    /// The target triple the code is for.
+    pub target: String,
 }
 
 /// The backend.
@@ -339,6 +351,8 @@ pub struct ReadyProgram {
     pub sha256: String,
     /// How its code was obtained (as the guest reports it).
     pub code: Option<Value>,
+    /// sha256 of the code file the guest mapped, as it reports it.
+    pub code_sha256: Option<String>,
 }
 
 /// How the run ended.
@@ -453,6 +467,10 @@ impl Record {
                 created: s.created,
             }),
             apps: m.apps.into_iter().map(App::from).collect(),
+            code_engine: m.engine.map(|e| CodeEngine {
+                fingerprint: e.fingerprint,
+                target: e.target,
+            }),
             test_probe: m.test_probe.map(|t| TestProbe {
                 image_sha256: t.image.sha256,
                 app: t.app.into(),
@@ -631,6 +649,7 @@ impl GuestEvent {
                         name: p.name,
                         sha256: p.sha256,
                         code: serde_json::to_value(p.code).ok(),
+                        code_sha256: p.code_sha256,
                     })
                     .collect(),
             },

@@ -9,6 +9,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::canonical::record_sha256;
+use crate::code::{Programs, check_code};
 use crate::record::{FORMAT, GuestEvent, Record};
 
 /// Extra kernel words berm-vmm adds for libkrun on kvm_pvm hosts (vmm/src/run.rs).
@@ -68,11 +69,31 @@ pub enum Code {
     AppUnmeasured,
     /// The boot attached the test-only enforcement probe: a test boot, not one to trust.
     TestProbePresent,
+    /// The guest mapped other code for a program than the host measured (or reports none).
+    CodeDigestMismatch,
+    /// Compiling the program with the record's engine and target gives other code than the
+    /// record measured (`--programs`).
+    CodeNotReproduced,
+    /// A warning: a code digest was not re-derived from its program (no `--programs`, the
+    /// program is not there, or this berm's engine is not the record's). `--strict` refuses it.
+    CodeUnverified,
+    /// The input is not a DSSE envelope holding an in-toto statement of a berm record.
+    EnvelopeMalformed,
+    /// `--key` was given but the input is a bare record, not a signed envelope.
+    SignatureMissing,
+    /// No signature of the envelope verifies with the given key.
+    SignatureInvalid,
+    /// The signed statement's subjects are not the ones its record names.
+    SubjectMismatch,
+    /// The state disk's digest is not the one the verifier expected (`--expect state=`).
+    StateUnexpected,
+    /// An app image's digest is not the one the verifier expected (`--expect app/NAME/image=`).
+    AppImageUnexpected,
 }
 
 impl Code {
     /// Every code, in a fixed order (for documentation and tests).
-    pub const ALL: [Code; 25] = [
+    pub const ALL: [Code; 34] = [
         Code::RecordMalformed,
         Code::FormatUnsupported,
         Code::RecordHashMismatch,
@@ -98,7 +119,22 @@ impl Code {
         Code::ProgramUnmeasured,
         Code::AppUnmeasured,
         Code::TestProbePresent,
+        Code::CodeDigestMismatch,
+        Code::CodeNotReproduced,
+        Code::CodeUnverified,
+        Code::EnvelopeMalformed,
+        Code::SignatureMissing,
+        Code::SignatureInvalid,
+        Code::SubjectMismatch,
+        Code::StateUnexpected,
+        Code::AppImageUnexpected,
     ];
+
+    /// Whether the code is a warning: reported, but the record is refused for it only under
+    /// [`Verdict::strict`].
+    pub fn is_warning(self) -> bool {
+        matches!(self, Code::CodeUnverified)
+    }
 
     /// The code as written in reports.
     pub fn as_str(self) -> &'static str {
@@ -128,6 +164,15 @@ impl Code {
             Code::ProgramUnmeasured => "program_unmeasured",
             Code::AppUnmeasured => "app_unmeasured",
             Code::TestProbePresent => "test_probe_present",
+            Code::CodeDigestMismatch => "code_digest_mismatch",
+            Code::CodeNotReproduced => "code_not_reproduced",
+            Code::CodeUnverified => "code_unverified",
+            Code::EnvelopeMalformed => "envelope_malformed",
+            Code::SignatureMissing => "signature_missing",
+            Code::SignatureInvalid => "signature_invalid",
+            Code::SubjectMismatch => "subject_mismatch",
+            Code::StateUnexpected => "state_unexpected",
+            Code::AppImageUnexpected => "app_image_unexpected",
         }
     }
 }
@@ -154,9 +199,29 @@ pub struct Verdict {
     pub ok: bool,
     /// Every problem found (all checks run; none stops the others).
     pub problems: Vec<Problem>,
+    /// Warning-level findings ([`Code::is_warning`]): reported, not refused.
+    pub warnings: Vec<Problem>,
 }
 
 impl Verdict {
+    /// A verdict of these problems, warnings set apart.
+    pub fn of(found: Vec<Problem>) -> Verdict {
+        let (warnings, problems): (Vec<Problem>, Vec<Problem>) =
+            found.into_iter().partition(|p| p.code.is_warning());
+        Verdict {
+            ok: problems.is_empty(),
+            problems,
+            warnings,
+        }
+    }
+
+    /// The verdict of `--strict`: every warning refuses the record too.
+    pub fn strict(mut self) -> Verdict {
+        self.problems.append(&mut self.warnings);
+        self.ok = self.problems.is_empty();
+        self
+    }
+
     /// The distinct codes, sorted.
     pub fn codes(&self) -> Vec<Code> {
         let mut codes: Vec<Code> = self.problems.iter().map(|p| p.code).collect();
@@ -226,7 +291,7 @@ impl Problems {
     }
 }
 
-fn is_sha256(s: &str) -> bool {
+pub(crate) fn is_sha256(s: &str) -> bool {
     s.len() == 64 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 
@@ -266,23 +331,49 @@ fn cmdline_ok(cmdline: &str, kernel: &KernelPins) -> bool {
         .is_some_and(|words| words.split(' ').all(is_setting_word))
 }
 
-/// Verifies a record (as parsed JSON) against `pins`, offline.
-pub fn verify(record: &Value, pins: &Pins) -> Verdict {
-    let mut problems = Problems(Vec::new());
-    check(record, pins, &mut problems);
-    Verdict {
-        ok: problems.0.is_empty(),
-        problems: problems.0,
-    }
+/// What [`verify_with`] checks beyond the record and the pins.
+#[derive(Default)]
+pub struct Options<'a> {
+    /// The programs, to re-derive every code digest from; without them each code digest is
+    /// [`Code::CodeUnverified`].
+    pub programs: Option<&'a Programs>,
+    /// Digests the verifier expects of what no pin covers: `state` (the state disk's chunked
+    /// sha256) and `app/NAME/image` (an app's image). Only the verifier knows these (the
+    /// state it left behind, the images it built), so only it can hold a record to them.
+    pub expect: BTreeMap<String, String>,
 }
 
-fn check(value: &Value, pins: &Pins, p: &mut Problems) {
+/// Whether `key` names something [`Options::expect`] can hold a record to.
+pub fn is_expectation(key: &str) -> bool {
+    key == "state"
+        || key
+            .strip_prefix("app/")
+            .and_then(|rest| rest.strip_suffix("/image"))
+            .is_some_and(|name| !name.is_empty())
+}
+
+/// Verifies a record (as parsed JSON) against `pins`, offline, without re-deriving code.
+pub fn verify(record: &Value, pins: &Pins) -> Verdict {
+    verify_with(record, pins, &Options::default())
+}
+
+/// Verifies a record (as parsed JSON) against `pins` and what `options` give, offline.
+pub fn verify_with(record: &Value, pins: &Pins, options: &Options<'_>) -> Verdict {
+    let mut problems = Problems(Vec::new());
+    if let Some(record) = check(record, pins, &mut problems) {
+        check_code(&record, options.programs, &mut problems.0);
+        check_expected(&record, &options.expect, &mut problems);
+    }
+    Verdict::of(problems.0)
+}
+
+fn check(value: &Value, pins: &Pins, p: &mut Problems) -> Option<Record> {
     let Some(claimed) = value.get("recordSha256").and_then(Value::as_str) else {
         p.add(
             Code::RecordMalformed,
             "the record has no recordSha256 string",
         );
-        return;
+        return None;
     };
     let actual = record_sha256(value);
     if claimed != actual {
@@ -298,13 +389,13 @@ fn check(value: &Value, pins: &Pins, p: &mut Problems) {
             Code::FormatUnsupported,
             format!("format {format:?} is not {FORMAT:?}"),
         );
-        return;
+        return None;
     }
     let record: Record = match serde_json::from_value(value.clone()) {
         Ok(record) => record,
         Err(e) => {
             p.add(Code::RecordMalformed, format!("the record's shape: {e}"));
-            return;
+            return None;
         }
     };
     check_digests(&record, p);
@@ -335,6 +426,7 @@ fn check(value: &Value, pins: &Pins, p: &mut Problems) {
     check_host_sandbox(&record, p);
     check_guest(&record, pins, p);
     check_exit(&record, p);
+    Some(record)
 }
 
 /// A run that ended with a nonzero status (berm-vmm's `exit` line, or the guest's
@@ -386,6 +478,21 @@ fn check_digests(r: &Record, p: &mut Problems) {
                 format!("apps[{}].code[{}].sha256", app.index, code.program),
                 &code.sha256,
             ));
+        }
+    }
+    for event in &r.guest.events {
+        if let GuestEvent::AppReady {
+            index, programs, ..
+        } = event
+        {
+            for program in programs {
+                if let Some(code) = &program.code_sha256 {
+                    digests.push((
+                        format!("app_ready[{index}].programs[{}].codeSha256", program.name),
+                        code,
+                    ));
+                }
+            }
         }
     }
     for (field, digest) in digests {
@@ -634,6 +741,7 @@ fn check_app(
             ),
         }
     }
+    check_mapped_code(index, label, app, programs, p);
     for loaded in programs {
         if !app.programs.iter().any(|m| m.name == loaded.name) {
             p.add(
@@ -643,6 +751,84 @@ fn check_app(
                     loaded.name, loaded.sha256
                 ),
             );
+        }
+    }
+}
+
+/// The code the guest says it mapped for each program must be the code the host measured.
+fn check_mapped_code(
+    index: u64,
+    label: &str,
+    app: &crate::record::App,
+    loaded: &[crate::record::ReadyProgram],
+    p: &mut Problems,
+) {
+    for program in loaded {
+        if !app.programs.iter().any(|m| m.name == program.name) {
+            continue; // program_unmeasured says it
+        }
+        let measured = app.code.iter().find(|c| c.program == program.name);
+        match (measured, &program.code_sha256) {
+            (Some(m), Some(mapped)) if *mapped == m.sha256 => {}
+            (Some(m), Some(mapped)) => p.add(
+                Code::CodeDigestMismatch,
+                format!(
+                    "app {index} ({label}) mapped code {mapped} for program {}, but the host measured {}",
+                    program.name, m.sha256
+                ),
+            ),
+            (Some(m), None) => p.add(
+                Code::CodeDigestMismatch,
+                format!(
+                    "app {index} ({label}) reports no digest for the code of program {} (code: {}), so it did not map the measured {}",
+                    program.name,
+                    program.code.as_ref().map_or("null".into(), Value::to_string),
+                    m.sha256
+                ),
+            ),
+            (None, _) => p.add(
+                Code::CodeDigestMismatch,
+                format!(
+                    "app {index} ({label}) runs program {}, for which the host measured no code",
+                    program.name
+                ),
+            ),
+        }
+    }
+}
+
+fn check_expected(r: &Record, expect: &BTreeMap<String, String>, p: &mut Problems) {
+    for (key, expected) in expect {
+        if key == "state" {
+            let actual = r.state.as_ref().map(|s| s.chunked_sha256.as_str());
+            if actual != Some(expected.as_str()) {
+                p.add(
+                    Code::StateUnexpected,
+                    format!(
+                        "state.chunkedSha256 is {}, the verifier expects {expected}",
+                        actual.unwrap_or("absent (no state disk)")
+                    ),
+                );
+            }
+        } else if let Some(name) = key
+            .strip_prefix("app/")
+            .and_then(|rest| rest.strip_suffix("/image"))
+        {
+            let actual = r
+                .apps
+                .iter()
+                .find(|a| a.name.as_deref() == Some(name))
+                .and_then(|a| a.image.as_ref())
+                .map(|i| i.sha256.as_str());
+            if actual != Some(expected.as_str()) {
+                p.add(
+                    Code::AppImageUnexpected,
+                    format!(
+                        "app {name}'s image is {}, the verifier expects {expected}",
+                        actual.unwrap_or("absent")
+                    ),
+                );
+            }
         }
     }
 }

@@ -6,14 +6,27 @@
 //! issue-6 app events). A real boot's record is verified in vmm/tests/host_sandbox.rs.
 //! Every tamper except "edited after hashing" re-seals the record, as a forger would: the hash
 //! is not a signature, so each check must stand on its own.
+//!
+//! The forgery suite: for every measured field, a consistent forgery (re-sealed) is refused
+//! with its own code; a signed record with any one byte changed is refused; a signed record
+//! verifies with its key and with no other. Code re-derivation compiles a real program
+//! (scripts/build-apps.sh builds it).
 
-use berm_attest::{Code, Pins, Record, verify};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use berm_attest::dsse::{self, HostKey};
+use berm_attest::{Code, Options, Pins, Programs, Record, Verdict, verify, verify_with};
 use serde_json::{Value, json};
+use sha2::{Digest as _, Sha256};
 
 const BOOT_ID: &str = "1a379614-d564-4ed5-b613-915ac31c7798";
 const WASM_SHA: &str = "1111111111111111111111111111111111111111111111111111111111111111";
 const POLICY_SHA: &str = "2222222222222222222222222222222222222222222222222222222222222222";
 const FOLDER_SHA: &str = "3333333333333333333333333333333333333333333333333333333333333333";
+const STATE_SHA: &str = "4444444444444444444444444444444444444444444444444444444444444444";
+const IMAGE_SHA: &str = "5555555555555555555555555555555555555555555555555555555555555555";
+const CODE_SHA: &str = "6666666666666666666666666666666666666666666666666666666666666666";
 
 fn pins() -> Pins {
     Pins::compiled_in().expect("the compiled-in pins parse")
@@ -38,6 +51,15 @@ fn guest(event: &str, uptime: u64, fields: Value) -> Value {
 
 /// The lines of an honest one-app run, as berm-vmm writes them.
 fn honest_lines() -> Vec<Value> {
+    lines_with(
+        WASM_SHA,
+        CODE_SHA,
+        json!({"fingerprint": "0123456789abcdef", "target": "x86_64-unknown-linux-musl"}),
+    )
+}
+
+/// An honest run of one program with this wasm digest, compiled to this code by this engine.
+fn lines_with(wasm_sha: &str, code_sha: &str, engine: Value) -> Vec<Value> {
     let pins = pins();
     vec![
         vmm(
@@ -55,15 +77,14 @@ fn honest_lines() -> Vec<Value> {
                            "path": "/cache/rootfs.erofs", "fstype": "erofs", "read_only": true, "hash_ms": 1},
                 "state": {"path": "/s.img", "size_bytes": 268435456u64, "created": true,
                           "formatted": true, "restored_bytes": 0,
-                          "chunked_sha256": "4444444444444444444444444444444444444444444444444444444444444444",
-                          "hashed_bytes": 0, "hash_ms": 0},
+                          "chunked_sha256": STATE_SHA, "hashed_bytes": 0, "hash_ms": 0},
                 "apps": [{"index": 0, "name": "notes", "path": "/apps/notes", "sha256": FOLDER_SHA, "files": 2,
-                          "programs": [{"name": "notes", "wasm": "notes.wasm", "sha256": WASM_SHA}],
-                          "image": {"sha256": "5555555555555555555555555555555555555555555555555555555555555555", "size": 4096},
-                          "code": [{"program": "notes", "file": "notes.cwasm", "cached": false,
-                                    "sha256": "6666666666666666666666666666666666666666666666666666666666666666"}],
+                          "programs": [{"name": "notes", "wasm": "notes.wasm", "sha256": wasm_sha}],
+                          "image": {"sha256": IMAGE_SHA, "size": 4096},
+                          "code": [{"program": "notes", "file": "notes.cwasm", "cached": false, "sha256": code_sha}],
                           "limits": {"name": "notes", "cpu_max": "max 100000", "memory_max": 134217728, "pids_max": 64},
                           "uid": 10000}],
+                "engine": engine,
             }),
         ),
         vmm(
@@ -95,7 +116,8 @@ fn honest_lines() -> Vec<Value> {
             "app_ready",
             900,
             json!({"app": "notes", "index": 0, "pid": 40, "ms": 50, "tools": 3,
-                   "programs": [{"name": "notes", "sha256": WASM_SHA, "code": "precompiled", "ms": 12}]}),
+                   "programs": [{"name": "notes", "sha256": wasm_sha, "code": "precompiled",
+                                 "code_sha256": code_sha, "ms": 20}]}),
         ),
         guest("boot_complete", 901, json!({"apps": 1})),
         guest(
@@ -129,14 +151,6 @@ fn reseal(mut record: Value) -> Value {
     record
 }
 
-fn codes(record: &Value) -> Vec<&'static str> {
-    verify(record, &pins())
-        .codes()
-        .into_iter()
-        .map(Code::as_str)
-        .collect()
-}
-
 fn event_index(record: &Value, event: &str) -> usize {
     record["guest"]["events"]
         .as_array()
@@ -146,13 +160,49 @@ fn event_index(record: &Value, event: &str) -> usize {
         .unwrap_or_else(|| panic!("no {event} in the record"))
 }
 
-/// One tampered record per code: (what was done, the record, the one code expected).
-fn corpus() -> Vec<(&'static str, Value, Code)> {
+/// One tampered input: what was done, the measured field it forges (for the forgery suite),
+/// the input, how it is verified and the one code expected.
+struct Case {
+    what: &'static str,
+    field: Option<&'static str>,
+    input: Value,
+    verify: Box<dyn Fn(&Value) -> Verdict>,
+    code: Code,
+}
+
+fn plain() -> Box<dyn Fn(&Value) -> Verdict> {
+    Box::new(|record| verify(record, &pins()))
+}
+
+/// The measured field each corpus case with this `what` forges consistently.
+const FORGED_FIELDS: &[(&str, &str)] = &[
+    ("an unpinned kernel", "kernel"),
+    ("a kernel parameter appended to the cmdline", "cmdline"),
+    ("an unpinned rootfs", "rootfs"),
+    ("another state disk", "state disk"),
+    ("another app image", "app image"),
+    ("a changed measured program digest", "program"),
+    ("a changed code digest, the guest's left alone", "code"),
+    (
+        "an app under another policy than the pinned build's",
+        "policy",
+    ),
+    ("berm-vmm's Landlock partially enforced", "host sandbox"),
+];
+
+/// One tampered input per code.
+fn corpus() -> Vec<Case> {
     let mut cases = Vec::new();
     let mut add = |what, edit: &dyn Fn(&mut Value), code| {
         let mut record = honest();
         edit(&mut record);
-        cases.push((what, reseal(record), code));
+        cases.push(Case {
+            what,
+            field: FORGED_FIELDS.iter().find(|f| f.0 == what).map(|f| f.1),
+            input: reseal(record),
+            verify: plain(),
+            code,
+        });
     };
     add(
         "a changed program digest in app_ready",
@@ -368,10 +418,38 @@ fn corpus() -> Vec<(&'static str, Value, Code)> {
         },
         Code::BootFailed,
     );
+    add(
+        "a changed code digest, the guest's left alone",
+        &|r| r["apps"][0]["code"][0]["sha256"] = "d".repeat(64).into(),
+        Code::CodeDigestMismatch,
+    );
+    add(
+        "the guest mapped other code",
+        &|r| {
+            let i = event_index(r, "app_ready");
+            r["guest"]["events"][i]["programs"][0]["codeSha256"] = "e".repeat(64).into();
+        },
+        Code::CodeDigestMismatch,
+    );
+    add(
+        "the guest compiled the program itself",
+        &|r| {
+            let i = event_index(r, "app_ready");
+            r["guest"]["events"][i]["programs"][0]["code"] = "compiled".into();
+            r["guest"]["events"][i]["programs"][0]["codeSha256"] = Value::Null;
+        },
+        Code::CodeDigestMismatch,
+    );
     // Edited after hashing: not re-sealed.
     let mut edited = honest();
     edited["runDir"] = "/elsewhere".into();
-    cases.push(("edited after hashing", edited, Code::RecordHashMismatch));
+    cases.push(Case {
+        what: "edited after hashing",
+        field: None,
+        input: edited,
+        verify: plain(),
+        code: Code::RecordHashMismatch,
+    });
     // An app that died while the VM ran: berm-init reports app_exited before any shutdown.
     let mut lines = honest_lines();
     let at = lines
@@ -386,12 +464,192 @@ fn corpus() -> Vec<(&'static str, Value, Code)> {
             json!({"app": "notes", "index": 0, "pid": 40, "code": null, "signal": 9}),
         ),
     );
-    cases.push((
-        "an app that exited while the VM ran",
-        record_of(&lines),
-        Code::AppExited,
-    ));
+    cases.push(Case {
+        what: "an app that exited while the VM ran",
+        field: None,
+        input: record_of(&lines),
+        verify: plain(),
+        code: Code::AppExited,
+    });
+    cases.extend(expectation_cases());
+    cases.extend(envelope_cases());
+    cases.extend(code_cases());
     cases
+}
+
+/// What no pin covers, held to the verifier's own expectations.
+fn expectation_cases() -> Vec<Case> {
+    let expecting = |key: &str, sha: &str| -> Box<dyn Fn(&Value) -> Verdict> {
+        let expect: BTreeMap<String, String> = [(key.to_owned(), sha.to_owned())].into();
+        Box::new(move |record| {
+            let options = Options {
+                expect: expect.clone(),
+                ..Options::default()
+            };
+            verify_with(record, &pins(), &options)
+        })
+    };
+    let forged = |edit: &dyn Fn(&mut Value)| {
+        let mut record = honest();
+        edit(&mut record);
+        reseal(record)
+    };
+    // The honest record meets both expectations.
+    assert!(expecting("state", STATE_SHA)(&honest()).ok);
+    assert!(expecting("app/notes/image", IMAGE_SHA)(&honest()).ok);
+    vec![
+        Case {
+            what: "another state disk",
+            field: Some("state disk"),
+            input: forged(&|r| r["state"]["chunkedSha256"] = "f".repeat(64).into()),
+            verify: expecting("state", STATE_SHA),
+            code: Code::StateUnexpected,
+        },
+        Case {
+            what: "another app image",
+            field: Some("app image"),
+            input: forged(&|r| r["apps"][0]["image"]["sha256"] = "f".repeat(64).into()),
+            verify: expecting("app/notes/image", IMAGE_SHA),
+            code: Code::AppImageUnexpected,
+        },
+    ]
+}
+
+fn host_key(dir: &Path) -> HostKey {
+    HostKey::load_or_create(Some(&dir.join("host-key.pem"))).unwrap()
+}
+
+/// Verifies an input as `berm attest verify --key` does, with `key`'s public half.
+fn with_key(key: &HostKey) -> Box<dyn Fn(&Value) -> Verdict> {
+    let public = key.public();
+    Box::new(move |input| {
+        dsse::verify_document(input, Some(&public), &pins(), &Options::default()).verdict
+    })
+}
+
+fn signed(key: &HostKey, record: &Value) -> Value {
+    let record: Record = serde_json::from_value(record.clone()).unwrap();
+    serde_json::to_value(key.sign(&record)).unwrap()
+}
+
+/// Signed records, checked with `--key`.
+fn envelope_cases() -> Vec<Case> {
+    let dir = tempfile::tempdir().unwrap();
+    let key = host_key(dir.path());
+    let other = host_key(&dir.path().join("other"));
+    let envelope = signed(&key, &honest());
+    assert!(with_key(&key)(&envelope).ok);
+    let mut wrong_type = envelope.clone();
+    wrong_type["payloadType"] = "application/json".into();
+    let mut statement = dsse::statement(&serde_json::from_value(honest()).unwrap());
+    statement["subject"][0]["digest"]["sha256"] = "0".repeat(64).into();
+    vec![
+        Case {
+            what: "signed by another key",
+            field: None,
+            input: signed(&other, &honest()),
+            verify: with_key(&key),
+            code: Code::SignatureInvalid,
+        },
+        Case {
+            what: "a bare record where a signed one is required",
+            field: None,
+            input: honest(),
+            verify: with_key(&key),
+            code: Code::SignatureMissing,
+        },
+        Case {
+            what: "an envelope of another payload type",
+            field: None,
+            input: wrong_type,
+            verify: with_key(&key),
+            code: Code::EnvelopeMalformed,
+        },
+        Case {
+            what: "a signed statement whose subjects are not its record's",
+            field: None,
+            input: serde_json::to_value(key.sign_statement(&statement)).unwrap(),
+            verify: with_key(&key),
+            code: Code::SubjectMismatch,
+        },
+    ]
+}
+
+fn program_wasm(name: &str) -> PathBuf {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../target/wasm32-unknown-unknown/release")
+        .join(format!("{name}.wasm"));
+    assert!(
+        path.exists(),
+        "{} is missing: run scripts/build-apps.sh first",
+        path.display()
+    );
+    path
+}
+
+/// The notes program, its digest, and the digest of its code for the guest, compiled here
+/// with berm's engine directly (not through the code under test).
+fn notes_and_its_code() -> (PathBuf, String, String, Value) {
+    let path = program_wasm("notes");
+    let wasm = std::fs::read(&path).unwrap();
+    let engine = berm::Engine::compile_only(&berm::EngineConfig::vm()).unwrap();
+    let code = engine.precompile(&wasm).unwrap();
+    (
+        path,
+        hex::encode(Sha256::digest(&wasm)),
+        hex::encode(Sha256::digest(&code.bytes)),
+        json!({"fingerprint": engine.fingerprint(), "target": berm::PORTABLE_TARGET}),
+    )
+}
+
+/// A record of the real notes program and its real code.
+fn real_code_record() -> (PathBuf, Value) {
+    let (wasm, wasm_sha, code_sha, engine) = notes_and_its_code();
+    (wasm, record_of(&lines_with(&wasm_sha, &code_sha, engine)))
+}
+
+fn with_programs(dir: &Path, cache: Option<&Path>, strict: bool) -> Box<dyn Fn(&Value) -> Verdict> {
+    let programs = Programs::from_dir(dir)
+        .unwrap()
+        .with_cache(cache.map(Path::to_owned));
+    Box::new(move |record| {
+        let options = Options {
+            programs: Some(&programs),
+            ..Options::default()
+        };
+        let verdict = verify_with(record, &pins(), &options);
+        if strict { verdict.strict() } else { verdict }
+    })
+}
+
+/// Code re-derived from its program.
+fn code_cases() -> Vec<Case> {
+    let (wasm, record) = real_code_record();
+    // The build output holds every example program; attest/src holds none. Uncached, so
+    // every run compiles.
+    let programs = wasm.parent().unwrap();
+    let none = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    // A forger who changes the code digest on both sides, consistently.
+    let mut forged = record.clone();
+    forged["apps"][0]["code"][0]["sha256"] = "d".repeat(64).into();
+    let i = event_index(&forged, "app_ready");
+    forged["guest"]["events"][i]["programs"][0]["codeSha256"] = "d".repeat(64).into();
+    vec![
+        Case {
+            what: "a code digest changed on both sides, consistently",
+            field: Some("code"),
+            input: reseal(forged),
+            verify: with_programs(programs, None, false),
+            code: Code::CodeNotReproduced,
+        },
+        Case {
+            what: "code not re-derived (no program given), under --strict",
+            field: None,
+            input: record,
+            verify: with_programs(&none, None, true),
+            code: Code::CodeUnverified,
+        },
+    ]
 }
 
 #[test]
@@ -423,29 +681,168 @@ fn the_pinned_tcg_words_after_the_pinned_cmdline_verify() {
     )
     .into();
     let record = reseal(record);
-    assert_eq!(codes(&record), Vec::<&str>::new());
+    let verdict = verify(&record, &pins);
+    assert!(verdict.ok, "{:#?}", verdict.problems);
 }
 
 #[test]
 fn each_tampered_record_is_refused_with_its_own_code() {
-    for (what, record, expected) in corpus() {
-        let verdict = verify(&record, &pins());
-        assert!(!verdict.ok, "{what}: accepted");
+    let cases = corpus();
+    for case in &cases {
+        let verdict = (case.verify)(&case.input);
+        assert!(!verdict.ok, "{}: accepted", case.what);
         assert_eq!(
-            codes(&record),
-            vec![expected.as_str()],
-            "{what}: {:#?}",
+            verdict.codes(),
+            vec![case.code],
+            "{}: {:#?}",
+            case.what,
             verdict.problems
         );
     }
+    eprintln!("corpus: {} tampered inputs", cases.len());
 }
 
 #[test]
 fn the_corpus_covers_every_code() {
-    let covered: std::collections::BTreeSet<Code> = corpus().into_iter().map(|c| c.2).collect();
+    let covered: BTreeSet<Code> = corpus().into_iter().map(|c| c.code).collect();
     for code in Code::ALL {
         assert!(covered.contains(&code), "no tampered record for {code}");
     }
+}
+
+#[test]
+fn a_consistent_forgery_of_every_measured_field_is_refused_with_its_own_code() {
+    let fields = [
+        "kernel",
+        "cmdline",
+        "rootfs",
+        "state disk",
+        "app image",
+        "program",
+        "code",
+        "policy",
+        "host sandbox",
+    ];
+    let cases = corpus();
+    let mut seen = BTreeMap::new();
+    for case in cases.iter().filter(|c| c.field.is_some()) {
+        // Re-sealed: the hash alone cannot be what refuses it.
+        assert_eq!(
+            case.input["recordSha256"],
+            berm_attest::record_sha256(&case.input),
+            "{}",
+            case.what
+        );
+        let verdict = (case.verify)(&case.input);
+        assert_eq!(verdict.codes(), vec![case.code], "{}", case.what);
+        seen.insert(case.field.unwrap(), case.code);
+    }
+    for field in fields {
+        assert!(seen.contains_key(field), "no consistent forgery of {field}");
+    }
+    // Each field has its own code.
+    let distinct: BTreeSet<Code> = seen.values().copied().collect();
+    assert_eq!(distinct.len(), seen.len(), "{seen:?}");
+}
+
+#[test]
+fn the_honest_record_verifies_with_warnings_until_its_code_is_re_derived() {
+    let verdict = verify(&honest(), &pins());
+    assert!(verdict.ok);
+    assert_eq!(
+        verdict.warnings.iter().map(|w| w.code).collect::<Vec<_>>(),
+        vec![Code::CodeUnverified]
+    );
+    assert!(!verdict.strict().ok);
+
+    let (wasm, record) = real_code_record();
+    let programs = tempfile::tempdir().unwrap();
+    std::fs::copy(&wasm, programs.path().join("notes.wasm")).unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    let verify = with_programs(programs.path(), Some(cache.path()), true);
+    let verdict = verify(&record);
+    assert!(verdict.ok && verdict.warnings.is_empty(), "{verdict:#?}");
+    // Cached by program digest, engine fingerprint and target: the second verdict is the same
+    // without the program.
+    assert_eq!(std::fs::read_dir(cache.path()).unwrap().count(), 1);
+    std::fs::remove_file(programs.path().join("notes.wasm")).unwrap();
+    assert!(verify(&record).ok);
+    let uncached = with_programs(programs.path(), Some(&cache.path().join("none")), true);
+    assert_eq!(uncached(&record).codes(), vec![Code::CodeUnverified]);
+    // Another engine's code is unverified, not refused: this berm cannot reproduce it.
+    let mut other = record.clone();
+    other["codeEngine"]["fingerprint"] = "ffffffffffffffff".into();
+    let verdict = with_programs(programs.path(), Some(cache.path()), false)(&reseal(other));
+    assert!(verdict.ok);
+    assert!(
+        verdict.warnings[0].detail.contains("ffffffffffffffff"),
+        "{verdict:#?}"
+    );
+}
+
+#[test]
+fn a_signed_record_verifies_with_its_key_and_no_other() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = host_key(dir.path());
+    let envelope = signed(&key, &honest());
+    let checked =
+        dsse::verify_document(&envelope, Some(&key.public()), &pins(), &Options::default());
+    assert!(checked.verdict.ok, "{:#?}", checked.verdict);
+    assert!(!checked.signature_unchecked);
+    // The public key as `berm attest key` prints it and `--key` reads it.
+    let public = dir.path().join("host.pub");
+    std::fs::write(&public, key.public_pem()).unwrap();
+    assert_eq!(dsse::read_public_key(&public).unwrap(), key.public());
+    for i in 0..3 {
+        let other = host_key(&dir.path().join(format!("other-{i}")));
+        let verdict = dsse::verify_document(
+            &envelope,
+            Some(&other.public()),
+            &pins(),
+            &Options::default(),
+        )
+        .verdict;
+        assert_eq!(verdict.codes(), vec![Code::SignatureInvalid]);
+    }
+    // Without a key the record inside is verified, and the caller is told the signature was
+    // not checked.
+    let unchecked = dsse::verify_document(&envelope, None, &pins(), &Options::default());
+    assert!(unchecked.verdict.ok && unchecked.signature_unchecked);
+}
+
+#[test]
+fn a_signed_record_with_any_byte_changed_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = host_key(dir.path());
+    let public = key.public();
+    let pins = pins();
+    let text = serde_json::to_string(&signed(&key, &honest())).unwrap();
+    let bytes = text.as_bytes();
+    let mut refused = 0;
+    for i in 0..bytes.len() {
+        // Low bit: a neighbouring letter or digit; bit 5: the other case, or punctuation.
+        for flip in [0x01u8, 0x20] {
+            let mut changed = bytes.to_vec();
+            changed[i] ^= flip;
+            let verdict = match serde_json::from_slice::<Value>(&changed) {
+                Err(_) => continue, // not JSON: the CLI refuses it as record_malformed
+                Ok(value) => {
+                    dsse::verify_document(&value, Some(&public), &pins, &Options::default()).verdict
+                }
+            };
+            assert!(
+                !verdict.ok,
+                "byte {i} ({:?} -> {:?}) changed and still accepted",
+                bytes[i] as char, changed[i] as char
+            );
+            refused += 1;
+        }
+    }
+    eprintln!(
+        "{} bytes, {refused} changed envelopes parsed and were refused",
+        bytes.len()
+    );
+    assert!(refused > bytes.len());
 }
 
 #[test]

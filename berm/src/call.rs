@@ -315,6 +315,13 @@ impl Berm {
     pub fn engine(&self) -> &Engine {
         &self.inner.engine
     }
+
+    /// The file code for `digest` is loaded from when it comes from the read-only precompiled
+    /// directory ([`CompileSource::Precompiled`]), so a host can report the digest of the
+    /// code it maps; `None` without such a directory.
+    pub fn precompiled_file(&self, digest: &Digest) -> Option<std::path::PathBuf> {
+        self.inner.precompiled.as_ref().map(|c| c.path(digest))
+    }
 }
 
 impl Inner {

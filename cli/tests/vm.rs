@@ -474,6 +474,50 @@ fn attest_a_real_run_and_verify_it_offline() {
         out.stdout.len() - 1
     );
 
+    // The signed record berm-vmm wrote verifies with the host's public key (`berm attest
+    // key`, the same default key berm-vmm used) and is refused with any other.
+    let envelope = run_dir.join("record.dsse.json");
+    let key = berm(source.root(), &["attest", "key"]);
+    assert!(key.status.success(), "{}", stderr(&key));
+    let public = tmp.path().join("host.pub");
+    std::fs::write(&public, &key.stdout).unwrap();
+    let signed = berm(
+        source.root(),
+        &[
+            "attest",
+            "verify",
+            "--key",
+            public.to_str().unwrap(),
+            envelope.to_str().unwrap(),
+        ],
+    );
+    let said = String::from_utf8_lossy(&signed.stdout).into_owned();
+    assert!(signed.status.success(), "{said}");
+    assert!(said.contains("signed by the given key"), "{said}");
+    let other_key = tmp.path().join("other-key.pem");
+    let other = berm(
+        source.root(),
+        &["attest", "key", "--key", other_key.to_str().unwrap()],
+    );
+    let other_public = tmp.path().join("other.pub");
+    std::fs::write(&other_public, &other.stdout).unwrap();
+    let refused = berm(
+        source.root(),
+        &[
+            "attest",
+            "verify",
+            "--key",
+            other_public.to_str().unwrap(),
+            envelope.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&refused.stdout).starts_with("signature_invalid:"),
+        "{}",
+        String::from_utf8_lossy(&refused.stdout)
+    );
+
     // The same record with the host sandbox claimed off, re-sealed: refused with its code.
     let mut record: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     record["hostSandbox"]["enabled"] = false.into();

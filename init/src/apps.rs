@@ -661,6 +661,7 @@ fn watch(hub: &Arc<Hub>, app: Launched, settled: Sender<Settled>) {
                         name: bounded_name(p.name),
                         sha256: bounded_name(p.sha256),
                         code: p.code,
+                        code_sha256: p.code_sha256.map(bounded_name),
                         ms: p.ms.max(0.0).round() as u64,
                     })
                     .collect(),

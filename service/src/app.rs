@@ -185,10 +185,21 @@ pub fn deploy(service: &Service, app: &App) -> Result<Vec<ProgramReady>, AppDepl
             None => (CodeSource::Compiled, 0.0),
         };
         tracing::info!(app = %app.name, program = %program.name, ?code, ms, "deployed from the app folder");
+        // The code came from this file (read-only in the VM); hashing it again reads what was
+        // mapped. An unreadable file reports no digest, which the verifier refuses.
+        let code_sha256 = match &info {
+            Some(info) if info.source == berm::CompileSource::Precompiled => service
+                .berm()
+                .precompiled_file(&berm::Digest::of(&image))
+                .and_then(|path| std::fs::read(path).ok())
+                .map(|bytes| berm_app::sha256_hex(&bytes)),
+            _ => None,
+        };
         ready.push(ProgramReady {
             name: program.name.clone(),
             sha256: berm_app::sha256_hex(&image),
             code,
+            code_sha256,
             ms,
         });
     }

@@ -141,6 +141,8 @@ fn an_app_is_served_on_the_inherited_listener_and_announces_ready() {
     assert_eq!(programs[0]["name"], json!("notes"));
     assert_eq!(programs[0]["sha256"], json!(berm_app::sha256_hex(&wasm)));
     assert_eq!(programs[0]["code"], json!("compiled"));
+    // Only code mapped from the precompiled directory has a digest to report.
+    assert_eq!(programs[0]["code_sha256"], Value::Null, "{ready}");
     assert!(programs[0]["ms"].as_f64().unwrap() > 0.0);
 
     let mut session = Session::connect(&bermd.socket);
@@ -210,6 +212,14 @@ fn precompiled_code_from_the_code_dir_is_used() {
     ]);
     let program = &bermd.ready["programs"][0];
     assert_eq!(program["code"], json!("precompiled"), "{}", bermd.ready);
+    // The digest of the code file it mapped, what the VM's attestation holds against the
+    // host's measurement.
+    assert_eq!(
+        program["code_sha256"],
+        json!(berm_app::sha256_hex(&precompiled.bytes)),
+        "{}",
+        bermd.ready
+    );
     // Nothing was compiled into the writable cache.
     assert_eq!(
         std::fs::read_dir(bermd.home.join("cache")).unwrap().count(),

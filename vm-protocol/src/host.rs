@@ -79,8 +79,21 @@ pub struct MeasurementsLine {
     pub state: Option<StateMeasurement>,
     /// Every app, in port order.
     pub apps: Vec<AppMeasurement>,
+    /// The engine the apps' code was compiled with, when there are apps: what re-deriving
+    /// the code from the programs needs.
+    #[serde(default)]
+    pub engine: Option<EngineMeasurement>,
     /// The test-only enforcement probe, if attached.
     pub test_probe: Option<ProbeMeasurement>,
+}
+
+/// The Wasmtime engine the guest code was compiled with.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EngineMeasurement {
+    /// berm's engine fingerprint (Wasmtime version, settings, target, ISA flags).
+    pub fingerprint: String,
+    /// The target triple.
+    pub target: String,
 }
 
 /// The kernel as measured.
@@ -305,6 +318,11 @@ pub struct ReadyProgram {
     pub sha256: String,
     /// Where its code came from.
     pub code: CodeSource,
+    /// sha256 of the precompiled code file it mapped, when `code` is `precompiled`: the
+    /// guest's word on which code runs, which `berm attest verify` holds against the host's
+    /// measurement of the code it shipped.
+    #[serde(default)]
+    pub code_sha256: Option<String>,
     /// How long getting its code took, in milliseconds.
     pub ms: f64,
 }
@@ -339,6 +357,7 @@ mod tests {
                 name: "notes".into(),
                 sha256: "ab".repeat(32),
                 code: CodeSource::Precompiled,
+                code_sha256: Some("cd".repeat(32)),
                 ms: 0.25,
             }],
         };

@@ -283,6 +283,10 @@ pub struct AppProgram {
     pub sha256: String,
     /// Where its machine code came from.
     pub code: CodeSource,
+    /// sha256 of the precompiled code file it mapped (`None` unless `code` is
+    /// `precompiled`): what `berm attest verify` compares with the host's measurement.
+    #[serde(default)]
+    pub code_sha256: Option<String>,
     /// How long deploying it took, in milliseconds.
     pub ms: u64,
 }
@@ -798,6 +802,7 @@ mod tests {
                     name: "notes".into(),
                     sha256: "cd".repeat(32),
                     code: CodeSource::Precompiled,
+                    code_sha256: Some("ef".repeat(32)),
                     ms: 12,
                 }],
             }),

@@ -62,6 +62,17 @@ fn engine() -> Result<&'static berm::Engine, CodeError> {
         .map_err(|e| CodeError::Engine(e.clone()))
 }
 
+/// The guest engine's fingerprint and target, as the measurement line names them: what a
+/// verifier needs to re-derive each code digest from its program.
+pub fn engine_identity() -> Option<berm_vm_protocol::host::EngineMeasurement> {
+    engine()
+        .ok()
+        .map(|engine| berm_vm_protocol::host::EngineMeasurement {
+            fingerprint: engine.fingerprint().to_owned(),
+            target: berm::PORTABLE_TARGET.to_owned(),
+        })
+}
+
 fn cache_dir() -> PathBuf {
     match berm_pins::ArtifactStore::from_env() {
         Some(store) => store.root().join("code"),

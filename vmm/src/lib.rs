@@ -21,6 +21,7 @@ pub mod run;
 pub mod run_dir;
 pub mod sandbox;
 pub mod settings;
+pub mod sign;
 pub mod spec;
 pub mod state;
 #[allow(unsafe_code)]

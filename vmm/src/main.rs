@@ -19,6 +19,10 @@ struct Cli {
 }
 
 #[derive(Subcommand)]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "parsed once at startup and matched at once; boxing the arguments buys nothing"
+)]
 enum Commands {
     /// Boot the pinned kernel and rootfs and run until the guest powers off.
     #[command(after_help = EXIT_CODES)]
@@ -74,6 +78,11 @@ enum Commands {
         /// the outcome as a host_sandbox_probe line (tests; nothing is changed if it holds).
         #[arg(long, value_name = "FILE", hide = true)]
         sandbox_probe: Option<PathBuf>,
+        /// The host key the run's record is signed with (ed25519, PKCS#8 PEM, mode 0600),
+        /// created on first use; default $XDG_CONFIG_HOME/berm/host-key.pem, else
+        /// ~/.config/berm/host-key.pem.
+        #[arg(long, value_name = "FILE")]
+        key: Option<PathBuf>,
     },
     /// Internal: the libkrun child process (berm-vmm re-executes itself).
     #[command(hide = true)]
@@ -125,11 +134,27 @@ fn main() -> ExitCode {
             test_probe_app,
             no_host_sandbox,
             sandbox_probe,
+            key,
         } => {
             if let Err(e) = berm_vmm::catch_stop_signals() {
                 eprintln!("berm-vmm: installing the stop-signal handler failed: {e}");
                 return ExitCode::from(ExitStatus::Internal.code());
             }
+            // Before anything boots, and before berm-vmm confines itself away from the key.
+            let key = match berm_vmm::sign::host_key(key.as_deref()) {
+                Ok(key) => key,
+                Err(e) => {
+                    let message = format!("{:#}", anyhow::Error::new(e));
+                    let exit = berm_vm_protocol::host::ExitLine {
+                        status: ExitStatus::Refused.name().into(),
+                        code: ExitStatus::Refused.code(),
+                        message: message.clone(),
+                    };
+                    berm_vmm::report::line("exit", &exit);
+                    eprintln!("berm-vmm: {message}");
+                    return ExitCode::from(ExitStatus::Refused.code());
+                }
+            };
             let config = RunConfig {
                 apps,
                 state,
@@ -156,6 +181,19 @@ fn main() -> ExitCode {
                 message: message.clone(),
             };
             berm_vmm::report::line("exit", &exit);
+            // A run refused before it measured anything has no record to sign.
+            if let Some(run_dir) = berm_vmm::report::recording_to() {
+                match berm_vmm::sign::sign_run(&key, &run_dir) {
+                    Ok(signed) => berm_vmm::report::line(
+                        "record_signed",
+                        &serde_json::json!({"path": signed.path, "record_sha256": signed.record_sha256, "key_id": signed.key_id}),
+                    ),
+                    Err(e) => berm_vmm::report::line(
+                        "record_unsigned",
+                        &serde_json::json!({"message": format!("{:#}", anyhow::Error::new(e))}),
+                    ),
+                }
+            }
             if status != ExitStatus::Clean {
                 eprintln!("berm-vmm: {message}");
             }

@@ -27,6 +27,17 @@ enum Record {
 }
 
 static RECORD: Mutex<Record> = Mutex::new(Record::Buffer(Vec::new()));
+/// The run dir [`record_to`] named, once it did.
+static RUN_DIR: Mutex<Option<PathBuf>> = Mutex::new(None);
+
+/// The run dir whose `vmm.jsonl` this process writes, once [`record_to`] succeeded: a run
+/// refused before that has no record (and a stale `vmm.jsonl` there is not this run's).
+pub fn recording_to() -> Option<PathBuf> {
+    RUN_DIR
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .clone()
+}
 
 /// Why the run record could not be started.
 #[derive(Debug, thiserror::Error)]
@@ -64,6 +75,9 @@ pub fn record_to(run_dir: &Path) -> Result<(), RecordError> {
         file.write_all(lines.concat().as_bytes()).map_err(fail)?;
     }
     *record = Record::File(file);
+    *RUN_DIR
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(run_dir.to_owned());
     Ok(())
 }
 

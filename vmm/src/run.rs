@@ -435,6 +435,12 @@ fn measurements(
         },
         state: prepared.state.clone(),
         apps: prepared.apps.iter().map(|a| a.measured.clone()).collect(),
+        // What re-deriving the code from the programs needs (berm attest verify --programs).
+        engine: if prepared.apps.is_empty() {
+            None
+        } else {
+            crate::code::engine_identity()
+        },
         test_probe: prepared.probe.as_ref().map(|p| ProbeMeasurement {
             image: p.measured.clone(),
             app: config.test_probe_app,

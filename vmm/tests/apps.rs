@@ -128,11 +128,67 @@ fn one_app_answers_mcp_and_its_notes_survive_a_reboot() {
     let record = berm_attest::Record::from_run_dir(&vmm.run_dir)
         .unwrap()
         .to_value();
-    let verdict = berm_attest::verify(&record, &berm_attest::Pins::compiled_in().unwrap());
+    let pins = berm_attest::Pins::compiled_in().unwrap();
+    let verdict = berm_attest::verify(&record, &pins);
     assert!(verdict.ok, "{:#?}\n{record:#}", verdict.problems);
     eprintln!(
         "attest: a one-app record is {} bytes",
         record.to_string().len()
+    );
+    code_is_bound_to_its_program(&record, &app, &pins);
+}
+
+/// A real boot's code digests: the guest reports the code it mapped, the verifier re-derives
+/// it from the program, and a forged code digest (re-sealed) is refused.
+fn code_is_bound_to_its_program(record: &Value, app: &Path, pins: &berm_attest::Pins) {
+    use berm_attest::{Code, Options, Programs, verify_with};
+    let measured = record["apps"][0]["code"][0]["sha256"].clone();
+    let ready = record["guest"]["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .rfind(|e| e["event"] == "app_ready")
+        .unwrap()
+        .clone();
+    assert_eq!(ready["programs"][0]["codeSha256"], measured, "{ready}");
+    let cache = tempfile::tempdir().unwrap();
+    let programs = Programs::from_dir(app)
+        .unwrap()
+        .with_cache(Some(cache.path().to_owned()));
+    let options = Options {
+        programs: Some(&programs),
+        ..Options::default()
+    };
+    let verdict = verify_with(record, pins, &options).strict();
+    assert!(verdict.ok, "{:#?}", verdict.problems);
+    let reseal = |mut r: Value| {
+        r["recordSha256"] = berm_attest::record_sha256(&r).into();
+        r
+    };
+    let i = record["guest"]["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .rposition(|e| e["event"] == "app_ready")
+        .unwrap();
+    let mut one_side = record.clone();
+    one_side["apps"][0]["code"][0]["sha256"] = "d".repeat(64).into();
+    let one_side = reseal(one_side);
+    assert_eq!(
+        berm_attest::verify(&one_side, pins).codes(),
+        vec![Code::CodeDigestMismatch]
+    );
+    let mut both = record.clone();
+    both["apps"][0]["code"][0]["sha256"] = "d".repeat(64).into();
+    both["guest"]["events"][i]["programs"][0]["codeSha256"] = "d".repeat(64).into();
+    let both = reseal(both);
+    assert!(
+        berm_attest::verify(&both, pins).ok,
+        "without the programs nothing can tell"
+    );
+    assert_eq!(
+        verify_with(&both, pins, &options).codes(),
+        vec![Code::CodeNotReproduced]
     );
 }
 

@@ -218,7 +218,12 @@ fn berm_vmm_confines_itself_and_the_vm_still_works() {
         .collect();
     assert_eq!(printed, recorded);
     assert_eq!(recorded.first().unwrap()["event"], "hypervisor");
-    assert_eq!(recorded.last().unwrap()["event"], "exit");
+    // The exit line, then the signing of the record that ends with it.
+    let [.., exit, signed] = recorded.as_slice() else {
+        panic!("{recorded:?}")
+    };
+    assert_eq!(exit["event"], "exit");
+    assert_eq!(signed["event"], "record_signed", "{signed}");
     assert!(
         recorded
             .iter()
@@ -235,6 +240,29 @@ fn berm_vmm_confines_itself_and_the_vm_still_works() {
         started.elapsed()
     );
     assert!(verdict.ok, "{:#?}", verdict.problems);
+
+    // The same record, signed with the host key (the default one: the test's HOME), verifies
+    // with its public key and with no other.
+    let envelope: Value = serde_json::from_slice(
+        &std::fs::read(run_dir.join(berm_attest::dsse::ENVELOPE_FILE)).unwrap(),
+    )
+    .unwrap();
+    let key = berm_attest::dsse::HostKey::load_or_create(None).unwrap();
+    let options = berm_attest::Options::default();
+    let pins = Pins::compiled_in().unwrap();
+    let checked =
+        berm_attest::dsse::verify_document(&envelope, Some(&key.public()), &pins, &options);
+    assert!(checked.verdict.ok, "{:#?}", checked.verdict.problems);
+    assert_eq!(
+        berm_attest::dsse::open(&envelope, Some(&key.public())).unwrap()["recordSha256"],
+        signed["record_sha256"]
+    );
+    let other_dir = tempfile::tempdir().unwrap();
+    let other =
+        berm_attest::dsse::HostKey::load_or_create(Some(&other_dir.path().join("k.pem"))).unwrap();
+    let refused =
+        berm_attest::dsse::verify_document(&envelope, Some(&other.public()), &pins, &options);
+    assert_eq!(refused.verdict.codes(), vec![Code::SignatureInvalid]);
 }
 
 #[test]

@@ -4,11 +4,22 @@
 //! `recordSha256`) on stdout and its verdict against the compiled-in pins on stderr.
 //! `berm attest verify RECORD` re-derives the verdict offline from the record alone, against
 //! the compiled-in pins or those of `--pins DIR`, and exits 1 when it refuses the record.
+//! RECORD may be the signed envelope berm-vmm writes (`record.dsse.json`); `--key PUB`
+//! checks its signature before anything else. `berm attest key` prints the host's public key.
+//!
+//! `--programs DIR` re-derives each code digest by compiling the program, so berm links a
+//! WebAssembly compiler (through berm-attest, which uses the `berm` crate's engine): the same
+//! Wasmtime and settings as berm-vmm is the only way to reproduce its code byte for byte. The
+//! other commands never build an engine, so they are unaffected but for binary size.
 
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
-use berm_attest::{Pins, Record, Verdict, canonical_json, verify};
+use berm_attest::dsse::{self, HostKey};
+use berm_attest::{
+    Code, Options, Pins, Problem, Programs, Record, Verdict, canonical_json, verify,
+};
+use serde_json::Value;
 
 use crate::Exit;
 
@@ -36,13 +47,98 @@ enum Command {
         /// Print the verdict as JSON.
         #[arg(long)]
         json: bool,
+        /// The host's public key (PEM, from `berm attest key`): RECORD must be a signed
+        /// envelope with a signature by this key, checked before anything else.
+        #[arg(long, value_name = "PUB")]
+        key: Option<PathBuf>,
+        /// The programs' wasm files (searched recursively): re-derive every code digest by
+        /// compiling them (cached under $XDG_CACHE_HOME/berm/attest-code).
+        #[arg(long, value_name = "DIR")]
+        programs: Option<PathBuf>,
+        /// Refuse on warnings too (code_unverified).
+        #[arg(long)]
+        strict: bool,
+        /// A digest only the verifier knows, `state=SHA256` (the state disk's chunked sha256)
+        /// or `app/NAME/image=SHA256` (repeatable): the record must carry exactly it.
+        #[arg(long, value_name = "WHAT=SHA256", value_parser = parse_expectation)]
+        expect: Vec<(String, String)>,
     },
+    /// Print the host's public key (PEM), creating the host key on first use, for
+    /// `verify --key`.
+    Key {
+        /// The private key file (default $XDG_CONFIG_HOME/berm/host-key.pem, else
+        /// ~/.config/berm/host-key.pem; the one berm-vmm signs with).
+        #[arg(long, value_name = "FILE")]
+        key: Option<PathBuf>,
+    },
+}
+
+/// What `verify` was asked to do beyond reading the record.
+struct VerifyArgs {
+    pins: Option<PathBuf>,
+    json: bool,
+    key: Option<PathBuf>,
+    programs: Option<PathBuf>,
+    strict: bool,
+    expect: Vec<(String, String)>,
+}
+
+fn parse_expectation(text: &str) -> Result<(String, String), String> {
+    let (what, sha256) = text
+        .split_once('=')
+        .ok_or_else(|| format!("{text:?} is not WHAT=SHA256"))?;
+    if !berm_attest::is_expectation(what) {
+        return Err(format!(
+            "{what:?} is neither `state` nor `app/NAME/image` (the pins already cover the kernel and rootfs)"
+        ));
+    }
+    if sha256.len() != 64
+        || !sha256
+            .bytes()
+            .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+    {
+        return Err(format!(
+            "{sha256:?} is not a sha256 (64 lowercase hex digits)"
+        ));
+    }
+    Ok((what.to_owned(), sha256.to_owned()))
 }
 
 /// Runs `berm attest`.
 pub fn run(args: Args) -> anyhow::Result<Exit> {
     match (args.command, args.run_dir) {
-        (Some(Command::Verify { record, pins, json }), _) => verify_file(&record, pins, json),
+        (
+            Some(Command::Verify {
+                record,
+                pins,
+                json,
+                key,
+                programs,
+                strict,
+                expect,
+            }),
+            _,
+        ) => verify_file(
+            &record,
+            VerifyArgs {
+                pins,
+                json,
+                key,
+                programs,
+                strict,
+                expect,
+            },
+        ),
+        (Some(Command::Key { key }), _) => {
+            let key = HostKey::load_or_create(key.as_deref())?;
+            print!("{}", key.public_pem());
+            eprintln!(
+                "berm attest: the public half of {} (key id {})",
+                key.path().display(),
+                dsse::key_id(&key.public())
+            );
+            Ok(Exit::Ok)
+        }
         (None, Some(run_dir)) => record(&run_dir),
         (None, None) => anyhow::bail!("give a run dir, or `verify RECORD`"),
     }
@@ -57,33 +153,67 @@ fn record(run_dir: &Path) -> anyhow::Result<Exit> {
     Ok(Exit::Ok)
 }
 
-fn verify_file(path: &Path, pins: Option<PathBuf>, json: bool) -> anyhow::Result<Exit> {
+fn refused(code: Code, detail: String) -> Verdict {
+    Verdict::of(vec![Problem { code, detail }])
+}
+
+fn verify_file(path: &Path, args: VerifyArgs) -> anyhow::Result<Exit> {
     let text = if path == Path::new("-") {
         std::io::read_to_string(std::io::stdin()).context("reading the record from stdin")?
     } else {
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?
     };
-    let pins = match pins {
+    let pins = match args.pins {
         Some(dir) => Pins::from_dir(&dir)?,
         None => Pins::compiled_in().context("the pins compiled into berm are broken")?,
     };
-    let verdict = match serde_json::from_str(&text) {
-        Ok(value) => verify(&value, &pins),
-        Err(e) => Verdict {
-            ok: false,
-            problems: vec![berm_attest::Problem {
-                code: berm_attest::Code::RecordMalformed,
-                detail: format!("{} is not JSON: {e}", path.display()),
-            }],
-        },
+    let key = args.key.as_deref().map(dsse::read_public_key).transpose()?;
+    let programs = args
+        .programs
+        .as_deref()
+        .map(Programs::from_dir)
+        .transpose()?;
+    let options = Options {
+        programs: programs.as_ref(),
+        expect: args.expect.into_iter().collect(),
     };
-    if json {
+    let (verdict, signature_unchecked) = match serde_json::from_str::<Value>(&text) {
+        Err(e) => (
+            refused(
+                Code::RecordMalformed,
+                format!("{} is not JSON: {e}", path.display()),
+            ),
+            false,
+        ),
+        Ok(value) => {
+            let checked = dsse::verify_document(&value, key.as_ref(), &pins, &options);
+            (checked.verdict, checked.signature_unchecked)
+        }
+    };
+    let verdict = if args.strict {
+        verdict.strict()
+    } else {
+        verdict
+    };
+    if args.json {
         println!("{}", serde_json::to_string(&verdict)?);
-    } else if verdict.ok {
-        println!("ok: the record verifies against the pins");
     } else {
         for problem in &verdict.problems {
             println!("{}: {}", problem.code, problem.detail);
+        }
+        for warning in &verdict.warnings {
+            println!("warning {}: {}", warning.code, warning.detail);
+        }
+        if verdict.ok {
+            let signed = if key.is_some() {
+                ", signed by the given key"
+            } else {
+                ""
+            };
+            println!("ok: the record verifies against the pins{signed}");
+        }
+        if signature_unchecked {
+            println!("note: the envelope's signature was not checked (give --key PUB)");
         }
     }
     Ok(if verdict.ok {
