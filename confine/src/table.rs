@@ -278,8 +278,11 @@ fn bermd() -> Vec<Syscall> {
         SYS_pipe2,
         // fs.* opens every path beneath its granted root with RESOLVE_BENEATH.
         SYS_openat2,
-        // Program threads run at a lower priority than the threads that read requests.
+        // Program threads run at a lower priority than the threads that read requests, and
+        // calls that computed for long in the idle class (SCHED_IDLE; without CAP_SYS_NICE,
+        // which bermd does not have, a thread can only lower its own class).
         SYS_setpriority,
+        SYS_sched_setscheduler,
     );
     [
         &RUNTIME[..],

@@ -10,17 +10,26 @@
 //!
 //! It prints the well-behaved clients' calls/s and p50/p99 for both runs and
 //! their ratios; the budget (docs/perf-service.md) is ≥ 80% of the calls/s
-//! and a p99 ≤ 2× the quiet one. Nothing here asserts a speed.
+//! and a p99 ≤ 2× the quiet one. Nothing here asserts a speed. It also
+//! prints where the CPU went in each run: bermd's threads by name, and the
+//! bench's own client threads.
+//!
+//! For finding where the time goes, two environment variables:
+//! - `BERM_HOSTILE`: which hostile clients run, a comma-separated subset of
+//!   `connect,spin,bomb` (default all three);
+//! - `BERM_BENCH_BERMD_ARGS`: extra bermd flags, space-separated (e.g.
+//!   `--max-session-rate 1000000` to measure without the session rate).
 
 mod common;
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use berm_control::{DeployRequest, LimitsSpec};
-use common::{Bermd, McpClient, Stats};
+use common::{Bermd, McpClient, Stats, cpu_by_thread, thread_cpu};
 use serde_json::json;
 
 const CLIENTS: usize = 8;
@@ -34,40 +43,69 @@ fn wasm(app: &str) -> Vec<u8> {
         .unwrap_or_else(|e| panic!("{}: {e}: run scripts/build-apps.sh", path.display()))
 }
 
-/// What the well-behaved clients saw in one run.
+/// What the well-behaved clients saw in one run, and where the CPU went.
 struct Run {
     per_second: f64,
     latency: Stats,
     hostile_calls: u64,
     hostile_connections: u64,
+    /// CPU seconds of bermd's threads, by thread name.
+    bermd_cpu: BTreeMap<String, f64>,
+    /// CPU seconds of the bench's threads: echo clients, connector, caller.
+    bench_cpu: [f64; 3],
 }
 
-fn run(socket: &Path, echo: &str, hostile: Option<(&str, &str)>) -> Run {
+/// The hostile clients of a run.
+struct Hostile {
+    /// Whether one client opens connections in a loop.
+    connect: bool,
+    /// The tools the other client calls in turn (none: no such client).
+    tools: Vec<String>,
+}
+
+fn spawn_named<T: Send + 'static>(
+    name: &str,
+    body: impl FnOnce() -> T + Send + 'static,
+) -> std::thread::JoinHandle<T> {
+    std::thread::Builder::new()
+        .name(name.to_string())
+        .spawn(body)
+        .expect("thread")
+}
+
+fn run(bermd: &Bermd, echo: &str, hostile: Option<&Hostile>) -> Run {
+    let socket = bermd.socket();
+    let socket = socket.as_path();
+    let pid = bermd.pid().to_string();
+    let bermd_before = cpu_by_thread(&pid);
     let stop = Arc::new(AtomicBool::new(false));
     let hostile_calls = Arc::new(AtomicU64::new(0));
     let hostile_connections = Arc::new(AtomicU64::new(0));
     let mut noise = Vec::new();
-    if let Some((spin, bomb)) = hostile {
+    let connects = hostile.is_some_and(|h| h.connect);
+    if connects {
         let connector = (
             socket.to_path_buf(),
             stop.clone(),
             hostile_connections.clone(),
         );
-        noise.push(std::thread::spawn(move || {
+        noise.push(spawn_named("connector", move || {
             let (socket, stop, count) = connector;
             while !stop.load(Ordering::Relaxed) {
                 // Each connection is opened, initialized and dropped.
                 drop(McpClient::connect(&socket));
                 count.fetch_add(1, Ordering::Relaxed);
             }
+            thread_cpu()
         }));
+    }
+    if let Some(tools) = hostile.map(|h| h.tools.clone()).filter(|t| !t.is_empty()) {
         let caller = (socket.to_path_buf(), stop.clone(), hostile_calls.clone());
-        let (spin, bomb) = (spin.to_string(), bomb.to_string());
-        noise.push(std::thread::spawn(move || {
+        noise.push(spawn_named("caller", move || {
             let (socket, stop, count) = caller;
             let mut client = McpClient::connect(&socket);
             while !stop.load(Ordering::Relaxed) {
-                for tool in [&spin, &bomb] {
+                for tool in &tools {
                     let answer = client.call(tool, json!({}));
                     // A host error, as a JSON-RPC error or an isError result.
                     assert!(
@@ -77,7 +115,10 @@ fn run(socket: &Path, echo: &str, hostile: Option<(&str, &str)>) -> Run {
                     count.fetch_add(1, Ordering::Relaxed);
                 }
             }
+            thread_cpu()
         }));
+    }
+    if hostile.is_some() {
         // Let the hostile load start before measuring.
         std::thread::sleep(Duration::from_millis(500));
     }
@@ -86,7 +127,7 @@ fn run(socket: &Path, echo: &str, hostile: Option<(&str, &str)>) -> Run {
         .map(|_| {
             let (socket, stop, measuring) = (socket.to_path_buf(), stop.clone(), measuring.clone());
             let echo = echo.to_string();
-            std::thread::spawn(move || {
+            spawn_named("echo-client", move || {
                 let mut client = McpClient::connect(&socket);
                 let mut times = Vec::new();
                 let call = |client: &mut McpClient| {
@@ -101,7 +142,7 @@ fn run(socket: &Path, echo: &str, hostile: Option<(&str, &str)>) -> Run {
                     call(&mut client);
                     times.push(start.elapsed());
                 }
-                times
+                (times, thread_cpu())
             })
         })
         .collect();
@@ -112,23 +153,38 @@ fn run(socket: &Path, echo: &str, hostile: Option<(&str, &str)>) -> Run {
     stop.store(true, Ordering::Relaxed);
     let elapsed = start.elapsed();
     let mut times = Vec::new();
+    let mut bench_cpu = [0.0; 3];
     for client in clients {
-        times.extend(client.join().expect("client"));
+        let (client_times, cpu) = client.join().expect("client");
+        times.extend(client_times);
+        bench_cpu[0] += cpu;
     }
-    for thread in noise {
-        thread.join().expect("hostile client");
+    let mut noise = noise.into_iter();
+    if connects {
+        bench_cpu[1] = noise.next().expect("connector").join().expect("connector");
+    }
+    if let Some(caller) = noise.next() {
+        bench_cpu[2] = caller.join().expect("hostile caller");
+    }
+    let mut bermd_cpu = cpu_by_thread(&pid);
+    for (name, seconds) in &mut bermd_cpu {
+        *seconds -= bermd_before.get(name).copied().unwrap_or(0.0);
     }
     Run {
         per_second: times.len() as f64 / elapsed.as_secs_f64(),
         latency: Stats::of(times),
         hostile_calls: hostile_calls.load(Ordering::Relaxed),
         hostile_connections: hostile_connections.load(Ordering::Relaxed),
+        bermd_cpu,
+        bench_cpu,
     }
 }
 
 fn main() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let bermd = Bermd::start(&dir.path().join("home"), &[]);
+    let extra = std::env::var("BERM_BENCH_BERMD_ARGS").unwrap_or_default();
+    let extra: Vec<&str> = extra.split_whitespace().collect();
+    let bermd = Bermd::start(&dir.path().join("home"), &extra);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -157,10 +213,31 @@ fn main() {
     let bomb = names.tool_name("hostile", "memory_bomb");
     drop(names);
 
-    let quiet = run(&socket, &echo, None);
-    let loaded = run(&socket, &echo, Some((&spin, &bomb)));
+    let which = std::env::var("BERM_HOSTILE").unwrap_or_else(|_| "connect,spin,bomb".into());
+    let which: Vec<&str> = which.split(',').map(str::trim).collect();
+    for name in &which {
+        assert!(
+            ["connect", "spin", "bomb"].contains(name),
+            "BERM_HOSTILE: `{name}` is not one of connect, spin, bomb"
+        );
+    }
+    let hostile = Hostile {
+        connect: which.contains(&"connect"),
+        tools: [("spin", spin), ("bomb", bomb)]
+            .into_iter()
+            .filter(|(name, _)| which.contains(name))
+            .map(|(_, tool)| tool)
+            .collect(),
+    };
+
+    let quiet = run(&bermd, &echo, None);
+    let loaded = run(&bermd, &echo, Some(&hostile));
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
-    println!("machine: {cores} cores; {CLIENTS} echo clients, {SECONDS} s per run");
+    println!(
+        "machine: {cores} cores; {CLIENTS} echo clients, {SECONDS} s per run; hostile: {}; bermd {}",
+        which.join(","),
+        extra.join(" ")
+    );
     for (what, run) in [("quiet  ", &quiet), ("hostile", &loaded)] {
         println!(
             "{what}  {:>8.0} calls/s  p50 {:>8.1} µs  p99 {:>8.1} µs  (hostile calls {}, connections opened {})",
@@ -169,6 +246,21 @@ fn main() {
             run.latency.p99,
             run.hostile_calls,
             run.hostile_connections
+        );
+    }
+    for (what, run) in [("quiet  ", &quiet), ("hostile", &loaded)] {
+        let bermd: Vec<String> = run
+            .bermd_cpu
+            .iter()
+            .filter(|(_, seconds)| **seconds >= 0.005)
+            .map(|(name, seconds)| format!("{name} {seconds:.2}"))
+            .collect();
+        println!(
+            "{what}  CPU s: bermd [{}]; bench echo clients {:.2}, connector {:.2}, caller {:.2}",
+            bermd.join(", "),
+            run.bench_cpu[0],
+            run.bench_cpu[1],
+            run.bench_cpu[2]
         );
     }
     println!(

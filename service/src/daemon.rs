@@ -52,6 +52,9 @@ pub struct DaemonConfig {
     /// Most MCP sessions served at once on each listener (`mcp.sock`, the
     /// inherited listener, HTTP): [`transport::DEFAULT_MAX_CONNECTIONS`].
     pub max_connections: usize,
+    /// Most new MCP sessions each listener starts a second:
+    /// [`transport::DEFAULT_MAX_SESSION_RATE`].
+    pub max_session_rate: u32,
     /// App folders whose programs are deployed at start (`--app`).
     pub apps: Vec<berm_app::App>,
     /// An inherited listening socket to serve MCP on instead of creating
@@ -71,6 +74,7 @@ impl DaemonConfig {
             http: None,
             max_frame_bytes: crate::transport::DEFAULT_MAX_FRAME_BYTES,
             max_connections: crate::transport::DEFAULT_MAX_CONNECTIONS,
+            max_session_rate: crate::transport::DEFAULT_MAX_SESSION_RATE,
             apps: Vec::new(),
             listener: None,
             ready: None,
@@ -196,7 +200,11 @@ pub async fn run(config: DaemonConfig) -> Result<(), RunError> {
     if let Some(listener) = config.listener {
         // Inside the microVM: the one inherited socket is all bermd serves
         // on; it creates no socket of its own (seccomp would refuse it).
-        let cap = transport::SessionCap::new("the inherited listener", config.max_connections);
+        let cap = transport::SessionCap::new(
+            "the inherited listener",
+            config.max_connections,
+            config.max_session_rate,
+        );
         let serving = listener.serve(service.clone(), config.max_frame_bytes, cap)?;
         let accept = tokio::spawn(serving);
         tracing::info!("bermd is ready: serving MCP on the inherited listener");
@@ -216,7 +224,8 @@ pub async fn run(config: DaemonConfig) -> Result<(), RunError> {
     {
         let service = service.clone();
         let max = config.max_frame_bytes;
-        let cap = transport::SessionCap::new("mcp.sock", config.max_connections);
+        let cap =
+            transport::SessionCap::new("mcp.sock", config.max_connections, config.max_session_rate);
         tasks.spawn(async move {
             transport::serve_unix(mcp, service, max, cap).await;
             Ok(())
@@ -224,7 +233,12 @@ pub async fn run(config: DaemonConfig) -> Result<(), RunError> {
     }
     if let Some(http_config) = &config.http {
         let listener = http::bind(http_config).await?;
-        let router = http::router(service.clone(), http_config, config.max_connections);
+        let router = http::router(
+            service.clone(),
+            http_config,
+            config.max_connections,
+            config.max_session_rate,
+        );
         tracing::info!(addr = %http_config.addr, "serving MCP over Streamable HTTP at /mcp");
         tasks.spawn(async move { axum::serve(listener, router).await });
     }

@@ -14,6 +14,7 @@ use sha2::{Digest, Sha256};
 
 use crate::mcp::McpServer;
 use crate::service::Service;
+use crate::transport::SessionRate;
 
 /// The shortest bearer token accepted: 32 bytes, as many as the digest it
 /// is compared by.
@@ -159,9 +160,15 @@ pub async fn bind(config: &HttpConfig) -> Result<tokio::net::TcpListener, HttpEr
 ///
 /// In order: the bearer token (401 with `WWW-Authenticate: Bearer`), the
 /// session cap (503: at most `max_sessions` sessions open and requests in
-/// flight), then rmcp's `Host` and `Origin` checks against the allowed hosts
+/// flight), the session rate (429: at most `per_second` new sessions a
+/// second), then rmcp's `Host` and `Origin` checks against the allowed hosts
 /// (403).
-pub fn router(service: Arc<Service>, config: &HttpConfig, max_sessions: usize) -> axum::Router {
+pub fn router(
+    service: Arc<Service>,
+    config: &HttpConfig,
+    max_sessions: usize,
+    per_second: u32,
+) -> axum::Router {
     let hosts = config.hosts();
     let origins: Vec<String> = hosts
         .iter()
@@ -189,6 +196,7 @@ pub fn router(service: Arc<Service>, config: &HttpConfig, max_sessions: usize) -
         sessions,
         in_flight: Arc::new(tokio::sync::Semaphore::new(max_sessions.max(1))),
         max: max_sessions.max(1),
+        rate: SessionRate::new(per_second),
     };
     let router = axum::Router::new()
         .nest_service("/mcp", mcp)
@@ -212,12 +220,15 @@ pub fn router(service: Arc<Service>, config: &HttpConfig, max_sessions: usize) -
 /// Bounds HTTP the way [`crate::transport::SessionCap`] bounds a socket:
 /// sessions open (an idle one lasts until rmcp's keep-alive ends it) and
 /// requests in flight, each at most `max`. Past either, 503 saying which
-/// cap and which flag.
+/// cap and which flag. New sessions past the rate get 429 with how long to
+/// wait: an HTTP request cannot be left in a backlog the way a socket
+/// connection can.
 #[derive(Clone)]
 struct HttpCap {
     sessions: Arc<LocalSessionManager>,
     in_flight: Arc<tokio::sync::Semaphore>,
     max: usize,
+    rate: SessionRate,
 }
 
 impl HttpCap {
@@ -240,6 +251,19 @@ impl HttpCap {
             && !request.headers().contains_key("mcp-session-id");
         if opens_session && self.sessions.sessions.read().await.len() >= self.max {
             return busy("HTTP sessions open");
+        }
+        // The bucket refills a token within a second at any rate.
+        if opens_session && self.rate.try_take("HTTP").is_err() {
+            return (
+                StatusCode::TOO_MANY_REQUESTS,
+                [(header::RETRY_AFTER, "1")],
+                format!(
+                    "bermd starts at most {} new HTTP sessions a second, its cap \
+                     (bermd --max-session-rate); try again in a second",
+                    self.rate.per_second()
+                ),
+            )
+                .into_response();
         }
         next.run(request).await
     }

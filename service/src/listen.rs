@@ -114,6 +114,7 @@ async fn accept_loop(
     cap: transport::SessionCap,
 ) {
     loop {
+        cap.pace().await;
         let accepted = listener
             .async_io(tokio::io::Interest::READABLE, |fd| {
                 rustix::net::accept_with(fd, SocketFlags::NONBLOCK | SocketFlags::CLOEXEC)

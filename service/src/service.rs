@@ -212,17 +212,37 @@ pub struct RestoreReport {
 /// on the serving thread and only comes here if it is still running at its
 /// first epoch tick (≤ 1 ms); the hop costs tens of µs on an idle machine,
 /// more than a short call itself.
-struct CallThreads(Option<tokio::runtime::Runtime>);
+///
+/// Two tiers, like an operating system's scheduler favouring interactive
+/// work: calls run on the call threads (nice 10) until they have computed
+/// for [`LONG_CALL`], then on the background threads (`SCHED_IDLE`), which
+/// get only the CPU nothing else wants. A program spinning to its deadline
+/// then costs the others next to nothing, and a short call that wakes up
+/// preempts it at once instead of waiting out its time slice; a long call
+/// still runs at full speed on an idle core.
+struct CallThreads {
+    calls: Option<tokio::runtime::Runtime>,
+    background: Option<tokio::runtime::Runtime>,
+}
 
 /// The nice value of the call threads, relative to the serving threads (0):
 /// at 10 the kernel gives a serving thread about nine times their share of
 /// a contended core.
 const CALL_THREAD_NICE: i32 = 10;
 
+/// The nice value of the background threads where `SCHED_IDLE` is refused
+/// (a seccomp allow list without `sched_setscheduler`).
+const BACKGROUND_NICE: i32 = 19;
+
+/// How much CPU a call uses on the call threads before it moves to the
+/// background threads: far more than a call that answers a person or a
+/// model in time needs, far less than a program spinning to its deadline.
+pub const LONG_CALL: Duration = Duration::from_millis(2);
+
 impl CallThreads {
     fn start() -> std::io::Result<CallThreads> {
         let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
-        tokio::runtime::Builder::new_multi_thread()
+        let calls = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(threads)
             .thread_name("berm-call")
             // Programs run below the threads that read requests and write
@@ -235,20 +255,84 @@ impl CallThreads {
                 let _ = rustix::process::setpriority_process(None, CALL_THREAD_NICE);
             })
             .enable_time()
-            .build()
-            .map(|runtime| CallThreads(Some(runtime)))
+            .build()?;
+        let background = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(threads)
+            .thread_name("berm-long-call")
+            .on_thread_start(|| {
+                if crate::sys::schedule_idle().is_err() {
+                    let _ = rustix::process::setpriority_process(None, BACKGROUND_NICE);
+                }
+            })
+            .enable_time()
+            .build()?;
+        Ok(CallThreads {
+            calls: Some(calls),
+            background: Some(background),
+        })
     }
 
-    fn handle(&self) -> Option<&tokio::runtime::Handle> {
-        self.0.as_ref().map(|r| r.handle())
+    /// Runs `call` on the call threads, and on the background threads once
+    /// it has computed for [`LONG_CALL`]. The call stops when the returned
+    /// future is dropped.
+    async fn run<T: Send + 'static>(
+        &self,
+        call: Pin<Box<dyn Future<Output = T> + Send>>,
+    ) -> Result<T, tokio::task::JoinError> {
+        let (Some(calls), Some(background)) = (&self.calls, &self.background) else {
+            return Ok(call.await);
+        };
+        let background = background.handle().clone();
+        // Aborted when dropped: the task is dropped at its next epoch
+        // yield, and the instance with it.
+        AbortOnDrop(calls.spawn(tiered(call, background)))
+            .await
+            .and_then(|moved| moved)
     }
+}
+
+/// Polls `call` here until it has used [`LONG_CALL`] of CPU, then hands it
+/// to `background`. A call yields at every epoch tick, so it moves within
+/// a tick of its budget.
+async fn tiered<T: Send + 'static>(
+    mut call: Pin<Box<dyn Future<Output = T> + Send>>,
+    background: tokio::runtime::Handle,
+) -> Result<T, tokio::task::JoinError> {
+    let mut used = Duration::ZERO;
+    let here = std::future::poll_fn(|cx| {
+        let start = thread_cpu();
+        let poll = call.as_mut().poll(cx);
+        used += thread_cpu().saturating_sub(start);
+        match poll {
+            Poll::Ready(outcome) => Poll::Ready(Some(outcome)),
+            Poll::Pending if used >= LONG_CALL => Poll::Ready(None),
+            Poll::Pending => Poll::Pending,
+        }
+    })
+    .await;
+    match here {
+        Some(outcome) => Ok(outcome),
+        None => AbortOnDrop(background.spawn(call)).await,
+    }
+}
+
+/// CPU time the calling thread has used.
+fn thread_cpu() -> Duration {
+    let now = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+    Duration::new(
+        u64::try_from(now.tv_sec).unwrap_or(0),
+        u32::try_from(now.tv_nsec).unwrap_or(0),
+    )
 }
 
 impl Drop for CallThreads {
     fn drop(&mut self) {
         // A runtime may not be dropped from async code, which is where the
         // last reference to the service can go away.
-        if let Some(runtime) = self.0.take() {
+        for runtime in [self.calls.take(), self.background.take()]
+            .into_iter()
+            .flatten()
+        {
             runtime.shutdown_background();
         }
     }
@@ -556,14 +640,11 @@ impl Service {
                 return checked(name, entry, outcome?);
             }
         }
-        let outcome = match self.calls.handle() {
-            // Aborted when this future is dropped: the task is dropped at its
-            // next epoch yield, and the instance with it.
-            Some(calls) => AbortOnDrop(calls.spawn(run))
-                .await
-                .map_err(|e| CallError::Lost(e.to_string()))?,
-            None => run.await,
-        };
+        let outcome = self
+            .calls
+            .run(run)
+            .await
+            .map_err(|e| CallError::Lost(e.to_string()))?;
         checked(name, entry, outcome?)
     }
 

@@ -1,6 +1,7 @@
 //! The unsafe operations bermd performs: taking ownership of a file
-//! descriptor its parent passed by number (`--listen-fd`, `--ready-fd`), and
-//! putting an owned descriptor on tokio's reactor.
+//! descriptor its parent passed by number (`--listen-fd`, `--ready-fd`),
+//! putting an owned descriptor on tokio's reactor, and moving a thread to
+//! the idle scheduling class.
 #![allow(unsafe_code)]
 
 use std::os::fd::{BorrowedFd, FromRawFd, OwnedFd, RawFd};
@@ -63,4 +64,29 @@ pub(crate) fn register(fd: OwnedFd) -> std::io::Result<tokio::io::unix::AsyncFd<
     // when dropped (which the AsyncFd does after deregistering), and its
     // `as_raw_fd` always returns that one number.
     unsafe { tokio::io::unix::AsyncFd::register(fd) }.map_err(|e| e.into_parts().1)
+}
+
+/// Moves the calling thread to `SCHED_IDLE`: it runs only when no other
+/// thread of its group wants the CPU, and any that wakes up preempts it.
+/// Unprivileged threads may always lower their own class.
+pub(crate) fn schedule_idle() -> std::io::Result<()> {
+    let param = libc::sched_param { sched_priority: 0 };
+    // The raw syscall, not libc's wrapper: musl's refuses with ENOSYS, since
+    // POSIX means the whole process where Linux means one thread (pid 0).
+    // SAFETY: sched_setscheduler reads one `sched_param` through the
+    // pointer, which points at a live value for the whole call, and
+    // changes nothing but the calling thread's scheduling class.
+    let result = unsafe {
+        libc::syscall(
+            libc::SYS_sched_setscheduler,
+            0,
+            libc::SCHED_IDLE,
+            &raw const param,
+        )
+    };
+    if result == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
 }

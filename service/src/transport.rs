@@ -11,6 +11,7 @@
 
 use std::path::Path;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use rmcp::service::{RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
@@ -35,30 +36,128 @@ const INVALID_REQUEST: i64 = -32600;
 /// --max-connections` says otherwise.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 256;
 
+/// How many new MCP sessions one listener starts per second, unless `bermd
+/// --max-session-rate` says otherwise (up to a second's worth at once). A
+/// session's set-up — accept, rmcp's `initialize`, the tasks it starts — is
+/// work on the serving threads, the ones that answer every call; a client
+/// opening connections in a loop could otherwise make them do it thousands
+/// of times a second. At 100 a second it costs them about 1% of a core.
+pub const DEFAULT_MAX_SESSION_RATE: u32 = 100;
+
 /// JSON-RPC server error: the refusal a client over the cap gets.
 const SERVER_BUSY: i64 = -32000;
+
+/// New sessions a second on one listener, as a token bucket holding one
+/// second's worth: a client that connects now and then is never held up,
+/// one that connects in a loop gets the rate. Socket listeners wait for a
+/// token before accepting, so connections past the rate wait in the
+/// kernel's listen backlog, costing nobody CPU; HTTP, where a request cannot
+/// be left unread, answers 429 instead.
+#[derive(Clone)]
+pub struct SessionRate {
+    bucket: Arc<std::sync::Mutex<Bucket>>,
+    per_second: u32,
+}
+
+struct Bucket {
+    tokens: f64,
+    at: Instant,
+    /// When bermd last said it is holding sessions back (at most once a
+    /// minute, so a flood does not flood the log too).
+    warned: Option<Instant>,
+}
+
+impl SessionRate {
+    /// At most `per_second` new sessions a second (at least 1).
+    pub fn new(per_second: u32) -> SessionRate {
+        let per_second = per_second.max(1);
+        SessionRate {
+            bucket: Arc::new(std::sync::Mutex::new(Bucket {
+                tokens: f64::from(per_second),
+                at: Instant::now(),
+                warned: None,
+            })),
+            per_second,
+        }
+    }
+
+    /// The rate, in new sessions a second.
+    pub fn per_second(&self) -> u32 {
+        self.per_second
+    }
+
+    /// Takes one new session's token, or says how long until there is one.
+    /// `listener` names it in the log line a held-back session causes.
+    pub fn try_take(&self, listener: &str) -> Result<(), Duration> {
+        // Nothing panics while the lock is held; a poisoned lock still
+        // holds a consistent bucket.
+        let mut bucket = self.bucket.lock().unwrap_or_else(|p| p.into_inner());
+        let now = Instant::now();
+        let rate = f64::from(self.per_second);
+        let refill = now.duration_since(bucket.at).as_secs_f64() * rate;
+        bucket.tokens = (bucket.tokens + refill).min(rate);
+        bucket.at = now;
+        if bucket.tokens >= 1.0 {
+            bucket.tokens -= 1.0;
+            return Ok(());
+        }
+        if bucket
+            .warned
+            .is_none_or(|at| now.duration_since(at) >= Duration::from_secs(60))
+        {
+            bucket.warned = Some(now);
+            tracing::warn!(
+                listener,
+                per_second = self.per_second,
+                "new sessions arrive faster than the session rate (bermd --max-session-rate); \
+                 holding them back"
+            );
+        }
+        Err(Duration::from_secs_f64((1.0 - bucket.tokens) / rate))
+    }
+
+    /// Waits until a new session may start, and takes its token.
+    async fn take(&self, listener: &str) {
+        while let Err(wait) = self.try_take(listener) {
+            tokio::time::sleep(wait).await;
+        }
+    }
+}
 
 /// The sessions one listener may serve at once. A client past the cap is
 /// accepted only to be told so — one JSON-RPC error line naming the cap and
 /// the flag — and closed, which costs bermd an accept and a write, so a
 /// client opening connections in a loop cannot hold slots, threads or
 /// descriptors, and the sessions already open keep their latency.
+///
+/// New sessions also come at most at the listener's [`SessionRate`]: the
+/// accept loop waits for [`SessionCap::pace`] before each accept.
 #[derive(Clone)]
 pub struct SessionCap {
     slots: Arc<tokio::sync::Semaphore>,
     max: usize,
+    rate: SessionRate,
     listener: &'static str,
 }
 
 impl SessionCap {
-    /// At most `max` sessions at once on `listener` (named in the refusal).
-    pub fn new(listener: &'static str, max: usize) -> SessionCap {
+    /// At most `max` sessions at once on `listener` (named in the refusal),
+    /// and at most `per_second` new ones a second.
+    pub fn new(listener: &'static str, max: usize, per_second: u32) -> SessionCap {
         let max = max.max(1);
         SessionCap {
             slots: Arc::new(tokio::sync::Semaphore::new(max)),
             max,
+            rate: SessionRate::new(per_second),
             listener,
         }
+    }
+
+    /// Waits until the listener may accept its next connection. Until then
+    /// connections wait in the kernel's listen backlog: a client opening
+    /// them in a loop waits there too, and costs no one CPU.
+    pub async fn pace(&self) {
+        self.rate.take(self.listener).await;
     }
 
     /// Serves one connection as an MCP session on a task of its own, or
@@ -92,7 +191,7 @@ impl SessionCap {
                 tokio::spawn(async move {
                     let mut write = write;
                     // A client that does not read cannot hold the refusal open.
-                    let _ = tokio::time::timeout(std::time::Duration::from_secs(1), async {
+                    let _ = tokio::time::timeout(Duration::from_secs(1), async {
                         write.write_all(refusal.as_bytes()).await?;
                         write.shutdown().await
                     })
@@ -104,7 +203,8 @@ impl SessionCap {
     }
 }
 
-/// Accepts MCP connections on `listener` forever, at most `cap` at once.
+/// Accepts MCP connections on `listener` forever, at most `cap` at once and
+/// at its rate.
 pub async fn serve_unix(
     listener: UnixListener,
     service: Arc<Service>,
@@ -112,11 +212,12 @@ pub async fn serve_unix(
     cap: SessionCap,
 ) {
     loop {
+        cap.pace().await;
         let stream = match listener.accept().await {
             Ok((stream, _)) => stream,
             Err(e) => {
                 tracing::warn!("mcp.sock accept: {e}");
-                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                tokio::time::sleep(Duration::from_millis(10)).await;
                 continue;
             }
         };

@@ -331,6 +331,75 @@ fn an_ungranted_syscall_traps_naming_the_grant() {
     assert!(message.contains("(grant `kv` to allow it)"), "{message}");
 }
 
+/// The scheduling class (`policy`, field 41 of `stat`) and state of each
+/// thread of `pid` named `name`.
+fn threads_named(pid: u32, name: &str) -> Vec<(char, u32)> {
+    let mut threads = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .flatten()
+    {
+        let stat = std::fs::read_to_string(task.path().join("stat")).unwrap_or_default();
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
+            continue;
+        };
+        if &stat[open + 1..close] != name {
+            continue;
+        }
+        // After the name: field 3 (the state) onwards.
+        let fields: Vec<&str> = stat[close + 2..].split(' ').collect();
+        let state = fields[0].chars().next().unwrap_or('?');
+        threads.push((state, fields[38].parse().unwrap()));
+    }
+    threads
+}
+
+#[test]
+fn a_call_that_computes_for_long_runs_in_the_idle_class() {
+    /// Linux's `SCHED_IDLE`.
+    const SCHED_IDLE: u32 = 5;
+    let bermd = Bermd::start(&[]);
+    bermd.deploy(
+        "hostile",
+        "hostile",
+        &[],
+        LimitsSpec {
+            deadline_ms: Some(5000),
+            memory_bytes: None,
+        },
+    );
+    let socket = bermd.home.join("mcp.sock");
+    let spinning = std::thread::spawn(move || {
+        let mut session = Session::connect(&socket);
+        session.initialize();
+        session.call("hostile_spin", json!({}))
+    });
+    // Every background thread is in the idle class from its start.
+    let background = threads_named(bermd.child.id(), "berm-long-call");
+    assert!(!background.is_empty(), "no background threads");
+    assert!(
+        background.iter().all(|(_, policy)| *policy == SCHED_IDLE),
+        "{background:?}"
+    );
+    // Past its first 2 ms of CPU the spin runs on one of them, whatever
+    // else this machine is doing: one is runnable for as long as it spins.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(4);
+    loop {
+        let background = threads_named(bermd.child.id(), "berm-long-call");
+        if background.iter().any(|(state, _)| *state == 'R') {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the spin never ran on a background thread: {background:?}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let (message, error) = result_text(&spinning.join().unwrap());
+    assert!(error);
+    assert!(message.contains("ran past its deadline of 5s"), "{message}");
+}
+
 #[test]
 fn a_hostile_program_does_not_hold_up_others() {
     let mut bermd = Bermd::start(&[]);

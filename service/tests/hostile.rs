@@ -267,6 +267,44 @@ fn past_the_session_cap_a_client_is_told_so_and_the_others_go_on() {
 }
 
 #[test]
+fn past_the_session_rate_new_sessions_wait_and_the_open_ones_go_on() {
+    let bermd = Bermd::start(&["--max-session-rate", "5"]);
+    bermd.deploy("echo", "echo", &[], LimitsSpec::default());
+    let mut open = bermd.session();
+    let socket = bermd.home.join("mcp.sock");
+    // A client opening sessions in a loop: each is served, at the rate.
+    let flood = std::thread::spawn(move || {
+        let start = Instant::now();
+        for _ in 0..15 {
+            common::Session::connect(&socket).initialize();
+        }
+        start.elapsed()
+    });
+    let mut answered = 0;
+    while !flood.is_finished() {
+        let answer = open.call("echo_echo", serde_json::json!({"message": "hi"}));
+        assert_eq!(common::result_text(&answer), ("hi".to_string(), false));
+        answered += 1;
+    }
+    let took = flood.join().unwrap();
+    assert!(answered > 0);
+    // At most 5 at once, then 5 a second: the last 10 of the 15 waited for
+    // 2 s of tokens.
+    assert!(
+        took >= Duration::from_millis(1900),
+        "15 sessions in {took:?}"
+    );
+    let log = bermd.log_text();
+    assert!(
+        log.contains(
+            "new sessions arrive faster than the session rate (bermd --max-session-rate); \
+             holding them back"
+        ),
+        "{log}"
+    );
+}
+
+#[test]
 fn past_a_programs_call_cap_its_calls_are_refused_and_others_run() {
     let bermd = Bermd::start(&["--max-calls-per-program", "2"]);
     bermd.deploy("echo", "echo", &[], LimitsSpec::default());

@@ -27,16 +27,23 @@ fn token_file(dir: &Path, contents: &str) -> String {
     path.display().to_string()
 }
 
-/// What bermd answered: the status code and the whole response head.
+/// What bermd answered: the status code and the whole response head, and
+/// the body of a refusal (a 4xx or 5xx).
 struct Answer {
     status: u16,
     head: String,
+    body: String,
 }
 
 /// Sends an MCP `initialize` to `http://{connect}/mcp` with `Host: {host}`
 /// and the extra `headers`, retrying the connection while bermd starts.
 fn initialize(connect: &str, host: &str, headers: &[(&str, &str)]) -> Answer {
     let body = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"http-test","version":"0"}}}"#;
+    post(connect, host, headers, body)
+}
+
+/// POSTs `body` to `http://{connect}/mcp`, as [`initialize`] does.
+fn post(connect: &str, host: &str, headers: &[(&str, &str)], body: &str) -> Answer {
     let mut request = format!(
         "POST /mcp HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n\
          Accept: application/json, text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n",
@@ -74,7 +81,12 @@ fn initialize(connect: &str, host: &str, headers: &[(&str, &str)]) -> Answer {
         .nth(1)
         .and_then(|s| s.parse().ok())
         .unwrap_or_else(|| panic!("no status line: {head:?}"));
-    Answer { status, head }
+    let mut body = String::new();
+    if status >= 400 {
+        // Refusals are short and end with the connection.
+        stream.read_to_string(&mut body).unwrap();
+    }
+    Answer { status, head, body }
 }
 
 #[test]
@@ -213,5 +225,57 @@ fn past_the_session_cap_an_http_client_gets_503() {
     assert_eq!(first.status, 200, "{}", first.head);
     let second = initialize(&addr, &host, &[]);
     assert_eq!(second.status, 503, "{}", second.head);
+    drop(bermd);
+}
+
+#[test]
+fn past_the_session_rate_an_http_client_gets_429_and_sessions_go_on() {
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let bermd = Bermd::start(&["--http", &addr, "--max-session-rate", "1"]);
+    let host = format!("127.0.0.1:{port}");
+    let first = initialize(&addr, &host, &[]);
+    assert_eq!(first.status, 200, "{}", first.head);
+    let second = initialize(&addr, &host, &[]);
+    assert_eq!(second.status, 429, "{}", second.head);
+    assert!(
+        second.head.to_lowercase().contains("retry-after: 1"),
+        "{}",
+        second.head
+    );
+    assert_eq!(
+        second.body,
+        "bermd starts at most 1 new HTTP sessions a second, its cap (bermd --max-session-rate); \
+         try again in a second"
+    );
+    // The session already open is served as before.
+    let session = first
+        .head
+        .lines()
+        .find_map(|line| {
+            let (name, value) = line.split_once(':')?;
+            name.eq_ignore_ascii_case("mcp-session-id")
+                .then(|| value.trim().to_string())
+        })
+        .unwrap_or_else(|| panic!("no session id: {}", first.head));
+    let headers = [("Mcp-Session-Id", session.as_str())];
+    let initialized = post(
+        &addr,
+        &host,
+        &headers,
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+    );
+    assert_eq!(initialized.status, 202, "{}", initialized.head);
+    let list = post(
+        &addr,
+        &host,
+        &headers,
+        r#"{"jsonrpc":"2.0","id":2,"method":"tools/list","params":{}}"#,
+    );
+    assert_eq!(list.status, 200, "{}", list.head);
+    // A second later the rate lets a new session in.
+    std::thread::sleep(Duration::from_millis(1100));
+    let later = initialize(&addr, &host, &[]);
+    assert_eq!(later.status, 200, "{}", later.head);
     drop(bermd);
 }

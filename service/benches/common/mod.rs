@@ -61,6 +61,45 @@ impl Bermd {
     pub fn socket(&self) -> PathBuf {
         self.home.join("mcp.sock")
     }
+
+    /// Its process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+/// CPU time (user + system) the calling thread has used, in seconds.
+pub fn thread_cpu() -> f64 {
+    cpu_of_stat(&std::fs::read_to_string("/proc/thread-self/stat").unwrap_or_default())
+        .map_or(0.0, |(_, seconds)| seconds)
+}
+
+/// A thread's name and CPU seconds from its `stat` line.
+fn cpu_of_stat(stat: &str) -> Option<(String, f64)> {
+    // USER_HZ is 100 on every Linux this runs on.
+    const TICKS: f64 = 100.0;
+    // The name is in parentheses and may hold spaces; fields follow.
+    let (open, close) = (stat.find('(')?, stat.rfind(')')?);
+    let fields: Vec<&str> = stat.get(close + 2..)?.split(' ').collect();
+    // utime and stime are fields 14 and 15 of stat, 12 and 13 after the name.
+    let ticks = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
+    Some((stat[open + 1..close].to_string(), ticks / TICKS))
+}
+
+/// CPU time (user + system) of each thread of process `pid`, summed by
+/// thread name, in seconds, from `/proc/<pid>/task/*/stat`.
+pub fn cpu_by_thread(pid: &str) -> std::collections::BTreeMap<String, f64> {
+    let mut by_name = std::collections::BTreeMap::new();
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return by_name;
+    };
+    for task in tasks.flatten() {
+        let stat = std::fs::read_to_string(task.path().join("stat")).unwrap_or_default();
+        if let Some((name, seconds)) = cpu_of_stat(&stat) {
+            *by_name.entry(name).or_insert(0.0) += seconds;
+        }
+    }
+    by_name
 }
 
 impl Drop for Bermd {

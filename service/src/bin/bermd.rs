@@ -13,7 +13,9 @@ use berm_service::http::{HttpConfig, Token};
 use berm_service::listen::InheritedListener;
 use berm_service::service::{DEFAULT_MAX_CALLS_PER_PROGRAM, DEFAULT_TOOLS_PAGE_SIZE};
 use berm_service::syscalls::DEFAULT_MAX_HOST_OPS;
-use berm_service::transport::{DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_FRAME_BYTES};
+use berm_service::transport::{
+    DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_FRAME_BYTES, DEFAULT_MAX_SESSION_RATE,
+};
 use berm_service::{DaemonConfig, Exit, ServiceConfig};
 use clap::{Parser, ValueEnum};
 
@@ -49,6 +51,11 @@ struct Args {
     /// inherited listener, HTTP); a client past it is told so and closed.
     #[arg(long, default_value_t = DEFAULT_MAX_CONNECTIONS)]
     max_connections: usize,
+    /// Most new MCP sessions each listener starts a second (up to a second's
+    /// worth at once); past it a socket connection waits to be accepted and
+    /// an HTTP client gets 429.
+    #[arg(long, default_value_t = DEFAULT_MAX_SESSION_RATE)]
+    max_session_rate: u32,
     /// Most calls from outside one program may have running at once; past
     /// it a call is refused, and nothing runs.
     #[arg(long, default_value_t = DEFAULT_MAX_CALLS_PER_PROGRAM)]
@@ -201,6 +208,7 @@ fn start(args: Args, started: Instant) -> Result<(), (Exit, anyhow::Error)> {
         }),
         max_frame_bytes: args.max_frame_bytes,
         max_connections: args.max_connections,
+        max_session_rate: args.max_session_rate,
         apps,
         listener,
         ready,
