@@ -56,8 +56,8 @@ pub struct RunConfig {
     pub run_dir: Option<PathBuf>,
     /// vCPUs.
     pub cpus: u8,
-    /// Guest memory in MiB.
-    pub memory_mib: u32,
+    /// Guest memory in MiB; `None` sizes it from the apps ([`default_memory_mib`]).
+    pub memory_mib: Option<u32>,
     /// Which backend.
     pub hypervisor: Requested,
     /// Kernel override (reported unpinned unless it matches the pin).
@@ -171,10 +171,13 @@ pub fn run(config: &RunConfig) -> Result<Outcome, RunError> {
     let choice = detection.choose(config.hypervisor)?;
     let guest = GuestSettings::new(config, user_settings, &artifacts, &detection, &choice)?;
     let prepared = Prepared::new(config)?;
-    report_plan(config, &artifacts, &guest, &prepared, &detection, &choice);
+    let memory_mib = guest_memory(config, &prepared.apps);
+    report_plan(
+        config, memory_mib, &artifacts, &guest, &prepared, &detection, &choice,
+    );
     let spec = VmSpec {
         cpus: config.cpus,
-        memory_mib: config.memory_mib,
+        memory_mib,
         kernel: artifacts.kernel.path.clone(),
         cmdline: guest.cmdline.clone(),
         rootfs: artifacts.rootfs.path.clone(),
@@ -202,10 +205,46 @@ fn check_bounds(config: &RunConfig) -> Result<(), RunError> {
     if !(1..=16).contains(&config.cpus) {
         return Err(RunError::Cpus(config.cpus));
     }
-    if !(64..=16384).contains(&config.memory_mib) {
-        return Err(RunError::Memory(config.memory_mib));
+    match config.memory_mib {
+        Some(mib) if !MEMORY_MIB.contains(&mib) => Err(RunError::Memory(mib)),
+        _ => Ok(()),
     }
-    Ok(())
+}
+
+/// Guest memory the kernel can take, in MiB.
+const MEMORY_MIB: std::ops::RangeInclusive<u32> = 64..=16384;
+
+/// What the guest needs beside its apps' cgroups: the kernel, berm-init and the page cache of
+/// the rootfs. One app (notes) boots with about 64 MiB in use in all, bermd included.
+const GUEST_BASE_MIB: u64 = 96;
+
+/// Guest memory when `--memory` is not given: every app's `memory.max` added up, plus
+/// [`GUEST_BASE_MIB`], rounded up to 32 MiB. With that much, an app that runs into its
+/// cgroup cap is stopped by its own cgroup before the guest as a whole runs out, so one app's
+/// load never brings the kernel's OOM killer to another app. Memory the guest never touches
+/// costs the host nothing (QEMU's memfd and libkrun's mapping are filled lazily).
+pub fn default_memory_mib(apps: &[apps::App]) -> u64 {
+    let caps: u64 = apps
+        .iter()
+        .map(|app| app.measured.limits.memory_max >> 20)
+        .sum();
+    (caps + GUEST_BASE_MIB).div_ceil(32) * 32
+}
+
+/// The guest memory for this run: `--memory`, or [`default_memory_mib`] up to the kernel's
+/// bound. Less than the apps' caps add up to is allowed, with a warning on stderr.
+fn guest_memory(config: &RunConfig, apps: &[apps::App]) -> u32 {
+    let wanted = default_memory_mib(apps);
+    let mib = match config.memory_mib {
+        Some(mib) => mib,
+        None => u32::try_from(wanted.min(u64::from(*MEMORY_MIB.end()))).unwrap_or(u32::MAX),
+    };
+    if u64::from(mib) < wanted {
+        eprintln!(
+            "berm-vmm: warning: {mib} MiB of guest memory is less than the apps' memory.max added up plus {GUEST_BASE_MIB} MiB ({wanted} MiB): the guest can run out of memory before an app reaches its own cap"
+        );
+    }
+    mib
 }
 
 /// The kernel and rootfs, hashed against the pins compiled into berm-vmm.
@@ -362,6 +401,7 @@ impl Prepared {
 /// lines, all before the hypervisor starts.
 fn report_plan(
     config: &RunConfig,
+    memory_mib: u32,
     artifacts: &Artifacts,
     guest: &GuestSettings,
     prepared: &Prepared,
@@ -393,7 +433,7 @@ fn report_plan(
         "vm_config",
         &json!({
             "hypervisor": {"chosen": choice.backend, "accel": choice.accel, "reason": choice.reason, "requested": config.hypervisor},
-            "detection": detection, "cpus": config.cpus, "memory_mib": config.memory_mib,
+            "detection": detection, "cpus": config.cpus, "memory_mib": memory_mib,
             "settings": guest.settings.iter().map(|s| format!("{}={}", s.name(), s.value())).collect::<Vec<_>>(),
             "pvm_cmdline": guest.pvm_words.then_some(PVM_CMDLINE),
             "boot_timeout_ms": config.boot_timeout.as_millis(),
