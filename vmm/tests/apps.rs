@@ -269,6 +269,27 @@ fn apps_are_confined_apart_and_survive_each_other() {
     assert!(checks.len() >= 29, "{report}");
     let failed: Vec<&Value> = checks.iter().filter(|c| c["pass"] != true).collect();
     assert!(failed.is_empty(), "probe checks failed: {failed:#?}");
+    // Each of issue 13's guest rows is there by name (not only counted), each refused above.
+    let names: Vec<&str> = checks.iter().filter_map(|c| c["name"].as_str()).collect();
+    for row in [
+        "x32 unshare CLONE_NEWUSER",
+        "x32 execve /usr/bin/bermd",
+        "execve a binary written in the workspace",
+        "memfd_create + fexecve",
+        "keyctl get session keyring",
+        "userfaultfd",
+        "perf_event_open",
+        "raw clone CLONE_NEWUSER",
+        "connect abstract socket",
+    ] {
+        assert!(names.contains(&row), "no probe row {row:?}: {names:?}");
+    }
+    assert!(
+        names
+            .iter()
+            .any(|n| n.starts_with("kill(0) other app's bermd")),
+        "no kill row: {names:?}"
+    );
 
     // Runaway calls fail; the app keeps serving.
     let mut mcp = Mcp::connect(&vmm.run_dir.join("rpc-1.sock"));
