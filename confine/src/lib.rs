@@ -2,10 +2,10 @@
 //! from it.
 //!
 //! Every process berm confines is one of a few [`Role`]s: an app's bermd inside the guest,
-//! berm-vmm (and the connector it forks), the libkrun child, vhost-device-vsock and QEMU. Each role has its own table of
-//! the syscalls it may make ([`Role::allowed`]), written down from what the process was seen
-//! to call (traced with strace under the test suite and the benches; the method and date are
-//! in `docs/threat-model.md`). The same table is
+//! berm-vmm (and the connector it forks), the libkrun child, vhost-device-vsock and QEMU. Each
+//! role has its own table of the syscalls it may make ([`Role::allowed`]), written down from
+//! what the process was seen to call (traced with strace under the test suite and the benches;
+//! the method and date are in `docs/threat-model.md`). The same table is
 //!
 //! - compiled into the seccomp filter ([`Role::filter`]),
 //! - printed in what berm reports (the `host_sandbox` line, an app's `enforcement`), and
