@@ -162,3 +162,55 @@ impl Connector {
         }
     }
 }
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use std::io::ErrorKind;
+    use std::os::unix::net::UnixListener;
+
+    use super::*;
+
+    #[test]
+    fn the_connector_connects_to_run_dir_sockets_only() {
+        let tmp = tempfile::tempdir().unwrap();
+        let run = RunDir::prepare(&tmp.path().join("run"), 0).unwrap();
+        let control = UnixListener::bind(&run.control).unwrap();
+        // What a compromised berm-vmm or hypervisor could try: a run-dir name that is a
+        // symlink to a socket of the user's outside the run dir.
+        let outside = UnixListener::bind(tmp.path().join("session-bus.sock")).unwrap();
+        outside.set_nonblocking(true).unwrap();
+        std::os::unix::fs::symlink(tmp.path().join("session-bus.sock"), &run.logs).unwrap();
+
+        let (connector, report) = Connector::fork(&run).unwrap();
+        assert_eq!(report.seccomp, "allow_list berm-vmm-connector");
+        // The real socket: connected, and the connection is the one the listener accepts.
+        let mut stream = connector.connect(Target::Control).unwrap();
+        let (mut accepted, _) = control.accept().unwrap();
+        std::io::Write::write_all(&mut stream, b"ping").unwrap();
+        let mut got = [0u8; 4];
+        std::io::Read::read_exact(&mut accepted, &mut got).unwrap();
+        assert_eq!(&got, b"ping");
+        // The symlink is not followed; a missing socket is missing.
+        let refused = connector.connect(Target::Logs).unwrap_err();
+        assert_eq!(
+            refused.raw_os_error(),
+            Some(libc::ECONNREFUSED),
+            "{refused}"
+        );
+        assert_eq!(
+            outside.accept().unwrap_err().kind(),
+            ErrorKind::WouldBlock,
+            "the outside socket was reached"
+        );
+        let missing = connector.connect(Target::Vsock).unwrap_err();
+        assert_eq!(missing.raw_os_error(), Some(libc::ENOENT), "{missing}");
+        // An index past the table (only a compromised berm-vmm would send one).
+        let Inner::Forked(channel) = &connector.inner else {
+            panic!("not forked")
+        };
+        let err = crate::sys::connector::request(&channel.lock().unwrap(), 3).unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::EINVAL), "{err}");
+        // Still serving after all that.
+        connector.connect(Target::Control).unwrap();
+    }
+}
