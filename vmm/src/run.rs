@@ -195,7 +195,10 @@ pub fn run(config: &RunConfig) -> Result<Outcome, RunError> {
         ports: spec::ports(&prepared.run),
         console: prepared.run.console.clone(),
     };
-    let mut booted = boot(config, &spec, &choice, &detection, &prepared)?;
+    // A hypervisor that did not start leaves no sockets or app images behind either.
+    let mut booted = boot(config, &spec, &choice, &detection, &prepared).inspect_err(|_| {
+        let _ = prepared.run.clean_up();
+    })?;
     let outcome = supervise(
         &prepared.run,
         &booted.connector,
@@ -340,6 +343,34 @@ impl Prepared {
             Some(dir) => RunDir::prepare(dir, config.apps.len())?,
             None => RunDir::create(config.apps.len())?,
         };
+        let (state, apps, probe) = match Self::fill(config, &run) {
+            Ok(parts) => parts,
+            Err(e) => {
+                // Images already packed (and a probe's stage) go with the refusal.
+                let _ = run.clean_up();
+                return Err(e);
+            }
+        };
+        Ok(Self {
+            run,
+            state,
+            apps,
+            probe,
+        })
+    }
+
+    /// Everything in `run` after the run dir itself: the record, the state disk, the images.
+    fn fill(
+        config: &RunConfig,
+        run: &RunDir,
+    ) -> Result<
+        (
+            Option<state::StateDisk>,
+            Vec<apps::App>,
+            Option<apps::Image>,
+        ),
+        RunError,
+    > {
         report::record_to(&run.dir)?;
         let state = config.state.as_deref().map(state::prepare).transpose()?;
         let apps = apps::prepare(&config.apps, &run.dir)?;
@@ -348,12 +379,7 @@ impl Prepared {
             .as_deref()
             .map(|binary| apps::pack_probe(binary, &run.dir))
             .transpose()?;
-        Ok(Self {
-            run,
-            state,
-            apps,
-            probe,
-        })
+        Ok((state, apps, probe))
     }
 
     /// Read-only disks after root (and state): one per app, then the probe. The guest finds

@@ -389,6 +389,28 @@ fn a_bad_app_folder_is_refused_before_boot() {
         "{}",
         vmm.stderr()
     );
+
+    // A refusal after the app's image was packed (here: a probe binary that is not there)
+    // leaves no image, stage or socket in the run dir.
+    let solo = app_folder(tmp.path(), "c", &["echo"], &echo_toml("solo"));
+    let missing = tmp.path().join("no-such-probe");
+    let mut vmm = Vmm::start(
+        &[
+            "--app",
+            solo.to_str().unwrap(),
+            "--test-probe",
+            missing.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert_eq!(vmm.wait(Duration::from_secs(120)), 5, "{}", vmm.stderr());
+    assert!(vmm.stderr().contains("no-such-probe"), "{}", vmm.stderr());
+    let left: Vec<String> = std::fs::read_dir(&vmm.run_dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".erofs") || n.ends_with(".stage") || n.ends_with(".sock"))
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
 }
 
 fn echo_toml(name: &str) -> String {
