@@ -329,6 +329,13 @@ impl GuestSettings {
     }
 }
 
+/// What [`Prepared::fill`] makes in the run dir: the state disk, the app images, the probe's.
+type Filled = (
+    Option<state::StateDisk>,
+    Vec<apps::App>,
+    Option<apps::Image>,
+);
+
 /// The run dir, the state disk and the app (and probe) images, ready to attach.
 struct Prepared {
     run: RunDir,
@@ -360,17 +367,7 @@ impl Prepared {
     }
 
     /// Everything in `run` after the run dir itself: the record, the state disk, the images.
-    fn fill(
-        config: &RunConfig,
-        run: &RunDir,
-    ) -> Result<
-        (
-            Option<state::StateDisk>,
-            Vec<apps::App>,
-            Option<apps::Image>,
-        ),
-        RunError,
-    > {
+    fn fill(config: &RunConfig, run: &RunDir) -> Result<Filled, RunError> {
         report::record_to(&run.dir)?;
         let state = config.state.as_deref().map(state::prepare).transpose()?;
         let apps = apps::prepare(&config.apps, &run.dir)?;
