@@ -7,7 +7,8 @@ use std::process::Command;
 use std::sync::mpsc;
 
 use berm_control::LimitsSpec;
-use common::{Bermd, Session, block_on, result_text};
+use berm_fixtures::tool_result as result_text;
+use common::{Bermd, Session, block_on};
 use serde_json::json;
 
 #[test]
