@@ -187,6 +187,17 @@ async fn a_syscall_can_stop_the_call() {
     );
 }
 
+/// What `compose.relay` reports after calling `program.tool` with `{"message": message}`.
+async fn relay(berm: &Berm, program: &str, tool: &str, message: &str) -> serde_json::Value {
+    let args =
+        format!(r#"{{"program":"{program}","tool":"{tool}","args":{{"message":"{message}"}}}}"#);
+    let reply = text(berm, "compose", "relay", &args)
+        .await
+        .unwrap()
+        .unwrap();
+    serde_json::from_str(&reply).unwrap()
+}
+
 #[tokio::test]
 async fn programs_call_each_other_by_name() {
     let berm = berm_with(&["echo", "compose", "hostile"]);
@@ -197,63 +208,33 @@ async fn programs_call_each_other_by_name() {
         Ok("HI".into())
     );
 
-    let relay = |program: &str, tool: &str| {
-        format!(r#"{{"program":"{program}","tool":"{tool}","args":{{"message":"m"}}}}"#)
-    };
-    let outcome = |s: String| serde_json::from_str::<serde_json::Value>(&s).unwrap();
+    // (program, tool, the fields of compose's report)
+    let cases: [(&str, &str, &[(&str, &str)]); 4] = [
+        ("echo", "echo", &[("outcome", "done"), ("text", "m")]),
+        ("echo", "fail", &[("outcome", "failed"), ("text", "m")]),
+        (
+            "ghost",
+            "echo",
+            &[
+                ("outcome", "refused"),
+                ("code", "not_found"),
+                ("text", "no program named `ghost` is deployed"),
+            ],
+        ),
+        (
+            "echo",
+            "nope",
+            &[("outcome", "refused"), ("code", "not_found")],
+        ),
+    ];
+    for (program, tool, fields) in cases {
+        let report = relay(&berm, program, tool, "m").await;
+        for (field, value) in fields {
+            assert_eq!(report[field], *value, "{program}.{tool}: {report}");
+        }
+    }
 
-    let done = outcome(
-        text(&berm, "compose", "relay", &relay("echo", "echo"))
-            .await
-            .unwrap()
-            .unwrap(),
-    );
-    assert_eq!(done["outcome"], "done");
-    assert_eq!(done["text"], "m");
-
-    let failed = outcome(
-        text(&berm, "compose", "relay", &relay("echo", "fail"))
-            .await
-            .unwrap()
-            .unwrap(),
-    );
-    assert_eq!(
-        (failed["outcome"].as_str(), failed["text"].as_str()),
-        (Some("failed"), Some("m"))
-    );
-
-    let refused = outcome(
-        text(&berm, "compose", "relay", &relay("ghost", "echo"))
-            .await
-            .unwrap()
-            .unwrap(),
-    );
-    assert_eq!(refused["outcome"], "refused");
-    assert_eq!(refused["code"], "not_found");
-    assert_eq!(refused["text"], "no program named `ghost` is deployed");
-
-    let no_tool = outcome(
-        text(&berm, "compose", "relay", &relay("echo", "nope"))
-            .await
-            .unwrap()
-            .unwrap(),
-    );
-    assert_eq!(
-        (no_tool["outcome"].as_str(), no_tool["code"].as_str()),
-        (Some("refused"), Some("not_found"))
-    );
-
-    let fault = outcome(
-        text(
-            &berm,
-            "compose",
-            "relay",
-            r#"{"program":"hostile","tool":"panic","args":{"message":"boom"}}"#,
-        )
-        .await
-        .unwrap()
-        .unwrap(),
-    );
+    let fault = relay(&berm, "hostile", "panic", "boom").await;
     assert_eq!(fault["outcome"], "fault");
     assert!(
         fault["text"]
