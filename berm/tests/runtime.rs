@@ -2,6 +2,7 @@
 
 mod common;
 
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -209,8 +210,8 @@ async fn programs_call_each_other_by_name() {
     );
 
     // (program, tool, the fields of compose's report)
-    let cases: [(&str, &str, &[(&str, &str)]); 4] = [
-        ("echo", "echo", &[("outcome", "done"), ("text", "m")]),
+    let cases = [
+        ("echo", "echo", &[("outcome", "done"), ("text", "m")][..]),
         ("echo", "fail", &[("outcome", "failed"), ("text", "m")]),
         (
             "ghost",
@@ -469,25 +470,19 @@ fn the_same_digest_compiles_once() {
 #[ignore = "runs only as the child of compiled_code_survives_a_restart"]
 fn cache_child() {
     let dir = std::env::var("BERM_TEST_CACHE_DIR").expect("BERM_TEST_CACHE_DIR");
+    println!("child-source={:?}", deploy_echo(Path::new(&dir)));
+}
+
+/// Where `echo`'s code came from when a berm with the code cache `dir` deployed it.
+fn deploy_echo(dir: &Path) -> CompileSource {
     let berm = Berm::with_code_cache(&engine(), call::DEFAULT_CALL_DEPTH, vec![], dir.into());
-    let deployed = berm.deploy("echo", &app("echo")).unwrap();
-    println!("child-source={:?}", deployed.source);
+    berm.deploy("echo", &app("echo")).unwrap().source
 }
 
 #[test]
 fn compiled_code_survives_a_restart() {
     let dir = tempfile::tempdir().unwrap();
-    let berm = Berm::with_code_cache(
-        &engine(),
-        call::DEFAULT_CALL_DEPTH,
-        vec![],
-        dir.path().into(),
-    );
-    assert_eq!(
-        berm.deploy("echo", &app("echo")).unwrap().source,
-        CompileSource::Compiled
-    );
-    drop(berm);
+    assert_eq!(deploy_echo(dir.path()), CompileSource::Compiled);
 
     let child = std::process::Command::new(std::env::current_exe().unwrap())
         .args([
@@ -512,16 +507,7 @@ fn compiled_code_survives_a_restart() {
     for entry in std::fs::read_dir(dir.path()).unwrap() {
         std::fs::write(entry.unwrap().path(), b"not compiled code").unwrap();
     }
-    let berm = Berm::with_code_cache(
-        &engine(),
-        call::DEFAULT_CALL_DEPTH,
-        vec![],
-        dir.path().into(),
-    );
-    assert_eq!(
-        berm.deploy("echo", &app("echo")).unwrap().source,
-        CompileSource::Compiled
-    );
+    assert_eq!(deploy_echo(dir.path()), CompileSource::Compiled);
 }
 
 /// `fs.read` as a blocking syscall: the request is read in place, the path
