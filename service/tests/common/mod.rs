@@ -99,6 +99,13 @@ impl Bermd {
         .unwrap()
     }
 
+    /// `echo` with the default limits beside `hostile` with `limits`: a well-behaved
+    /// program next to one that misbehaves.
+    pub fn deploy_echo_and_hostile(&self, limits: LimitsSpec) {
+        self.deploy("echo", "echo", &[], LimitsSpec::default());
+        self.deploy("hostile", "hostile", &[], limits);
+    }
+
     /// Whether the process is still running.
     pub fn alive(&mut self) -> bool {
         self.child.try_wait().unwrap().is_none()
