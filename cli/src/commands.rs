@@ -23,6 +23,16 @@ pub fn client(home: &Path) -> Client {
     Client::from_home(home)
 }
 
+/// A deployed program's tools by the names MCP clients and `berm call` use.
+pub fn served_tools(program: &berm_control::ProgramView) -> Vec<String> {
+    program
+        .manifest
+        .tools
+        .iter()
+        .map(|t| berm_abi::served_name(&program.name, &t.name))
+        .collect()
+}
+
 /// A digest shortened for tables: `sha256:` and 12 hex digits.
 pub fn short_digest(digest: &str) -> String {
     digest.chars().take("sha256:".len() + 12).collect()

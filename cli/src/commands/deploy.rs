@@ -84,12 +84,7 @@ pub async fn run(home: &Path, args: Args) -> anyhow::Result<Exit> {
         .deploy(&name, &DeployRequest::new(&image, grants, limits))
         .await?;
     let program = &deployed.program;
-    let tools: Vec<_> = program
-        .manifest
-        .tools
-        .iter()
-        .map(|t| berm_abi::served_name(&program.name, &t.name))
-        .collect();
+    let tools = super::served_tools(program);
     println!(
         "deployed {} {} ({})",
         program.name, program.digest, program.code_source
