@@ -33,6 +33,15 @@ pub fn served_tools(program: &berm_control::ProgramView) -> Vec<String> {
         .collect()
 }
 
+/// Prints `value` as one line of JSON on stdout: what `--json` gives scripts.
+///
+/// # Errors
+/// When `value` cannot be serialized (a map with non-string keys).
+pub fn print_json(value: &impl serde::Serialize) -> anyhow::Result<()> {
+    println!("{}", serde_json::to_string(value)?);
+    Ok(())
+}
+
 /// A digest shortened for tables: `sha256:` and 12 hex digits.
 pub fn short_digest(digest: &str) -> String {
     digest.chars().take("sha256:".len() + 12).collect()

@@ -26,6 +26,18 @@ pub fn status_kib(pid: u32, field: &str) -> f64 {
         .unwrap_or(f64::NAN)
 }
 
+/// The guest memory berm-vmm chose for a run, in MiB, from the `vm_config` line of its record
+/// (`vmm.jsonl` in the run dir); NaN if it cannot be read.
+pub fn configured_memory_mib(run_dir: &Path) -> f64 {
+    std::fs::read_to_string(run_dir.join("vmm.jsonl"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|v| v["event"] == "vm_config")
+        .and_then(|v| v["memory_mib"].as_f64())
+        .unwrap_or(f64::NAN)
+}
+
 /// The median; NaN for no values.
 pub fn median(mut values: Vec<f64>) -> f64 {
     values.sort_by(f64::total_cmp);
