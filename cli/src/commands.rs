@@ -23,6 +23,16 @@ pub fn client(home: &Path) -> Client {
     Client::from_home(home)
 }
 
+/// A deployed program's tools by the names MCP clients and `berm call` use.
+pub fn served_tools(program: &berm_control::ProgramView) -> Vec<String> {
+    program
+        .manifest
+        .tools
+        .iter()
+        .map(|t| berm_abi::served_name(&program.name, &t.name))
+        .collect()
+}
+
 /// Prints `value` as one line of JSON on stdout: what `--json` gives scripts.
 ///
 /// # Errors

@@ -248,6 +248,12 @@ const PAGEMAP_SCAN: (&str, u32) = ("PAGEMAP_SCAN", 0xc060_6610);
 const PR_SET_NAME: (&str, i64) = ("PR_SET_NAME", libc::PR_SET_NAME as i64);
 const PR_GET_NAME: (&str, i64) = ("PR_GET_NAME", libc::PR_GET_NAME as i64);
 
+/// A role's list: the shared groups every role belongs to, then its own rules and extra
+/// calls, in that order (the order is what `Role::policy_text` lists and hashes).
+fn list(own: &[Syscall], extra: &[Syscall]) -> Vec<Syscall> {
+    [&RUNTIME[..], &FILES_READ, &FILES_WRITE, &SERVE, own, extra].concat()
+}
+
 /// An app's bermd: a Wasmtime host (code mapped executable, threads), serving MCP on the vsock
 /// listener it is handed as fd 4, writing only its workspace. No new sockets (tokio's signal
 /// pipe is a socketpair), no exec but the one that starts it (Landlock lets only bermd's own
@@ -284,15 +290,7 @@ fn bermd() -> Vec<Syscall> {
         SYS_setpriority,
         SYS_sched_setscheduler,
     );
-    [
-        &RUNTIME[..],
-        &FILES_READ,
-        &FILES_WRITE,
-        &SERVE,
-        &own,
-        &extra,
-    ]
-    .concat()
+    list(&own, &extra)
 }
 
 /// berm-vmm once confined: relays bytes between run-dir sockets and the guest, writes its
@@ -316,15 +314,7 @@ fn vmm() -> Vec<Syscall> {
         SYS_geteuid,
         SYS_pipe2,
     );
-    [
-        &RUNTIME[..],
-        &FILES_READ,
-        &FILES_WRITE,
-        &SERVE,
-        &own,
-        &extra,
-    ]
-    .concat()
+    list(&own, &extra)
 }
 
 /// berm-vmm's connector, forked before berm-vmm confines itself: it reads a one-byte request
@@ -384,15 +374,7 @@ fn krun_enter() -> Vec<Syscall> {
         SYS_mlock,
         SYS_munlock,
     );
-    [
-        &RUNTIME[..],
-        &FILES_READ,
-        &FILES_WRITE,
-        &SERVE,
-        &own,
-        &extra,
-    ]
-    .concat()
+    list(&own, &extra)
 }
 
 /// vhost-device-vsock from its exec on: the dynamic loader, its vhost-user socket and the
@@ -417,15 +399,7 @@ fn vhost_device_vsock() -> Vec<Syscall> {
         SYS_geteuid,
         SYS_pipe2,
     );
-    [
-        &RUNTIME[..],
-        &FILES_READ,
-        &FILES_WRITE,
-        &SERVE,
-        &own,
-        &extra,
-    ]
-    .concat()
+    list(&own, &extra)
 }
 
 /// QEMU from its exec on, beside its own `-sandbox`: the loader, TCG (code generated into
@@ -464,15 +438,7 @@ fn qemu() -> Vec<Syscall> {
         SYS_sched_setaffinity,
         SYS_seccomp,
     );
-    [
-        &RUNTIME[..],
-        &FILES_READ,
-        &FILES_WRITE,
-        &SERVE,
-        &own,
-        &extra,
-    ]
-    .concat()
+    list(&own, &extra)
 }
 
 /// Syscalls a role answers with `ENOSYS` (not in the allow list, not `EPERM`): callers that

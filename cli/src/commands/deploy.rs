@@ -57,20 +57,10 @@ impl<'a> DeployedJson<'a> {
     /// Pairs bermd's answer with the served tool names.
     pub fn new(deployed: &'a berm_control::DeployResponse) -> Self {
         Self {
-            tools: served_tools(&deployed.program),
+            tools: super::served_tools(&deployed.program),
             deployed,
         }
     }
-}
-
-/// The program's tools under the names MCP clients call.
-fn served_tools(program: &berm_control::ProgramView) -> Vec<String> {
-    program
-        .manifest
-        .tools
-        .iter()
-        .map(|t| berm_abi::served_name(&program.name, &t.name))
-        .collect()
 }
 
 /// Deploys and prints what happened.
@@ -122,7 +112,7 @@ pub async fn run(home: &Path, args: Args) -> anyhow::Result<Exit> {
         return Ok(Exit::Ok);
     }
     let program = &deployed.program;
-    let tools = served_tools(program);
+    let tools = super::served_tools(program);
     println!(
         "deployed {} {} ({})",
         program.name, program.digest, program.code_source

@@ -126,9 +126,7 @@ pub fn call_once(socket: &Path, tool: &str, args: &Value) -> Option<()> {
 }
 
 pub fn app_folder(dir: &Path, name: &str, program: &str, grants: &str) -> PathBuf {
-    let wasm = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../target/wasm32-unknown-unknown/release")
-        .join(format!("{program}.wasm"));
+    let wasm = berm_fixtures::example_path(program);
     let folder = dir.join(name);
     std::fs::create_dir_all(&folder).expect("app folder");
     std::fs::copy(&wasm, folder.join(format!("{program}.wasm")))
