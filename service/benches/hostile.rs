@@ -23,19 +23,17 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use berm_control::{DeployRequest, LimitsSpec};
+use berm_fixtures::example as wasm;
 use common::{Bermd, McpClient, Stats, cpu_by_thread, thread_cpu};
 use serde_json::json;
 
 const CLIENTS: usize = 8;
 const SECONDS: u64 = 10;
-
-use berm_fixtures::example as wasm;
 
 /// What the well-behaved clients saw in one run, and where the CPU went.
 struct Run {

@@ -283,7 +283,10 @@ fn past_the_session_rate_new_sessions_wait_and_the_open_ones_go_on() {
     let mut answered = 0;
     while !flood.is_finished() {
         let answer = open.call("echo_echo", serde_json::json!({"message": "hi"}));
-        assert_eq!(common::result_text(&answer), ("hi".to_string(), false));
+        assert_eq!(
+            berm_fixtures::tool_result(&answer),
+            ("hi".to_string(), false)
+        );
         answered += 1;
     }
     let took = flood.join().unwrap();
