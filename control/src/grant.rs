@@ -105,7 +105,9 @@ pub enum GrantParseError {
         problem: berm_abi::net::NetRuleError,
     },
     /// A `secret:` grant whose name breaks the rule.
-    #[error("grant `{0}`: write secret:NAME=HOST[:PORT], NAME being 1 to 64 of A-Z, a-z, 0-9, `_`, `-`")]
+    #[error(
+        "grant `{0}`: write secret:NAME=HOST[:PORT], NAME being 1 to 64 of A-Z, a-z, 0-9, `_`, `-`"
+    )]
     SecretName(String),
     /// `fs` without a directory.
     #[error("grant `{0}` needs a directory: fs=DIR[:ro|:rw][:bytes=N][:entries=N]")]
@@ -319,7 +321,11 @@ mod tests {
              api.github.com, *.example.com:8443, 127.0.0.1:8080 or [::1]:8080"
         );
         assert!(
-            "net".parse::<Grant>().unwrap_err().to_string().contains("the host is empty")
+            "net"
+                .parse::<Grant>()
+                .unwrap_err()
+                .to_string()
+                .contains("the host is empty")
         );
         assert_eq!(
             "secret:a b=x.com".parse::<Grant>(),

@@ -49,6 +49,9 @@ pub enum SecretError {
         /// What is wrong with the value (never the value itself).
         problem: &'static str,
     },
+    /// The program's name breaks the rule.
+    #[error("program name {0:?} is not valid: use 1-64 of a-z, 0-9, `-`")]
+    Program(String),
     /// No such secret.
     #[error("no secret `{0}` is set")]
     NotSet(String),
