@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use berm_pins::{KernelPins, ParsePinsError, RootfsPins};
+use berm_pins::{ImagePin, KernelPins, ParsePinsError, RootfsPins};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -505,27 +505,42 @@ fn check_digests(r: &Record, p: &mut Problems) {
     }
 }
 
+/// A booted image, `(sha256, size)` as recorded, against its pin: `code` when they differ.
+fn check_image(
+    p: &mut Problems,
+    code: Code,
+    what: &str,
+    (sha256, size): (&str, u64),
+    pin: &ImagePin,
+) {
+    if sha256 != pin.sha256.as_str() || size != pin.size {
+        p.add(
+            code,
+            format!(
+                "{what} sha256 {sha256} ({size} bytes) is not the pinned {} ({} bytes)",
+                pin.sha256, pin.size
+            ),
+        );
+    }
+}
+
 fn check_artifacts(r: &Record, pins: &Pins, p: &mut Problems) {
-    let kernel = &pins.kernel.image;
-    if r.kernel.sha256 != kernel.sha256.as_str() || r.kernel.size != kernel.size {
-        p.add(
-            Code::KernelUnpinned,
-            format!(
-                "kernel sha256 {} ({} bytes) is not the pinned {} ({} bytes)",
-                r.kernel.sha256, r.kernel.size, kernel.sha256, kernel.size
-            ),
-        );
-    }
-    let rootfs = &pins.rootfs.image;
-    if r.rootfs.sha256 != rootfs.sha256.as_str() || r.rootfs.size != rootfs.size {
-        p.add(
-            Code::RootfsUnpinned,
-            format!(
-                "rootfs sha256 {} ({} bytes) is not the pinned {} ({} bytes)",
-                r.rootfs.sha256, r.rootfs.size, rootfs.sha256, rootfs.size
-            ),
-        );
-    }
+    let kernel = (r.kernel.sha256.as_str(), r.kernel.size);
+    check_image(
+        p,
+        Code::KernelUnpinned,
+        "kernel",
+        kernel,
+        &pins.kernel.image,
+    );
+    let rootfs = (r.rootfs.sha256.as_str(), r.rootfs.size);
+    check_image(
+        p,
+        Code::RootfsUnpinned,
+        "rootfs",
+        rootfs,
+        &pins.rootfs.image,
+    );
     if !cmdline_ok(&r.kernel.cmdline, &pins.kernel) {
         p.add(
             Code::CmdlineMismatch,

@@ -3,17 +3,9 @@
 //! with parallel compilation on (`Engine::new`) and off (`Engine::compile_only`, what
 //! berm-vmm and the verifier use), gives byte-identical code.
 
-use std::path::Path;
-
 use berm::{Engine, EngineConfig};
 
-fn program(name: &str) -> Vec<u8> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../target/wasm32-unknown-unknown/release")
-        .join(format!("{name}.wasm"));
-    std::fs::read(&path)
-        .unwrap_or_else(|e| panic!("{}: {e}: run scripts/build-apps.sh first", path.display()))
-}
+use berm_fixtures::example as program;
 
 #[test]
 fn compiling_a_program_twice_gives_the_same_code_with_parallel_compilation_on_and_off() {

@@ -575,22 +575,10 @@ fn envelope_cases() -> Vec<Case> {
     ]
 }
 
-fn program_wasm(name: &str) -> PathBuf {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../target/wasm32-unknown-unknown/release")
-        .join(format!("{name}.wasm"));
-    assert!(
-        path.exists(),
-        "{} is missing: run scripts/build-apps.sh first",
-        path.display()
-    );
-    path
-}
-
 /// The notes program, its digest, and the digest of its code for the guest, compiled here
 /// with berm's engine directly (not through the code under test).
 fn notes_and_its_code() -> (PathBuf, String, String, Value) {
-    let path = program_wasm("notes");
+    let path = berm_fixtures::example_path("notes");
     let wasm = std::fs::read(&path).unwrap();
     let engine = berm::Engine::compile_only(&berm::EngineConfig::vm()).unwrap();
     let code = engine.precompile(&wasm).unwrap();

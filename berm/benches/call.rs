@@ -8,19 +8,12 @@
 // criterion_group! generates an undocumented public function.
 #![allow(missing_docs)]
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use berm::{Berm, Engine, EngineConfig, call};
 use criterion::{Criterion, criterion_group, criterion_main};
 
-fn app(name: &str) -> Vec<u8> {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../target/wasm32-unknown-unknown/release")
-        .join(format!("{name}.wasm"));
-    std::fs::read(&path)
-        .unwrap_or_else(|e| panic!("{}: {e}; run scripts/build-apps.sh", path.display()))
-}
+use berm_fixtures::example as app;
 
 fn calls(c: &mut Criterion) {
     let runtime = tokio::runtime::Builder::new_current_thread()

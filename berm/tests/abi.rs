@@ -70,81 +70,81 @@ async fn calls_between_programs_stage_their_reply() {
     );
 }
 
+/// The `berm.done` import and a memory, which most hand-written tools below start with.
+const WITH_DONE: &str = r#"
+  (import "berm" "done" (func $done (param i32 i32) (result i64)))
+  (memory (export "memory") 1)
+"#;
+
+/// Deploys `body` as `name` with the one tool `tool` and calls it: the outer error the call
+/// ends with.
+async fn violation(berm: &Berm, name: &str, tool: &str, body: &str) -> Error {
+    berm.deploy(name, &wat_program(&manifest(&[tool]), body))
+        .unwrap();
+    berm.call(None, name, tool, vec![]).await.unwrap_err()
+}
+
 #[tokio::test]
 async fn convention_violations_are_outer_errors() {
     let berm = berm();
-    let no_result = r#"(memory (export "memory") 1) (func (export "berm_tool_quiet"))"#;
-    berm.deploy("quiet", &wat_program(&manifest(&["quiet"]), no_result))
-        .unwrap();
-    let e = berm.call(None, "quiet", "quiet", vec![]).await.unwrap_err();
-    assert_eq!(
-        e.to_string(),
-        "`quiet_quiet` broke the calling convention: the tool returned without calling `berm.done` or `berm.fail`"
-    );
+    // (program, tool, module, the error its call ends with)
+    let cases = [
+        (
+            "quiet",
+            "quiet",
+            r#"(memory (export "memory") 1) (func (export "berm_tool_quiet"))"#.to_owned(),
+            "`quiet_quiet` broke the calling convention: the tool returned without calling `berm.done` or `berm.fail`",
+        ),
+        (
+            "wild",
+            "wild",
+            format!(
+                r#"{WITH_DONE} (func (export "berm_tool_wild") (drop (call $done (i32.const 65000) (i32.const 1000))))"#
+            ),
+            "`wild_wild` broke the calling convention: pointer 0xfde8 + length 1000 is outside its 65536-byte memory",
+        ),
+        (
+            "twice",
+            "twice",
+            format!(
+                r#"{WITH_DONE}
+                (func (export "berm_tool_twice")
+                  (drop (call $done (i32.const 0) (i32.const 1)))
+                  (drop (call $done (i32.const 0) (i32.const 1))))"#
+            ),
+            "`twice_twice` broke the calling convention: the tool gave its result twice",
+        ),
+        (
+            "bytes",
+            "bytes",
+            format!(
+                r#"{WITH_DONE}
+                (data (i32.const 0) "\ff\fe")
+                (func (export "berm_tool_bytes") (drop (call $done (i32.const 0) (i32.const 2))))"#
+            ),
+            "`bytes_bytes` broke the calling convention: its result is not UTF-8",
+        ),
+        (
+            "trap",
+            "t",
+            r#"(memory (export "memory") 1) (func (export "berm_tool_t") unreachable)"#.to_owned(),
+            "`trap_t` trapped: wasm trap: wasm `unreachable` instruction executed",
+        ),
+    ];
+    for (name, tool, module, error) in cases {
+        let e = violation(&berm, name, tool, &module).await;
+        assert_eq!(e.to_string(), error);
+    }
 
-    let wild = r#"
-      (import "berm" "done" (func $done (param i32 i32) (result i64)))
-      (memory (export "memory") 1)
-      (func (export "berm_tool_wild") (drop (call $done (i32.const 65000) (i32.const 1000))))
-    "#;
-    berm.deploy("wild", &wat_program(&manifest(&["wild"]), wild))
-        .unwrap();
-    let e = berm.call(None, "wild", "wild", vec![]).await.unwrap_err();
-    assert_eq!(
-        e.to_string(),
-        "`wild_wild` broke the calling convention: pointer 0xfde8 + length 1000 is outside its 65536-byte memory"
+    let start = format!(
+        r#"{WITH_DONE}
+        (func $init (drop (call $done (i32.const 0) (i32.const 0))))
+        (start $init)
+        (func (export "berm_tool_t"))"#
     );
-
-    let twice = r#"
-      (import "berm" "done" (func $done (param i32 i32) (result i64)))
-      (memory (export "memory") 1)
-      (func (export "berm_tool_twice")
-        (drop (call $done (i32.const 0) (i32.const 1)))
-        (drop (call $done (i32.const 0) (i32.const 1))))
-    "#;
-    berm.deploy("twice", &wat_program(&manifest(&["twice"]), twice))
-        .unwrap();
-    let e = berm.call(None, "twice", "twice", vec![]).await.unwrap_err();
-    assert_eq!(
-        e.to_string(),
-        "`twice_twice` broke the calling convention: the tool gave its result twice"
-    );
-
-    let not_utf8 = r#"
-      (import "berm" "done" (func $done (param i32 i32) (result i64)))
-      (memory (export "memory") 1)
-      (data (i32.const 0) "\ff\fe")
-      (func (export "berm_tool_bytes") (drop (call $done (i32.const 0) (i32.const 2))))
-    "#;
-    berm.deploy("bytes", &wat_program(&manifest(&["bytes"]), not_utf8))
-        .unwrap();
-    let e = berm.call(None, "bytes", "bytes", vec![]).await.unwrap_err();
-    assert_eq!(
-        e.to_string(),
-        "`bytes_bytes` broke the calling convention: its result is not UTF-8"
-    );
-
-    let start = r#"
-      (import "berm" "done" (func $done (param i32 i32) (result i64)))
-      (memory (export "memory") 1)
-      (func $init (drop (call $done (i32.const 0) (i32.const 0))))
-      (start $init)
-      (func (export "berm_tool_t"))
-    "#;
-    berm.deploy("start", &wat_program(&manifest(&["t"]), start))
-        .unwrap();
-    let e = berm.call(None, "start", "t", vec![]).await.unwrap_err();
+    let e = violation(&berm, "start", "t", &start).await;
     assert!(matches!(e, Error::Convention { .. }), "{e}");
     assert!(e.to_string().contains("before the call started"), "{e}");
-
-    let trap = r#"(memory (export "memory") 1) (func (export "berm_tool_t") unreachable)"#;
-    berm.deploy("trap", &wat_program(&manifest(&["t"]), trap))
-        .unwrap();
-    let e = berm.call(None, "trap", "t", vec![]).await.unwrap_err();
-    assert_eq!(
-        e.to_string(),
-        "`trap_t` trapped: wasm trap: wasm `unreachable` instruction executed"
-    );
 }
 
 fn refusal(name: &str, wasm: &[u8]) -> String {

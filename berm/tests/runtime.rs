@@ -2,6 +2,7 @@
 
 mod common;
 
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -187,6 +188,17 @@ async fn a_syscall_can_stop_the_call() {
     );
 }
 
+/// What `compose.relay` reports after calling `program.tool` with `{"message": message}`.
+async fn relay(berm: &Berm, program: &str, tool: &str, message: &str) -> serde_json::Value {
+    let args =
+        format!(r#"{{"program":"{program}","tool":"{tool}","args":{{"message":"{message}"}}}}"#);
+    let reply = text(berm, "compose", "relay", &args)
+        .await
+        .unwrap()
+        .unwrap();
+    serde_json::from_str(&reply).unwrap()
+}
+
 #[tokio::test]
 async fn programs_call_each_other_by_name() {
     let berm = berm_with(&["echo", "compose", "hostile"]);
@@ -197,63 +209,33 @@ async fn programs_call_each_other_by_name() {
         Ok("HI".into())
     );
 
-    let relay = |program: &str, tool: &str| {
-        format!(r#"{{"program":"{program}","tool":"{tool}","args":{{"message":"m"}}}}"#)
-    };
-    let outcome = |s: String| serde_json::from_str::<serde_json::Value>(&s).unwrap();
+    // (program, tool, the fields of compose's report)
+    let cases = [
+        ("echo", "echo", &[("outcome", "done"), ("text", "m")][..]),
+        ("echo", "fail", &[("outcome", "failed"), ("text", "m")]),
+        (
+            "ghost",
+            "echo",
+            &[
+                ("outcome", "refused"),
+                ("code", "not_found"),
+                ("text", "no program named `ghost` is deployed"),
+            ],
+        ),
+        (
+            "echo",
+            "nope",
+            &[("outcome", "refused"), ("code", "not_found")],
+        ),
+    ];
+    for (program, tool, fields) in cases {
+        let report = relay(&berm, program, tool, "m").await;
+        for (field, value) in fields {
+            assert_eq!(report[field], *value, "{program}.{tool}: {report}");
+        }
+    }
 
-    let done = outcome(
-        text(&berm, "compose", "relay", &relay("echo", "echo"))
-            .await
-            .unwrap()
-            .unwrap(),
-    );
-    assert_eq!(done["outcome"], "done");
-    assert_eq!(done["text"], "m");
-
-    let failed = outcome(
-        text(&berm, "compose", "relay", &relay("echo", "fail"))
-            .await
-            .unwrap()
-            .unwrap(),
-    );
-    assert_eq!(
-        (failed["outcome"].as_str(), failed["text"].as_str()),
-        (Some("failed"), Some("m"))
-    );
-
-    let refused = outcome(
-        text(&berm, "compose", "relay", &relay("ghost", "echo"))
-            .await
-            .unwrap()
-            .unwrap(),
-    );
-    assert_eq!(refused["outcome"], "refused");
-    assert_eq!(refused["code"], "not_found");
-    assert_eq!(refused["text"], "no program named `ghost` is deployed");
-
-    let no_tool = outcome(
-        text(&berm, "compose", "relay", &relay("echo", "nope"))
-            .await
-            .unwrap()
-            .unwrap(),
-    );
-    assert_eq!(
-        (no_tool["outcome"].as_str(), no_tool["code"].as_str()),
-        (Some("refused"), Some("not_found"))
-    );
-
-    let fault = outcome(
-        text(
-            &berm,
-            "compose",
-            "relay",
-            r#"{"program":"hostile","tool":"panic","args":{"message":"boom"}}"#,
-        )
-        .await
-        .unwrap()
-        .unwrap(),
-    );
+    let fault = relay(&berm, "hostile", "panic", "boom").await;
     assert_eq!(fault["outcome"], "fault");
     assert!(
         fault["text"]
@@ -488,25 +470,19 @@ fn the_same_digest_compiles_once() {
 #[ignore = "runs only as the child of compiled_code_survives_a_restart"]
 fn cache_child() {
     let dir = std::env::var("BERM_TEST_CACHE_DIR").expect("BERM_TEST_CACHE_DIR");
+    println!("child-source={:?}", deploy_echo(Path::new(&dir)));
+}
+
+/// Where `echo`'s code came from when a berm with the code cache `dir` deployed it.
+fn deploy_echo(dir: &Path) -> CompileSource {
     let berm = Berm::with_code_cache(&engine(), call::DEFAULT_CALL_DEPTH, vec![], dir.into());
-    let deployed = berm.deploy("echo", &app("echo")).unwrap();
-    println!("child-source={:?}", deployed.source);
+    berm.deploy("echo", &app("echo")).unwrap().source
 }
 
 #[test]
 fn compiled_code_survives_a_restart() {
     let dir = tempfile::tempdir().unwrap();
-    let berm = Berm::with_code_cache(
-        &engine(),
-        call::DEFAULT_CALL_DEPTH,
-        vec![],
-        dir.path().into(),
-    );
-    assert_eq!(
-        berm.deploy("echo", &app("echo")).unwrap().source,
-        CompileSource::Compiled
-    );
-    drop(berm);
+    assert_eq!(deploy_echo(dir.path()), CompileSource::Compiled);
 
     let child = std::process::Command::new(std::env::current_exe().unwrap())
         .args([
@@ -531,16 +507,7 @@ fn compiled_code_survives_a_restart() {
     for entry in std::fs::read_dir(dir.path()).unwrap() {
         std::fs::write(entry.unwrap().path(), b"not compiled code").unwrap();
     }
-    let berm = Berm::with_code_cache(
-        &engine(),
-        call::DEFAULT_CALL_DEPTH,
-        vec![],
-        dir.path().into(),
-    );
-    assert_eq!(
-        berm.deploy("echo", &app("echo")).unwrap().source,
-        CompileSource::Compiled
-    );
+    assert_eq!(deploy_echo(dir.path()), CompileSource::Compiled);
 }
 
 /// `fs.read` as a blocking syscall: the request is read in place, the path

@@ -24,6 +24,25 @@ pub fn client(home: &Path) -> Client {
     Client::from_home(home)
 }
 
+/// A deployed program's tools by the names MCP clients and `berm call` use.
+pub fn served_tools(program: &berm_control::ProgramView) -> Vec<String> {
+    program
+        .manifest
+        .tools
+        .iter()
+        .map(|t| berm_abi::served_name(&program.name, &t.name))
+        .collect()
+}
+
+/// Prints `value` as one line of JSON on stdout: what `--json` gives scripts.
+///
+/// # Errors
+/// When `value` cannot be serialized (a map with non-string keys).
+pub fn print_json(value: &impl serde::Serialize) -> anyhow::Result<()> {
+    println!("{}", serde_json::to_string(value)?);
+    Ok(())
+}
+
 /// A digest shortened for tables: `sha256:` and 12 hex digits.
 pub fn short_digest(digest: &str) -> String {
     digest.chars().take("sha256:".len() + 12).collect()

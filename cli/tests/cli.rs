@@ -581,3 +581,41 @@ fn a_secret_reaches_only_its_host_and_is_never_shown() {
     let out = bermd.berm(&["secret", "rm", "issues", "GITHUB_TOKEN"]);
     assert_ne!(out.status.code(), Some(0));
 }
+
+#[test]
+fn search_json_lists_entries_best_first_with_scores() {
+    let dir = tempfile::tempdir().unwrap();
+    let index = dir.path().join("index");
+    std::fs::create_dir_all(index.join("entries")).unwrap();
+    let digest = format!("sha256:{}", "a".repeat(64));
+    for (name, description) in [
+        ("files", "read a file from a granted directory"),
+        ("notes", "keep notes in a key value store"),
+    ] {
+        let entry = format!(
+            "name = \"{name}\"\nreference = \"127.0.0.1:5000/{name}@{digest}\"\n\
+             digest = \"{digest}\"\npublisher = \"tests\"\ndescription = \"{description}\"\n"
+        );
+        std::fs::write(index.join(format!("entries/{name}.toml")), entry).unwrap();
+    }
+    let index = index.to_str().unwrap();
+    let out = berm_in(
+        dir.path(),
+        &["search", "--json", "--index-dir", index, "key value notes"],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let found: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let found = found.as_array().unwrap();
+    assert_eq!(found[0]["name"], "notes", "{found:?}");
+    assert!(found[0]["score"].as_f64().unwrap() > 0.0, "{found:?}");
+    assert!(found[0]["reference"].as_str().unwrap().ends_with(&digest));
+
+    let out = berm_in(
+        dir.path(),
+        &["search", "--json", "--index-dir", index, "nothing matches"],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "[]\n");
+}

@@ -2,10 +2,10 @@
 //! from it.
 //!
 //! Every process berm confines is one of a few [`Role`]s: an app's bermd inside the guest,
-//! berm-vmm, the libkrun child, vhost-device-vsock and QEMU. Each role has its own table of
-//! the syscalls it may make ([`Role::allowed`]), written down from what the process was seen
-//! to call (traced with strace under the test suite and the benches; the method and date are
-//! in `docs/threat-model.md`). The same table is
+//! berm-vmm (and the connector it forks), the libkrun child, vhost-device-vsock and QEMU. Each
+//! role has its own table of the syscalls it may make ([`Role::allowed`]), written down from
+//! what the process was seen to call (traced with strace under the test suite and the benches;
+//! the method and date are in `docs/threat-model.md`). The same table is
 //!
 //! - compiled into the seccomp filter ([`Role::filter`]),
 //! - printed in what berm reports (the `host_sandbox` line, an app's `enforcement`), and
@@ -57,6 +57,10 @@ pub enum Role {
     VhostDeviceVsock,
     /// QEMU (beside its own `-sandbox`).
     Qemu,
+    /// The process berm-vmm forks before it confines itself to make its Unix-socket
+    /// connections: only to the run dir's fixed socket names, handed back as descriptors, so
+    /// berm-vmm itself needs neither `socket` nor `connect`.
+    VmmConnector,
 }
 
 /// Why a filter could not be built or loaded.
@@ -85,12 +89,13 @@ pub enum ConfineError {
 
 impl Role {
     /// Every role, in the order the docs list them.
-    pub const ALL: [Role; 5] = [
+    pub const ALL: [Role; 6] = [
         Role::Bermd,
         Role::Vmm,
         Role::KrunEnter,
         Role::VhostDeviceVsock,
         Role::Qemu,
+        Role::VmmConnector,
     ];
 
     /// The role's name in reports.
@@ -101,6 +106,7 @@ impl Role {
             Role::KrunEnter => "krun-enter",
             Role::VhostDeviceVsock => "vhost-device-vsock",
             Role::Qemu => "qemu",
+            Role::VmmConnector => "berm-vmm-connector",
         }
     }
 
@@ -388,7 +394,14 @@ mod tests {
                         libc::SOCK_STREAM,
                         0,
                     )) == libc::EPERM
-                    && libc::syscall(libc::SYS_socket, libc::AF_UNIX, libc::SOCK_STREAM, 0) >= 0
+                    // berm-vmm makes no socket and connects nowhere (its connector does).
+                    && errno_of(libc::syscall(
+                        libc::SYS_socket,
+                        libc::AF_UNIX,
+                        libc::SOCK_STREAM,
+                        0,
+                    )) == libc::EPERM
+                    && errno_of(libc::syscall(libc::SYS_connect, -1, 0, 0)) == libc::EPERM
                     && errno_of(libc::syscall(
                         libc::SYS_mmap,
                         0,
@@ -441,6 +454,38 @@ mod tests {
                         0,
                         0,
                     )) == libc::EPERM
+            }
+        });
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "{status:#x}"
+        );
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn the_connector_makes_unix_sockets_only_and_nothing_else() {
+        let status = under_filter(Role::VmmConnector, || {
+            // SAFETY: integer arguments and null pointers only.
+            unsafe {
+                libc::syscall(libc::SYS_socket, libc::AF_UNIX, libc::SOCK_STREAM, 0) >= 0
+                    && errno_of(libc::syscall(
+                        libc::SYS_socket,
+                        libc::AF_INET,
+                        libc::SOCK_STREAM,
+                        0,
+                    )) == libc::EPERM
+                    && errno_of(libc::syscall(libc::SYS_getpid)) == libc::EPERM
+                    && errno_of(libc::syscall(
+                        libc::SYS_mmap,
+                        0,
+                        4096,
+                        libc::PROT_READ,
+                        libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                        -1,
+                        0,
+                    )) == libc::EPERM
+                    && errno_of(libc::syscall(libc::SYS_kill, 1, 0)) == libc::EPERM
             }
         });
         assert!(

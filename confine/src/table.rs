@@ -248,6 +248,12 @@ const PAGEMAP_SCAN: (&str, u32) = ("PAGEMAP_SCAN", 0xc060_6610);
 const PR_SET_NAME: (&str, i64) = ("PR_SET_NAME", libc::PR_SET_NAME as i64);
 const PR_GET_NAME: (&str, i64) = ("PR_GET_NAME", libc::PR_GET_NAME as i64);
 
+/// A role's list: the shared groups every role belongs to, then its own rules and extra
+/// calls, in that order (the order is what `Role::policy_text` lists and hashes).
+fn list(own: &[Syscall], extra: &[Syscall]) -> Vec<Syscall> {
+    [&RUNTIME[..], &FILES_READ, &FILES_WRITE, &SERVE, own, extra].concat()
+}
+
 /// An app's bermd: a Wasmtime host (code mapped executable, threads), serving MCP on the vsock
 /// listener it is handed as fd 4, writing only its workspace. No new sockets (tokio's signal
 /// pipe is a socketpair), no exec but the one that starts it (Landlock lets only bermd's own
@@ -281,34 +287,23 @@ fn bermd() -> Vec<Syscall> {
         // Program threads run at a lower priority than the threads that read requests.
         SYS_setpriority,
     );
-    [
-        &RUNTIME[..],
-        &FILES_READ,
-        &FILES_WRITE,
-        &SERVE,
-        &own,
-        &extra,
-    ]
-    .concat()
+    list(&own, &extra)
 }
 
 /// berm-vmm once confined: relays bytes between run-dir sockets and the guest, writes its
-/// logs, waits for and stops its children. It maps nothing executable and makes no process;
-/// it still connects to Unix sockets (the guest's ports in the run dir), see
-/// `docs/threat-model.md` for what that leaves.
+/// logs, waits for and stops its children. It maps nothing executable, makes no process and
+/// creates no socket: every connection it needs after confinement (the guest's ports in the
+/// run dir) is made by its connector ([`Role::VmmConnector`]) and handed over.
 fn vmm() -> Vec<Syscall> {
     let own = [
         with!(SYS_mmap, Args::NoExec),
         with!(SYS_mprotect, Args::NoExec),
         with!(SYS_clone, Args::NoNamespaces),
-        with!(SYS_socket, Args::Families(&[AF_UNIX])),
-        with!(SYS_socketpair, Args::Families(&[AF_UNIX])),
         with!(SYS_ioctl, Args::Requests(&[FIONBIO, FIOCLEX, TCGETS])),
         with!(SYS_prctl, Args::Arg0Is(&[PR_SET_NAME, PR_GET_NAME])),
         with!(SYS_kill, Args::Children),
     ];
     let extra = any!(
-        SYS_connect,
         SYS_wait4,
         SYS_waitid,
         SYS_prlimit64,
@@ -316,15 +311,31 @@ fn vmm() -> Vec<Syscall> {
         SYS_geteuid,
         SYS_pipe2,
     );
-    [
-        &RUNTIME[..],
-        &FILES_READ,
-        &FILES_WRITE,
-        &SERVE,
-        &own,
-        &extra,
-    ]
-    .concat()
+    list(&own, &extra)
+}
+
+/// berm-vmm's connector, forked before berm-vmm confines itself: it reads a one-byte request
+/// (an index into the run dir's fixed socket names), opens that name beneath the run dir
+/// without following a symlink, checks it is a socket, connects to it through
+/// `/proc/self/fd` and sends the connection back (`SCM_RIGHTS`). It allocates nothing in its
+/// loop: this list is the whole of what it does, and Landlock grants it no file at all.
+fn vmm_connector() -> Vec<Syscall> {
+    let own = [with!(SYS_socket, Args::Families(&[AF_UNIX]))];
+    let calls = any!(
+        SYS_read,
+        SYS_openat,
+        SYS_fstat,
+        SYS_newfstatat,
+        SYS_connect,
+        SYS_sendmsg,
+        SYS_close,
+        SYS_close_range,
+        SYS_rt_sigreturn,
+        SYS_restart_syscall,
+        SYS_exit,
+        SYS_exit_group,
+    );
+    [&own[..], &calls].concat()
 }
 
 /// The libkrun child from `krun_start_enter` on: KVM ioctls on its vCPU and VM fds, guest
@@ -360,15 +371,7 @@ fn krun_enter() -> Vec<Syscall> {
         SYS_mlock,
         SYS_munlock,
     );
-    [
-        &RUNTIME[..],
-        &FILES_READ,
-        &FILES_WRITE,
-        &SERVE,
-        &own,
-        &extra,
-    ]
-    .concat()
+    list(&own, &extra)
 }
 
 /// vhost-device-vsock from its exec on: the dynamic loader, its vhost-user socket and the
@@ -393,15 +396,7 @@ fn vhost_device_vsock() -> Vec<Syscall> {
         SYS_geteuid,
         SYS_pipe2,
     );
-    [
-        &RUNTIME[..],
-        &FILES_READ,
-        &FILES_WRITE,
-        &SERVE,
-        &own,
-        &extra,
-    ]
-    .concat()
+    list(&own, &extra)
 }
 
 /// QEMU from its exec on, beside its own `-sandbox`: the loader, TCG (code generated into
@@ -440,15 +435,7 @@ fn qemu() -> Vec<Syscall> {
         SYS_sched_setaffinity,
         SYS_seccomp,
     );
-    [
-        &RUNTIME[..],
-        &FILES_READ,
-        &FILES_WRITE,
-        &SERVE,
-        &own,
-        &extra,
-    ]
-    .concat()
+    list(&own, &extra)
 }
 
 /// Syscalls a role answers with `ENOSYS` (not in the allow list, not `EPERM`): callers that
@@ -470,11 +457,13 @@ pub(crate) fn allowed(role: Role) -> &'static [Syscall] {
     static KRUN_ENTER: LazyLock<Vec<Syscall>> = LazyLock::new(krun_enter);
     static VHOST: LazyLock<Vec<Syscall>> = LazyLock::new(vhost_device_vsock);
     static QEMU: LazyLock<Vec<Syscall>> = LazyLock::new(qemu);
+    static CONNECTOR: LazyLock<Vec<Syscall>> = LazyLock::new(vmm_connector);
     match role {
         Role::Bermd => &BERMD,
         Role::Vmm => &VMM,
         Role::KrunEnter => &KRUN_ENTER,
         Role::VhostDeviceVsock => &VHOST,
         Role::Qemu => &QEMU,
+        Role::VmmConnector => &CONNECTOR,
     }
 }

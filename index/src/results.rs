@@ -4,13 +4,48 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use crate::entry::Index;
+use crate::entry::{Entry, Index};
 use crate::error::LoadError;
 use crate::search::Searcher;
 
-/// Searches the clone in `dir` for `query` and returns the text to print (one block per hit,
-/// best first, at most `limit`), plus one warning line per entry file that was skipped, which
-/// the caller should print on stderr.
+/// One search result: the entry and its BM25 score (`berm search --json` prints a list).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Found {
+    /// The entry as its file holds it.
+    #[serde(flatten)]
+    pub entry: Entry,
+    /// Higher is better.
+    pub score: f64,
+}
+
+/// Searches the clone in `dir` for `query`: at most `limit` entries, best first, plus one
+/// warning line per entry file that was skipped, which the caller should print on stderr.
+///
+/// # Errors
+/// [`LoadError`] when there is no clone.
+pub fn search(
+    dir: &Path,
+    query: &str,
+    limit: usize,
+) -> Result<(Vec<Found>, Vec<String>), LoadError> {
+    let index = Index::load(dir)?;
+    let warnings = index
+        .skipped
+        .iter()
+        .map(|s| format!("warning: skipped {}: {}", s.path.display(), s.reason))
+        .collect();
+    let found = Searcher::new(&index.entries)
+        .search(query, limit)
+        .into_iter()
+        .map(|hit| Found {
+            entry: index.entries[hit.entry].clone(),
+            score: hit.score,
+        })
+        .collect();
+    Ok((found, warnings))
+}
+
+/// [`search`] as the text to print: one block per hit, safe for a terminal.
 ///
 /// # Errors
 /// [`LoadError`] when there is no clone.
@@ -19,21 +54,14 @@ pub fn search_text(
     query: &str,
     limit: usize,
 ) -> Result<(String, Vec<String>), LoadError> {
-    let index = Index::load(dir)?;
-    let warnings = index
-        .skipped
-        .iter()
-        .map(|s| format!("warning: skipped {}: {}", s.path.display(), s.reason))
-        .collect();
-    let searcher = Searcher::new(&index.entries);
+    let (found, warnings) = search(dir, query, limit)?;
     let mut out = String::new();
-    for hit in searcher.search(query, limit) {
-        let e = &index.entries[hit.entry];
+    for Found { entry: e, score } in &found {
         let tools: Vec<&str> = e.tools.iter().map(|t| t.name.as_str()).collect();
         let summary = printable(e.description.lines().next().unwrap_or_default());
         let (tools, publisher) = (printable(&tools.join(", ")), printable(&e.publisher));
         // Writing to a String cannot fail.
-        let _ = writeln!(out, "{}  {summary}  ({:.2})", e.name, hit.score);
+        let _ = writeln!(out, "{}  {summary}  ({score:.2})", e.name);
         let _ = writeln!(out, "    tools: {tools}  by {publisher}");
         let _ = writeln!(
             out,

@@ -4,7 +4,7 @@
 #[path = "../../oci/tests/support/registry.rs"]
 mod support;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use berm_index::{Entry, Index, LoadError, Searcher, ToolEntry, UpdateError, Updated};
@@ -47,6 +47,14 @@ fn entry(name: &str, description: &str, tools: &[(&str, &str)]) -> Entry {
     }
 }
 
+/// An empty index repository, `dir/origin`, on branch `main`.
+fn new_origin(dir: &Path) -> PathBuf {
+    let origin = dir.join("origin");
+    std::fs::create_dir(&origin).unwrap();
+    git(&origin, &["init", "-q", "-b", "main"]);
+    origin
+}
+
 fn commit_entries(origin: &Path, entries: &[Entry], message: &str) {
     std::fs::create_dir_all(origin.join("entries")).unwrap();
     for e in entries {
@@ -69,9 +77,7 @@ fn names(dir: &Path, query: &str) -> Vec<String> {
 #[test]
 fn clone_update_and_rank() {
     let tmp = tempfile::tempdir().unwrap();
-    let origin = tmp.path().join("origin");
-    std::fs::create_dir(&origin).unwrap();
-    git(&origin, &["init", "-q", "-b", "main"]);
+    let origin = new_origin(tmp.path());
     commit_entries(
         &origin,
         &[
@@ -191,9 +197,7 @@ async fn add_from_the_registry_then_find_and_pull() {
     .unwrap();
 
     let tmp = tempfile::tempdir().unwrap();
-    let origin = tmp.path().join("origin");
-    std::fs::create_dir(&origin).unwrap();
-    git(&origin, &["init", "-q", "-b", "main"]);
+    let origin = new_origin(tmp.path());
     commit_entries(
         &origin,
         &[entry(

@@ -1,21 +1,9 @@
 //! `Manifest::from_image` on the example programs, and on hostile bytes.
 
-use std::path::PathBuf;
-
 use berm_manifest::{Import, Manifest};
 use proptest::prelude::*;
 
-fn app(name: &str) -> Vec<u8> {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../target/wasm32-unknown-unknown/release")
-        .join(format!("{name}.wasm"));
-    std::fs::read(&path).unwrap_or_else(|e| {
-        panic!(
-            "cannot read {}: {e}. Build the example programs first: scripts/build-apps.sh",
-            path.display()
-        )
-    })
-}
+use berm_fixtures::example as app;
 
 fn import(module: &str, name: &str) -> Import {
     Import {

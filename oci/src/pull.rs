@@ -23,8 +23,8 @@ use crate::{
 };
 
 /// What a registry says about a program, read from its OCI manifest and
-/// config without downloading the module.
-#[derive(Debug, Clone)]
+/// config without downloading the module (`berm pull --json` prints it as is).
+#[derive(Debug, Clone, serde::Serialize)]
 pub struct Described {
     /// The reference as given, normalized (`host/repo:tag` or `@digest`).
     pub reference: String,

@@ -11,8 +11,8 @@ use crate::error::{PushError, RegistryError};
 use crate::registry::{RegistryOptions, Remote};
 use crate::{CONFIG_MEDIA_TYPE, LAYER_MEDIA_TYPE, MANIFEST_MEDIA_TYPE, MAX_PROGRAM_BYTES};
 
-/// What a push left on the registry.
-#[derive(Debug, Clone)]
+/// What a push left on the registry (`berm push --json` prints it as is).
+#[derive(Debug, Clone, serde::Serialize)]
 pub struct Pushed {
     /// The reference as pushed (`host/repo:tag`).
     pub reference: String,

@@ -26,13 +26,7 @@ use serde_json::json;
 const CLIENTS: usize = 8;
 const SECONDS: u64 = 10;
 
-fn wasm(app: &str) -> Vec<u8> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../target/wasm32-unknown-unknown/release")
-        .join(format!("{app}.wasm"));
-    std::fs::read(&path)
-        .unwrap_or_else(|e| panic!("{}: {e}: run scripts/build-apps.sh", path.display()))
-}
+use berm_fixtures::example as wasm;
 
 /// What the well-behaved clients saw in one run.
 struct Run {

@@ -16,7 +16,6 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
-use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -35,9 +34,7 @@ const THROUGHPUT_SECONDS: u64 = 5;
 const CLIENTS: usize = 8;
 
 fn main() {
-    let wasm_path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../target/wasm32-unknown-unknown/release/echo.wasm");
-    let wasm = std::fs::read(&wasm_path).expect("echo.wasm: run scripts/build-apps.sh first");
+    let wasm = berm_fixtures::example("echo");
     let dir = tempfile::tempdir().expect("tempdir");
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

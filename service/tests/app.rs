@@ -11,7 +11,8 @@ use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 
-use common::{Session, result_text};
+use berm_fixtures::tool_result as result_text;
+use common::Session;
 use serde_json::{Value, json};
 
 /// A ready-made app folder assembled by scripts/build-apps.sh.

@@ -7,7 +7,8 @@ use std::process::Command;
 use std::sync::mpsc;
 
 use berm_control::LimitsSpec;
-use common::{Bermd, Session, block_on, result_text};
+use berm_fixtures::tool_result as result_text;
+use common::{Bermd, Session, block_on};
 use serde_json::json;
 
 #[test]
@@ -124,25 +125,13 @@ fn bad_input_gets_errors_and_bermd_stays_up() {
     huge.push(b'\n');
     session.send_raw(&huge);
     let reply = session.read();
-    assert_eq!(reply["error"]["code"], -32600, "{reply}");
-    assert!(
-        reply["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("frame cap of 65536 bytes")
-    );
+    assert_rpc_error(&reply, -32600, "frame cap of 65536 bytes");
 
     let reply = session.request("no/such/method", json!({}));
     assert_eq!(reply["error"]["code"], -32601, "{reply}");
 
     let reply = session.call("echo_nosuch", json!({}));
-    assert_eq!(reply["error"]["code"], -32602, "{reply}");
-    assert!(
-        reply["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("no tool `echo_nosuch`")
-    );
+    assert_rpc_error(&reply, -32602, "no tool `echo_nosuch`");
     for unknown in ["echo.echo", "noseparator", "echo_", "_echo"] {
         let reply = session.call(unknown, json!({}));
         assert_eq!(reply["error"]["code"], -32602, "{reply}");
@@ -167,14 +156,7 @@ fn bad_input_gets_errors_and_bermd_stays_up() {
     // Well-formed JSON that is not JSON-RPC.
     session.send_raw(b"[1, 2, 3]\n");
     let reply = session.read();
-    assert_eq!(reply["error"]["code"], -32600, "{reply}");
-    assert!(
-        reply["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("not a JSON-RPC message"),
-        "{reply}"
-    );
+    assert_rpc_error(&reply, -32600, "not a JSON-RPC message");
     // A notification gets no answer, even one nobody knows.
     session.send_raw(b"{\"jsonrpc\": \"2.0\", \"method\": \"notifications/nosuch\"}\n");
 
@@ -334,16 +316,10 @@ fn an_ungranted_syscall_traps_naming_the_grant() {
 #[test]
 fn a_hostile_program_does_not_hold_up_others() {
     let mut bermd = Bermd::start(&[]);
-    bermd.deploy("echo", "echo", &[], LimitsSpec::default());
-    bermd.deploy(
-        "hostile",
-        "hostile",
-        &[],
-        LimitsSpec {
-            deadline_ms: Some(5000),
-            memory_bytes: Some(32 << 20),
-        },
-    );
+    bermd.deploy_echo_and_hostile(LimitsSpec {
+        deadline_ms: Some(5000),
+        memory_bytes: Some(32 << 20),
+    });
     let socket = bermd.home.join("mcp.sock");
     // Two spinning calls (one per core) and a memory bomb, all at once.
     let (done, finished) = mpsc::channel();
@@ -429,4 +405,13 @@ fn sockets_and_home_are_private() {
     assert_eq!(mode(&bermd.home), 0o700);
     assert_eq!(mode(&bermd.home.join("mcp.sock")), 0o600);
     assert_eq!(mode(&bermd.home.join("control.sock")), 0o600);
+}
+
+/// `reply` is a JSON-RPC error with `code` and a message that contains `part`.
+fn assert_rpc_error(reply: &serde_json::Value, code: i64, part: &str) {
+    assert_eq!(reply["error"]["code"], code, "{reply}");
+    assert!(
+        reply["error"]["message"].as_str().unwrap().contains(part),
+        "{reply}"
+    );
 }

@@ -269,16 +269,10 @@ fn past_the_session_cap_a_client_is_told_so_and_the_others_go_on() {
 #[test]
 fn past_a_programs_call_cap_its_calls_are_refused_and_others_run() {
     let bermd = Bermd::start(&["--max-calls-per-program", "2"]);
-    bermd.deploy("echo", "echo", &[], LimitsSpec::default());
-    bermd.deploy(
-        "hostile",
-        "hostile",
-        &[],
-        LimitsSpec {
-            deadline_ms: Some(3000),
-            memory_bytes: None,
-        },
-    );
+    bermd.deploy_echo_and_hostile(LimitsSpec {
+        deadline_ms: Some(3000),
+        memory_bytes: None,
+    });
     let spinners: Vec<_> = (0..2)
         .map(|_| {
             let home = bermd.home.clone();

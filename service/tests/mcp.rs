@@ -9,7 +9,8 @@ use std::io::BufRead;
 use std::time::Duration;
 
 use berm_control::{DeployRequest, LimitsSpec};
-use common::{Bermd, Session, block_on, result_text, wasm};
+use berm_fixtures::tool_result as result_text;
+use common::{Bermd, Session, block_on, wasm};
 use serde_json::{Value, json};
 
 /// What Claude Desktop and claude.ai accept, the strictest of the clients:

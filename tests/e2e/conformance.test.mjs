@@ -13,10 +13,10 @@ import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { spawn, spawnSync } from "node:child_process";
 import { mkdtempSync, existsSync, readFileSync, readdirSync } from "node:fs";
-import { createServer } from "node:net";
 import { tmpdir, homedir } from "node:os";
 import { join, resolve, dirname } from "node:path";
 import { fileURLToPath } from "node:url";
+import { freePort } from "./free-port.mjs";
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "../..");
 const BIN = process.env.BERM_BIN_DIR ?? join(ROOT, "target/debug");
@@ -42,15 +42,6 @@ const APPLICABLE = [
 const dir = mkdtempSync(join(tmpdir(), "berm-conformance-"));
 let url;
 let bermd;
-
-function freePort() {
-  return new Promise((ok) => {
-    const server = createServer().listen(0, "127.0.0.1", () => {
-      const { port } = server.address();
-      server.close(() => ok(port));
-    });
-  });
-}
 
 before(async () => {
   const version = JSON.parse(readFileSync(join(NPM, "node_modules/@modelcontextprotocol/conformance/package.json"), "utf8")).version;

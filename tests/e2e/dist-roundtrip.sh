@@ -59,6 +59,18 @@ check "the deployed program answers"
 "$bin/berm" deploy echo-pinned "$pinned" >/dev/null 2>&1 || fail "deploy by digest"
 check "deploy by digest"
 
+# --json: one object a script can read, with the same facts as the text.
+field() { python3 -c 'import json, sys; v = json.load(sys.stdin)
+for k in sys.argv[1:]: v = v[int(k)] if isinstance(v, list) else v[k]
+print(v)' "$@"; }
+got=$("$bin/berm" push --json "$tag" "$wasm" | field digest) || fail "push --json"
+[ "$got" = "sha256:$hex" ] || fail "push --json digest: $got"
+got=$("$bin/berm" pull --json "$pinned" -o "$work/json.wasm" | field pulled pinned) || fail "pull --json"
+[ "$got" = "$pinned" ] && cmp -s "$wasm" "$work/json.wasm" || fail "pull --json: $got"
+got=$("$bin/berm" deploy --json echo-json "$pinned" | field tools 0) || fail "deploy --json"
+[ "$got" = "echo-json_echo" ] || fail "deploy --json tools: $got"
+check "push, pull and deploy --json print the digest, the pinned reference and the served tools"
+
 blob=$work/registry/docker/registry/v2/blobs/sha256/${hex:0:2}/$hex/data
 printf 'X' | dd of="$blob" bs=1 seek=200 conv=notrunc status=none
 if "$bin/berm" pull "$tag" -o "$work/tampered.wasm" 2>"$work/tampered.err"; then fail "a tampered layer was accepted"; fi

@@ -11,10 +11,10 @@ import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { spawn, spawnSync } from "node:child_process";
 import { mkdtempSync, existsSync, readFileSync } from "node:fs";
-import { createServer } from "node:net";
 import { tmpdir, homedir } from "node:os";
 import { join, resolve, dirname } from "node:path";
 import { fileURLToPath } from "node:url";
+import { freePort } from "./free-port.mjs";
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "../..");
 const BIN = process.env.BERM_BIN_DIR ?? join(ROOT, "target/debug");
@@ -31,15 +31,6 @@ const home = join(mkdtempSync(join(tmpdir(), "berm-inspector-")), "home");
 const env = { ...process.env, BERM_HOME: home, MCP_CATALOG_PATH: join(dirname(home), "inspector-catalog.json") };
 let port;
 let bermd;
-
-function freePort() {
-  return new Promise((ok) => {
-    const server = createServer().listen(0, "127.0.0.1", () => {
-      const { port } = server.address();
-      server.close(() => ok(port));
-    });
-  });
-}
 
 function berm(...args) {
   const run = spawnSync(join(BIN, "berm"), args, { env, encoding: "utf8" });

@@ -116,12 +116,24 @@ impl GuestConnection {
     /// [`RETRY_INTERVAL`] while the socket is missing, refuses, resets or closes, until
     /// `deadline`.
     pub fn connect(path: &Path, service: Service, deadline: Instant) -> Result<Self, ConnectError> {
+        Self::connect_with(path, service, deadline, || UnixStream::connect(path))
+    }
+
+    /// [`GuestConnection::connect`] with each attempt's socket made by `open` instead of a
+    /// `connect(2)` to `path` (which then only names the socket in errors): for a host process
+    /// that is not allowed to connect itself and is handed connections instead.
+    pub fn connect_with(
+        path: &Path,
+        service: Service,
+        deadline: Instant,
+        mut open: impl FnMut() -> std::io::Result<UnixStream>,
+    ) -> Result<Self, ConnectError> {
         let started = Instant::now();
         let mut attempts = 0u32;
         let mut last = String::from("not tried");
         while remaining(deadline).is_some() {
             attempts += 1;
-            match Self::attempt(path, service, deadline) {
+            match Self::attempt(path, service, deadline, &mut open) {
                 Ok(Ok(conn)) => return Ok(conn),
                 Ok(Err(why)) => last = why,
                 Err(refused) => return Err(refused),
@@ -145,8 +157,9 @@ impl GuestConnection {
         path: &Path,
         service: Service,
         deadline: Instant,
+        open: &mut impl FnMut() -> std::io::Result<UnixStream>,
     ) -> Result<Result<Self, String>, ConnectError> {
-        let stream = match UnixStream::connect(path) {
+        let stream = match open() {
             Ok(stream) => stream,
             Err(e) => return Ok(Err(format!("connect: {e}"))),
         };

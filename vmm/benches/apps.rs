@@ -18,10 +18,8 @@ use std::time::{Duration, Instant};
 use berm_vm_protocol::client::GuestConnection;
 use berm_vm_protocol::{Event, Request, Service};
 use berm_vmm::detect::Detection;
-use common::{NOTES_LIST, app_folder, call_once, median, status_kib};
+use common::{NOTES_LIST, app_folder, call_once, configured_memory_mib, median, status_kib};
 use serde_json::json;
-
-const MEMORY_MIB: u32 = 512;
 
 #[derive(Default)]
 struct Sample {
@@ -30,6 +28,7 @@ struct Sample {
     first_app_started_uptime: f64,
     last_app_ready_uptime: f64,
     boot_complete_uptime: f64,
+    guest_memory_mib: f64,
     guest_used_mib: f64,
     vmm_hwm_kib: f64,
 }
@@ -45,9 +44,7 @@ fn boot_once(
     let spawned = Instant::now();
     let mut command = Command::new(vmm);
     command
-        .args(["run", "--hypervisor", hypervisor, "--memory"])
-        .arg(MEMORY_MIB.to_string())
-        .arg("--run-dir")
+        .args(["run", "--hypervisor", hypervisor, "--run-dir"])
         .arg(&run_dir)
         .arg("--state")
         .arg(work.join("state.img"));
@@ -93,9 +90,10 @@ fn boot_once(
             _ => {}
         }
     }
+    sample.guest_memory_mib = configured_memory_mib(&run_dir);
     let status = control.status(deadline).map_err(|e| e.to_string())?;
     if let Event::Status(status) = &status.event {
-        sample.guest_used_mib = f64::from(MEMORY_MIB) - status.mem_available_kib as f64 / 1024.0;
+        sample.guest_used_mib = sample.guest_memory_mib - status.mem_available_kib as f64 / 1024.0;
     }
     sample.vmm_hwm_kib = status_kib(child.id(), "VmHWM:");
     control
@@ -173,7 +171,7 @@ fn main() {
                     name = format!("{name}, {build}");
                 }
                 println!(
-                    "| {name} | {label} | {} (+1 warm-up{}) | {:.0} ms | {:.0} ms | {:.0} ms | {:.0} ms | {:.0} ms | {:.0} MiB of {MEMORY_MIB} | {:.1} MiB |",
+                    "| {name} | {label} | {} (+1 warm-up{}) | {:.0} ms | {:.0} ms | {:.0} ms | {:.0} ms | {:.0} ms | {:.0} MiB of {:.0} | {:.1} MiB |",
                     samples[b].len(),
                     common::failed_note(&failures[b]),
                     m(|s| s.first_call_ms),
@@ -182,6 +180,7 @@ fn main() {
                     m(|s| s.last_app_ready_uptime),
                     m(|s| s.boot_complete_uptime),
                     m(|s| s.guest_used_mib),
+                    m(|s| s.guest_memory_mib),
                     m(|s| s.vmm_hwm_kib) / 1024.0,
                 );
             }

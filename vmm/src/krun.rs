@@ -7,12 +7,11 @@
 //! path. libkrun listens on the run dir's sockets itself (`krun_add_vsock_port2`, listen
 //! mode), so clients connect straight to it.
 
-use std::fs::File;
-use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 
 use serde::{Deserialize, Serialize};
 
+use crate::log_cap::HypervisorOutput;
 use crate::spec::VmSpec;
 use crate::sys;
 
@@ -32,20 +31,14 @@ pub enum SpawnKrunError {
     /// Spawning `/proc/self/exe` failed.
     #[error("starting the libkrun child process failed")]
     Spawn(#[source] std::io::Error),
-    /// The hypervisor log could not be opened.
-    #[error("opening {0} failed")]
-    Log(PathBuf, #[source] std::io::Error),
+    /// Its output could not be pointed at the hypervisor log's pipe.
+    #[error("connecting the libkrun child's output to hypervisor.log failed")]
+    Log(#[source] std::io::Error),
 }
 
-/// Starts `berm-vmm krun-enter` with its output in `log`.
-pub fn spawn(config: &KrunConfig, log: &std::path::Path) -> Result<Child, SpawnKrunError> {
-    let out = File::options()
-        .append(true)
-        .open(log)
-        .map_err(|e| SpawnKrunError::Log(log.to_owned(), e))?;
-    let err = out
-        .try_clone()
-        .map_err(|e| SpawnKrunError::Log(log.to_owned(), e))?;
+/// Starts `berm-vmm krun-enter` with its output into `output` (relayed into `hypervisor.log`).
+pub fn spawn(config: &KrunConfig, output: &HypervisorOutput) -> Result<Child, SpawnKrunError> {
+    let (out, err) = output.stdio().map_err(SpawnKrunError::Log)?;
     // Serializing paths and numbers cannot fail.
     let json = serde_json::to_string(config).unwrap_or_default();
     let mut command = Command::new("/proc/self/exe");

@@ -11,6 +11,7 @@
 pub mod apps;
 pub mod artifacts;
 pub mod code;
+pub mod connector;
 pub mod detect;
 pub mod exit;
 pub mod krun;

@@ -8,6 +8,9 @@
 //! - `console.log` (written by the hypervisor itself) is watched: past [`CONSOLE_LOG_CAP`] it
 //!   is truncated and a marker line written (QEMU opens it with `append=on`, so its writes
 //!   then land after the marker);
+//! - `hypervisor.log` (QEMU's, vhost-device-vsock's or libkrun's own output, which a guest can
+//!   provoke) rotates like `guest.log` at [`HYPERVISOR_LOG_CAP`]: the children write into a
+//!   pipe, never the file, and berm-vmm's [`relay`] thread copies it into the capped log;
 //! - `vmm.jsonl` keeps berm-vmm's own lines always, and the guest's events only up to
 //!   [`RECORD_GUEST_CAP`] bytes (see `report.rs`).
 //!
@@ -21,6 +24,11 @@ use std::time::Duration;
 
 /// Bytes `guest.log` holds before it rotates to `guest.log.1`.
 pub const GUEST_LOG_CAP: u64 = 16 << 20;
+/// Bytes `hypervisor.log` holds before it rotates to `hypervisor.log.1`.
+pub const HYPERVISOR_LOG_CAP: u64 = 8 << 20;
+/// The pipe the hypervisor children write into holds this much before a write would wait
+/// (the relay starts only once berm-vmm is confined, a few milliseconds after them).
+const HYPERVISOR_PIPE: i32 = 1 << 20;
 /// Bytes `console.log` may reach before it is truncated.
 pub const CONSOLE_LOG_CAP: u64 = 8 << 20;
 /// Bytes of guest events `vmm.jsonl` (and stderr) carries before the rest are dropped.
@@ -71,6 +79,63 @@ impl CappedLog {
     }
 }
 
+/// Where the hypervisor children's stdout and stderr go: a pipe whose read end [`relay`]
+/// copies into `hypervisor.log`, so no child ever holds the file (and cannot grow it past the
+/// cap).
+pub struct HypervisorOutput {
+    reader: std::io::PipeReader,
+    writer: std::io::PipeWriter,
+}
+
+impl HypervisorOutput {
+    /// A fresh pipe, as large as the kernel lets an unprivileged process make it.
+    pub fn new() -> std::io::Result<Self> {
+        let (reader, writer) = std::io::pipe()?;
+        crate::sys::grow_pipe(&writer, HYPERVISOR_PIPE);
+        Ok(Self { reader, writer })
+    }
+
+    /// A child's stdout and stderr: both the pipe's write end.
+    pub fn stdio(&self) -> std::io::Result<(std::process::Stdio, std::process::Stdio)> {
+        Ok((
+            self.writer.try_clone()?.into(),
+            self.writer.try_clone()?.into(),
+        ))
+    }
+
+    /// Once every child is started: berm-vmm's own copy of the write end is closed (so the
+    /// relay ends when the last child has), and the read end is what is left to relay.
+    pub fn into_reader(self) -> std::io::PipeReader {
+        self.reader
+    }
+}
+
+/// Copies `output` into `path`, capped at `cap` (rotated like `guest.log`), until every writer
+/// has closed it. It reads as fast as the children write whatever happens to the file: a
+/// write that fails drops that chunk, so a child never waits on the disk.
+pub fn relay(mut output: impl std::io::Read, path: &Path, cap: u64) {
+    let mut log = CappedLog::open(path, cap).ok();
+    let mut buffer = vec![0u8; 64 << 10];
+    loop {
+        match output.read(&mut buffer) {
+            Ok(0) => return,
+            Ok(n) => {
+                // Pieces of at most half the cap, so one read cannot make a file pass it.
+                let piece = usize::try_from(cap / 2).unwrap_or(usize::MAX).max(1);
+                for chunk in buffer[..n].chunks(piece) {
+                    if let Some(file) = &mut log
+                        && file.write(chunk).is_err()
+                    {
+                        log = None;
+                    }
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return,
+        }
+    }
+}
+
 /// Truncates `path` with a marker line whenever it passes `cap`; runs until the file can no
 /// longer be opened (the run dir is gone) — in practice for the life of berm-vmm.
 pub fn watch_console(path: &Path, cap: u64) {
@@ -116,6 +181,36 @@ mod tests {
         assert!(now.starts_with("[berm-vmm] "), "{now}");
         assert!(now.contains("line 0099"), "{now}");
         assert!(!now.contains("line 0000"));
+    }
+
+    #[test]
+    fn the_hypervisor_relay_caps_its_log_and_keeps_draining() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("hypervisor.log");
+        let output = HypervisorOutput::new().unwrap();
+        let (out, _err) = output.stdio().unwrap();
+        let reader = output.into_reader();
+        let relay_path = path.clone();
+        let relay = std::thread::spawn(move || relay(reader, &relay_path, 4096));
+        // A real child process writes 64 KiB, 16 times the cap, and exits: it never waits.
+        let status = std::process::Command::new("/bin/sh")
+            .args(["-c", "i=0; while [ $i -lt 1024 ]; do echo \"line $i $(printf '%040d' 0)\"; i=$((i+1)); done"])
+            .stdout(out)
+            .status()
+            .unwrap();
+        assert!(status.success());
+        drop(_err);
+        relay.join().unwrap();
+        let now = std::fs::read_to_string(&path).unwrap();
+        let old = std::fs::read_to_string(tmp.path().join("hypervisor.log.1")).unwrap();
+        assert!(
+            now.len() <= 4096 && old.len() <= 4096,
+            "{} {}",
+            now.len(),
+            old.len()
+        );
+        assert!(now.starts_with("[berm-vmm] "), "{now}");
+        assert!(now.contains("line 1023 "), "{now}");
     }
 
     #[test]

@@ -39,9 +39,10 @@ enum Commands {
         /// vCPUs.
         #[arg(long, default_value_t = 1)]
         cpus: u8,
-        /// Guest memory in MiB.
-        #[arg(long, value_name = "MiB", default_value_t = 512)]
-        memory: u32,
+        /// Guest memory in MiB (64-16384) [default: the apps' memory.max added up, plus
+        /// 96 MiB for the kernel, berm-init and the page cache, rounded up to 32 MiB].
+        #[arg(long, value_name = "MiB")]
+        memory: Option<u32>,
         /// Which backend: libkrun, QEMU, or the best one here.
         #[arg(long, value_enum, default_value_t = Requested::Auto)]
         hypervisor: Requested,

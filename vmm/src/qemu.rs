@@ -14,8 +14,11 @@ use std::net::Shutdown;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::connector::{Connector, Target};
+use crate::log_cap::HypervisorOutput;
 use crate::run_dir::RunDir;
 use crate::sandbox::{ChildReport, ChildSandbox, Policy, Role, SandboxError};
 use crate::spec::VmSpec;
@@ -95,6 +98,8 @@ pub struct QemuVm<'a> {
     /// berm-vmm's own host-sandbox policy, which each child gets widened just enough to run
     /// (`None`: `--no-host-sandbox`).
     pub sandbox: Option<&'a Policy>,
+    /// Where both children's output goes (relayed into `hypervisor.log`).
+    pub output: &'a HypervisorOutput,
 }
 
 /// The running children, vhost-device-vsock first.
@@ -142,31 +147,21 @@ fn confine(
 /// confined itself, which needs the process to be single-threaded.
 pub struct Relays {
     listeners: Vec<(UnixListener, u32)>,
-    uds: PathBuf,
     console: PathBuf,
     timeout: Duration,
 }
 
 impl Relays {
-    /// Starts relaying every socket to its guest port.
-    pub fn serve(self) {
+    /// Starts relaying every socket to its guest port, each relayed connection to
+    /// vhost-device-vsock made by `connector` (berm-vmm, confined, connects nowhere itself).
+    pub fn serve(self, connector: &Arc<Connector>) {
         for (listener, port) in self.listeners {
-            let uds = self.uds.clone();
+            let connector = Arc::clone(connector);
             let console = self.console.clone();
             let timeout = self.timeout;
-            std::thread::spawn(move || serve(listener, uds, console, port, timeout));
+            std::thread::spawn(move || serve(listener, connector, console, port, timeout));
         }
     }
-}
-
-fn log_stdio(log: &Path, program: &Path) -> Result<(Stdio, Stdio), StartQemuError> {
-    let spawn_err = |source| StartQemuError::Spawn {
-        program: program.to_owned(),
-        source,
-    };
-    let out = File::options().append(true).open(log).map_err(spawn_err)?;
-    let err = out.try_clone().map_err(spawn_err)?;
-    Ok((Stdio::from(out), Stdio::from(err)))
 }
 
 /// `path` as the value of a QEMU `key=value,…` option: QEMU reads `,,` as a literal comma,
@@ -261,7 +256,10 @@ pub fn start(vm: &QemuVm<'_>) -> Result<QemuChildren, StartQemuError> {
 /// Starts vhost-device-vsock (confined to the run dir) and waits for its socket.
 fn start_vhost(vm: &QemuVm<'_>, sandboxes: &mut Vec<ChildReport>) -> Result<Child, StartQemuError> {
     let run = vm.run;
-    let (out, err) = log_stdio(&run.hypervisor_log, vm.vhost_device_vsock)?;
+    let (out, err) = vm.output.stdio().map_err(|source| StartQemuError::Spawn {
+        program: vm.vhost_device_vsock.to_owned(),
+        source,
+    })?;
     let mut command = Command::new(vm.vhost_device_vsock);
     command
         .arg("--vm")
@@ -318,7 +316,6 @@ fn bind_relays(vm: &QemuVm<'_>) -> Result<Relays, StartQemuError> {
     }
     Ok(Relays {
         listeners,
-        uds: vm.run.vsock.clone(),
         console: vm.run.console.clone(),
         timeout: vm.connect_timeout,
     })
@@ -337,7 +334,10 @@ fn start_qemu(
         program: vm.vhost_device_vsock.to_owned(),
         source,
     })?;
-    let (out, err) = log_stdio(&vm.run.hypervisor_log, vm.qemu)?;
+    let (out, err) = vm.output.stdio().map_err(|source| StartQemuError::Spawn {
+        program: vm.qemu.to_owned(),
+        source,
+    })?;
     let mut command = Command::new(vm.qemu);
     command
         .args(qemu_args(vm, values))
@@ -486,17 +486,23 @@ fn wait_for_listening(console: &Path, deadline: Instant) {
     }
 }
 
-fn serve(listener: UnixListener, uds: PathBuf, console: PathBuf, port: u32, timeout: Duration) {
+fn serve(
+    listener: UnixListener,
+    connector: Arc<Connector>,
+    console: PathBuf,
+    port: u32,
+    timeout: Duration,
+) {
     let started = Instant::now();
-    let listening = std::sync::Arc::new(std::sync::OnceLock::new());
+    let listening = Arc::new(std::sync::OnceLock::new());
     for client in listener.incoming() {
         let Ok(client) = client else { continue };
-        let uds = uds.clone();
+        let connector = Arc::clone(&connector);
         let console = console.clone();
-        let listening = std::sync::Arc::clone(&listening);
+        let listening = Arc::clone(&listening);
         std::thread::spawn(move || {
             listening.get_or_init(|| wait_for_listening(&console, started + timeout));
-            if let Some(guest) = handshake(&uds, port, Instant::now() + timeout) {
+            if let Some(guest) = handshake(&connector, port, Instant::now() + timeout) {
                 splice(client, guest);
             }
             // Otherwise dropping `client` closes it: the client sees the end of the stream
@@ -506,9 +512,9 @@ fn serve(listener: UnixListener, uds: PathBuf, console: PathBuf, port: u32, time
 }
 
 /// `CONNECT <port>\n` → `OK <n>\n`, retried every [`RETRY`] until the guest listens.
-fn handshake(uds: &Path, port: u32, deadline: Instant) -> Option<UnixStream> {
+fn handshake(connector: &Connector, port: u32, deadline: Instant) -> Option<UnixStream> {
     while Instant::now() < deadline {
-        if let Ok(mut stream) = UnixStream::connect(uds)
+        if let Ok(mut stream) = connector.connect(Target::Vsock)
             && stream
                 .set_read_timeout(Some(Duration::from_secs(2)))
                 .is_ok()

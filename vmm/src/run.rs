@@ -8,6 +8,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Child;
+use std::sync::Arc;
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
@@ -22,9 +23,11 @@ use serde_json::json;
 
 use crate::apps::{self, AppError};
 use crate::artifacts::{self, ArtifactError};
+use crate::connector::{Connector, ConnectorError, Target};
 use crate::detect::{Backend, Choice, DetectError, Detection, Requested};
 use crate::exit::ExitStatus;
 use crate::krun::{self, KrunConfig, SpawnKrunError};
+use crate::log_cap::{self, HypervisorOutput};
 use crate::qemu::{self, QemuVm, Relays, StartQemuError};
 use crate::report;
 use crate::run_dir::{RunDir, RunDirError};
@@ -56,8 +59,8 @@ pub struct RunConfig {
     pub run_dir: Option<PathBuf>,
     /// vCPUs.
     pub cpus: u8,
-    /// Guest memory in MiB.
-    pub memory_mib: u32,
+    /// Guest memory in MiB; `None` sizes it from the apps ([`default_memory_mib`]).
+    pub memory_mib: Option<u32>,
     /// Which backend.
     pub hypervisor: Requested,
     /// Kernel override (reported unpinned unless it matches the pin).
@@ -117,6 +120,12 @@ pub enum RunError {
     /// berm-vmm could not confine itself (fail-closed).
     #[error(transparent)]
     Sandbox(#[from] SandboxError),
+    /// berm-vmm's connector did not start (fail-closed).
+    #[error(transparent)]
+    Connector(#[from] ConnectorError),
+    /// The pipe for the hypervisor's output could not be made.
+    #[error("making the pipe for hypervisor.log failed")]
+    HypervisorOutput(#[source] std::io::Error),
     /// Too many vCPUs.
     #[error("--cpus {0} is out of range (1 to 16, the guest kernel's NR_CPUS)")]
     Cpus(u8),
@@ -142,11 +151,14 @@ impl RunError {
             | Self::State(_)
             | Self::Record(_)
             | Self::Sandbox(_)
+            | Self::Connector(_)
             | Self::Cpus(_)
             | Self::Memory(_)
             | Self::ProbeApp(_) => ExitStatus::Refused,
             Self::Detect(_) => ExitStatus::NoHypervisor,
-            Self::Qemu(_) | Self::Krun(_) => ExitStatus::HypervisorFailed,
+            Self::Qemu(_) | Self::Krun(_) | Self::HypervisorOutput(_) => {
+                ExitStatus::HypervisorFailed
+            }
         }
     }
 }
@@ -171,10 +183,13 @@ pub fn run(config: &RunConfig) -> Result<Outcome, RunError> {
     let choice = detection.choose(config.hypervisor)?;
     let guest = GuestSettings::new(config, user_settings, &artifacts, &detection, &choice)?;
     let prepared = Prepared::new(config)?;
-    report_plan(config, &artifacts, &guest, &prepared, &detection, &choice);
+    let memory_mib = guest_memory(config, &prepared.apps);
+    report_plan(
+        config, memory_mib, &artifacts, &guest, &prepared, &detection, &choice,
+    );
     let spec = VmSpec {
         cpus: config.cpus,
-        memory_mib: config.memory_mib,
+        memory_mib,
         kernel: artifacts.kernel.path.clone(),
         cmdline: guest.cmdline.clone(),
         rootfs: artifacts.rootfs.path.clone(),
@@ -183,9 +198,13 @@ pub fn run(config: &RunConfig) -> Result<Outcome, RunError> {
         ports: spec::ports(&prepared.run),
         console: prepared.run.console.clone(),
     };
-    let mut booted = boot(config, &spec, &choice, &detection, &prepared)?;
+    // A hypervisor that did not start leaves no sockets or app images behind either.
+    let mut booted = boot(config, &spec, &choice, &detection, &prepared).inspect_err(|_| {
+        let _ = prepared.run.clean_up();
+    })?;
     let outcome = supervise(
         &prepared.run,
+        &booted.connector,
         &mut booted.children,
         config.boot_timeout,
         booted.started,
@@ -202,10 +221,46 @@ fn check_bounds(config: &RunConfig) -> Result<(), RunError> {
     if !(1..=16).contains(&config.cpus) {
         return Err(RunError::Cpus(config.cpus));
     }
-    if !(64..=16384).contains(&config.memory_mib) {
-        return Err(RunError::Memory(config.memory_mib));
+    match config.memory_mib {
+        Some(mib) if !MEMORY_MIB.contains(&mib) => Err(RunError::Memory(mib)),
+        _ => Ok(()),
     }
-    Ok(())
+}
+
+/// Guest memory the kernel can take, in MiB.
+const MEMORY_MIB: std::ops::RangeInclusive<u32> = 64..=16384;
+
+/// What the guest needs beside its apps' cgroups: the kernel, berm-init and the page cache of
+/// the rootfs. One app (notes) boots with about 64 MiB in use in all, bermd included.
+const GUEST_BASE_MIB: u64 = 96;
+
+/// Guest memory when `--memory` is not given: every app's `memory.max` added up, plus
+/// [`GUEST_BASE_MIB`], rounded up to 32 MiB. With that much, an app that runs into its
+/// cgroup cap is stopped by its own cgroup before the guest as a whole runs out, so one app's
+/// load never brings the kernel's OOM killer to another app. Memory the guest never touches
+/// costs the host nothing (QEMU's memfd and libkrun's mapping are filled lazily).
+pub fn default_memory_mib(apps: &[apps::App]) -> u64 {
+    let caps: u64 = apps
+        .iter()
+        .map(|app| app.measured.limits.memory_max >> 20)
+        .sum();
+    (caps + GUEST_BASE_MIB).div_ceil(32) * 32
+}
+
+/// The guest memory for this run: `--memory`, or [`default_memory_mib`] up to the kernel's
+/// bound. Less than the apps' caps add up to is allowed, with a warning on stderr.
+fn guest_memory(config: &RunConfig, apps: &[apps::App]) -> u32 {
+    let wanted = default_memory_mib(apps);
+    let mib = match config.memory_mib {
+        Some(mib) => mib,
+        None => u32::try_from(wanted.min(u64::from(*MEMORY_MIB.end()))).unwrap_or(u32::MAX),
+    };
+    if u64::from(mib) < wanted {
+        eprintln!(
+            "berm-vmm: warning: {mib} MiB of guest memory is less than the apps' memory.max added up plus {GUEST_BASE_MIB} MiB ({wanted} MiB): the guest can run out of memory before an app reaches its own cap"
+        );
+    }
+    mib
 }
 
 /// The kernel and rootfs, hashed against the pins compiled into berm-vmm.
@@ -313,6 +368,13 @@ impl GuestSettings {
     }
 }
 
+/// What [`Prepared::fill`] makes in the run dir: the state disk, the app images, the probe's.
+type Filled = (
+    Option<state::StateDisk>,
+    Vec<apps::App>,
+    Option<apps::Image>,
+);
+
 /// The run dir, the state disk and the app (and probe) images, ready to attach.
 struct Prepared {
     run: RunDir,
@@ -327,6 +389,24 @@ impl Prepared {
             Some(dir) => RunDir::prepare(dir, config.apps.len())?,
             None => RunDir::create(config.apps.len())?,
         };
+        let (state, apps, probe) = match Self::fill(config, &run) {
+            Ok(parts) => parts,
+            Err(e) => {
+                // Images already packed (and a probe's stage) go with the refusal.
+                let _ = run.clean_up();
+                return Err(e);
+            }
+        };
+        Ok(Self {
+            run,
+            state,
+            apps,
+            probe,
+        })
+    }
+
+    /// Everything in `run` after the run dir itself: the record, the state disk, the images.
+    fn fill(config: &RunConfig, run: &RunDir) -> Result<Filled, RunError> {
         report::record_to(&run.dir)?;
         let state = config.state.as_deref().map(state::prepare).transpose()?;
         let apps = apps::prepare(&config.apps, &run.dir)?;
@@ -335,12 +415,7 @@ impl Prepared {
             .as_deref()
             .map(|binary| apps::pack_probe(binary, &run.dir))
             .transpose()?;
-        Ok(Self {
-            run,
-            state,
-            apps,
-            probe,
-        })
+        Ok((state, apps, probe))
     }
 
     /// Read-only disks after root (and state): one per app, then the probe. The guest finds
@@ -362,6 +437,7 @@ impl Prepared {
 /// lines, all before the hypervisor starts.
 fn report_plan(
     config: &RunConfig,
+    memory_mib: u32,
     artifacts: &Artifacts,
     guest: &GuestSettings,
     prepared: &Prepared,
@@ -393,7 +469,7 @@ fn report_plan(
         "vm_config",
         &json!({
             "hypervisor": {"chosen": choice.backend, "accel": choice.accel, "reason": choice.reason, "requested": config.hypervisor},
-            "detection": detection, "cpus": config.cpus, "memory_mib": config.memory_mib,
+            "detection": detection, "cpus": config.cpus, "memory_mib": memory_mib,
             "settings": guest.settings.iter().map(|s| format!("{}={}", s.name(), s.value())).collect::<Vec<_>>(),
             "pvm_cmdline": guest.pvm_words.then_some(PVM_CMDLINE),
             "boot_timeout_ms": config.boot_timeout.as_millis(),
@@ -448,10 +524,12 @@ fn measurements(
     }
 }
 
-/// The hypervisor's processes, and when they started.
+/// The hypervisor's processes, when they started, and how berm-vmm connects to the run dir's
+/// sockets from now on.
 struct Booted {
     children: Vec<Child>,
     started: Instant,
+    connector: Arc<Connector>,
 }
 
 /// Starts the hypervisor on `spec`, then confines berm-vmm itself and starts serving.
@@ -475,11 +553,30 @@ fn boot(
             .collect(),
         ..sandbox::Policy::default()
     };
+    // The probe's sibling process (test boots only), read while files outside are readable.
+    let probe_sibling = config.sandbox_probe.as_ref().and_then(|outside| {
+        std::fs::read_to_string(outside.with_extension("pid"))
+            .ok()
+            .and_then(|pid| pid.trim().parse::<u32>().ok())
+    });
     let started = Instant::now();
-    let (mut children, relays, child_sandboxes) = match choice.backend {
-        Backend::Krun => start_krun(config, spec, run, &policy)?,
-        Backend::Qemu => start_qemu(config, spec, choice, detection, run, &policy)?,
+    let output = HypervisorOutput::new().map_err(RunError::HypervisorOutput)?;
+    let (mut children, relays, mut child_sandboxes) = match choice.backend {
+        Backend::Krun => start_krun(config, spec, &output, &policy)?,
+        Backend::Qemu => start_qemu(config, spec, choice, detection, run, &policy, &output)?,
     };
+    // Every child holds its copy of the pipe now; berm-vmm keeps only the read end.
+    let output = output.into_reader();
+    // The connector is forked before berm-vmm confines itself (it must be single-threaded for
+    // both); from here on it makes every connection berm-vmm needs.
+    let connector = if config.host_sandbox {
+        let (connector, report) = Connector::fork(run).inspect_err(|_| stop(&mut children))?;
+        child_sandboxes.push(report);
+        connector
+    } else {
+        Connector::direct(run)
+    };
+    let connector = Arc::new(connector);
     // berm-vmm confines itself: the hypervisor is started, nothing of the guest's has been
     // served yet, and the process is still single-threaded (the relays start after this).
     let mut confined = if config.host_sandbox {
@@ -500,13 +597,21 @@ fn boot(
     if let Some(outside) = &config.sandbox_probe {
         report::line(
             "host_sandbox_probe",
-            &sandbox::probe(outside, &spec.kernel, &run.dir),
+            &sandbox::probe(outside, &spec.kernel, &run.dir, probe_sibling),
         );
     }
+    let hypervisor_log = run.hypervisor_log.clone();
+    std::thread::spawn(move || {
+        log_cap::relay(output, &hypervisor_log, log_cap::HYPERVISOR_LOG_CAP)
+    });
     if let Some(relays) = relays {
-        relays.serve();
+        relays.serve(&connector);
     }
-    Ok(Booted { children, started })
+    Ok(Booted {
+        children,
+        started,
+        connector,
+    })
 }
 
 /// What a backend started: its processes (the VM first), the relays to serve once confined
@@ -517,7 +622,7 @@ type Started = (Vec<Child>, Option<Relays>, Vec<sandbox::ChildReport>);
 fn start_krun(
     config: &RunConfig,
     spec: &VmSpec,
-    run: &RunDir,
+    output: &HypervisorOutput,
     policy: &sandbox::Policy,
 ) -> Result<Started, RunError> {
     let krun_config = KrunConfig {
@@ -537,7 +642,7 @@ fn start_krun(
             policy_sha256: policy.sha256(sandbox::Role::KrunEnter),
         })
         .collect();
-    let child = krun::spawn(&krun_config, &run.hypervisor_log)?;
+    let child = krun::spawn(&krun_config, output)?;
     Ok((vec![child], None, sandboxes))
 }
 
@@ -549,6 +654,7 @@ fn start_qemu(
     detection: &Detection,
     run: &RunDir,
     policy: &sandbox::Policy,
+    output: &HypervisorOutput,
 ) -> Result<Started, RunError> {
     // Cannot be None: choose() returned Qemu only with both programs present.
     let (Some(qemu), Some(vhost)) = (&detection.qemu, &detection.vhost_device_vsock) else {
@@ -562,6 +668,7 @@ fn start_qemu(
         run,
         connect_timeout: config.boot_timeout,
         sandbox: config.host_sandbox.then_some(policy),
+        output,
     };
     let children = qemu::start(&vm)?;
     // The VM is QEMU; vhost-device-vsock is its helper and is stopped after it.
@@ -643,18 +750,26 @@ impl Seen {
 /// Watches the control stream and the hypervisor until the VM ends.
 fn supervise(
     run: &RunDir,
+    connector: &Arc<Connector>,
     children: &mut [Child],
     boot_timeout: Duration,
     started: Instant,
 ) -> Outcome {
     let logs = run.logs.clone();
     let guest_log = run.dir.join("guest.log");
-    std::thread::spawn(move || pump_logs(&logs, &guest_log, started + boot_timeout));
+    let log_connector = Arc::clone(connector);
+    std::thread::spawn(move || {
+        pump_logs(&log_connector, &logs, &guest_log, started + boot_timeout)
+    });
     let console = run.console.clone();
     std::thread::spawn(move || {
         crate::log_cap::watch_console(&console, crate::log_cap::CONSOLE_LOG_CAP)
     });
-    let rx = watch_control(run.control.clone(), started + boot_timeout);
+    let rx = watch_control(
+        Arc::clone(connector),
+        run.control.clone(),
+        started + boot_timeout,
+    );
     let mut seen = Seen::default();
     let mut stop_signal_at: Option<Instant> = None;
     let hypervisor_exit = loop {
@@ -679,7 +794,7 @@ fn supervise(
         }
         if crate::sys::stop_requested() && stop_signal_at.is_none() {
             stop_signal_at = Some(Instant::now());
-            request_shutdown(run.control.clone());
+            request_shutdown(Arc::clone(connector), run.control.clone());
         }
         if stop_signal_at.is_some_and(|at| at.elapsed() > STOP_GRACE) {
             let _ = children[0].kill();
@@ -707,13 +822,19 @@ fn supervise(
 
 /// Holds berm-vmm's own control connection on a thread of its own and passes on what it
 /// reads, until `power_off` (after which closing tells berm-init the line arrived).
-fn watch_control(control: PathBuf, deadline: Instant) -> mpsc::Receiver<Watch> {
+fn watch_control(
+    connector: Arc<Connector>,
+    control: PathBuf,
+    deadline: Instant,
+) -> mpsc::Receiver<Watch> {
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
-        let mut conn = match GuestConnection::connect(&control, Service::Control, deadline) {
-            Ok(conn) => conn,
-            Err(e) => return drop(tx.send(Watch::ConnectFailed(e))),
-        };
+        let open = || connector.connect(Target::Control);
+        let mut conn =
+            match GuestConnection::connect_with(&control, Service::Control, deadline, open) {
+                Ok(conn) => conn,
+                Err(e) => return drop(tx.send(Watch::ConnectFailed(e))),
+            };
         let _ = tx.send(Watch::Greeted(conn.greeting().clone()));
         loop {
             match conn.receive(Instant::now() + Duration::from_secs(3600)) {
@@ -760,11 +881,14 @@ fn not_greeted(run: &RunDir, children: &mut [Child], error: &ConnectError) -> Ou
 
 /// A stop signal: asks the guest to shut down in order, on a connection of its own (the
 /// watcher's is busy reading); the supervisor kills the VM if that does not end it in time.
-fn request_shutdown(control: PathBuf) {
+fn request_shutdown(connector: Arc<Connector>, control: PathBuf) {
     report::line("stop_signal", &json!({"action": "shutdown requested"}));
     std::thread::spawn(move || {
         let deadline = Instant::now() + Duration::from_secs(2);
-        if let Ok(mut conn) = GuestConnection::connect(&control, Service::Control, deadline) {
+        let open = || connector.connect(Target::Control);
+        if let Ok(mut conn) =
+            GuestConnection::connect_with(&control, Service::Control, deadline, open)
+        {
             let _ = conn.send(berm_vm_protocol::Request::Shutdown, deadline);
             let _ = conn.wait_for(deadline + STOP_GRACE, |l| {
                 matches!(l.event, Event::PowerOff(_))
@@ -777,8 +901,14 @@ fn request_shutdown(control: PathBuf) {
 /// `guest.log` in the run dir, one parsed and re-escaped line each, so a failed app can be
 /// read after the fact. Lines a host connects too late for are still there: the guest keeps a
 /// backlog for new connections.
-fn pump_logs(logs: &std::path::Path, path: &std::path::Path, deadline: Instant) {
-    let Ok(mut conn) = GuestConnection::connect(logs, Service::Logs, deadline) else {
+fn pump_logs(
+    connector: &Connector,
+    logs: &std::path::Path,
+    path: &std::path::Path,
+    deadline: Instant,
+) {
+    let open = || connector.connect(Target::Logs);
+    let Ok(mut conn) = GuestConnection::connect_with(logs, Service::Logs, deadline, open) else {
         return;
     };
     let Ok(mut file) = crate::log_cap::CappedLog::open(path, crate::log_cap::GUEST_LOG_CAP) else {

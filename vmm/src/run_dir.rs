@@ -342,12 +342,23 @@ mod tests {
             RunDir::prepare(&link, 0),
             Err(RunDirError::Symlink(_))
         ));
-        // Owned by someone else (root's /), where this test can see it.
+        // Owned by someone else: root's / for a user; as root, a private directory handed to
+        // nobody (65534).
         if crate::sys::euid() != 0 {
             assert!(matches!(
                 RunDir::prepare(Path::new("/"), 0),
                 Err(RunDirError::NotOwned { .. })
             ));
+        } else {
+            let theirs = tmp.path().join("theirs");
+            std::fs::create_dir(&theirs).unwrap();
+            std::fs::set_permissions(&theirs, std::fs::Permissions::from_mode(0o700)).unwrap();
+            std::os::unix::fs::chown(&theirs, Some(65534), Some(65534)).unwrap();
+            assert!(matches!(
+                RunDir::prepare(&theirs, 0),
+                Err(RunDirError::NotOwned { .. })
+            ));
+            assert_eq!(std::fs::metadata(&theirs).unwrap().uid(), 65534);
         }
     }
 

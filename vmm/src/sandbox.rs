@@ -10,7 +10,9 @@
 //!   TCP bind or connect where the kernel can refuse them (ABI 4+).
 //! - **seccomp**, an allow list ([`berm_confine::Role::Vmm`]): what berm-vmm was traced
 //!   calling once confined, and nothing else (`EPERM`); no exec, no executable memory, no
-//!   namespaces, `kill` only to its own children; x32 and foreign-arch calls kill the process.
+//!   namespaces, no `socket` or `connect` (its connections to the run dir's sockets come from
+//!   its connector, `connector.rs`), `kill` only to its own children; x32 and foreign-arch
+//!   calls kill the process.
 //! - **Landlock scopes** (ABI 6, where the kernel has them): no connecting to abstract Unix
 //!   sockets made outside the sandbox. (Its signals are limited by seccomp instead: berm-vmm
 //!   must stop its children, whose Landlock domains are not nested in its own.)
@@ -24,7 +26,8 @@
 //!
 //! The hypervisor children (QEMU and vhost-device-vsock, or the libkrun child) get the same
 //! policy widened just enough to run (see [`Policy::for_program`] and [`ChildSandbox`]), both
-//! Landlock scopes (signals and abstract sockets), and their own role's allow list.
+//! Landlock scopes (signals and abstract sockets), and their own role's allow list; the
+//! connector gets no file at all, both scopes and its own list.
 
 use std::path::{Path, PathBuf};
 
@@ -427,7 +430,15 @@ mod linux {
 /// What the `host_sandbox_probe` line reports: berm-vmm, once confined, tries what the sandbox
 /// must refuse and what it must still allow, and says what happened (used by the tests, and by
 /// anyone who wants to see the sandbox hold on their machine).
-pub fn probe(outside: &Path, kernel: &Path, run_dir: &Path) -> serde_json::Value {
+///
+/// `sibling_pid` is a process that is neither berm-vmm's parent nor its child (the test starts one
+/// beside berm-vmm and names it in `FILE.pid`, read before confinement).
+pub fn probe(
+    outside: &Path,
+    kernel: &Path,
+    run_dir: &Path,
+    sibling_pid: Option<u32>,
+) -> serde_json::Value {
     use std::io::{Read, Write};
     fn outcome<T>(result: std::io::Result<T>) -> String {
         match result {
@@ -460,9 +471,10 @@ pub fn probe(outside: &Path, kernel: &Path, run_dir: &Path) -> serde_json::Value
         Err(std::io::Error::other("no abstract sockets on this OS"))
     };
     serde_json::json!({
-        "connect_outside_socket": outcome(std::os::unix::net::UnixStream::connect(&socket)),
+        "connect_pathname_outside": outcome(std::os::unix::net::UnixStream::connect(&socket)),
         "connect_abstract_socket": outcome(connect_abstract),
         "kill_parent": outcome(crate::may_signal(crate::parent())),
+        "kill_sibling": sibling_pid.map_or_else(|| "no sibling named".into(), |pid| outcome(crate::may_signal(pid))),
         "x32_call": crate::x32_call_in_child(),
         "read_outside": outcome(std::fs::File::open(outside).and_then(|mut f| f.read(&mut [0u8; 1]))),
         "write_outside": outcome(std::fs::File::options().append(true).open(outside).and_then(|mut f| f.write_all(b"x"))),

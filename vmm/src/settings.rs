@@ -241,6 +241,15 @@ mod tests {
             GuestSetting::parse_user(&format!("{}=1", "A".repeat(65))),
             Err(SettingError::BadName("A".repeat(65)))
         );
+        // Every setting berm-vmm makes itself, BERM_PROBE above all (`--env BERM_PROBE=0`
+        // would otherwise run the enforcement probe in place of an app).
+        for name in RESERVED {
+            assert_eq!(
+                GuestSetting::parse_user(&format!("{name}=0")),
+                Err(SettingError::Reserved(name.into())),
+                "{name}"
+            );
+        }
     }
 
     #[test]

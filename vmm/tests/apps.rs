@@ -269,6 +269,27 @@ fn apps_are_confined_apart_and_survive_each_other() {
     assert!(checks.len() >= 29, "{report}");
     let failed: Vec<&Value> = checks.iter().filter(|c| c["pass"] != true).collect();
     assert!(failed.is_empty(), "probe checks failed: {failed:#?}");
+    // Each of issue 13's guest rows is there by name (not only counted), each refused above.
+    let names: Vec<&str> = checks.iter().filter_map(|c| c["name"].as_str()).collect();
+    for row in [
+        "x32 unshare CLONE_NEWUSER",
+        "x32 execve /usr/bin/bermd",
+        "execve a binary written in the workspace",
+        "memfd_create + fexecve",
+        "keyctl get session keyring",
+        "userfaultfd",
+        "perf_event_open",
+        "raw clone CLONE_NEWUSER",
+        "connect abstract socket",
+    ] {
+        assert!(names.contains(&row), "no probe row {row:?}: {names:?}");
+    }
+    assert!(
+        names
+            .iter()
+            .any(|n| n.starts_with("kill(0) other app's bermd")),
+        "no kill row: {names:?}"
+    );
 
     // Runaway calls fail; the app keeps serving.
     let mut mcp = Mcp::connect(&vmm.run_dir.join("rpc-1.sock"));
@@ -368,6 +389,28 @@ fn a_bad_app_folder_is_refused_before_boot() {
         "{}",
         vmm.stderr()
     );
+
+    // A refusal after the app's image was packed (here: a probe binary that is not there)
+    // leaves no image, stage or socket in the run dir.
+    let solo = app_folder(tmp.path(), "c", &["echo"], &echo_toml("solo"));
+    let missing = tmp.path().join("no-such-probe");
+    let mut vmm = Vmm::start(
+        &[
+            "--app",
+            solo.to_str().unwrap(),
+            "--test-probe",
+            missing.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert_eq!(vmm.wait(Duration::from_secs(120)), 5, "{}", vmm.stderr());
+    assert!(vmm.stderr().contains("no-such-probe"), "{}", vmm.stderr());
+    let left: Vec<String> = std::fs::read_dir(&vmm.run_dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".erofs") || n.ends_with(".stage") || n.ends_with(".sock"))
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
 }
 
 fn echo_toml(name: &str) -> String {

@@ -92,6 +92,12 @@ fn berm_vmm_confines_itself_and_the_vm_still_works() {
         let addr = std::os::unix::net::SocketAddr::from_abstract_name(name).unwrap();
         std::os::unix::net::UnixListener::bind_addr(&addr).unwrap()
     };
+    // A process beside berm-vmm (neither its parent nor its child), named in FILE.pid.
+    let mut sibling = std::process::Command::new("sleep")
+        .arg("600")
+        .spawn()
+        .unwrap();
+    std::fs::write(outside.with_extension("pid"), sibling.id().to_string()).unwrap();
     let run_dir = tmp.path().join("run");
     let state = tmp.path().join("state.img");
     let mut run = Vmm::start_in(
@@ -182,6 +188,21 @@ fn berm_vmm_confines_itself_and_the_vm_still_works() {
     for child in reported {
         assert_eq!(child["landlock"], "fully_enforced", "{child}");
     }
+    // The connector is one of them: its own allow list, and no file granted.
+    let connector = sandbox["children"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["program"] == "berm-vmm connector")
+        .unwrap_or_else(|| panic!("no connector reported: {sandbox}"));
+    assert_eq!(
+        connector["seccomp"], "allow_list berm-vmm-connector",
+        "{connector}"
+    );
+    assert!(
+        children.iter().any(|(name, _, _)| name == "berm-connector"),
+        "{children:?}"
+    );
     let probe = event(&mut run, "host_sandbox_probe").unwrap();
     eprintln!("host-sandbox probe: {probe}");
     assert_eq!(probe["read_outside"], "EACCES", "{probe}");
@@ -191,9 +212,15 @@ fn berm_vmm_confines_itself_and_the_vm_still_works() {
     assert_eq!(probe["read_kernel"], "allowed", "{probe}");
     assert_eq!(probe["x32_call"], "SIGSYS", "{probe}");
     assert_eq!(probe["kill_parent"], "EPERM", "{probe}");
+    assert_eq!(probe["kill_sibling"], "EPERM", "{probe}");
+    let _ = sibling.kill();
+    let _ = sibling.wait();
     if sandbox["landlock_abi"].as_u64().unwrap() >= 6 {
         assert_eq!(probe["connect_abstract_socket"], "EPERM", "{probe}");
     }
+    // berm-vmm may not make a socket at all (its connector connects for it, to the run dir's
+    // sockets only), so the session-bus stand-in the test binds is out of reach.
+    assert_eq!(probe["connect_pathname_outside"], "EPERM", "{probe}");
     assert_eq!(probe["write_run_dir"], "allowed", "{probe}");
     assert_eq!(std::fs::read_to_string(&outside).unwrap(), "secret\n");
     assert!(!outside.with_extension("berm-probe-created").exists());
@@ -273,6 +300,7 @@ fn no_host_sandbox_runs_unconfined_and_says_so() {
     let tmp = tempfile::tempdir().unwrap();
     let outside = tmp.path().join("users-file.txt");
     std::fs::write(&outside, "x").unwrap();
+    let _pathname = std::os::unix::net::UnixListener::bind(outside.with_extension("sock")).unwrap();
     let run_dir = tmp.path().join("run");
     let mut run = Vmm::start_in(
         tmp,
@@ -293,6 +321,8 @@ fn no_host_sandbox_runs_unconfined_and_says_so() {
     let probe = event(&mut run, "host_sandbox_probe").unwrap();
     assert_eq!(probe["read_outside"], "allowed", "{probe}");
     assert_eq!(probe["exec"], "allowed", "{probe}");
+    // Unconfined, berm-vmm connects by path itself: the row the confined run refuses.
+    assert_eq!(probe["connect_pathname_outside"], "allowed", "{probe}");
     let _ = std::fs::remove_file(outside.with_extension("berm-probe-created"));
     // The record says so too, and the verifier refuses it for exactly that.
     let record = Record::from_run_dir(&run_dir).unwrap().to_value();

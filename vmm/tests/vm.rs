@@ -200,6 +200,53 @@ fn a_state_disk_is_created_formatted_measured_and_mounted() {
     );
 }
 
+#[test]
+fn a_state_disk_claiming_an_absurd_size_is_refused_with_exit_5_and_left_as_it_is() {
+    if pinned().is_none() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let disk = tmp.path().join("state.img");
+    berm_vmm::state::prepare(&disk).unwrap();
+    // What a guest could write: s_blocks_count (low and, with INCOMPAT_64BIT, high word)
+    // claiming 2^64 - 1 blocks.
+    let head = {
+        use std::io::{Read, Seek, Write};
+        let mut file = std::fs::File::options()
+            .read(true)
+            .write(true)
+            .open(&disk)
+            .unwrap();
+        let mut head = vec![0u8; 4096];
+        file.read_exact(&mut head).unwrap();
+        head[1024 + 0x04..1024 + 0x08].copy_from_slice(&u32::MAX.to_le_bytes());
+        head[1024 + 0x60] |= 0x80;
+        head[1024 + 0x150..1024 + 0x154].copy_from_slice(&u32::MAX.to_le_bytes());
+        file.rewind().unwrap();
+        file.write_all(&head).unwrap();
+        head
+    };
+    let before = std::fs::metadata(&disk).unwrap();
+    let mut vmm = Vmm::start(&["--state", disk.to_str().unwrap()], &[]);
+    assert_eq!(vmm.wait(Duration::from_secs(60)), 5, "{}", vmm.stderr());
+    let message = vmm.events("exit")[0]["message"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(message.contains("left as it is"), "{message}");
+    assert!(
+        vmm.events("host_sandbox").is_empty(),
+        "no hypervisor may start: {}",
+        vmm.stderr()
+    );
+    let after = std::fs::metadata(&disk).unwrap();
+    assert_eq!(after.len(), before.len());
+    assert_eq!(after.modified().unwrap(), before.modified().unwrap());
+    let mut now = vec![0u8; 4096];
+    std::io::Read::read_exact(&mut std::fs::File::open(&disk).unwrap(), &mut now).unwrap();
+    assert_eq!(now, head);
+}
+
 /// Copies the pinned artifacts into a private store, tampering with one of them.
 fn tampered_store(which: &str) -> Option<tempfile::TempDir> {
     let (kernel, rootfs) = pinned()?;

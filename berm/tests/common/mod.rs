@@ -1,23 +1,12 @@
 //! Shared by the integration tests: the engine and the example programs.
 #![allow(dead_code)]
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use berm::{Engine, EngineConfig, Limits};
 
 /// The example program `name`, built by scripts/build-apps.sh.
-pub fn app(name: &str) -> Vec<u8> {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../target/wasm32-unknown-unknown/release")
-        .join(format!("{name}.wasm"));
-    std::fs::read(&path).unwrap_or_else(|e| {
-        panic!(
-            "cannot read {}: {e}. Build the example programs first: scripts/build-apps.sh",
-            path.display()
-        )
-    })
-}
+pub use berm_fixtures::example as app;
 
 /// An engine with small, fast-to-hit bounds.
 pub fn engine() -> Engine {

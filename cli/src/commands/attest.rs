@@ -40,28 +40,8 @@ enum Command {
     Verify {
         /// The record file (`-` for stdin).
         record: PathBuf,
-        /// Verify against the pins in DIR/kernel/manifest.toml and DIR/rootfs/manifest.toml
-        /// (a checkout of the release) instead of the pins compiled into berm.
-        #[arg(long, value_name = "DIR")]
-        pins: Option<PathBuf>,
-        /// Print the verdict as JSON.
-        #[arg(long)]
-        json: bool,
-        /// The host's public key (PEM, from `berm attest key`): RECORD must be a signed
-        /// envelope with a signature by this key, checked before anything else.
-        #[arg(long, value_name = "PUB")]
-        key: Option<PathBuf>,
-        /// The programs' wasm files (searched recursively): re-derive every code digest by
-        /// compiling them (cached under $XDG_CACHE_HOME/berm/attest-code).
-        #[arg(long, value_name = "DIR")]
-        programs: Option<PathBuf>,
-        /// Refuse on warnings too (code_unverified).
-        #[arg(long)]
-        strict: bool,
-        /// A digest only the verifier knows, `state=SHA256` (the state disk's chunked sha256)
-        /// or `app/NAME/image=SHA256` (repeatable): the record must carry exactly it.
-        #[arg(long, value_name = "WHAT=SHA256", value_parser = parse_expectation)]
-        expect: Vec<(String, String)>,
+        #[command(flatten)]
+        args: VerifyArgs,
     },
     /// Print the host's public key (PEM), creating the host key on first use, for
     /// `verify --key`.
@@ -74,12 +54,29 @@ enum Command {
 }
 
 /// What `verify` was asked to do beyond reading the record.
+#[derive(clap::Args)]
 struct VerifyArgs {
+    /// Verify against the pins in DIR/kernel/manifest.toml and DIR/rootfs/manifest.toml
+    /// (a checkout of the release) instead of the pins compiled into berm.
+    #[arg(long, value_name = "DIR")]
     pins: Option<PathBuf>,
+    /// Print the verdict as JSON.
+    #[arg(long)]
     json: bool,
+    /// The host's public key (PEM, from `berm attest key`): RECORD must be a signed
+    /// envelope with a signature by this key, checked before anything else.
+    #[arg(long, value_name = "PUB")]
     key: Option<PathBuf>,
+    /// The programs' wasm files (searched recursively): re-derive every code digest by
+    /// compiling them (cached under $XDG_CACHE_HOME/berm/attest-code).
+    #[arg(long, value_name = "DIR")]
     programs: Option<PathBuf>,
+    /// Refuse on warnings too (code_unverified).
+    #[arg(long)]
     strict: bool,
+    /// A digest only the verifier knows, `state=SHA256` (the state disk's chunked sha256)
+    /// or `app/NAME/image=SHA256` (repeatable): the record must carry exactly it.
+    #[arg(long, value_name = "WHAT=SHA256", value_parser = parse_expectation)]
     expect: Vec<(String, String)>,
 }
 
@@ -107,28 +104,7 @@ fn parse_expectation(text: &str) -> Result<(String, String), String> {
 /// Runs `berm attest`.
 pub fn run(args: Args) -> anyhow::Result<Exit> {
     match (args.command, args.run_dir) {
-        (
-            Some(Command::Verify {
-                record,
-                pins,
-                json,
-                key,
-                programs,
-                strict,
-                expect,
-            }),
-            _,
-        ) => verify_file(
-            &record,
-            VerifyArgs {
-                pins,
-                json,
-                key,
-                programs,
-                strict,
-                expect,
-            },
-        ),
+        (Some(Command::Verify { record, args }), _) => verify_file(&record, args),
         (Some(Command::Key { key }), _) => {
             let key = HostKey::load_or_create(key.as_deref())?;
             print!("{}", key.public_pem());

@@ -43,12 +43,36 @@ pub struct Args {
     /// Memory cap, in MiB.
     #[arg(long)]
     memory_mb: Option<u64>,
+    /// Print what was deployed as one JSON object: the program as bermd
+    /// shows it, what it replaced and its served tool names (with --app, one
+    /// such object per program under `deployed`).
+    #[arg(long)]
+    json: bool,
+}
+
+/// What `--json` prints for one deployed program.
+#[derive(serde::Serialize)]
+pub struct DeployedJson<'a> {
+    #[serde(flatten)]
+    deployed: &'a berm_control::DeployResponse,
+    /// The names MCP clients call: `{program}_{tool}`.
+    tools: Vec<String>,
+}
+
+impl<'a> DeployedJson<'a> {
+    /// Pairs bermd's answer with the served tool names.
+    pub fn new(deployed: &'a berm_control::DeployResponse) -> Self {
+        Self {
+            tools: super::served_tools(&deployed.program),
+            deployed,
+        }
+    }
 }
 
 /// Deploys and prints what happened.
 pub async fn run(home: &Path, args: Args) -> anyhow::Result<Exit> {
     let (name, source) = match (args.app, args.name, args.source) {
-        (Some(dir), _, _) => return super::deploy_app::run(home, &dir).await,
+        (Some(dir), _, _) => return super::deploy_app::run(home, &dir, args.json).await,
         (None, Some(name), Some(source)) => (name, source),
         // clap requires NAME and SOURCE unless --app is given.
         _ => anyhow::bail!("berm deploy needs NAME and FILE, or --app DIR"),
@@ -90,13 +114,12 @@ pub async fn run(home: &Path, args: Args) -> anyhow::Result<Exit> {
     let deployed = super::client(home)
         .deploy(&name, &DeployRequest::new(&image, grants, limits))
         .await?;
+    if args.json {
+        super::print_json(&DeployedJson::new(&deployed))?;
+        return Ok(Exit::Ok);
+    }
     let program = &deployed.program;
-    let tools: Vec<_> = program
-        .manifest
-        .tools
-        .iter()
-        .map(|t| berm_abi::served_name(&program.name, &t.name))
-        .collect();
+    let tools = super::served_tools(program);
     println!(
         "deployed {} {} ({})",
         program.name, program.digest, program.code_source

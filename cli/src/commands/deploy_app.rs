@@ -22,8 +22,9 @@ struct Prepared {
     limits: LimitsSpec,
 }
 
-/// Deploys every program of the folder `dir` and prints what happened.
-pub async fn run(home: &Path, dir: &Path) -> anyhow::Result<Exit> {
+/// Deploys every program of the folder `dir` and prints what happened (as one JSON object
+/// when `json`).
+pub async fn run(home: &Path, dir: &Path, json: bool) -> anyhow::Result<Exit> {
     let app = berm_app::load(dir)?;
     // Where bermd keeps an app's files: `fs=DIR` means `$BERM_HOME/data/DIR`,
     // as under `bermd --app`.
@@ -72,22 +73,28 @@ pub async fn run(home: &Path, dir: &Path) -> anyhow::Result<Exit> {
     let client = super::client(home);
     let mut added = Vec::new();
     let mut replaced = Vec::new();
+    let mut responses = Vec::new();
     for program in prepared {
         let request = DeployRequest::new(&program.image, program.grants, program.limits);
         match client.deploy(&program.name, &request).await {
             Ok(deployed) => {
                 let view = &deployed.program;
-                println!(
-                    "deployed {} {} ({})",
-                    view.name, view.digest, view.code_source
-                );
-                match deployed.replaced {
+                if !json {
+                    println!(
+                        "deployed {} {} ({})",
+                        view.name, view.digest, view.code_source
+                    );
+                }
+                match &deployed.replaced {
                     Some(old) => {
-                        println!("  replaced {old}");
+                        if !json {
+                            println!("  replaced {old}");
+                        }
                         replaced.push(program.name);
                     }
                     None => added.push(program.name),
                 }
+                responses.push(deployed);
             }
             Err(e) => {
                 let mut undone = Vec::new();
@@ -112,6 +119,18 @@ pub async fn run(home: &Path, dir: &Path) -> anyhow::Result<Exit> {
                 anyhow::bail!(message);
             }
         }
+    }
+    if json {
+        let deployed: Vec<_> = responses
+            .iter()
+            .map(super::deploy::DeployedJson::new)
+            .collect();
+        super::print_json(&serde_json::json!({
+            "app": app.name,
+            "dir": app.dir,
+            "deployed": deployed,
+        }))?;
+        return Ok(Exit::Ok);
     }
     println!(
         "app {}: {} program(s) deployed from {}",

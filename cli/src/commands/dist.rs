@@ -45,6 +45,9 @@ pub struct PushArgs {
     /// The program: a `.wasm` module built with berm-guest.
     #[arg(value_name = "FILE")]
     file: PathBuf,
+    /// Print what was pushed as one JSON object.
+    #[arg(long)]
+    json: bool,
     /// Registry access.
     #[command(flatten)]
     registry: RegistryArgs,
@@ -59,6 +62,9 @@ pub struct PullArgs {
     /// Where to write the module; replaced atomically, untouched on failure.
     #[arg(short = 'o', long = "output", value_name = "FILE")]
     output: PathBuf,
+    /// Print what was pulled as one JSON object.
+    #[arg(long)]
+    json: bool,
     /// Registry access.
     #[command(flatten)]
     registry: RegistryArgs,
@@ -88,6 +94,9 @@ pub struct SearchArgs {
     /// At most this many results.
     #[arg(long, default_value_t = 10)]
     limit: usize,
+    /// Print the results as a JSON array, best first (entry fields and `score`).
+    #[arg(long)]
+    json: bool,
     /// The clone to search.
     #[command(flatten)]
     index: IndexDirArgs,
@@ -135,28 +144,39 @@ pub struct AddArgs {
 
 /// `berm push REF FILE`: refuses a module that would not deploy, pushes it.
 pub async fn push(args: PushArgs) -> anyhow::Result<Exit> {
-    let options = args.registry.options();
-    println!(
-        "{}",
-        berm_oci::push_file(&args.reference, &args.file, &options).await?
-    );
+    let pushed = berm_oci::push_file(&args.reference, &args.file, &args.registry.options()).await?;
+    if args.json {
+        super::print_json(&pushed)?;
+    } else {
+        println!("{pushed}");
+    }
     Ok(Exit::Ok)
 }
 
 /// `berm pull REF -o FILE`: on any error the output file is left as it was.
 pub async fn pull(args: PullArgs) -> anyhow::Result<Exit> {
-    let options = args.registry.options();
-    println!(
-        "{}",
-        berm_oci::pull_to(&args.reference, &args.output, &options).await?
-    );
+    let pulled = berm_oci::pull_to(&args.reference, &args.output, &args.registry.options()).await?;
+    if args.json {
+        // The module itself is in the output file; the object says what it is.
+        super::print_json(&serde_json::json!({
+            "output": args.output,
+            "pulled": pulled.described,
+        }))?;
+    } else {
+        println!("{pulled}");
+    }
     Ok(Exit::Ok)
 }
 
 /// `berm search TEXT…`: ranked results on stdout, skipped entries on stderr.
 pub fn search(args: SearchArgs) -> anyhow::Result<Exit> {
-    let (out, warnings) =
-        berm_index::search_text(&args.index.dir(), &args.text.join(" "), args.limit)?;
+    let (dir, query) = (args.index.dir(), args.text.join(" "));
+    let (out, warnings) = if args.json {
+        let (found, warnings) = berm_index::search(&dir, &query, args.limit)?;
+        (format!("{}\n", serde_json::to_string(&found)?), warnings)
+    } else {
+        berm_index::search_text(&dir, &query, args.limit)?
+    };
     for warning in warnings {
         eprintln!("berm: {warning}");
     }

@@ -35,13 +35,7 @@ pub async fn run(home: &Path, args: Args) -> anyhow::Result<Exit> {
     }
     println!("{:<20} {:<20} {:<40} GRANTS", "NAME", "DIGEST", "TOOLS");
     for program in programs {
-        // The names MCP clients and `berm call` use.
-        let tools: Vec<_> = program
-            .manifest
-            .tools
-            .iter()
-            .map(|t| berm_abi::served_name(&program.name, &t.name))
-            .collect();
+        let tools = super::served_tools(&program);
         println!(
             "{:<20} {:<20} {:<40} {}",
             program.name,

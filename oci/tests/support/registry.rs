@@ -7,7 +7,7 @@
 
 use std::io::Write;
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -139,14 +139,8 @@ pub fn free_port(ip: &str) -> u16 {
 
 /// The example program `echo`, built by scripts/build-apps.sh.
 pub fn program(name: &str) -> (PathBuf, Vec<u8>) {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../target/wasm32-unknown-unknown/release")
-        .join(format!("{name}.wasm"));
-    let bytes = std::fs::read(&path).unwrap_or_else(|e| {
-        panic!(
-            "cannot read {} ({e}): run scripts/build-apps.sh (scripts/test-dist does)",
-            path.display()
-        )
-    });
-    (path, bytes)
+    (
+        berm_fixtures::example_path(name),
+        berm_fixtures::example(name),
+    )
 }

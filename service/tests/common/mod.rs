@@ -12,14 +12,8 @@ use std::time::{Duration, Instant};
 use berm_control::{Client, DeployRequest, Grant, LimitsSpec};
 use serde_json::{Value, json};
 
-/// Where scripts/build-apps.sh puts the example programs.
-pub fn wasm(app: &str) -> Vec<u8> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../target/wasm32-unknown-unknown/release")
-        .join(format!("{app}.wasm"));
-    std::fs::read(&path)
-        .unwrap_or_else(|e| panic!("{}: {e} — run scripts/build-apps.sh first", path.display()))
-}
+/// The example programs scripts/build-apps.sh builds.
+pub use berm_fixtures::example as wasm;
 
 /// A bermd process.
 pub struct Bermd {
@@ -103,6 +97,13 @@ impl Bermd {
                 .deploy(name, &DeployRequest::new(&wasm(app), grants, limits)),
         )
         .unwrap()
+    }
+
+    /// `echo` with the default limits beside `hostile` with `limits`: a well-behaved
+    /// program next to one that misbehaves.
+    pub fn deploy_echo_and_hostile(&self, limits: LimitsSpec) {
+        self.deploy("echo", "echo", &[], LimitsSpec::default());
+        self.deploy("hostile", "hostile", &[], limits);
     }
 
     /// Whether the process is still running.
@@ -212,17 +213,4 @@ impl Session {
     pub fn call(&mut self, tool: &str, args: Value) -> Value {
         self.request("tools/call", json!({"name": tool, "arguments": args}))
     }
-}
-
-/// The text of a tool result, and whether it is an error.
-pub fn result_text(response: &Value) -> (String, bool) {
-    let result = &response["result"];
-    assert!(result.is_object(), "not a result: {response}");
-    (
-        result["content"][0]["text"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string(),
-        result["isError"].as_bool().unwrap_or(false),
-    )
 }

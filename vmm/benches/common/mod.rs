@@ -26,6 +26,18 @@ pub fn status_kib(pid: u32, field: &str) -> f64 {
         .unwrap_or(f64::NAN)
 }
 
+/// The guest memory berm-vmm chose for a run, in MiB, from the `vm_config` line of its record
+/// (`vmm.jsonl` in the run dir); NaN if it cannot be read.
+pub fn configured_memory_mib(run_dir: &Path) -> f64 {
+    std::fs::read_to_string(run_dir.join("vmm.jsonl"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|v| v["event"] == "vm_config")
+        .and_then(|v| v["memory_mib"].as_f64())
+        .unwrap_or(f64::NAN)
+}
+
 /// The median; NaN for no values.
 pub fn median(mut values: Vec<f64>) -> f64 {
     values.sort_by(f64::total_cmp);
@@ -114,9 +126,7 @@ pub fn call_once(socket: &Path, tool: &str, args: &Value) -> Option<()> {
 }
 
 pub fn app_folder(dir: &Path, name: &str, program: &str, grants: &str) -> PathBuf {
-    let wasm = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../target/wasm32-unknown-unknown/release")
-        .join(format!("{program}.wasm"));
+    let wasm = berm_fixtures::example_path(program);
     let folder = dir.join(name);
     std::fs::create_dir_all(&folder).expect("app folder");
     std::fs::copy(&wasm, folder.join(format!("{program}.wasm")))

@@ -314,30 +314,12 @@ impl Mcp {
             "tools/call",
             serde_json::json!({"name": tool, "arguments": args}),
         );
-        let result = &response["result"];
-        assert!(result.is_object(), "not a result: {response}");
-        (
-            result["content"][0]["text"]
-                .as_str()
-                .unwrap_or_default()
-                .to_owned(),
-            result["isError"].as_bool().unwrap_or(false),
-        )
+        berm_fixtures::tool_result(&response)
     }
 }
 
 /// The built wasm of one of the repository's example programs.
-pub fn program_wasm(name: &str) -> PathBuf {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../target/wasm32-unknown-unknown/release")
-        .join(format!("{name}.wasm"));
-    assert!(
-        path.exists(),
-        "{} is missing: run scripts/build-apps.sh first",
-        path.display()
-    );
-    path
-}
+pub use berm_fixtures::example_path as program_wasm;
 
 /// An app folder in `dir`: `berm.toml` with `toml` (programs' wasm copied in by name).
 pub fn app_folder(dir: &Path, name: &str, programs: &[&str], toml: &str) -> PathBuf {
