@@ -302,15 +302,14 @@ pub enum AppError {
         grant: String,
     },
     /// A `net=` or `secret:` grant that does not parse.
-    #[error("{}: program `{program}`: grant {grant:?}: {problem}", file.display())]
+    #[error("{}: program `{program}`: {problem}", file.display())]
     NetGrant {
         /// The manifest.
         file: PathBuf,
         /// The program.
         program: String,
-        /// The grant.
-        grant: String,
-        /// What is wrong with it.
+        /// The grant, quoted, and what is wrong with it (one string, so
+        /// that the error stays small).
         problem: String,
     },
     /// An `fs` grant's directory is not a plain relative path.
@@ -676,8 +675,7 @@ fn check_grants(file: &Path, program: &str, grants: &[String]) -> Result<(), App
                     return Err(AppError::NetGrant {
                         file: file.to_path_buf(),
                         program: program.to_string(),
-                        grant: grant.clone(),
-                        problem,
+                        problem: format!("grant {grant:?}: {problem}"),
                     });
                 }
             }
