@@ -11,14 +11,12 @@
 //! The figures go in docs/perf-service.md; nothing here asserts a speed.
 
 use std::path::Path;
-use std::time::{Duration, Instant};
 
 mod common;
 
 use berm_control::LimitsSpec;
 use berm_egress::testing::{Reply, TestServer};
 use berm_service::{Service, ServiceConfig};
-use common::Stats;
 
 const SAMPLES: usize = 5_000;
 const WARMUP: usize = 500;
@@ -47,7 +45,7 @@ fn main() {
     let args = serde_json::json!({ "url": url });
 
     let client = reqwest::Client::new();
-    let baseline = runtime.block_on(sample(|| async {
+    let baseline = runtime.block_on(common::sample(WARMUP, SAMPLES, || async {
         let body = client
             .get(&url)
             .send()
@@ -58,7 +56,7 @@ fn main() {
             .expect("body");
         assert_eq!(body.len(), 1024);
     }));
-    let fetch = runtime.block_on(sample(|| async {
+    let fetch = runtime.block_on(common::sample(WARMUP, SAMPLES, || async {
         let done = service
             .call("fetch_get", &args, None)
             .await
@@ -79,21 +77,4 @@ fn main() {
         "  cost over the direct call (p50)       {:>8.1}",
         fetch.p50 - baseline.p50
     );
-}
-
-async fn sample<F, Fut>(mut call: F) -> Stats
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = ()>,
-{
-    for _ in 0..WARMUP {
-        call().await;
-    }
-    let mut times: Vec<Duration> = Vec::with_capacity(SAMPLES);
-    for _ in 0..SAMPLES {
-        let start = Instant::now();
-        call().await;
-        times.push(start.elapsed());
-    }
-    Stats::of(times)
 }
