@@ -1,25 +1,38 @@
 #!/usr/bin/env bash
-# Builds berm's pinned guest kernel reproducibly from Debian's linux-source-6.12 and the
-# committed fragment, caches it by content, compares it with kernel/manifest.toml and, when
-# it matches, installs it where berm-vmm looks for it.
+# Builds berm's pinned guest kernel for one guest architecture reproducibly from Debian's
+# linux-source-6.12 and the committed fragment, caches it by content, compares it with
+# kernel/manifest.toml and, when it matches, installs it where berm-vmm looks for it.
 #
-#   scripts/build-kernel.sh                    build (or reuse the cache), compare, install
-#   BERM_UPDATE_PINS=1 scripts/build-kernel.sh  ... and write new pins into the manifest
+#   scripts/build-kernel.sh [--arch ARCH]                    build (or reuse the cache), compare, install
+#   BERM_UPDATE_PINS=1 scripts/build-kernel.sh [--arch ARCH]  ... and write new pins into the manifest
 #
-# Cache: $BERM_CACHE/kernel/<content key>/{vmlinux,config,inputs.json,build.log}
-# Installed: $BERM_VM_ARTIFACTS/kernel/<sha256>/vmlinux
+# ARCH is x86_64 (the default: an ELF vmlinux, built natively) or aarch64 (a raw arm64 Image,
+# cross-compiled with Debian's gcc-aarch64-linux-gnu).
+# Cache: $BERM_CACHE/kernel/<content key>/{vmlinux|Image,config,inputs.json,build.log}
+# Installed: $BERM_VM_ARTIFACTS/kernel/<sha256>/{vmlinux|Image}
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root="$PWD"
 . scripts/lib-pins.sh
+arch="$(parse_arch_arg "$@")"
 
 manifest=kernel/manifest.toml
 package="$(toml_get $manifest source package)"
 version="$(toml_get $manifest source version)"
 tarball="$(toml_get $manifest source tarball)"
 tarball_sha="$(toml_get $manifest source tarball_sha256)"
-fragment="kernel/$(toml_get $manifest config fragment)"
-fragment_pin="$(toml_get $manifest config fragment_sha256)"
+fragment="kernel/$(toml_get $manifest $arch.config fragment)"
+fragment_pin="$(toml_get $manifest $arch.config fragment_sha256)"
+[ "$fragment" != kernel/ ] || die "$manifest has no [$arch.config] fragment"
+case "$arch" in
+  x86_64)
+    make_args=()
+    target_file=vmlinux built_file=vmlinux ;;
+  aarch64)
+    command -v aarch64-linux-gnu-gcc >/dev/null || die "aarch64-linux-gnu-gcc is missing (apt-get install gcc-aarch64-linux-gnu)"
+    make_args=(ARCH=arm64 CROSS_COMPILE=aarch64-linux-gnu-)
+    target_file=Image built_file=arch/arm64/boot/Image ;;
+esac
 
 # Reproducibility: every value the kernel would otherwise take from the build machine.
 export SOURCE_DATE_EPOCH=1767225600                         # 2026-01-01T00:00:00Z
@@ -29,6 +42,11 @@ export KBUILD_BUILD_HOST=berm
 export KBUILD_BUILD_VERSION=1
 export LC_ALL=C TZ=UTC
 recipe="tinyconfig+fragment+olddefconfig vmlinux; $SOURCE_DATE_EPOCH|$KBUILD_BUILD_TIMESTAMP|$KBUILD_BUILD_USER|$KBUILD_BUILD_HOST|$KBUILD_BUILD_VERSION; recipe 1"
+if [ "$arch" != x86_64 ]; then
+  # The cross compiler is an input too: name its Debian version in the content key.
+  cross="$(dpkg-query -W -f='${Version}' gcc-12-aarch64-linux-gnu 2>/dev/null || aarch64-linux-gnu-gcc -dumpfullversion)"
+  recipe="$arch ${make_args[*]} $target_file, gcc $cross; $recipe"
+fi
 
 # 1. The inputs must be exactly the pinned ones.
 installed="$(dpkg-query -W -f='${Version}' "$package" 2>/dev/null || true)"
@@ -44,10 +62,10 @@ actual_tarball="$(sha256_of "$tarball")"
 fragment_sha="$(sha256_of "$fragment")"
 if [ "$fragment_sha" != "$fragment_pin" ]; then
   if [ "${BERM_UPDATE_PINS:-0}" = 1 ]; then
-    toml_set $manifest config fragment_sha256 "\"$fragment_sha\""
+    toml_set $manifest $arch.config fragment_sha256 "\"$fragment_sha\""
   else
     die "$fragment has sha256 $fragment_sha but kernel/manifest.toml pins $fragment_pin.
-  After editing the fragment, run BERM_UPDATE_PINS=1 scripts/build-kernel.sh and commit the manifest."
+  After editing the fragment, run BERM_UPDATE_PINS=1 scripts/build-kernel.sh --arch $arch and commit the manifest."
   fi
 fi
 
@@ -55,10 +73,11 @@ key="$(printf '%s\n' "$tarball_sha" "$fragment_sha" "$recipe" | sha256sum | cut 
 out="$BERM_CACHE/kernel/$key"
 
 # 2. Build unless this exact content was built before.
-if [ -f "$out/vmlinux" ]; then
+if [ -f "$out/$target_file" ]; then
   note "cached: $out"
 else
   build="$BERM_CACHE/kernel/build"   # a fixed path, so nothing path-dependent can vary
+  [ "$arch" = x86_64 ] || build="$build-$arch"
   rm -rf "$build" "$out.tmp"
   mkdir -p "$build" "$out.tmp"
   note "extracting $tarball"
@@ -67,9 +86,9 @@ else
   started=$(date +%s)
   (
     cd "$src"
-    make -s tinyconfig
+    make -s "${make_args[@]}" tinyconfig
     cat "$root/$fragment" >>.config
-    make -s olddefconfig
+    make -s "${make_args[@]}" olddefconfig
   ) >"$out.tmp/build.log" 2>&1 || die "configuring the kernel failed, see $out.tmp/build.log"
 
   # olddefconfig drops options whose dependencies are missing without a word
@@ -86,13 +105,13 @@ else
   done <"$fragment"
   [ "$lost" = 0 ] || die "fragment lines did not survive olddefconfig (missing dependencies?); fix $fragment"
 
-  note "building vmlinux (about 190 s on 2 cores)"
-  (cd "$src" && make -j"$(nproc)" vmlinux) >>"$out.tmp/build.log" 2>&1 || die "kernel build failed, see $out.tmp/build.log"
+  note "building $arch $target_file (x86_64: about 190 s on 2 cores; aarch64 cross: longer)"
+  (cd "$src" && make -j"$(nproc)" "${make_args[@]}" "$target_file") >>"$out.tmp/build.log" 2>&1 || die "kernel build failed, see $out.tmp/build.log"
   seconds=$(( $(date +%s) - started ))
-  cp "$src/vmlinux" "$out.tmp/vmlinux"
+  cp "$src/$built_file" "$out.tmp/$target_file"
   cp "$src/.config" "$out.tmp/config"
   cat >"$out.tmp/inputs.json" <<JSON
-{"package":"$package","version":"$version","tarball_sha256":"$tarball_sha","fragment_sha256":"$fragment_sha","recipe":"$recipe","config_sha256":"$(sha256_of "$out.tmp/config")","vmlinux_sha256":"$(sha256_of "$out.tmp/vmlinux")","vmlinux_size":$(size_of "$out.tmp/vmlinux"),"build_seconds":$seconds,"nproc":$(nproc)}
+{"arch":"$arch","package":"$package","version":"$version","tarball_sha256":"$tarball_sha","fragment_sha256":"$fragment_sha","recipe":"$recipe","config_sha256":"$(sha256_of "$out.tmp/config")","image_sha256":"$(sha256_of "$out.tmp/$target_file")","image_size":$(size_of "$out.tmp/$target_file"),"build_seconds":$seconds,"nproc":$(nproc)}
 JSON
   rm -rf "$out"; mv "$out.tmp" "$out"; rm -rf "$build"
   note "built in ${seconds}s: $out"
@@ -100,31 +119,31 @@ fi
 
 # 3. Compare with the pins.
 config_sha="$(sha256_of "$out/config")"
-vmlinux_sha="$(sha256_of "$out/vmlinux")"
-vmlinux_size="$(size_of "$out/vmlinux")"
-pin_config="$(toml_get $manifest config config_sha256)"
-pin_sha="$(toml_get $manifest image sha256)"
-pin_size="$(toml_get $manifest image size)"
+vmlinux_sha="$(sha256_of "$out/$target_file")"
+vmlinux_size="$(size_of "$out/$target_file")"
+pin_config="$(toml_get $manifest $arch.config config_sha256)"
+pin_sha="$(toml_get $manifest $arch.image sha256)"
+pin_size="$(toml_get $manifest $arch.image size)"
 if [ "$config_sha" != "$pin_config" ] || [ "$vmlinux_sha" != "$pin_sha" ] || [ "$vmlinux_size" != "$pin_size" ]; then
   if [ "${BERM_UPDATE_PINS:-0}" = 1 ]; then
-    toml_set $manifest config config_sha256 "\"$config_sha\""
-    toml_set $manifest image sha256 "\"$vmlinux_sha\""
-    toml_set $manifest image size "$vmlinux_size"
+    toml_set $manifest $arch.config config_sha256 "\"$config_sha\""
+    toml_set $manifest $arch.image sha256 "\"$vmlinux_sha\""
+    toml_set $manifest $arch.image size "$vmlinux_size"
     note "updated kernel/manifest.toml; rebuild berm-vmm (it compiles the pins in) and commit"
   else
-    die "the rebuilt kernel does not match kernel/manifest.toml:
+    die "the rebuilt $arch kernel does not match kernel/manifest.toml:
   .config  $config_sha (pinned $pin_config)
-  vmlinux  $vmlinux_sha, $vmlinux_size bytes (pinned $pin_sha, $pin_size bytes)
+  $target_file  $vmlinux_sha, $vmlinux_size bytes (pinned $pin_sha, $pin_size bytes)
   If the change is intended (new fragment or Debian source), update the pins with
-  BERM_UPDATE_PINS=1 scripts/build-kernel.sh, then rebuild berm-vmm and commit the manifest.
+  BERM_UPDATE_PINS=1 scripts/build-kernel.sh --arch $arch, then rebuild berm-vmm and commit the manifest.
   If not, the build is not reproducible on this machine: compare $out/inputs.json."
   fi
 fi
 
 # 4. Install where berm-vmm looks for the pinned kernel.
 dest="$BERM_VM_ARTIFACTS/kernel/$vmlinux_sha"
-if [ ! -f "$dest/vmlinux" ] || [ "$(sha256_of "$dest/vmlinux")" != "$vmlinux_sha" ]; then
+if [ ! -f "$dest/$target_file" ] || [ "$(sha256_of "$dest/$target_file")" != "$vmlinux_sha" ]; then
   mkdir -p "$dest"
-  cp "$out/vmlinux" "$dest/vmlinux.tmp" && mv "$dest/vmlinux.tmp" "$dest/vmlinux"
+  cp "$out/$target_file" "$dest/$target_file.tmp" && mv "$dest/$target_file.tmp" "$dest/$target_file"
 fi
-note "kernel $vmlinux_sha ($vmlinux_size bytes) matches the pin: $dest/vmlinux"
+note "$arch kernel $vmlinux_sha ($vmlinux_size bytes) matches the pin: $dest/$target_file"

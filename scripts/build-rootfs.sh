@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
-# Builds berm's erofs rootfs reproducibly from rootfs/contents.txt, caches it by content,
-# compares it with rootfs/manifest.toml and, when it matches, installs it where berm-vmm
-# looks for it.
+# Builds berm's erofs rootfs for one guest architecture reproducibly from
+# rootfs/contents.txt, caches it by content, compares it with rootfs/manifest.toml and, when
+# it matches, installs it where berm-vmm looks for it.
 #
-#   scripts/build-rootfs.sh                    build (or reuse the cache), compare, install
-#   BERM_UPDATE_PINS=1 scripts/build-rootfs.sh  ... and write new pins into the manifest
+#   scripts/build-rootfs.sh [--arch ARCH]                    build (or reuse the cache), compare, install
+#   BERM_UPDATE_PINS=1 scripts/build-rootfs.sh [--arch ARCH]  ... and write new pins into the manifest
+#
+# ARCH is x86_64 (the default) or aarch64 (cross-built with Debian's gcc-aarch64-linux-gnu
+# as the linker; the digest of the app policy is printed by the aarch64 berm-init under
+# qemu-aarch64-static). Both build into target/rootfs, one subdirectory per target, so the
+# host-side build scripts and proc macros they share are built once.
 #
 # Cache: $BERM_CACHE/rootfs/<content key>/{rootfs.erofs,inputs.json,tree.txt}
 # Installed: $BERM_VM_ARTIFACTS/rootfs/<sha256>/rootfs.erofs
@@ -12,18 +17,30 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root="$PWD"
 . scripts/lib-pins.sh
+arch="$(parse_arch_arg "$@")"
 
 manifest=rootfs/manifest.toml
-target=x86_64-unknown-linux-musl
+target=$arch-unknown-linux-musl
 epoch="$(toml_get $manifest image epoch)"
 uuid="$(toml_get $manifest image uuid)"
 compression="$(toml_get $manifest image compression)"
 [ -n "$epoch" ] && [ -n "$uuid" ] && [ -n "$compression" ] || die "$manifest needs [image] epoch, uuid and compression"
-grep -qx 'CONFIG_EROFS_FS_ZIP=y' kernel/microvm.config || [ "$compression" = none ] \
-  || die "$manifest asks for $compression compression but the kernel fragment lacks CONFIG_EROFS_FS_ZIP=y"
+fragment="kernel/$(toml_get kernel/manifest.toml $arch.config fragment)"
+grep -qx 'CONFIG_EROFS_FS_ZIP=y' "$fragment" || [ "$compression" = none ] \
+  || die "$manifest asks for $compression compression but the kernel fragment $fragment lacks CONFIG_EROFS_FS_ZIP=y"
 command -v mkfs.erofs >/dev/null || die "mkfs.erofs is missing (apt-get install erofs-utils)"
 rustup target list --installed 2>/dev/null | grep -x $target >/dev/null || die "the Rust target $target is missing (rustup target add $target)"
-command -v musl-gcc >/dev/null || die "musl-gcc is missing (apt-get install musl-tools)"
+run_guest=()   # how the build host runs a binary built for the guest
+linker=""
+case "$arch" in
+  x86_64)
+    command -v musl-gcc >/dev/null || die "musl-gcc is missing (apt-get install musl-tools)" ;;
+  aarch64)
+    command -v qemu-aarch64-static >/dev/null || die "qemu-aarch64-static is missing (apt-get install qemu-user-static)"
+    cross_env aarch64
+    linker="linker $(dpkg-query -W -f='${Version}' gcc-12-aarch64-linux-gnu 2>/dev/null || aarch64-linux-gnu-gcc -dumpfullversion)"
+    run_guest=(qemu-aarch64-static) ;;
+esac
 
 # 1. Binaries: static musl, locked dependencies, no build-machine paths, no debug info.
 cargo_home="${CARGO_HOME:-$HOME/.cargo}"
@@ -51,13 +68,16 @@ bin_key="$( {
   sha256sum Cargo.lock Cargo.toml rootfs/contents.txt
   rustc -vV
   echo "$target $(echo "$RUSTFLAGS" | sed "s#$root#<checkout>#g; s#$cargo_home#<cargo-home>#g; s#$rustup_home#<rustup-home>#g")"
+  [ -z "$linker" ] || echo "$linker"
 } | sha256sum | cut -c1-32)"
 bin_dir="$BERM_CACHE/rootfs-bin/$bin_key"
 if [ -d "$bin_dir" ]; then
   note "binaries cached: $bin_dir"
 else
   note "building ${packages[*]} for $target (release, static; the first build takes a while)"
+  started=$(date +%s)
   cargo build --quiet --locked --release --target $target "${packages[@]}"
+  note "built the $target binaries in $(( $(date +%s) - started ))s"
   mkdir -p "$bin_dir.tmp"
   for binary in "${binaries[@]}"; do cp "$CARGO_TARGET_DIR/$target/release/$binary" "$bin_dir.tmp/"; done
   rm -rf "$bin_dir"; mv "$bin_dir.tmp" "$bin_dir"
@@ -110,23 +130,24 @@ sha="$(sha256_of "$out/rootfs.erofs")"
 size="$(size_of "$out/rootfs.erofs")"
 init_sha="$(sha256_of "$stage/sbin/berm-init")"
 bermd_sha="$(sha256_of "$stage/usr/bin/bermd")"
-# The static berm-init runs on the build host too: it prints the policy digest apps report.
-policy_sha="$("$stage/sbin/berm-init" policy-sha256)" || die "$stage/sbin/berm-init policy-sha256 failed"
-pin_sha="$(toml_get $manifest image sha256)"
-pin_size="$(toml_get $manifest image size)"
-pin_init="$(toml_get $manifest contents berm_init_sha256)"
-pin_bermd="$(toml_get $manifest contents bermd_sha256)"
-pin_policy="$(toml_get $manifest contents app_policy_sha256)"
+# The static berm-init runs on the build host too (an aarch64 one under qemu-aarch64-static):
+# it prints the policy digest apps report, which names this architecture's syscalls.
+policy_sha="$("${run_guest[@]}" "$stage/sbin/berm-init" policy-sha256)" || die "$stage/sbin/berm-init policy-sha256 failed"
+pin_sha="$(toml_get $manifest $arch.image sha256)"
+pin_size="$(toml_get $manifest $arch.image size)"
+pin_init="$(toml_get $manifest $arch.contents berm_init_sha256)"
+pin_bermd="$(toml_get $manifest $arch.contents bermd_sha256)"
+pin_policy="$(toml_get $manifest $arch.contents app_policy_sha256)"
 if [ "$sha" != "$pin_sha" ] || [ "$size" != "$pin_size" ] || [ "$init_sha" != "$pin_init" ] || [ "$bermd_sha" != "$pin_bermd" ] || [ "$policy_sha" != "$pin_policy" ]; then
   if [ "${BERM_UPDATE_PINS:-0}" = 1 ]; then
-    toml_set $manifest image sha256 "\"$sha\""
-    toml_set $manifest image size "$size"
-    toml_set $manifest contents berm_init_sha256 "\"$init_sha\""
-    toml_set $manifest contents bermd_sha256 "\"$bermd_sha\""
-    toml_set $manifest contents app_policy_sha256 "\"$policy_sha\""
+    toml_set $manifest $arch.image sha256 "\"$sha\""
+    toml_set $manifest $arch.image size "$size"
+    toml_set $manifest $arch.contents berm_init_sha256 "\"$init_sha\""
+    toml_set $manifest $arch.contents bermd_sha256 "\"$bermd_sha\""
+    toml_set $manifest $arch.contents app_policy_sha256 "\"$policy_sha\""
     note "updated rootfs/manifest.toml; the next cargo build compiles it into berm-vmm; commit it"
   else
-    die "the rebuilt rootfs does not match rootfs/manifest.toml:
+    die "the rebuilt $arch rootfs does not match rootfs/manifest.toml:
   rootfs.erofs     $sha, $size bytes (pinned $pin_sha, $pin_size bytes)
   /sbin/berm-init  $init_sha (pinned $pin_init)
   /usr/bin/bermd   $bermd_sha (pinned $pin_bermd)
@@ -134,7 +155,7 @@ if [ "$sha" != "$pin_sha" ] || [ "$size" != "$pin_size" ] || [ "$init_sha" != "$
   If the change is intended (init/, vm-protocol/, service/ or what bermd links, Cargo.lock,
   rootfs/contents.txt or the toolchain changed; moving code counts, see rootfs/README.md),
   re-pin with this one command and commit rootfs/manifest.toml:
-    BERM_UPDATE_PINS=1 scripts/build-rootfs.sh
+    BERM_UPDATE_PINS=1 scripts/build-rootfs.sh --arch $arch
   If not, compare $out/inputs.json and tree.txt."
   fi
 fi
@@ -145,4 +166,4 @@ if [ ! -f "$dest/rootfs.erofs" ] || [ "$(sha256_of "$dest/rootfs.erofs")" != "$s
   mkdir -p "$dest"
   cp "$out/rootfs.erofs" "$dest/rootfs.erofs.tmp" && mv "$dest/rootfs.erofs.tmp" "$dest/rootfs.erofs"
 fi
-note "rootfs $sha ($size bytes) matches the pin: $dest/rootfs.erofs"
+note "$arch rootfs $sha ($size bytes) matches the pin: $dest/rootfs.erofs"

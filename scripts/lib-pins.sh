@@ -38,3 +38,34 @@ toml_set() {
 
 sha256_of() { sha256sum "$1" | cut -d' ' -f1; }
 size_of() { stat -c %s "$1"; }
+
+# cross_env ARCH: exports what cargo needs to build static musl binaries for an ARCH guest
+# on this x86_64 host: for aarch64, Debian's cross gcc drives the link (Rust brings musl's
+# crt objects and libc itself) and compiles build scripts' C (wasmtime's helpers.c, which
+# needs only stdint.h and stdlib.h's NULL, taken from libc6-dev-arm64-cross). Nothing for
+# x86_64.
+cross_env() {
+  case "$1" in
+    aarch64)
+      command -v aarch64-linux-gnu-gcc >/dev/null || die "aarch64-linux-gnu-gcc is missing (apt-get install gcc-aarch64-linux-gnu libc6-dev-arm64-cross)"
+      export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_MUSL_LINKER=aarch64-linux-gnu-gcc
+      export CC_aarch64_unknown_linux_musl=aarch64-linux-gnu-gcc AR_aarch64_unknown_linux_musl=aarch64-linux-gnu-ar ;;
+  esac
+}
+
+# parse_arch_arg ARGS...: the guest architecture a build script was asked for, from
+# `--arch ARCH` (x86_64 or aarch64), else $BERM_ARCH, else x86_64.
+parse_arch_arg() {
+  local arch="${BERM_ARCH:-x86_64}"
+  while [ $# -gt 0 ]; do
+    case "$1" in
+      --arch) [ $# -ge 2 ] || die "--arch needs a value (x86_64 or aarch64)"; arch="$2"; shift 2 ;;
+      --arch=*) arch="${1#--arch=}"; shift ;;
+      *) die "unknown argument $1 (usage: $(basename "$0") [--arch x86_64|aarch64])" ;;
+    esac
+  done
+  case "$arch" in
+    x86_64|aarch64) echo "$arch" ;;
+    *) die "unknown guest architecture $arch (x86_64 or aarch64)" ;;
+  esac
+}

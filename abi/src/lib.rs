@@ -11,6 +11,7 @@
 #![forbid(unsafe_code)]
 
 pub mod frame;
+pub mod net;
 pub mod word;
 
 /// Version of the ABI a program was built against; a manifest with another
@@ -118,6 +119,9 @@ macro_rules! for_each_syscall {
             ("fs", "remove", fs_remove,
                 "frames [path]",
                 "0"),
+            ("http", "fetch", http_fetch,
+                "frames [method, url, headers, body]; headers is frames [name, value, name, value, ...]",
+                "the staged reply's length; the reply is frames [status (decimal text), headers (frames as in the request), body]"),
         }
     };
 }

@@ -31,11 +31,14 @@ pub enum ErrorCode {
     Fault = 7,
     /// The operation conflicts with what exists (e.g. a directory in the way).
     Conflict = 8,
+    /// The host gave up waiting (for `http.fetch`: the server did not answer
+    /// within the call's deadline or the request's time cap).
+    Timeout = 9,
 }
 
 impl ErrorCode {
     /// All codes, in numeric order.
-    pub const ALL: [ErrorCode; 8] = [
+    pub const ALL: [ErrorCode; 9] = [
         ErrorCode::Invalid,
         ErrorCode::NotFound,
         ErrorCode::Denied,
@@ -44,6 +47,7 @@ impl ErrorCode {
         ErrorCode::Depth,
         ErrorCode::Fault,
         ErrorCode::Conflict,
+        ErrorCode::Timeout,
     ];
 
     /// The code for a negative word, if it is one.
@@ -69,6 +73,7 @@ impl ErrorCode {
             ErrorCode::Depth => "depth",
             ErrorCode::Fault => "fault",
             ErrorCode::Conflict => "conflict",
+            ErrorCode::Timeout => "timeout",
         }
     }
 }

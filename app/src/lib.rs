@@ -290,7 +290,7 @@ pub enum AppError {
     },
     /// A grant is not one of berm's.
     #[error(
-        "{}: program `{program}`: unknown grant {grant:?}: use log, clock, random, kv or fs=DIR[:ro|:rw][:bytes=N][:entries=N]",
+        "{}: program `{program}`: unknown grant {grant:?}: use log, clock, random, kv, fs=DIR[:ro|:rw][:bytes=N][:entries=N], net=HOST[:PORT] or secret:NAME=HOST[:PORT]",
         file.display()
     )]
     UnknownGrant {
@@ -300,6 +300,17 @@ pub enum AppError {
         program: String,
         /// The grant.
         grant: String,
+    },
+    /// A `net=` or `secret:` grant that does not parse.
+    #[error("{}: program `{program}`: {problem}", file.display())]
+    NetGrant {
+        /// The manifest.
+        file: PathBuf,
+        /// The program.
+        program: String,
+        /// The grant, quoted, and what is wrong with it (one string, so
+        /// that the error stays small).
+        problem: String,
     },
     /// An `fs` grant's directory is not a plain relative path.
     #[error(
@@ -659,6 +670,15 @@ fn check_grants(file: &Path, program: &str, grants: &[String]) -> Result<(), App
     for grant in grants {
         match grant.as_str() {
             "log" | "clock" | "random" | "kv" => {}
+            other if other.starts_with("net=") || other.starts_with("secret:") => {
+                if let Some(problem) = net_grant_problem(other) {
+                    return Err(AppError::NetGrant {
+                        file: file.to_path_buf(),
+                        program: program.to_string(),
+                        problem: format!("grant {grant:?}: {problem}"),
+                    });
+                }
+            }
             other => {
                 let Some(value) = other.strip_prefix("fs=") else {
                     return Err(AppError::UnknownGrant {
@@ -687,6 +707,29 @@ fn check_grants(file: &Path, program: &str, grants: &[String]) -> Result<(), App
         }
     }
     Ok(())
+}
+
+/// What is wrong with a `net=HOST[:PORT]` or `secret:NAME=HOST[:PORT]`
+/// grant, if anything: the one rule of `berm_abi::net`.
+fn net_grant_problem(grant: &str) -> Option<String> {
+    let rule = match grant.strip_prefix("net=") {
+        Some(rule) => rule,
+        None => {
+            let binding = grant.strip_prefix("secret:").unwrap_or(grant);
+            match binding.split_once('=') {
+                Some((name, rule)) if berm_abi::net::is_valid_secret_name(name) => rule,
+                _ => {
+                    return Some(
+                        "write secret:NAME=HOST[:PORT], NAME being 1 to 64 of A-Z, a-z, 0-9, `_`, `-`"
+                            .into(),
+                    );
+                }
+            }
+        }
+    };
+    rule.parse::<berm_abi::net::NetRule>()
+        .err()
+        .map(|e| e.to_string())
 }
 
 /// The absolute path of a program's wasm file, once it is known to be a

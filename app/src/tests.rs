@@ -319,8 +319,24 @@ fn refuses_unknown_grants() {
             &with_grants(&format!("[{grant:?}]")),
             &[
                 &format!("program `p`: unknown grant {grant:?}"),
-                "use log, clock, random, kv or fs=DIR[:ro|:rw][:bytes=N][:entries=N]",
+                "use log, clock, random, kv, fs=DIR[:ro|:rw][:bytes=N][:entries=N], net=HOST[:PORT] or secret:NAME=HOST[:PORT]",
             ],
+        );
+    }
+}
+
+#[test]
+fn net_and_secret_grants_follow_the_one_rule() {
+    for (grant, problem) in [
+        ("net=", "the host is empty"),
+        ("net=127.0.0.1", "needs its port too"),
+        ("net=*.com", "top-level"),
+        ("secret:a b=x.com", "write secret:NAME=HOST[:PORT]"),
+        ("secret:tok=10.0.0.1", "needs its port too"),
+    ] {
+        assert_has(
+            &with_grants(&format!("[{grant:?}]")),
+            &[&format!("program `p`: grant {grant:?}"), problem],
         );
     }
 }
@@ -452,7 +468,7 @@ fn the_shipped_examples_and_the_documented_one_load() {
         assert_eq!(app.name, name);
         checked += 1;
     }
-    assert_eq!(checked, 5);
+    assert_eq!(checked, 7);
 
     let doc = fs::read_to_string(root.join("docs/apps.md")).unwrap();
     let start = doc.find("cat > /tmp/journal/berm.toml <<'EOF'\n").unwrap();

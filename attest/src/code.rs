@@ -28,23 +28,37 @@ const MAX_DEPTH: usize = 8;
 /// A wasm file larger than this is not read (berm refuses to deploy it anyway).
 const MAX_WASM: u64 = 256 << 20;
 
-/// The engine this berm compiles guest code with, and what it calls itself in a record.
-pub fn engine() -> Result<&'static (berm::Engine, CodeEngine), String> {
-    static ENGINE: OnceLock<Result<(berm::Engine, CodeEngine), String>> = OnceLock::new();
-    ENGINE
-        .get_or_init(|| {
-            // compile_only, exactly as berm-vmm builds it: the code is the same either way
-            // (tests/code.rs), and no threads are started for a verifier.
-            let engine =
-                berm::Engine::compile_only(&berm::EngineConfig::vm()).map_err(|e| e.to_string())?;
-            let identity = CodeEngine {
-                fingerprint: engine.fingerprint().to_owned(),
-                target: berm::PORTABLE_TARGET.to_owned(),
-            };
-            Ok((engine, identity))
-        })
-        .as_ref()
-        .map_err(Clone::clone)
+/// The engine this berm compiles code for a guest of architecture `arch` with (berm-vmm
+/// uses the same one), and what it calls itself in a record.
+pub fn engine(arch: berm::GuestArch) -> Result<&'static (berm::Engine, CodeEngine), String> {
+    type Built = OnceLock<Result<(berm::Engine, CodeEngine), String>>;
+    static ENGINES: [Built; berm::GuestArch::ALL.len()] = [const { OnceLock::new() }; 2];
+    let slot = berm::GuestArch::ALL
+        .iter()
+        .position(|a| *a == arch)
+        .and_then(|i| ENGINES.get(i))
+        .ok_or_else(|| format!("no engine slot for {arch}"))?;
+    slot.get_or_init(|| {
+        // compile_only: the code is the same as a threaded engine's (tests/code.rs), and
+        // berm-vmm, which confines itself later with a seccomp filter that needs one
+        // thread, starts none; neither does a verifier.
+        let engine = berm::Engine::compile_only(&berm::EngineConfig::vm_for(arch))
+            .map_err(|e| e.to_string())?;
+        let identity = CodeEngine {
+            fingerprint: engine.fingerprint().to_owned(),
+            target: arch.portable_target().to_owned(),
+        };
+        Ok((engine, identity))
+    })
+    .as_ref()
+    .map_err(Clone::clone)
+}
+
+/// The guest architecture whose code targets `target` (a record's `code_engine.target`).
+pub fn arch_of_target(target: &str) -> Option<berm::GuestArch> {
+    berm::GuestArch::ALL
+        .into_iter()
+        .find(|arch| arch.portable_target() == target)
 }
 
 /// Why a programs directory could not be read.
@@ -104,8 +118,16 @@ impl Programs {
     /// cache, or compiled now. `Err(Unverified)` when it cannot be re-derived here,
     /// `Err(Failed)` when the program does not compile.
     fn code_sha256(&self, program_sha256: &str, engine: &CodeEngine) -> Result<String, Derive> {
-        let (ours, identity) = self::engine().map_err(|e| {
-            Derive::Unverified(format!("this berm cannot build its guest engine: {e}"))
+        let arch = arch_of_target(&engine.target).ok_or_else(|| {
+            Derive::Unverified(format!(
+                "the record's code is for target {}, which this berm does not compile for",
+                engine.target
+            ))
+        })?;
+        let (ours, identity) = self::engine(arch).map_err(|e| {
+            Derive::Unverified(format!(
+                "this berm cannot build its {arch} guest engine: {e}"
+            ))
         })?;
         if identity != engine {
             return Err(Derive::Unverified(format!(

@@ -25,12 +25,12 @@ mod record;
 mod verify;
 
 pub use canonical::{canonical_json, record_sha256};
-pub use code::{Programs, ProgramsError};
+pub use code::{Programs, ProgramsError, arch_of_target, engine as code_engine};
 pub use record::{
     App, BuildError, CodeEngine, Enforcement, Exit, FORMAT, Guest, GuestEvent, HostSandbox,
     Hypervisor, Kernel, MeasuredCode, MeasuredImage, MeasuredProgram, ReadyProgram, Record, Rootfs,
     State, TestProbe,
 };
 pub use verify::{
-    Code, Options, Pins, PinsError, Problem, Verdict, is_expectation, verify, verify_with,
+    ArchPins, Code, Options, Pins, PinsError, Problem, Verdict, is_expectation, verify, verify_with,
 };

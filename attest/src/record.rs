@@ -60,7 +60,11 @@ pub struct Record {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Kernel {
-    /// sha256 of the vmlinux.
+    /// The guest architecture the kernel is for (`x86_64`, `aarch64`): which pins apply.
+    /// Records from before berm built more than one name none, and were x86_64.
+    #[serde(default = "berm_vm_protocol::host::default_arch")]
+    pub arch: String,
+    /// sha256 of the kernel file.
     pub sha256: String,
     /// Its size.
     pub size: u64,
@@ -451,6 +455,7 @@ impl Record {
             format: FORMAT.into(),
             run_dir: run_dir.display().to_string(),
             kernel: Kernel {
+                arch: m.kernel.arch,
                 sha256: m.kernel.sha256,
                 size: m.kernel.size,
                 pinned: m.kernel.pinned,

@@ -231,9 +231,17 @@ impl Verdict {
     }
 }
 
-/// The pins a record is verified against.
+/// The pins a record is verified against: one kernel and rootfs per guest architecture; a
+/// record is checked against those of the architecture it names (`kernel.arch`).
 #[derive(Clone, Debug)]
 pub struct Pins {
+    /// By architecture name (`x86_64`, `aarch64`).
+    pub by_arch: BTreeMap<String, ArchPins>,
+}
+
+/// One architecture's pins.
+#[derive(Clone, Debug)]
+pub struct ArchPins {
     /// The kernel's.
     pub kernel: KernelPins,
     /// The rootfs's.
@@ -260,10 +268,7 @@ pub enum PinsError {
 impl Pins {
     /// The pins compiled into this binary (the same crate berm-vmm compiles in).
     pub fn compiled_in() -> Result<Self, PinsError> {
-        Ok(Self {
-            kernel: KernelPins::compiled_in()?,
-            rootfs: RootfsPins::compiled_in()?,
-        })
+        Self::parse(berm_pins::KERNEL_MANIFEST, berm_pins::ROOTFS_MANIFEST)
     }
 
     /// The pins in `dir/kernel/manifest.toml` and `dir/rootfs/manifest.toml` (a checkout of
@@ -273,10 +278,28 @@ impl Pins {
             let path = dir.join(relative);
             std::fs::read_to_string(&path).map_err(|source| PinsError::Read { path, source })
         };
-        Ok(Self {
-            kernel: KernelPins::parse(&read("kernel/manifest.toml")?)?,
-            rootfs: RootfsPins::parse(&read("rootfs/manifest.toml")?)?,
-        })
+        Self::parse(
+            &read("kernel/manifest.toml")?,
+            &read("rootfs/manifest.toml")?,
+        )
+    }
+
+    /// Every architecture berm builds, each of which the manifests must pin.
+    fn parse(kernel: &str, rootfs: &str) -> Result<Self, PinsError> {
+        let mut by_arch = BTreeMap::new();
+        for arch in berm_pins::ARCHES {
+            let pins = ArchPins {
+                kernel: KernelPins::parse_for(kernel, arch)?,
+                rootfs: RootfsPins::parse_for(rootfs, arch)?,
+            };
+            by_arch.insert(arch.to_owned(), pins);
+        }
+        Ok(Self { by_arch })
+    }
+
+    /// The pins of the host's own architecture.
+    pub fn host(&self) -> Option<&ArchPins> {
+        self.by_arch.get(berm_pins::HOST_ARCH)
     }
 }
 
@@ -422,6 +445,16 @@ fn check(value: &Value, pins: &Pins, p: &mut Problems) -> Option<Record> {
             "the command line sets BERM_PROBE: a test boot",
         );
     }
+    let Some(pins) = pins.by_arch.get(&record.kernel.arch) else {
+        p.add(
+            Code::KernelUnpinned,
+            format!(
+                "the record is of an {:?} guest, for which these pins pin no kernel or rootfs",
+                record.kernel.arch
+            ),
+        );
+        return Some(record);
+    };
     check_artifacts(&record, pins, p);
     check_host_sandbox(&record, p);
     check_guest(&record, pins, p);
@@ -524,7 +557,7 @@ fn check_image(
     }
 }
 
-fn check_artifacts(r: &Record, pins: &Pins, p: &mut Problems) {
+fn check_artifacts(r: &Record, pins: &ArchPins, p: &mut Problems) {
     let kernel = (r.kernel.sha256.as_str(), r.kernel.size);
     check_image(
         p,
@@ -595,7 +628,7 @@ struct AppReports<'a> {
     refused: Vec<&'a GuestEvent>,
 }
 
-fn check_guest(r: &Record, pins: &Pins, p: &mut Problems) {
+fn check_guest(r: &Record, pins: &ArchPins, p: &mut Problems) {
     let events = &r.guest.events;
     if !events
         .iter()
@@ -677,7 +710,7 @@ fn check_app(
     label: &str,
     app: &crate::record::App,
     reports: &AppReports<'_>,
-    pins: &Pins,
+    pins: &ArchPins,
     p: &mut Problems,
 ) {
     for refused in &reports.refused {

@@ -69,11 +69,11 @@ fn lines_with(wasm_sha: &str, code_sha: &str, engine: Value) -> Vec<Value> {
         vmm(
             "measurements",
             json!({
-                "kernel": {"sha256": pins.kernel.image.sha256.as_str(), "size": pins.kernel.image.size, "pinned": true,
-                           "path": "/cache/vmlinux", "linux": pins.kernel.linux,
-                           "config_sha256": pins.kernel.config_sha256.as_str(),
-                           "cmdline": format!("{} BERM_HYPERVISOR=qemu BERM_APPS=1", pins.kernel.cmdline), "hash_ms": 9},
-                "rootfs": {"sha256": pins.rootfs.image.sha256.as_str(), "size": pins.rootfs.image.size, "pinned": true,
+                "kernel": {"sha256": pins.host().unwrap().kernel.image.sha256.as_str(), "size": pins.host().unwrap().kernel.image.size, "pinned": true,
+                           "path": "/cache/vmlinux", "linux": pins.host().unwrap().kernel.linux,
+                           "config_sha256": pins.host().unwrap().kernel.config_sha256.as_str(),
+                           "cmdline": format!("{} BERM_HYPERVISOR=qemu BERM_APPS=1", pins.host().unwrap().kernel.cmdline), "hash_ms": 9},
+                "rootfs": {"sha256": pins.host().unwrap().rootfs.image.sha256.as_str(), "size": pins.host().unwrap().rootfs.image.size, "pinned": true,
                            "path": "/cache/rootfs.erofs", "fstype": "erofs", "read_only": true, "hash_ms": 1},
                 "state": {"path": "/s.img", "size_bytes": 268435456u64, "created": true,
                           "formatted": true, "restored_bytes": 0,
@@ -110,7 +110,7 @@ fn lines_with(wasm_sha: &str, code_sha: &str, engine: Value) -> Vec<Value> {
                    "cgroup": "/berm/apps/notes",
                    "limits": {"cpu_max": "max 100000", "memory_max": "134217728", "memory_swap_max": "0", "pids_max": "64"},
                    "enforcement": {"no_new_privs": true, "landlock_abi": 6, "landlock": "fully_enforced",
-                                   "seccomp": "allow_list", "policy_sha256": pins.rootfs.app_policy_sha256.as_str()}}),
+                                   "seccomp": "allow_list", "policy_sha256": pins.host().unwrap().rootfs.app_policy_sha256.as_str()}}),
         ),
         guest(
             "app_ready",
@@ -251,8 +251,11 @@ fn corpus() -> Vec<Case> {
     add(
         "the pinned TCG words twice, the second time where guest settings go",
         &|r| {
-            let tcg = &pins().kernel.tcg_cmdline;
-            let cmdline = format!("{} {tcg} {tcg} BERM_APPS=1", pins().kernel.cmdline);
+            let tcg = pins().host().unwrap().kernel.tcg_cmdline.clone();
+            let cmdline = format!(
+                "{} {tcg} {tcg} BERM_APPS=1",
+                pins().host().unwrap().kernel.cmdline
+            );
             r["kernel"]["cmdline"] = cmdline.into();
         },
         Code::CmdlineMismatch,
@@ -659,13 +662,14 @@ fn the_honest_record_verifies() {
 fn the_pinned_tcg_words_after_the_pinned_cmdline_verify() {
     let pins = pins();
     assert!(
-        !pins.kernel.tcg_cmdline.is_empty(),
+        !pins.host().unwrap().kernel.tcg_cmdline.is_empty(),
         "kernel/manifest.toml pins TCG words"
     );
     let mut record = honest();
     record["kernel"]["cmdline"] = format!(
         "{} {} BERM_HYPERVISOR=qemu BERM_APPS=1",
-        pins.kernel.cmdline, pins.kernel.tcg_cmdline
+        pins.host().unwrap().kernel.cmdline,
+        pins.host().unwrap().kernel.tcg_cmdline
     )
     .into();
     let record = reseal(record);
@@ -843,9 +847,9 @@ fn other_pins_refuse_an_honest_record() {
     ] {
         std::fs::create_dir_all(dir.path().join(manifest)).unwrap();
         let pinned = if manifest == "kernel" {
-            pins().kernel.image.sha256.to_string()
+            pins().host().unwrap().kernel.image.sha256.to_string()
         } else {
-            pins().rootfs.image.sha256.to_string()
+            pins().host().unwrap().rootfs.image.sha256.to_string()
         };
         std::fs::write(
             dir.path().join(manifest).join("manifest.toml"),

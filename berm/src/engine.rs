@@ -61,49 +61,117 @@ mod millis {
 ///
 /// Compiled code is only ever loaded by an engine with the same target and
 /// flags (the fingerprint in the code's file name covers both), so a host
-/// that compiles for the microVM must use [`EngineConfig::vm`], exactly as
-/// the guest's bermd does.
+/// that compiles for the microVM must use [`EngineConfig::vm_for`] with the
+/// guest's architecture, exactly as the guest's bermd does.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum CpuProfile {
     /// This machine's target and every feature its CPU has (the fastest
     /// code, usable only here).
     #[default]
     Native,
-    /// The guest bermd's target — [`PORTABLE_TARGET`], a static musl binary
-    /// — and a fixed baseline instruction set ([`PORTABLE_FLAGS`]) instead
-    /// of the features detected here, so code compiled on one machine runs
-    /// on any CPU that has the baseline.
+    /// A guest bermd's target — [`GuestArch::portable_target`], a static
+    /// musl binary — and a fixed baseline instruction set
+    /// ([`GuestArch::portable_flags`]) instead of the features detected
+    /// here, so code compiled on one machine runs on any CPU of that
+    /// architecture that has the baseline. The architecture need not be this
+    /// machine's: an x86_64 host compiles for an aarch64 guest.
     ///
     /// An engine with this profile in a program that is not itself built for
     /// that target (e.g. a glibc host) can precompile code but not run it:
     /// Wasmtime refuses with "target … does not match the host".
-    Portable,
+    Portable(GuestArch),
 }
 
-/// The target triple of [`CpuProfile::Portable`].
-#[cfg(target_arch = "x86_64")]
-pub const PORTABLE_TARGET: &str = "x86_64-unknown-linux-musl";
-/// The target triple of [`CpuProfile::Portable`].
-#[cfg(target_arch = "aarch64")]
-pub const PORTABLE_TARGET: &str = "aarch64-unknown-linux-musl";
+/// The processor architecture of a microVM guest: which kernel, rootfs and
+/// compiled code it boots with. berm pins one kernel and rootfs per
+/// architecture, and compiles each program for the guest it is shipped to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum GuestArch {
+    /// x86-64 (KVM, or QEMU's emulation elsewhere).
+    X86_64,
+    /// AArch64 (Apple's Hypervisor framework, KVM on arm64, or QEMU's
+    /// emulation elsewhere).
+    Aarch64,
+}
 
-/// The Cranelift ISA flags [`CpuProfile::Portable`] enables: x86-64-v2
-/// (SSE3, SSSE3, SSE4.1, SSE4.2, POPCNT, CMPXCHG16B), which every x86-64 CPU
-/// of the last fifteen years and every common hypervisor's default model
-/// has.
-#[cfg(target_arch = "x86_64")]
-pub const PORTABLE_FLAGS: &[&str] = &[
-    "has_sse3",
-    "has_ssse3",
-    "has_sse41",
-    "has_sse42",
-    "has_popcnt",
-    "has_cmpxchg16b",
-];
-/// The Cranelift ISA flags [`CpuProfile::Portable`] enables: none beyond
-/// armv8.0, which every aarch64 CPU has.
-#[cfg(target_arch = "aarch64")]
-pub const PORTABLE_FLAGS: &[&str] = &[];
+impl GuestArch {
+    /// Every architecture berm builds a guest for.
+    pub const ALL: [GuestArch; 2] = [GuestArch::X86_64, GuestArch::Aarch64];
+
+    /// The architecture this program was built for: the guest a host boots
+    /// unless told otherwise (hardware virtualization runs only its own).
+    #[cfg(target_arch = "x86_64")]
+    pub const HOST: GuestArch = GuestArch::X86_64;
+    /// The architecture this program was built for: the guest a host boots
+    /// unless told otherwise (hardware virtualization runs only its own).
+    #[cfg(target_arch = "aarch64")]
+    pub const HOST: GuestArch = GuestArch::Aarch64;
+
+    /// The name the pins, the command line and attestation records use
+    /// (`x86_64`, `aarch64`; Rust's `target_arch`).
+    pub const fn name(self) -> &'static str {
+        match self {
+            GuestArch::X86_64 => "x86_64",
+            GuestArch::Aarch64 => "aarch64",
+        }
+    }
+
+    /// The target triple the guest's bermd is built for, which code for it
+    /// is compiled for.
+    pub const fn portable_target(self) -> &'static str {
+        match self {
+            GuestArch::X86_64 => "x86_64-unknown-linux-musl",
+            GuestArch::Aarch64 => "aarch64-unknown-linux-musl",
+        }
+    }
+
+    /// The Cranelift ISA flags code for this guest may use. x86_64:
+    /// x86-64-v2 (SSE3, SSSE3, SSE4.1, SSE4.2, POPCNT, CMPXCHG16B), which
+    /// every x86-64 CPU of the last fifteen years and every common
+    /// hypervisor's default model has. aarch64: none beyond armv8.0, which
+    /// every aarch64 CPU has (Apple's M-series and QEMU's `cortex-a72` alike).
+    pub const fn portable_flags(self) -> &'static [&'static str] {
+        match self {
+            GuestArch::X86_64 => &[
+                "has_sse3",
+                "has_ssse3",
+                "has_sse41",
+                "has_sse42",
+                "has_popcnt",
+                "has_cmpxchg16b",
+            ],
+            GuestArch::Aarch64 => &[],
+        }
+    }
+}
+
+impl std::fmt::Display for GuestArch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A guest architecture name that is not one berm builds for.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("unknown guest architecture {0:?}: berm builds guests for x86_64 and aarch64")]
+pub struct UnknownArch(pub String);
+
+impl std::str::FromStr for GuestArch {
+    type Err = UnknownArch;
+
+    fn from_str(name: &str) -> Result<Self, Self::Err> {
+        GuestArch::ALL
+            .into_iter()
+            .find(|arch| arch.name() == name)
+            .ok_or_else(|| UnknownArch(name.to_owned()))
+    }
+}
+
+/// The target triple of this build's own guest ([`GuestArch::HOST`]).
+pub const PORTABLE_TARGET: &str = GuestArch::HOST.portable_target();
+
+/// The Cranelift ISA flags of this build's own guest ([`GuestArch::HOST`]).
+pub const PORTABLE_FLAGS: &[&str] = GuestArch::HOST.portable_flags();
 
 /// How the engine is built. The defaults suit a host serving a few hundred
 /// concurrent calls; every field can be raised.
@@ -126,12 +194,20 @@ pub struct EngineConfig {
 }
 
 impl EngineConfig {
-    /// The one configuration of the microVM: berm-vmm precompiles with it on
-    /// the host and the guest's bermd loads code with it, so their
-    /// fingerprints agree. [`CpuProfile::Portable`] and the defaults.
+    /// The one configuration of a microVM of this build's own architecture:
+    /// the guest's bermd loads code with it. [`EngineConfig::vm_for`] of
+    /// [`GuestArch::HOST`].
     pub fn vm() -> EngineConfig {
+        Self::vm_for(GuestArch::HOST)
+    }
+
+    /// The one configuration of a microVM of architecture `arch`: berm-vmm
+    /// precompiles with it on the host (whatever the host's architecture)
+    /// and that guest's bermd loads code with it, so their fingerprints
+    /// agree. [`CpuProfile::Portable`] and the defaults.
+    pub fn vm_for(arch: GuestArch) -> EngineConfig {
         EngineConfig {
-            cpu: CpuProfile::Portable,
+            cpu: CpuProfile::Portable(arch),
             ..EngineConfig::default()
         }
     }
@@ -246,10 +322,14 @@ impl Engine {
         if !ticker {
             wasm.parallel_compilation(false);
         }
-        if config.cpu == CpuProfile::Portable {
-            wasm.target(PORTABLE_TARGET)
-                .map_err(|e| EngineError::Configure(format!("target {PORTABLE_TARGET}: {e:#}")))?;
-            crate::sys::enable_isa_flags(&mut wasm, PORTABLE_FLAGS);
+        if let CpuProfile::Portable(arch) = config.cpu {
+            let target = arch.portable_target();
+            // Another architecture's Cranelift backend is compiled in only where a crate asks
+            // for it (berm-vmm does, for aarch64 guests on x86_64 hosts); without it Wasmtime
+            // says "support for architecture disabled at compile time".
+            wasm.target(target)
+                .map_err(|e| EngineError::Configure(format!("target {target}: {e:#}")))?;
+            crate::sys::enable_isa_flags(&mut wasm, arch.portable_flags());
         }
         let wasmtime =
             wasmtime::Engine::new(&wasm).map_err(|e| EngineError::Configure(format!("{e:#}")))?;

@@ -44,8 +44,8 @@ pub use berm_abi as abi;
 pub use berm_manifest::{self as manifest, Digest, DigestParseError, Manifest, ManifestError};
 pub use call::{Berm, CallOptions, CodeDirs};
 pub use engine::{
-    CpuProfile, Engine, EngineConfig, EngineError, Limits, PORTABLE_FLAGS, PORTABLE_TARGET,
-    Precompiled,
+    CpuProfile, Engine, EngineConfig, EngineError, GuestArch, Limits, PORTABLE_FLAGS,
+    PORTABLE_TARGET, Precompiled, UnknownArch,
 };
 pub use error::{DeployError, Error, Failure};
 pub use program::{CompileSource, DeployOptions, Deployed, Grants, ProgramInfo};

@@ -32,7 +32,7 @@ pub(crate) fn enable_isa_flags(config: &mut wasmtime::Config, flags: &[&str]) {
         // SAFETY: Wasmtime marks this unsafe because a flag the CPU running
         // the code lacks would make it execute unsupported instructions. The
         // flags passed are the fixed baseline of `CpuProfile::Portable`
-        // (x86-64-v2), and Wasmtime itself checks, before running any code
+        // (x86-64-v2, or none beyond armv8.0), and Wasmtime itself checks, before running any code
         // from such an engine, that the host CPU has every enabled flag
         // (`check_compatible_with_native_host`), refusing instead. An unknown
         // flag name fails `Engine::new`, it is not ignored.

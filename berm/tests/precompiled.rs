@@ -69,7 +69,7 @@ async fn native_precompiled_code_is_used_and_nothing_is_compiled() {
 #[test]
 fn portable_code_is_not_picked_up_by_a_native_engine() {
     let wasm = app("echo");
-    let portable = engine(CpuProfile::Portable);
+    let portable = engine(CpuProfile::Portable(berm::GuestArch::HOST));
     let native = engine(CpuProfile::Native);
     assert_ne!(portable.fingerprint(), native.fingerprint());
     // The VM's configuration is the portable one: berm-vmm and the guest
@@ -77,7 +77,7 @@ fn portable_code_is_not_picked_up_by_a_native_engine() {
     assert_eq!(
         Engine::new(&EngineConfig::vm()).unwrap().fingerprint(),
         Engine::new(&EngineConfig {
-            cpu: CpuProfile::Portable,
+            cpu: CpuProfile::Portable(berm::GuestArch::HOST),
             ..EngineConfig::default()
         })
         .unwrap()
@@ -132,7 +132,10 @@ fn precompile_refuses_what_deploy_refuses_with_the_same_error() {
         r#"(memory (export "memory") 1)
            (func (export "berm_tool_a") (i64.const 1))"#,
     );
-    for cpu in [CpuProfile::Native, CpuProfile::Portable] {
+    for cpu in [
+        CpuProfile::Native,
+        CpuProfile::Portable(berm::GuestArch::HOST),
+    ] {
         let engine = engine(cpu);
         let berm = Berm::new(&common::engine(), call::DEFAULT_CALL_DEPTH, vec![]);
         for (wasm, expected) in [
@@ -159,7 +162,7 @@ fn portable_code_cannot_run_on_a_host_of_another_target() {
     if cfg!(target_env = "musl") {
         return; // this host *is* the portable target
     }
-    let engine = engine(CpuProfile::Portable);
+    let engine = engine(CpuProfile::Portable(berm::GuestArch::HOST));
     let berm = Berm::new(&engine, call::DEFAULT_CALL_DEPTH, vec![]);
     let message = berm.deploy("echo", &app("echo")).unwrap_err().to_string();
     assert!(message.contains("does not match the host"), "{message}");

@@ -12,6 +12,7 @@ pub mod ls;
 pub mod mcp;
 pub mod new;
 pub mod rm;
+pub mod secret;
 pub mod vm;
 
 use std::path::Path;

@@ -50,6 +50,9 @@ enum Command {
     Ls(commands::ls::Args),
     /// Remove a deployed program (its state stays).
     Rm(commands::rm::Args),
+    /// A program's secrets: `berm secret set|ls|rm` (values never printed).
+    #[command(subcommand)]
+    Secret(commands::secret::Command),
     /// Call a tool: PROGRAM_TOOL (as MCP clients see it) with a JSON arguments object (or - for stdin).
     Call(commands::call::Args),
     /// Show what an image file or a deployed program claims and reaches.
@@ -107,6 +110,7 @@ fn main() -> ExitCode {
             Command::Deploy(args) => commands::deploy::run(&home, args).await,
             Command::Ls(args) => commands::ls::run(&home, args).await,
             Command::Rm(args) => commands::rm::run(&home, args).await,
+            Command::Secret(command) => commands::secret::run(&home, command).await,
             Command::Call(args) => commands::call::run(&home, args).await,
             Command::Inspect(args) => commands::inspect::run(&home, args).await,
             Command::New(args) => commands::new::run(args),

@@ -23,6 +23,11 @@ struct Bermd {
 
 impl Bermd {
     fn start() -> Bermd {
+        Bermd::start_with(&[], Stdio::null())
+    }
+
+    /// bermd with `args`, its log going to `log`.
+    fn start_with(args: &[&str], log: impl Into<Stdio>) -> Bermd {
         let dir = tempfile::tempdir().unwrap();
         let home = dir.path().join("home");
         // The bermd binary belongs to berm-service; `cargo test --workspace`
@@ -34,10 +39,11 @@ impl Bermd {
             bermd.display()
         );
         let child = Command::new(bermd)
+            .args(args)
             .env("BERM_HOME", &home)
-            .env("BERM_LOG", "warn")
+            .env("BERM_LOG", "debug,rmcp=warn,hyper=warn,rustls=warn")
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(log)
             .spawn()
             .unwrap();
         let deadline = Instant::now() + Duration::from_secs(60);
@@ -146,10 +152,10 @@ fn deploy_ls_call_inspect_rm_with_their_exit_codes() {
         "bad",
         wasm("echo").to_str().unwrap(),
         "--grant",
-        "net",
+        "web",
     ]);
     assert_eq!(out.status.code(), Some(2));
-    assert!(text(&out.stderr).contains("unknown grant `net`"));
+    assert!(text(&out.stderr).contains("unknown grant `web`"));
     let out = bermd.berm(&["deploy", "..", wasm("echo").to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2));
     let stderr = text(&out.stderr);
@@ -398,6 +404,182 @@ fn deploy_app_deploys_every_program_of_a_folder_or_none() {
     ]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert!(bermd.home.join("data/files/a.txt").exists());
+}
+
+/// The issue's acceptance: `berm deploy fetch … --grant net=127.0.0.1:PORT`,
+/// then `fetch_get` returns the page; any other port is refused before a
+/// connection is made. HTTPS works with the test's CA named by --extra-ca.
+#[test]
+fn fetch_get_reaches_the_granted_port_and_nothing_else() {
+    use berm_egress::testing::{Reply, TestCa, TestServer};
+    let ca = TestCa::new();
+    let dir = tempfile::tempdir().unwrap();
+    let ca_file = dir.path().join("ca.pem");
+    ca.write_ca(&ca_file);
+    let page = TestServer::http(|seen| Reply::ok(format!("the page at {}", seen.path)));
+    let secure = TestServer::https(&ca, |_| Reply::ok("a verified page"));
+    let other = TestServer::http(|_| Reply::ok("must not be reached"));
+    let bermd = Bermd::start_with(&["--extra-ca", ca_file.to_str().unwrap()], Stdio::null());
+    let (net, net_tls) = (
+        format!("net=127.0.0.1:{}", page.port()),
+        format!("net=127.0.0.1:{}", secure.port()),
+    );
+    let out = bermd.berm(&[
+        "deploy",
+        "fetch",
+        wasm("fetch").to_str().unwrap(),
+        "--grant",
+        &net,
+        "--grant",
+        &net_tls,
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let get = |url: String| bermd.berm(&["call", "fetch_get", &format!(r#"{{"url":"{url}"}}"#)]);
+    let out = get(format!("{}/hello", page.origin(false)));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let answer: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        answer,
+        serde_json::json!({"status": 200, "body": "the page at /hello"})
+    );
+    let out = get(format!("{}/", secure.origin(true)));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("a verified page"));
+    let out = get(format!("{}/", other.origin(false)));
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stdout));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("is not in this program's net grants") && stderr.ends_with("(denied)\n"),
+        "{stderr}"
+    );
+    assert_eq!(other.connections(), 0);
+    let ls = text(&bermd.berm(&["ls"]).stdout);
+    assert!(
+        ls.contains(&format!("{net},{net_tls}")) || ls.contains(&format!("{net_tls},{net}")),
+        "{ls}"
+    );
+    let inspect = text(&bermd.berm(&["inspect", "fetch"]).stdout);
+    assert!(inspect.contains("http.fetch"), "{inspect}");
+    assert!(inspect.contains(&net), "{inspect}");
+}
+
+/// A secret reaches only its host: the issues reader against an HTTPS
+/// stand-in for GitHub's API, which checks the token; the same request
+/// toward another granted host is refused, and the value shows up in no
+/// output of berm and no line of bermd's log.
+#[test]
+fn a_secret_reaches_only_its_host_and_is_never_shown() {
+    use berm_egress::testing::{Reply, TestCa, TestServer};
+    const TOKEN: &str = "ghp-test-value-7f3a";
+    let ca = TestCa::new();
+    let dir = tempfile::tempdir().unwrap();
+    let ca_file = dir.path().join("ca.pem");
+    ca.write_ca(&ca_file);
+    let github = TestServer::https(&ca, |seen| {
+        match (seen.path.as_str(), seen.header("authorization")) {
+            ("/repos/octo/demo/issues?state=open", Some(auth))
+                if auth == format!("Bearer {TOKEN}") =>
+            {
+                Reply::ok(r#"[{"number":7,"title":"Egress","html_url":"https://x/7","extra":1}]"#)
+            }
+            _ => Reply {
+                status: 401,
+                ..Reply::ok("bad credentials")
+            },
+        }
+    });
+    let elsewhere = TestServer::https(&ca, |_| Reply::ok("[]"));
+    let log = dir.path().join("bermd.log");
+    let bermd = Bermd::start_with(
+        &["--extra-ca", ca_file.to_str().unwrap()],
+        std::fs::File::create(&log).unwrap(),
+    );
+    let out = berm_in(
+        &bermd.home,
+        &["secret", "set", "issues", "GITHUB_TOKEN"],
+        Some(&format!("{TOKEN}\n")),
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let (api, other) = (
+        format!("127.0.0.1:{}", github.port()),
+        format!("127.0.0.1:{}", elsewhere.port()),
+    );
+    let out = bermd.berm(&[
+        "deploy",
+        "issues",
+        wasm("issues").to_str().unwrap(),
+        "--grant",
+        &format!("net={api}"),
+        "--grant",
+        &format!("net={other}"),
+        "--secret",
+        &format!("GITHUB_TOKEN={api}"),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let list = |host: &str| {
+        bermd.berm(&[
+            "call",
+            "issues_list",
+            &format!(r#"{{"repo":"octo/demo","api":"https://{host}"}}"#),
+        ])
+    };
+    let out = list(&api);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let issues: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(issues[0]["number"], 7);
+    let out = list(&other);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("may be sent only to"), "{stderr}");
+    assert_eq!(elsewhere.connections(), 0);
+
+    let mut shown = String::new();
+    for args in [
+        &["secret", "ls", "issues"][..],
+        &["ls"],
+        &["ls", "--json"],
+        &["inspect", "issues"],
+        &["inspect", "issues", "--json"],
+    ] {
+        let out = bermd.berm(args);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{args:?}: {}",
+            text(&out.stderr)
+        );
+        shown.push_str(&text(&out.stdout));
+        shown.push_str(&text(&out.stderr));
+    }
+    assert!(shown.contains("GITHUB_TOKEN"), "{shown}");
+    assert!(
+        shown.contains(&format!("secret:GITHUB_TOKEN={api}")),
+        "{shown}"
+    );
+    let log_text = std::fs::read_to_string(&log).unwrap();
+    assert!(log_text.contains("secret set"), "{log_text}");
+    assert!(!shown.contains(TOKEN) && !log_text.contains(TOKEN));
+    let secret_file = bermd.home.join("secrets/issues/GITHUB_TOKEN");
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&secret_file)
+        .unwrap()
+        .permissions()
+        .mode()
+        & 0o777;
+    assert_eq!(mode, 0o600);
+    assert_eq!(std::fs::read_to_string(&secret_file).unwrap(), TOKEN);
+
+    let out = bermd.berm(&["secret", "rm", "issues", "GITHUB_TOKEN"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let out = list(&api);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("has no value"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = bermd.berm(&["secret", "rm", "issues", "GITHUB_TOKEN"]);
+    assert_ne!(out.status.code(), Some(0));
 }
 
 #[test]

@@ -66,9 +66,6 @@ pub enum Role {
 /// Why a filter could not be built or loaded.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfineError {
-    /// This build has no table for the running architecture.
-    #[error("berm's seccomp allow lists exist for x86_64 only, not for {0}")]
-    Architecture(&'static str),
     /// seccompiler refused the table.
     #[error("building the {role} seccomp filter failed: {message}")]
     Build {
@@ -207,8 +204,12 @@ mod filter {
     const ARCH: u32 = 4;
     const SECCOMP_RET_KILL_PROCESS: u32 = 0x8000_0000;
     const SECCOMP_RET_ERRNO: u32 = 0x0005_0000;
-    /// `AUDIT_ARCH_X86_64`: EM_X86_64 | 64-bit | little-endian.
-    const AUDIT_ARCH_X86_64: u32 = 62 | 0x8000_0000 | 0x4000_0000;
+    /// This build's `AUDIT_ARCH_*` (EM_X86_64 or EM_AARCH64 | 64-bit | little-endian) and
+    /// seccompiler's name for it; a syscall made with any other arch word is killed.
+    #[cfg(target_arch = "x86_64")]
+    const ARCH_WORD: (u32, TargetArch) = (62 | 0x8000_0000 | 0x4000_0000, TargetArch::x86_64);
+    #[cfg(target_arch = "aarch64")]
+    const ARCH_WORD: (u32, TargetArch) = (183 | 0x8000_0000 | 0x4000_0000, TargetArch::aarch64);
 
     fn op(code: u16, jt: u8, jf: u8, k: u32) -> sock_filter {
         sock_filter { code, jt, jf, k }
@@ -227,7 +228,7 @@ mod filter {
         let to = |from: usize, target: usize| (target - from - 1) as u8;
         let mut program = vec![
             op(LD_W_ABS, 0, 0, ARCH),
-            op(JEQ_K, 0, to(1, kill_at), AUDIT_ARCH_X86_64),
+            op(JEQ_K, 0, to(1, kill_at), ARCH_WORD.0),
             op(LD_W_ABS, 0, 0, NR),
             op(JGE_K, to(3, kill_at), 0, X32_SYSCALL_BIT),
         ];
@@ -241,9 +242,6 @@ mod filter {
     }
 
     pub(super) fn build(role: Role, children: &[u32]) -> Result<BpfProgram, ConfineError> {
-        if std::env::consts::ARCH != "x86_64" {
-            return Err(ConfineError::Architecture(std::env::consts::ARCH));
-        }
         let fail = |e: &dyn std::fmt::Display| ConfineError::Build {
             role: role.name(),
             message: e.to_string(),
@@ -262,7 +260,7 @@ mod filter {
             rules,
             SeccompAction::Errno(DEFAULT_ERRNO as u32),
             SeccompAction::Allow,
-            TargetArch::x86_64,
+            ARCH_WORD.1,
         )
         .map_err(|e| fail(&e))?;
         let table: BpfProgram = filter

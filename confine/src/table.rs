@@ -1,6 +1,9 @@
 //! The allow lists, one per role. Each entry is a syscall the role was traced making (see
 //! `docs/threat-model.md` for how), with an argument rule where a cheap one exists.
 
+// any! pushes one entry at a time so that each entry can carry its own #[cfg].
+#![allow(clippy::vec_init_then_push)]
+
 use crate::Role;
 
 /// A check on a syscall's arguments (a rule per allowed value; the kernel compares numbers
@@ -119,11 +122,32 @@ pub const CLONE_NAMESPACES: u64 = (libc::CLONE_NEWNS
     | libc::CLONE_NEWCGROUP
     | libc::CLONE_NEWTIME) as u64;
 
-/// Allowed with any arguments: `any!(SYS_read, SYS_write)`.
+/// Syscall numbers: libc's, plus the few its aarch64 glibc module lacks although the kernel
+/// has them (asm-generic numbers; musl's module has both).
+mod nr {
+    pub use libc::*;
+    /// `renameat` (asm-generic 38), which musl's `rename()` calls on aarch64.
+    #[cfg(all(target_arch = "aarch64", target_env = "gnu"))]
+    #[allow(non_upper_case_globals)]
+    pub const SYS_renameat: libc::c_long = 38;
+    /// `getrlimit` (asm-generic 163).
+    #[cfg(all(target_arch = "aarch64", target_env = "gnu"))]
+    #[allow(non_upper_case_globals)]
+    pub const SYS_getrlimit: libc::c_long = 163;
+}
+
+/// Allowed with any arguments: `any!(SYS_read, SYS_write)`. An entry marked
+/// `#[cfg(target_arch = "x86_64")]` is a legacy call that aarch64 (asm-generic) does not have
+/// at all; its `*at` successor, which is listed beside it, is what aarch64 programs call.
 macro_rules! any {
-    ($($sys:ident),* $(,)?) => {
-        [$(Syscall { constant: stringify!($sys), nr: libc::$sys, args: Args::Any }),*]
-    };
+    ($($(#[$attr:meta])* $sys:ident),* $(,)?) => {{
+        let mut list = Vec::new();
+        $(
+            $(#[$attr])*
+            list.push(Syscall { constant: stringify!($sys), nr: nr::$sys, args: Args::Any });
+        )*
+        list
+    }};
 }
 
 /// Allowed with an argument rule: `with!(SYS_clone, Args::NoNamespaces)`.
@@ -131,7 +155,7 @@ macro_rules! with {
     ($sys:ident, $args:expr) => {
         Syscall {
             constant: stringify!($sys),
-            nr: libc::$sys,
+            nr: nr::$sys,
             args: $args,
         }
     };
@@ -139,104 +163,124 @@ macro_rules! with {
 
 /// What every Rust program on Linux calls once running, whichever C library: memory, threads,
 /// signals, time, randomness, and I/O on descriptors it already holds.
-const RUNTIME: [Syscall; 39] = any!(
-    SYS_brk,
-    SYS_munmap,
-    SYS_mremap,
-    SYS_madvise,
-    SYS_futex,
-    SYS_set_robust_list,
-    SYS_set_tid_address,
-    SYS_rseq,
-    SYS_sched_yield,
-    SYS_sched_getaffinity,
-    SYS_rt_sigaction,
-    SYS_rt_sigprocmask,
-    SYS_rt_sigreturn,
-    SYS_restart_syscall,
-    SYS_sigaltstack,
-    SYS_getpid,
-    SYS_getppid,
-    SYS_gettid,
-    SYS_exit,
-    SYS_exit_group,
-    SYS_clock_gettime,
-    SYS_clock_nanosleep,
-    SYS_nanosleep,
-    SYS_getrandom,
-    SYS_read,
-    SYS_write,
-    SYS_readv,
-    SYS_writev,
-    SYS_pread64,
-    SYS_pwrite64,
-    SYS_close,
-    SYS_fcntl,
-    SYS_poll,
-    SYS_ppoll,
-    SYS_epoll_create1,
-    SYS_epoll_ctl,
-    SYS_epoll_wait,
-    SYS_epoll_pwait,
-    SYS_eventfd2,
-);
+fn runtime() -> Vec<Syscall> {
+    any!(
+        SYS_brk,
+        SYS_munmap,
+        SYS_mremap,
+        SYS_madvise,
+        SYS_futex,
+        SYS_set_robust_list,
+        SYS_set_tid_address,
+        SYS_rseq,
+        SYS_sched_yield,
+        SYS_sched_getaffinity,
+        SYS_rt_sigaction,
+        SYS_rt_sigprocmask,
+        SYS_rt_sigreturn,
+        SYS_restart_syscall,
+        SYS_sigaltstack,
+        SYS_getpid,
+        SYS_getppid,
+        SYS_gettid,
+        SYS_exit,
+        SYS_exit_group,
+        SYS_clock_gettime,
+        SYS_clock_nanosleep,
+        SYS_nanosleep,
+        SYS_getrandom,
+        SYS_read,
+        SYS_write,
+        SYS_readv,
+        SYS_writev,
+        SYS_pread64,
+        SYS_pwrite64,
+        SYS_close,
+        SYS_fcntl,
+        #[cfg(target_arch = "x86_64")]
+        SYS_poll,
+        SYS_ppoll,
+        SYS_epoll_create1,
+        SYS_epoll_ctl,
+        #[cfg(target_arch = "x86_64")]
+        SYS_epoll_wait,
+        SYS_epoll_pwait,
+        SYS_eventfd2,
+    )
+}
 
 /// Reading files and directories by path or descriptor.
-const FILES_READ: [Syscall; 17] = any!(
-    SYS_open,
-    SYS_openat,
-    SYS_stat,
-    SYS_fstat,
-    SYS_lstat,
-    SYS_newfstatat,
-    SYS_statx,
-    SYS_lseek,
-    SYS_getdents64,
-    SYS_readlink,
-    SYS_readlinkat,
-    SYS_access,
-    SYS_faccessat,
-    SYS_faccessat2,
-    SYS_getcwd,
-    SYS_dup,
-    SYS_dup3,
-);
+fn files_read() -> Vec<Syscall> {
+    any!(
+        #[cfg(target_arch = "x86_64")]
+        SYS_open,
+        SYS_openat,
+        #[cfg(target_arch = "x86_64")]
+        SYS_stat,
+        SYS_fstat,
+        #[cfg(target_arch = "x86_64")]
+        SYS_lstat,
+        SYS_newfstatat,
+        SYS_statx,
+        SYS_lseek,
+        SYS_getdents64,
+        #[cfg(target_arch = "x86_64")]
+        SYS_readlink,
+        SYS_readlinkat,
+        #[cfg(target_arch = "x86_64")]
+        SYS_access,
+        SYS_faccessat,
+        SYS_faccessat2,
+        SYS_getcwd,
+        SYS_dup,
+        SYS_dup3,
+    )
+}
 
 /// Writing files: creating, renaming into place, syncing, removing.
-const FILES_WRITE: [Syscall; 17] = any!(
-    SYS_mkdir,
-    SYS_mkdirat,
-    SYS_unlink,
-    SYS_unlinkat,
-    SYS_rmdir,
-    SYS_rename,
-    SYS_renameat,
-    SYS_renameat2,
-    SYS_fsync,
-    SYS_fdatasync,
-    SYS_ftruncate,
-    SYS_fallocate,
-    SYS_chmod,
-    SYS_fchmod,
-    SYS_fchmodat,
-    SYS_flock,
-    SYS_copy_file_range,
-);
+fn files_write() -> Vec<Syscall> {
+    any!(
+        #[cfg(target_arch = "x86_64")]
+        SYS_mkdir,
+        SYS_mkdirat,
+        #[cfg(target_arch = "x86_64")]
+        SYS_unlink,
+        SYS_unlinkat,
+        #[cfg(target_arch = "x86_64")]
+        SYS_rmdir,
+        #[cfg(target_arch = "x86_64")]
+        SYS_rename,
+        SYS_renameat,
+        SYS_renameat2,
+        SYS_fsync,
+        SYS_fdatasync,
+        SYS_ftruncate,
+        SYS_fallocate,
+        #[cfg(target_arch = "x86_64")]
+        SYS_chmod,
+        SYS_fchmod,
+        SYS_fchmodat,
+        SYS_flock,
+        SYS_copy_file_range,
+    )
+}
 
 /// Serving connections on a socket it was handed (or bound before confinement).
-const SERVE: [Syscall; 11] = any!(
-    SYS_accept,
-    SYS_accept4,
-    SYS_recvfrom,
-    SYS_sendto,
-    SYS_recvmsg,
-    SYS_sendmsg,
-    SYS_shutdown,
-    SYS_getsockopt,
-    SYS_setsockopt,
-    SYS_getsockname,
-    SYS_getpeername,
-);
+fn serve() -> Vec<Syscall> {
+    any!(
+        SYS_accept,
+        SYS_accept4,
+        SYS_recvfrom,
+        SYS_sendto,
+        SYS_recvmsg,
+        SYS_sendmsg,
+        SYS_shutdown,
+        SYS_getsockopt,
+        SYS_setsockopt,
+        SYS_getsockname,
+        SYS_getpeername,
+    )
+}
 
 const AF_UNIX: (&str, i32) = ("AF_UNIX", libc::AF_UNIX);
 const FIONBIO: (&str, u32) = ("FIONBIO", libc::FIONBIO as u32);
@@ -251,7 +295,15 @@ const PR_GET_NAME: (&str, i64) = ("PR_GET_NAME", libc::PR_GET_NAME as i64);
 /// A role's list: the shared groups every role belongs to, then its own rules and extra
 /// calls, in that order (the order is what `Role::policy_text` lists and hashes).
 fn list(own: &[Syscall], extra: &[Syscall]) -> Vec<Syscall> {
-    [&RUNTIME[..], &FILES_READ, &FILES_WRITE, &SERVE, own, extra].concat()
+    [
+        &runtime()[..],
+        &files_read(),
+        &files_write(),
+        &serve(),
+        own,
+        extra,
+    ]
+    .concat()
 }
 
 /// An app's bermd: a Wasmtime host (code mapped executable, threads), serving MCP on the vsock
@@ -272,6 +324,7 @@ fn bermd() -> Vec<Syscall> {
         with!(SYS_execve, Args::Any),
     ];
     let extra = any!(
+        #[cfg(target_arch = "x86_64")]
         SYS_arch_prctl,
         SYS_prlimit64,
         SYS_getrlimit,
@@ -391,6 +444,7 @@ fn vhost_device_vsock() -> Vec<Syscall> {
         with!(SYS_execve, Args::Any),
     ];
     let extra = any!(
+        #[cfg(target_arch = "x86_64")]
         SYS_arch_prctl,
         SYS_bind,
         SYS_listen,
@@ -416,6 +470,7 @@ fn qemu() -> Vec<Syscall> {
         with!(SYS_execve, Args::Any),
     ];
     let extra = any!(
+        #[cfg(target_arch = "x86_64")]
         SYS_arch_prctl,
         SYS_prctl,
         SYS_memfd_create,

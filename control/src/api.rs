@@ -115,3 +115,28 @@ pub struct ErrorBody {
     /// What went wrong.
     pub error: String,
 }
+
+/// `PUT /secrets/{program}/{name}`: a secret's value. bermd never sends a
+/// value back.
+#[derive(Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SecretValue {
+    /// The value: text without line breaks, at most 8 KiB.
+    pub value: String,
+}
+
+impl std::fmt::Debug for SecretValue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SecretValue(..)")
+    }
+}
+
+/// `GET /secrets/{program}`, and what `PUT`/`DELETE` on one secret answer:
+/// the names set for a program, never their values.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SecretList {
+    /// The program.
+    pub program: String,
+    /// The names of its secrets, sorted.
+    pub names: Vec<String>,
+}

@@ -10,7 +10,10 @@ use hyper_util::rt::TokioIo;
 use serde::de::DeserializeOwned;
 use tokio::net::UnixStream;
 
-use crate::{CallResponse, DeployRequest, DeployResponse, ErrorBody, ProgramView, RemoveResponse};
+use crate::{
+    CallResponse, DeployRequest, DeployResponse, ErrorBody, ProgramView, RemoveResponse,
+    SecretList, SecretValue,
+};
 
 /// Why a control request did not get an answer.
 #[derive(Debug, thiserror::Error)]
@@ -110,6 +113,37 @@ impl Client {
     /// `DELETE /programs/{name}`.
     pub async fn remove(&self, name: &str) -> Result<RemoveResponse, ClientError> {
         self.request(Method::DELETE, format!("/programs/{name}"), None)
+            .await
+    }
+
+    /// `GET /secrets/{program}`: the names of its secrets.
+    pub async fn secrets(&self, program: &str) -> Result<SecretList, ClientError> {
+        self.request(Method::GET, format!("/secrets/{program}"), None)
+            .await
+    }
+
+    /// `PUT /secrets/{program}/{name}`.
+    pub async fn set_secret(
+        &self,
+        program: &str,
+        name: &str,
+        value: &SecretValue,
+    ) -> Result<SecretList, ClientError> {
+        let uri = format!("/secrets/{program}/{name}");
+        let body = serde_json::to_vec(value).map_err(|e| ClientError::Decode {
+            uri: uri.clone(),
+            message: e.to_string(),
+        })?;
+        self.request(Method::PUT, uri, Some(body)).await
+    }
+
+    /// `DELETE /secrets/{program}/{name}`.
+    pub async fn remove_secret(
+        &self,
+        program: &str,
+        name: &str,
+    ) -> Result<SecretList, ClientError> {
+        self.request(Method::DELETE, format!("/secrets/{program}/{name}"), None)
             .await
     }
 

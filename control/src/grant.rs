@@ -8,6 +8,8 @@ use std::fmt;
 use std::path::PathBuf;
 use std::str::FromStr;
 
+use berm_abi::net::NetRule;
+
 /// One grant.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Grant {
@@ -28,6 +30,19 @@ pub enum Grant {
         read_only: bool,
         /// How much the program may keep there.
         quota: FsQuota,
+    },
+    /// `net=HOST[:PORT]`: `http.fetch` may reach this host (`*.example.com`
+    /// wildcards; without a port, the scheme's default). Repeatable.
+    Net(NetRule),
+    /// `secret:NAME=HOST[:PORT]`: the program's secret `NAME` is written
+    /// into requests to this host where the program puts `{{secret:NAME}}`,
+    /// and requests holding it to any other host are refused. Repeatable;
+    /// the value is set apart (`berm secret set`) and never shown.
+    Secret {
+        /// The secret's name.
+        name: String,
+        /// A host it may be sent to.
+        rule: NetRule,
     },
 }
 
@@ -68,6 +83,7 @@ impl Grant {
             Grant::Random => "random",
             Grant::Kv => "kv",
             Grant::Fs { .. } => "fs",
+            Grant::Net(_) | Grant::Secret { .. } => "http",
         }
     }
 }
@@ -77,9 +93,22 @@ impl Grant {
 pub enum GrantParseError {
     /// Not one of the grant names.
     #[error(
-        "unknown grant `{0}`: use log, clock, random, kv or fs=DIR[:ro|:rw][:bytes=N][:entries=N]"
+        "unknown grant `{0}`: use log, clock, random, kv, fs=DIR[:ro|:rw][:bytes=N][:entries=N], net=HOST[:PORT] or secret:NAME=HOST[:PORT]"
     )]
     Unknown(String),
+    /// A `net=` or `secret:` host that is not a valid rule.
+    #[error("grant `{grant}`: {problem}")]
+    Net {
+        /// The grant.
+        grant: String,
+        /// What is wrong with its host.
+        problem: berm_abi::net::NetRuleError,
+    },
+    /// A `secret:` grant whose name breaks the rule.
+    #[error(
+        "grant `{0}`: write secret:NAME=HOST[:PORT], NAME being 1 to 64 of A-Z, a-z, 0-9, `_`, `-`"
+    )]
+    SecretName(String),
     /// `fs` without a directory.
     #[error("grant `{0}` needs a directory: fs=DIR[:ro|:rw][:bytes=N][:entries=N]")]
     FsWithoutDir(String),
@@ -100,6 +129,23 @@ impl FromStr for Grant {
     type Err = GrantParseError;
 
     fn from_str(text: &str) -> Result<Grant, GrantParseError> {
+        let net = |rule: &str| {
+            rule.parse::<NetRule>()
+                .map_err(|problem| GrantParseError::Net {
+                    grant: text.to_string(),
+                    problem,
+                })
+        };
+        if let Some(binding) = text.strip_prefix("secret:") {
+            let (name, rule) = binding
+                .split_once('=')
+                .filter(|(name, _)| berm_abi::net::is_valid_secret_name(name))
+                .ok_or_else(|| GrantParseError::SecretName(text.to_string()))?;
+            return Ok(Grant::Secret {
+                name: name.to_string(),
+                rule: net(rule)?,
+            });
+        }
         let (name, value) = match text.split_once('=') {
             Some((name, value)) => (name, Some(value)),
             None => (text, None),
@@ -154,6 +200,7 @@ impl FromStr for Grant {
                     quota,
                 })
             }
+            "net" => Ok(Grant::Net(net(value.unwrap_or_default())?)),
             _ => Err(GrantParseError::Unknown(text.to_string())),
         }
     }
@@ -177,6 +224,8 @@ impl fmt::Display for Grant {
                 }
                 Ok(())
             }
+            Grant::Net(rule) => write!(f, "net={rule}"),
+            Grant::Secret { name, rule } => write!(f, "secret:{name}={rule}"),
             other => f.write_str(other.module()),
         }
     }
@@ -211,6 +260,12 @@ mod tests {
             "fs=/srv/data:rw:bytes=1048576",
             "fs=/srv/data:rw:bytes=1048576:entries=10",
             "fs=/srv/data:ro:entries=3",
+            "net=api.github.com",
+            "net=*.example.com:8443",
+            "net=127.0.0.1:8080",
+            "net=[::1]:9",
+            "secret:GITHUB_TOKEN=api.github.com",
+            "secret:t=127.0.0.1:8443",
         ] {
             let grant: Grant = text.parse().unwrap();
             assert_eq!(grant.to_string(), text);
@@ -252,12 +307,33 @@ mod tests {
     #[test]
     fn bad_grants_are_refused_with_the_reason() {
         assert_eq!(
-            "net".parse::<Grant>(),
-            Err(GrantParseError::Unknown("net".into()))
+            "web".parse::<Grant>(),
+            Err(GrantParseError::Unknown("web".into()))
         );
         assert_eq!(
             "fs".parse::<Grant>(),
             Err(GrantParseError::FsWithoutDir("fs".into()))
+        );
+        assert_eq!(
+            "net=127.0.0.1".parse::<Grant>().unwrap_err().to_string(),
+            "grant `net=127.0.0.1`: `127.0.0.1`: 127.0.0.1 is a loopback (127.0.0.0/8) address: \
+             granting one needs its port too (ADDRESS:PORT); write HOST[:PORT], e.g. \
+             api.github.com, *.example.com:8443, 127.0.0.1:8080 or [::1]:8080"
+        );
+        assert!(
+            "net"
+                .parse::<Grant>()
+                .unwrap_err()
+                .to_string()
+                .contains("the host is empty")
+        );
+        assert_eq!(
+            "secret:a b=x.com".parse::<Grant>(),
+            Err(GrantParseError::SecretName("secret:a b=x.com".into()))
+        );
+        assert_eq!(
+            "secret:tok".parse::<Grant>(),
+            Err(GrantParseError::SecretName("secret:tok".into()))
         );
         assert_eq!(
             "fs=:ro".parse::<Grant>(),

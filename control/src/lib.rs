@@ -12,6 +12,9 @@
 //! | `PUT /programs/{name}` | [`DeployRequest`] | [`DeployResponse`] |
 //! | `GET /programs/{name}` | — | [`ProgramView`] |
 //! | `DELETE /programs/{name}` | — | [`RemoveResponse`] |
+//! | `GET /secrets/{program}` | — | [`SecretList`] (names only) |
+//! | `PUT /secrets/{program}/{name}` | [`SecretValue`] | [`SecretList`] |
+//! | `DELETE /secrets/{program}/{name}` | — | [`SecretList`] |
 //! | `POST /tools/{tool}` (`tool` as MCP serves it: `{program}_{tool}`) | the arguments object | [`CallResponse`] |
 //!
 //! Every error is a JSON [`ErrorBody`] with a message a person can act on.
@@ -24,7 +27,7 @@ pub mod home;
 
 pub use api::{
     CallOutcome, CallResponse, DeployRequest, DeployResponse, ErrorBody, LimitsSpec, ProgramView,
-    RemoveResponse,
+    RemoveResponse, SecretList, SecretValue,
 };
 pub use client::{Client, ClientError};
 pub use grant::{FsQuota, Grant, GrantParseError};

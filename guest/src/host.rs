@@ -261,3 +261,109 @@ pub mod fs {
         check(sys::fs_remove(&mut frame::encode(&[path.as_bytes()]))).map(drop)
     }
 }
+
+/// `http`: requests to the hosts the deployment grants (`net=HOST[:PORT]`).
+///
+/// Write `{{secret:NAME}}` ([`secret`]) in a header value or the body where
+/// a secret goes: the host puts the value in only on requests to that
+/// secret's hosts, so the program never holds it.
+pub mod http {
+    use super::*;
+
+    /// A response, whole.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub struct Response {
+        /// The HTTP status.
+        pub status: u16,
+        /// Header names (lowercase) and values.
+        pub headers: Vec<(String, Vec<u8>)>,
+        /// The body.
+        pub body: Vec<u8>,
+    }
+
+    impl Response {
+        /// The body as text (invalid UTF-8 replaced).
+        pub fn text(&self) -> String {
+            String::from_utf8_lossy(&self.body).into_owned()
+        }
+
+        /// The first value of header `name` (lowercase).
+        pub fn header(&self, name: &str) -> Option<&[u8]> {
+            self.headers
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, v)| v.as_slice())
+        }
+    }
+
+    /// The placeholder for secret `name`: `{{secret:NAME}}`.
+    pub fn secret(name: &str) -> String {
+        berm_abi::net::secret_placeholder(name)
+    }
+
+    /// Sends a request and returns the whole response (redirects to
+    /// granted hosts followed). Fails with `denied` (host not granted, or a
+    /// secret toward a host it is not bound to), `too_large`, `io` or
+    /// `timeout`.
+    pub fn fetch(
+        method: &str,
+        url: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+    ) -> Result<Response, Error> {
+        let mut framed = Vec::new();
+        for (name, value) in headers {
+            frame::push(&mut framed, name.as_bytes());
+            frame::push(&mut framed, value.as_bytes());
+        }
+        let mut request = frame::encode(&[method.as_bytes(), url.as_bytes(), &framed, body]);
+        check(sys::http_fetch(&mut request))?;
+        let reply = take_reply();
+        let bad = |what: &str| Error {
+            code: ErrorCode::Invalid,
+            message: format!("http.fetch reply: {what}"),
+        };
+        let [status, headers, body] =
+            frame::decode_exact::<3>(&reply).map_err(|e| bad(&e.to_string()))?;
+        let status = core::str::from_utf8(status)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| bad("the status is not a number"))?;
+        let fields = frame::decode(headers).map_err(|e| bad(&e.to_string()))?;
+        let headers = fields
+            .chunks_exact(2)
+            .map(|pair| {
+                (
+                    String::from_utf8_lossy(pair[0]).into_owned(),
+                    pair[1].to_vec(),
+                )
+            })
+            .collect();
+        Ok(Response {
+            status,
+            headers,
+            body: body.to_vec(),
+        })
+    }
+
+    /// `GET url`.
+    pub fn get(url: &str) -> Result<Response, Error> {
+        fetch("GET", url, &[], &[])
+    }
+
+    /// `POST url` with `value` as a JSON body (and `extra` headers, e.g. an
+    /// `authorization` holding a secret placeholder).
+    pub fn post_json<T: serde::Serialize + ?Sized>(
+        url: &str,
+        value: &T,
+        extra: &[(&str, &str)],
+    ) -> Result<Response, Error> {
+        let body = serde_json::to_vec(value).map_err(|e| Error {
+            code: ErrorCode::Invalid,
+            message: format!("could not serialize the body: {e}"),
+        })?;
+        let mut headers = vec![("content-type", "application/json")];
+        headers.extend_from_slice(extra);
+        fetch("POST", url, &headers, &body)
+    }
+}

@@ -1,4 +1,4 @@
-//! The pins of berm's guest kernel and rootfs, compiled in.
+//! The pins of berm's guest kernel and rootfs, compiled in, one set per guest architecture.
 //!
 //! `kernel/manifest.toml` and `rootfs/manifest.toml` are the single source of truth for which
 //! artifacts a berm-vmm build accepts. They are compiled into every binary that depends on this
@@ -11,6 +11,7 @@
 //! `berm vm install` fetches from by default ([`DEFAULT_URL_TEMPLATE`]).
 #![forbid(unsafe_code)]
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
@@ -20,6 +21,13 @@ use serde::Deserialize;
 pub const KERNEL_MANIFEST: &str = include_str!("../../kernel/manifest.toml");
 /// The rootfs manifest exactly as committed.
 pub const ROOTFS_MANIFEST: &str = include_str!("../../rootfs/manifest.toml");
+
+/// The guest architecture a host boots unless told otherwise: its own (Rust's `target_arch`
+/// name, which is also the manifests' table name: `x86_64`, `aarch64`).
+pub const HOST_ARCH: &str = std::env::consts::ARCH;
+
+/// Every guest architecture the manifests pin, in the order tools list them.
+pub const ARCHES: [&str; 2] = ["x86_64", "aarch64"];
 
 /// Why a manifest could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -34,14 +42,40 @@ pub enum ParsePinsError {
         source: toml::de::Error,
     },
     /// A sha256 field does not hold 64 lowercase hex digits (for example `unpinned`).
-    #[error("{manifest}: {field} is {value:?}, not a sha256 (64 lowercase hex digits)")]
+    #[error("{manifest}: {arch}.{field} is {value:?}, not a sha256 (64 lowercase hex digits)")]
     NotASha256 {
         /// Which manifest.
         manifest: &'static str,
-        /// The dotted field name.
+        /// The architecture's table.
+        arch: String,
+        /// The dotted field name within it.
         field: &'static str,
         /// The value found.
         value: String,
+    },
+    /// The manifest pins nothing for this architecture.
+    #[error(
+        "{manifest} pins no {arch} guest (it has [{pinned}]); berm builds x86_64 and aarch64 guests"
+    )]
+    NoArch {
+        /// Which manifest.
+        manifest: &'static str,
+        /// The architecture asked for.
+        arch: String,
+        /// The architectures it does pin.
+        pinned: String,
+    },
+    /// The kernel's image format is not one berm knows how to boot.
+    #[error(
+        "{manifest}: {arch}.image.format is {format:?}; berm boots elf-vmlinux (x86_64) and arm64-image (aarch64)"
+    )]
+    Format {
+        /// Which manifest.
+        manifest: &'static str,
+        /// The architecture's table.
+        arch: String,
+        /// The format found.
+        format: String,
     },
 }
 
@@ -86,16 +120,21 @@ pub struct ImagePin {
     pub size: u64,
 }
 
-/// The pins of the guest kernel (`kernel/manifest.toml`).
+/// The pins of the guest kernel for one architecture (`kernel/manifest.toml`).
 #[derive(Clone, Debug)]
 pub struct KernelPins {
+    /// The guest architecture (`x86_64`, `aarch64`).
+    pub arch: String,
+    /// The file the kernel is: `vmlinux` (an ELF, x86_64) or `Image` (a raw arm64 Image), as
+    /// the artifact store and `berm vm install` name it.
+    pub file: &'static str,
     /// Debian's source package version the kernel is built from (e.g. `6.12.117-1~deb12u1`).
     pub debian_version: String,
     /// The upstream Linux version (e.g. `6.12.117`).
     pub linux: String,
     /// sha256 of the `.config` the build produced.
     pub config_sha256: Sha256Hex,
-    /// The vmlinux itself.
+    /// The kernel file itself.
     pub image: ImagePin,
     /// The one command line both backends boot with.
     pub cmdline: String,
@@ -105,9 +144,11 @@ pub struct KernelPins {
     pub tcg_cmdline: String,
 }
 
-/// The pins of the erofs root filesystem (`rootfs/manifest.toml`).
+/// The pins of the erofs root filesystem for one architecture (`rootfs/manifest.toml`).
 #[derive(Clone, Debug)]
 pub struct RootfsPins {
+    /// The guest architecture (`x86_64`, `aarch64`).
+    pub arch: String,
     /// The image itself.
     pub image: ImagePin,
     /// The filesystem type the kernel mounts it as (`erofs`).
@@ -124,9 +165,22 @@ pub struct RootfsPins {
 #[derive(Deserialize)]
 struct KernelFile {
     source: KernelSourceFile,
+    #[serde(flatten)]
+    arches: BTreeMap<String, KernelArchFile>,
+}
+
+#[derive(Deserialize)]
+struct KernelArchFile {
     config: KernelConfigFile,
-    image: ImageFile,
+    image: KernelImageFile,
     boot: BootFile,
+}
+
+#[derive(Deserialize)]
+struct KernelImageFile {
+    format: String,
+    sha256: String,
+    size: u64,
 }
 
 #[derive(Deserialize)]
@@ -141,12 +195,6 @@ struct KernelConfigFile {
 }
 
 #[derive(Deserialize)]
-struct ImageFile {
-    sha256: String,
-    size: u64,
-}
-
-#[derive(Deserialize)]
 struct BootFile {
     cmdline: String,
     #[serde(default)]
@@ -155,6 +203,18 @@ struct BootFile {
 
 #[derive(Deserialize)]
 struct RootfsFile {
+    image: RootfsRecipeFile,
+    #[serde(flatten)]
+    arches: BTreeMap<String, RootfsArchFile>,
+}
+
+#[derive(Deserialize)]
+struct RootfsRecipeFile {
+    fstype: String,
+}
+
+#[derive(Deserialize)]
+struct RootfsArchFile {
     image: RootfsImageFile,
     contents: RootfsContentsFile,
 }
@@ -163,7 +223,6 @@ struct RootfsFile {
 struct RootfsImageFile {
     sha256: String,
     size: u64,
-    fstype: String,
 }
 
 #[derive(Deserialize)]
@@ -173,82 +232,147 @@ struct RootfsContentsFile {
     app_policy_sha256: String,
 }
 
+/// Takes `arch`'s table out of a manifest's per-architecture tables.
+fn arch_table<T>(
+    manifest: &'static str,
+    mut arches: BTreeMap<String, T>,
+    arch: &str,
+) -> Result<T, ParsePinsError> {
+    let pinned = arches.keys().cloned().collect::<Vec<_>>().join("], [");
+    arches.remove(arch).ok_or_else(|| ParsePinsError::NoArch {
+        manifest,
+        arch: arch.to_owned(),
+        pinned,
+    })
+}
+
+/// A sha256 field of `arch`'s table, checked.
 fn sha(
     manifest: &'static str,
+    arch: &str,
     field: &'static str,
     value: &str,
 ) -> Result<Sha256Hex, ParsePinsError> {
     Sha256Hex::parse(value).ok_or_else(|| ParsePinsError::NotASha256 {
         manifest,
+        arch: arch.to_owned(),
         field,
         value: value.to_owned(),
     })
 }
 
 impl KernelPins {
-    /// Parses a kernel manifest; [`KernelPins::compiled_in`] is the one berm-vmm uses.
+    /// Parses the pins of the host's own architecture ([`HOST_ARCH`]) from a kernel manifest.
     pub fn parse(text: &str) -> Result<Self, ParsePinsError> {
+        Self::parse_for(text, HOST_ARCH)
+    }
+
+    /// Parses `arch`'s pins from a kernel manifest; [`KernelPins::compiled_in_for`] is the
+    /// one berm-vmm uses. Only `arch`'s tables are checked, so another architecture being
+    /// re-pinned does not break this one.
+    pub fn parse_for(text: &str, arch: &str) -> Result<Self, ParsePinsError> {
         const NAME: &str = "kernel/manifest.toml";
         let file: KernelFile = toml::from_str(text).map_err(|source| ParsePinsError::Toml {
             manifest: NAME,
             source,
         })?;
+        let table = arch_table(NAME, file.arches, arch)?;
+        let file_name = match table.image.format.as_str() {
+            "elf-vmlinux" => "vmlinux",
+            "arm64-image" => "Image",
+            _ => {
+                return Err(ParsePinsError::Format {
+                    manifest: NAME,
+                    arch: arch.to_owned(),
+                    format: table.image.format,
+                });
+            }
+        };
         Ok(Self {
+            arch: arch.to_owned(),
+            file: file_name,
             debian_version: file.source.version,
             linux: file.source.linux,
-            config_sha256: sha(NAME, "config.config_sha256", &file.config.config_sha256)?,
+            config_sha256: sha(
+                NAME,
+                arch,
+                "config.config_sha256",
+                &table.config.config_sha256,
+            )?,
             image: ImagePin {
-                sha256: sha(NAME, "image.sha256", &file.image.sha256)?,
-                size: file.image.size,
+                sha256: sha(NAME, arch, "image.sha256", &table.image.sha256)?,
+                size: table.image.size,
             },
-            cmdline: file.boot.cmdline,
-            tcg_cmdline: file.boot.tcg_cmdline,
+            cmdline: table.boot.cmdline,
+            tcg_cmdline: table.boot.tcg_cmdline,
         })
     }
 
-    /// The pins compiled into this binary.
+    /// The host architecture's pins compiled into this binary.
     pub fn compiled_in() -> Result<Self, ParsePinsError> {
         Self::parse(KERNEL_MANIFEST)
+    }
+
+    /// `arch`'s pins compiled into this binary.
+    pub fn compiled_in_for(arch: &str) -> Result<Self, ParsePinsError> {
+        Self::parse_for(KERNEL_MANIFEST, arch)
     }
 }
 
 impl RootfsPins {
-    /// Parses a rootfs manifest; [`RootfsPins::compiled_in`] is the one berm-vmm uses.
+    /// Parses the pins of the host's own architecture ([`HOST_ARCH`]) from a rootfs manifest.
     pub fn parse(text: &str) -> Result<Self, ParsePinsError> {
+        Self::parse_for(text, HOST_ARCH)
+    }
+
+    /// Parses `arch`'s pins from a rootfs manifest; [`RootfsPins::compiled_in_for`] is the
+    /// one berm-vmm uses. Only `arch`'s tables are checked.
+    pub fn parse_for(text: &str, arch: &str) -> Result<Self, ParsePinsError> {
         const NAME: &str = "rootfs/manifest.toml";
         let file: RootfsFile = toml::from_str(text).map_err(|source| ParsePinsError::Toml {
             manifest: NAME,
             source,
         })?;
+        let table = arch_table(NAME, file.arches, arch)?;
+        let contents = &table.contents;
         Ok(Self {
+            arch: arch.to_owned(),
             image: ImagePin {
-                sha256: sha(NAME, "image.sha256", &file.image.sha256)?,
-                size: file.image.size,
+                sha256: sha(NAME, arch, "image.sha256", &table.image.sha256)?,
+                size: table.image.size,
             },
             fstype: file.image.fstype,
             berm_init_sha256: sha(
                 NAME,
+                arch,
                 "contents.berm_init_sha256",
-                &file.contents.berm_init_sha256,
+                &contents.berm_init_sha256,
             )?,
-            bermd_sha256: sha(NAME, "contents.bermd_sha256", &file.contents.bermd_sha256)?,
+            bermd_sha256: sha(NAME, arch, "contents.bermd_sha256", &contents.bermd_sha256)?,
             app_policy_sha256: sha(
                 NAME,
+                arch,
                 "contents.app_policy_sha256",
-                &file.contents.app_policy_sha256,
+                &contents.app_policy_sha256,
             )?,
         })
     }
 
-    /// The pins compiled into this binary.
+    /// The host architecture's pins compiled into this binary.
     pub fn compiled_in() -> Result<Self, ParsePinsError> {
         Self::parse(ROOTFS_MANIFEST)
+    }
+
+    /// `arch`'s pins compiled into this binary.
+    pub fn compiled_in_for(arch: &str) -> Result<Self, ParsePinsError> {
+        Self::parse_for(ROOTFS_MANIFEST, arch)
     }
 }
 
 /// Where pinned artifacts live on the host, addressed by their sha256.
 ///
-/// Layout: `<root>/kernel/<sha256>/vmlinux` and `<root>/rootfs/<sha256>/rootfs.erofs`.
+/// Layout: `<root>/kernel/<sha256>/vmlinux` (x86_64) or `<root>/kernel/<sha256>/Image`
+/// (aarch64), and `<root>/rootfs/<sha256>/rootfs.erofs`.
 /// `scripts/build-kernel.sh` and `scripts/build-rootfs.sh` install there once a build matches
 /// its pin; berm-vmm reads from there unless given `--kernel`/`--rootfs`.
 #[derive(Clone, Debug)]
@@ -284,12 +408,20 @@ impl ArtifactStore {
         &self.root
     }
 
-    /// Where the kernel with this digest is installed.
+    /// Where the x86_64 kernel (a `vmlinux`) with this digest is installed.
     pub fn kernel(&self, sha256: &Sha256Hex) -> PathBuf {
-        self.root
-            .join("kernel")
-            .join(sha256.as_str())
-            .join("vmlinux")
+        self.kernel_file(sha256, "vmlinux")
+    }
+
+    /// Where the kernel with this digest is installed under the file name its pins give
+    /// ([`KernelPins::file`]).
+    pub fn kernel_file(&self, sha256: &Sha256Hex, file: &str) -> PathBuf {
+        self.root.join("kernel").join(sha256.as_str()).join(file)
+    }
+
+    /// Where the kernel `pins` names is installed.
+    pub fn kernel_for(&self, pins: &KernelPins) -> PathBuf {
+        self.kernel_file(&pins.image.sha256, pins.file)
     }
 
     /// Where the rootfs with this digest is installed.
@@ -328,7 +460,8 @@ impl ArtifactKind {
         }
     }
 
-    /// The file name inside the store: `vmlinux` or `rootfs.erofs`.
+    /// The file name inside the store: `vmlinux` (an x86_64 kernel; see
+    /// [`KernelPins::file`] for another architecture's) or `rootfs.erofs`.
     pub fn file(self) -> &'static str {
         match self {
             Self::Kernel => "vmlinux",
@@ -338,18 +471,30 @@ impl ArtifactKind {
 
     /// Where the store keeps the artifact with this digest.
     pub fn path_in(self, store: &ArtifactStore, sha256: &Sha256Hex) -> PathBuf {
-        match self {
-            Self::Kernel => store.kernel(sha256),
-            Self::Rootfs => store.rootfs(sha256),
-        }
+        self.path_named(store, sha256, self.file())
+    }
+
+    /// Where the store keeps the artifact with this digest under the file name `file` (an
+    /// aarch64 kernel is an `Image`, [`KernelPins::file`]).
+    pub fn path_named(self, store: &ArtifactStore, sha256: &Sha256Hex, file: &str) -> PathBuf {
+        store
+            .root()
+            .join(self.name())
+            .join(sha256.as_str())
+            .join(file)
     }
 
     /// The URL of the artifact with this digest under `template`.
     pub fn url(self, template: &str, sha256: &Sha256Hex) -> String {
+        self.url_named(template, sha256, self.file())
+    }
+
+    /// The URL of the artifact with this digest and file name under `template`.
+    pub fn url_named(self, template: &str, sha256: &Sha256Hex, file: &str) -> String {
         template
             .replace("{kind}", self.name())
             .replace("{sha256}", sha256.as_str())
-            .replace("{file}", self.file())
+            .replace("{file}", file)
     }
 }
 
@@ -369,8 +514,44 @@ mod tests {
     #[test]
     fn unpinned_values_are_refused_by_name() {
         let text = KERNEL_MANIFEST.replacen("\nsha256 = \"", "\nsha256 = \"unpinned", 1);
-        let err = KernelPins::parse(&text).unwrap_err().to_string();
+        let err = KernelPins::parse_for(&text, "x86_64")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("x86_64.image.sha256"), "{err}");
         assert!(err.contains("not a sha256"), "{err}");
+    }
+
+    #[test]
+    fn every_architecture_is_pinned_with_its_own_image_and_command_line() {
+        let x86 = KernelPins::compiled_in_for("x86_64").unwrap();
+        let arm = KernelPins::compiled_in_for("aarch64").unwrap();
+        assert_eq!((x86.file, arm.file), ("vmlinux", "Image"));
+        assert_ne!(x86.image.sha256, arm.image.sha256);
+        assert!(arm.cmdline.contains("init=/sbin/berm-init"));
+        // x86-only words would reach berm-init as arguments on arm64.
+        for word in ["reboot=k", "no-kvmapf", "no_timer_check"] {
+            assert!(!arm.cmdline.contains(word), "{word}");
+        }
+        let x86_root = RootfsPins::compiled_in_for("x86_64").unwrap();
+        let arm_root = RootfsPins::compiled_in_for("aarch64").unwrap();
+        assert_ne!(x86_root.image.sha256, arm_root.image.sha256);
+        assert_ne!(x86_root.bermd_sha256, arm_root.bermd_sha256);
+        for arch in ARCHES {
+            assert!(KernelPins::compiled_in_for(arch).is_ok(), "{arch}");
+        }
+    }
+
+    #[test]
+    fn an_unknown_architecture_is_refused_naming_the_pinned_ones() {
+        let err = KernelPins::compiled_in_for("riscv64")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("pins no riscv64 guest"), "{err}");
+        assert!(err.contains("[aarch64], [x86_64]"), "{err}");
+        let err = RootfsPins::compiled_in_for("s390x")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("pins no s390x guest"), "{err}");
     }
 
     #[test]

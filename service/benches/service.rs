@@ -198,21 +198,12 @@ fn main() {
     );
 }
 
-async fn sample<F, Fut>(mut call: F) -> Stats
+async fn sample<F, Fut>(call: F) -> Stats
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = ()>,
 {
-    for _ in 0..WARMUP {
-        call().await;
-    }
-    let mut times = Vec::with_capacity(SAMPLES);
-    for _ in 0..SAMPLES {
-        let start = Instant::now();
-        call().await;
-        times.push(start.elapsed());
-    }
-    Stats::of(times)
+    common::sample(WARMUP, SAMPLES, call).await
 }
 
 fn echo(client: &mut McpClient, tool: &str) {

@@ -10,7 +10,8 @@ use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use berm_control::{CallOutcome, CallResponse, DeployRequest, ErrorBody};
+use berm_control::{CallOutcome, CallResponse, DeployRequest, ErrorBody, SecretList, SecretValue};
+use berm_egress::secret::SecretError;
 use tokio::net::UnixListener;
 
 use crate::service::{CallError, DeployError, RemoveError, Service, error_chain};
@@ -23,6 +24,11 @@ pub fn router(service: Arc<Service>) -> Router {
     Router::new()
         .route("/programs", get(list))
         .route("/programs/{name}", get(show).put(deploy).delete(remove))
+        .route("/secrets/{program}", get(list_secrets))
+        .route(
+            "/secrets/{program}/{name}",
+            axum::routing::put(set_secret).delete(remove_secret),
+        )
         .route("/tools/{tool}", post(call))
         .fallback(|| async {
             failure(
@@ -151,5 +157,56 @@ async fn call(
         Err(e @ (CallError::Host(_) | CallError::Lost(_) | CallError::InvalidOutput { .. })) => {
             failure(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
         }
+    }
+}
+
+fn secret_failure(error: SecretError) -> Response {
+    let status = match error {
+        SecretError::Io { .. } => StatusCode::INTERNAL_SERVER_ERROR,
+        SecretError::NotSet(_) => StatusCode::NOT_FOUND,
+        _ => StatusCode::BAD_REQUEST,
+    };
+    failure(status, error.to_string())
+}
+
+fn secret_names(service: &Service, program: String) -> Response {
+    match service.list_secrets(&program) {
+        Ok(names) => ok(SecretList { program, names }),
+        Err(e) => secret_failure(e),
+    }
+}
+
+async fn list_secrets(
+    State(service): State<Arc<Service>>,
+    Path(program): Path<String>,
+) -> Response {
+    secret_names(&service, program)
+}
+
+async fn set_secret(
+    State(service): State<Arc<Service>>,
+    Path((program, name)): Path<(String, String)>,
+    body: Bytes,
+) -> Response {
+    // The body's text is never quoted back: a JSON error could show it.
+    let Ok(SecretValue { value }) = serde_json::from_slice(&body) else {
+        return failure(
+            StatusCode::BAD_REQUEST,
+            "the body must be {\"value\": \"...\"}".into(),
+        );
+    };
+    match service.set_secret(&program, &name, value.as_bytes()) {
+        Ok(()) => secret_names(&service, program),
+        Err(e) => secret_failure(e),
+    }
+}
+
+async fn remove_secret(
+    State(service): State<Arc<Service>>,
+    Path((program, name)): Path<(String, String)>,
+) -> Response {
+    match service.remove_secret(&program, &name) {
+        Ok(()) => secret_names(&service, program),
+        Err(e) => secret_failure(e),
     }
 }

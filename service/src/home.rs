@@ -101,6 +101,13 @@ impl Home {
         Ok(dir)
     }
 
+    /// One program's secret values (`secrets/<program>/<NAME>`, mode 0600,
+    /// directories 0700), kept apart from its state so that nothing a
+    /// program can reach (kv, fs) holds them.
+    pub fn secrets(&self, program: &str) -> PathBuf {
+        self.root.join("secrets").join(program)
+    }
+
     /// The control socket.
     pub fn control_socket(&self) -> PathBuf {
         self.root.join(berm_control::home::CONTROL_SOCKET)

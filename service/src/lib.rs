@@ -3,8 +3,9 @@
 //!
 //! - [`service::Service`]: programs by name under `$BERM_HOME`, restored on
 //!   start, calls validated against each tool's schema.
-//! - [`syscalls`]: `log`, `clock`, `random`, `kv`, `fs` — granted per
-//!   deployment, nothing by default.
+//! - [`syscalls`]: `log`, `clock`, `random`, `kv`, `fs`, `http` — granted
+//!   per deployment, nothing by default; [`egress`] builds what `http`
+//!   reaches and keeps programs' secrets.
 //! - [`app`]: app folders deployed at start (`--app`) and the ready line;
 //!   [`listen`]: MCP on an inherited listening socket (`--listen-fd`).
 //! - [`mcp`]: the rmcp handler; [`transport`] (Unix socket) and [`http`]
@@ -18,6 +19,7 @@ pub mod app;
 pub mod catalog;
 pub mod control;
 pub mod daemon;
+pub mod egress;
 pub mod fs;
 pub mod home;
 pub mod http;

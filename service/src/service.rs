@@ -13,6 +13,7 @@ use berm_control::{DeployResponse, Grant, LimitsSpec, ProgramView, RemoveRespons
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, broadcast};
 
 use crate::catalog::{self, Catalog};
+use crate::egress::EgressSetup;
 use crate::fs::FsRoot;
 use crate::home::{Home, HomeError};
 use crate::kv::{KvCaps, KvError, KvStore};
@@ -48,6 +49,11 @@ pub struct ServiceConfig {
     pub code_dir: Option<PathBuf>,
     /// Most tools in one `tools/list` page; more come behind a cursor.
     pub tools_page_size: usize,
+    /// PEM files of CAs HTTPS requests trust besides the system's
+    /// (`bermd --extra-ca`).
+    pub extra_ca: Vec<PathBuf>,
+    /// Bounds on every program's `http.fetch`.
+    pub egress_caps: berm_egress::Caps,
 }
 
 /// The default `tools/list` page: large, because some clients read only the
@@ -65,6 +71,8 @@ impl ServiceConfig {
             max_calls_per_program: DEFAULT_MAX_CALLS_PER_PROGRAM,
             code_dir: None,
             tools_page_size: DEFAULT_TOOLS_PAGE_SIZE,
+            extra_ca: Vec::new(),
+            egress_caps: berm_egress::Caps::default(),
         }
     }
 }
@@ -81,6 +89,9 @@ pub enum OpenError {
     /// The threads that run calls could not be started.
     #[error("could not start the call threads")]
     CallThreads(#[source] std::io::Error),
+    /// An extra CA file is unusable.
+    #[error(transparent)]
+    Trust(#[from] berm_egress::TrustError),
 }
 
 /// Why a deploy was refused; nothing changed.
@@ -254,7 +265,8 @@ impl CallThreads {
             .on_thread_start(|| {
                 let _ = rustix::process::setpriority_process(None, CALL_THREAD_NICE);
             })
-            .enable_time()
+            // I/O too: `http.fetch` connects from the call's own task.
+            .enable_all()
             .build()?;
         let background = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(threads)
@@ -264,7 +276,8 @@ impl CallThreads {
                     let _ = rustix::process::setpriority_process(None, BACKGROUND_NICE);
                 }
             })
-            .enable_time()
+            // A long call may fetch over HTTP too.
+            .enable_all()
             .build()?;
         Ok(CallThreads {
             calls: Some(calls),
@@ -357,6 +370,7 @@ pub struct Service {
     tools_page_size: usize,
     max_host_ops: usize,
     max_calls_per_program: usize,
+    egress: EgressSetup,
     catalog: RwLock<Arc<Catalog>>,
     deployments: RwLock<HashMap<String, Deployment>>,
     keyspaces: Mutex<HashMap<String, Arc<KvStore>>>,
@@ -399,6 +413,7 @@ impl Service {
             tools_page_size: config.tools_page_size.max(1),
             max_host_ops: config.max_host_ops,
             max_calls_per_program: config.max_calls_per_program.max(1),
+            egress: EgressSetup::new(config.extra_ca.clone(), config.egress_caps)?,
             catalog: RwLock::new(Arc::new(Catalog::default())),
             deployments: RwLock::new(HashMap::new()),
             keyspaces: Mutex::new(HashMap::new()),
@@ -695,9 +710,24 @@ impl Service {
                         })?;
                     host.fs = Some(Arc::new(root));
                 }
-                Grant::Log | Grant::Clock | Grant::Random => {}
+                Grant::Log
+                | Grant::Clock
+                | Grant::Random
+                | Grant::Net(_)
+                | Grant::Secret { .. } => {}
             }
         }
+        host.net = self
+            .egress
+            .for_grants(
+                &record.name,
+                &record.grants,
+                self.secret_store(&record.name),
+            )
+            .map_err(|e| DeployError::Grant {
+                grant: "net".into(),
+                message: e.to_string(),
+            })?;
         let mut limits = self.berm.engine().config().limits.clone();
         if let Some(ms) = record.limits.deadline_ms {
             limits.deadline = Duration::from_millis(ms);

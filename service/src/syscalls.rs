@@ -1,5 +1,5 @@
-//! The syscalls bermd offers programs: `log`, `clock`, `random`, `kv`, `fs`
-//! — exactly the table in `berm_abi::SYSCALLS`.
+//! The syscalls bermd offers programs: `log`, `clock`, `random`, `kv`, `fs`,
+//! `http` — exactly the table in `berm_abi::SYSCALLS`.
 //!
 //! Every one is linked for every program; whether a deployment may use it is
 //! its grants (the runtime turns an ungranted one into a trap that names the
@@ -35,6 +35,8 @@ pub struct ProgramHost {
     pub kv: Option<Keyspace>,
     /// Its directory, when `fs` is granted.
     pub fs: Option<Arc<FsRoot>>,
+    /// Its egress, when `http` is granted (`net=` or `secret:` grants).
+    pub net: Option<Arc<berm_egress::Egress>>,
     /// Its host operations in flight. A stuck one keeps its permit until it
     /// ends, so a program whose disk hangs ties up at most this many
     /// blocking threads, and its further calls fail at their deadline
@@ -60,6 +62,7 @@ impl ProgramHost {
         ProgramHost {
             kv: None,
             fs: None,
+            net: None,
             ops: Arc::new(Semaphore::new(max_ops)),
             max_ops,
         }
@@ -164,6 +167,7 @@ pub fn table() -> Vec<Syscall> {
                 Ok(Reply::Word(0))
             })
         }),
+        Syscall::blocking("http", "fetch", http_fetch),
     ]
 }
 
@@ -274,6 +278,25 @@ fn kv_error(error: KvError) -> SyscallError {
 
 fn fs_error(error: crate::fs::FsError) -> SyscallError {
     SyscallError::code(error.code, error.message)
+}
+
+/// `http.fetch`: the request is copied once it is known to fit the caps,
+/// and the exchange runs without holding the guest's memory; it ends before
+/// the call's deadline with `timeout` at the latest.
+fn http_fetch(cx: &SyscallContext<'_>, request: &mut [u8]) -> Result<Pending, SyscallError> {
+    let net = host(cx)?
+        .net
+        .clone()
+        .ok_or_else(|| SyscallError::Trap("http is granted but no egress is set up".into()))?;
+    let request = berm_egress::Request::decode(request, net.caps())
+        .map_err(|e| SyscallError::code(e.code, e.message))?;
+    let deadline = cx.deadline;
+    Ok(Box::pin(async move {
+        match net.fetch(request, deadline).await {
+            Ok(response) => Ok(Reply::Staged(response.encode())),
+            Err(e) => Err(SyscallError::code(e.code, e.message)),
+        }
+    }))
 }
 
 fn log_write(cx: &SyscallContext<'_>, request: &mut [u8]) -> Result<Reply, SyscallError> {

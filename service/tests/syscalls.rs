@@ -20,6 +20,7 @@ fn request(module: &str, name: &str) -> Vec<u8> {
         ("fs", "write") => frame::encode(&[b"f.txt", b"x"]),
         ("fs", "read" | "remove") => frame::encode(&[b"f.txt"]),
         ("fs", "list") => frame::encode(&[b""]),
+        ("http", "fetch") => frame::encode(&[b"GET", b"http://127.0.0.1:9/", b"", b""]),
         other => panic!("no probe request for {other:?}: add one"),
     }
 }
@@ -73,6 +74,7 @@ fn every_syscall_is_served_when_granted_and_traps_when_not() {
             read_only: false,
             quota: berm_control::FsQuota::default(),
         },
+        "net=127.0.0.1:9".parse().unwrap(),
     ];
     let control = bermd.control();
     block_on(control.deploy(

@@ -1,5 +1,6 @@
-"""A VM booted once for this module through the real `berm-vmm run` (QEMU/TCG here,
-libkrun on hardware KVM), with the notes app on vsock 5000 → rpc-0.sock."""
+"""A VM booted once per guest architecture for this module through the real `berm-vmm run`
+(QEMU/TCG here, libkrun on hardware KVM; the aarch64 guest, the one a Mac boots, under
+QEMU's emulation), with the notes app on vsock 5000 → rpc-0.sock."""
 
 import json
 import os
@@ -17,7 +18,7 @@ WASM = Path(os.environ.get("BERM_WASM_DIR", ROOT / "target" / "wasm32-unknown-un
 
 
 class Vm:
-    def __init__(self, tmp: Path):
+    def __init__(self, tmp: Path, arch: str):
         self.app = tmp / "notes"
         self.app.mkdir()
         shutil.copy(WASM / "notes.wasm", self.app / "notes.wasm")
@@ -28,7 +29,7 @@ class Vm:
         self.lines = []
         self.proc = subprocess.Popen(
             [str(BIN / "berm-vmm"), "run", "--run-dir", str(self.run_dir), "--app", str(self.app),
-             "--state", str(tmp / "state.img")],
+             "--state", str(tmp / "state.img"), "--arch", arch],
             stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
         )
         self.reader = threading.Thread(target=self._read, daemon=True)
@@ -62,9 +63,9 @@ class Vm:
         self.proc.wait(timeout=30)
 
 
-@pytest.fixture(scope="module")
-def vm(tmp_path_factory):
-    machine = Vm(tmp_path_factory.mktemp("vm"))
+@pytest.fixture(scope="module", params=["x86_64", "aarch64"])
+def vm(request, tmp_path_factory):
+    machine = Vm(tmp_path_factory.mktemp(f"vm-{request.param}"), request.param)
     machine.wait_for("app_ready")
     yield machine
     machine.stop()

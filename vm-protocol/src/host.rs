@@ -99,7 +99,10 @@ pub struct EngineMeasurement {
 /// The kernel as measured.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KernelMeasurement {
-    /// sha256 of the vmlinux.
+    /// The guest architecture the kernel is for (`x86_64`, `aarch64`): which pins apply.
+    #[serde(default = "default_arch")]
+    pub arch: String,
+    /// sha256 of the kernel file.
     pub sha256: String,
     /// Its size.
     pub size: u64,
@@ -115,6 +118,12 @@ pub struct KernelMeasurement {
     pub cmdline: String,
     /// How long hashing took.
     pub hash_ms: u64,
+}
+
+/// The architecture of a measurement or record that names none: berm built only x86_64
+/// guests before it named the architecture.
+pub fn default_arch() -> String {
+    "x86_64".to_owned()
 }
 
 /// The rootfs as measured.

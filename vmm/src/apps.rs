@@ -117,8 +117,13 @@ impl App {
     }
 }
 
-/// Checks, measures, precompiles and packs every app folder in order into `run_dir`.
-pub fn prepare(folders: &[PathBuf], run_dir: &Path) -> Result<Vec<App>, AppError> {
+/// Checks, measures, precompiles (for a guest of architecture `arch`) and packs every app
+/// folder in order into `run_dir`.
+pub fn prepare(
+    folders: &[PathBuf],
+    run_dir: &Path,
+    arch: berm::GuestArch,
+) -> Result<Vec<App>, AppError> {
     if folders.len() > 64 {
         return Err(AppError::TooMany(folders.len()));
     }
@@ -132,7 +137,7 @@ pub fn prepare(folders: &[PathBuf], run_dir: &Path) -> Result<Vec<App>, AppError
         if !names.insert(app.name.clone()) {
             return Err(AppError::DuplicateName(app.name));
         }
-        apps.push(pack(index, path, &app, run_dir)?);
+        apps.push(pack(index, path, &app, run_dir, arch)?);
     }
     Ok(apps)
 }
@@ -144,7 +149,13 @@ fn read_error(path: &Path) -> impl FnOnce(std::io::Error) -> AppError + '_ {
     }
 }
 
-fn pack(index: usize, path: &Path, app: &berm_app::App, run_dir: &Path) -> Result<App, AppError> {
+fn pack(
+    index: usize,
+    path: &Path,
+    app: &berm_app::App,
+    run_dir: &Path,
+    arch: berm::GuestArch,
+) -> Result<App, AppError> {
     let mut entries = Vec::new();
     walk(&app.dir, &app.dir, &mut entries)?;
     let files = entries.len();
@@ -170,7 +181,7 @@ fn pack(index: usize, path: &Path, app: &berm_app::App, run_dir: &Path) -> Resul
             wasm: program.wasm_relative.clone(),
             sha256: berm_app::sha256_hex(&bytes),
         });
-        let compiled = code::precompiled(&bytes).map_err(|source| AppError::Code {
+        let compiled = code::precompiled(&bytes, arch).map_err(|source| AppError::Code {
             app: app.name.clone(),
             program: program.name.clone(),
             source,

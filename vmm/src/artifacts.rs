@@ -6,7 +6,7 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use berm_pins::{ArtifactStore, ImagePin, Sha256Hex};
+use berm_pins::{ArtifactStore, ImagePin};
 use sha2::{Digest, Sha256};
 
 /// How to get the artifacts a build is missing.
@@ -97,17 +97,17 @@ pub fn hash_file(what: &'static str, path: &Path) -> Result<(String, u64), Artif
 }
 
 /// Finds and hashes an artifact: `explicit` (an override, allowed unpinned) or the pinned one
-/// in `store` (refused unless its hash is the pin).
+/// in `store`, where `locate` says (refused unless its hash is the pin).
 pub fn resolve(
     what: &'static str,
     pin: &ImagePin,
     explicit: Option<&Path>,
     store: Option<&ArtifactStore>,
-    locate: fn(&ArtifactStore, &Sha256Hex) -> PathBuf,
+    locate: &dyn Fn(&ArtifactStore) -> PathBuf,
 ) -> Result<Artifact, ArtifactError> {
     let path = match explicit {
         Some(path) => path.to_owned(),
-        None => locate(store.ok_or(ArtifactError::NoStore { what })?, &pin.sha256),
+        None => locate(store.ok_or(ArtifactError::NoStore { what })?),
     };
     if !path.exists() {
         return Err(ArtifactError::Missing { what, path });

@@ -3,17 +3,20 @@
 //! Under QEMU/TCG, Cranelift inside the guest is about 200× slower than on the host
 //! (docs/design/microvm-findings.md), so compiling every program at every boot would decide
 //! boot-to-first-answer. berm-vmm therefore compiles each program here, with exactly the
-//! engine settings the guest's bermd uses ([`berm::EngineConfig::vm`]: a fixed musl target
-//! and a baseline CPU feature set instead of this host's), and ships the code in the app's
+//! engine settings the guest's bermd uses ([`berm::EngineConfig::vm_for`] the guest's
+//! architecture: a fixed musl target and a baseline CPU feature set instead of this host's;
+//! an x86_64 host compiles for an aarch64 guest as readily), and ships the code in the app's
 //! image; the guest loads it with a ~20 ms deserialize. The host is already trusted to
 //! provide the kernel and rootfs, so trusting its compiler adds nothing new; the code files'
 //! digests are in the measurement line.
 //!
 //! Compiled code is cached under `<artifact store>/code/<digest>-<fingerprint>.cwasm`, where
-//! the fingerprint covers Wasmtime's version and every setting, so stale code is never used.
+//! the fingerprint covers Wasmtime's version, the target and every setting, so stale code or
+//! another architecture's is never used.
 
 use std::path::PathBuf;
-use std::sync::OnceLock;
+
+use berm::GuestArch;
 
 use sha2::{Digest as _, Sha256};
 
@@ -50,27 +53,24 @@ pub struct Compiled {
     pub cached: bool,
 }
 
-fn engine() -> Result<&'static berm::Engine, CodeError> {
-    static ENGINE: OnceLock<Result<berm::Engine, String>> = OnceLock::new();
-    ENGINE
-        // compile_only: no ticker or compiler threads, because berm-vmm confines itself later
-        // and its seccomp filter needs it single-threaded.
-        .get_or_init(|| {
-            berm::Engine::compile_only(&berm::EngineConfig::vm()).map_err(|e| e.to_string())
-        })
-        .as_ref()
-        .map_err(|e| CodeError::Engine(e.clone()))
+/// The guest's engine: the one `berm attest verify` re-derives code with (compile_only: no
+/// ticker or compiler threads, because berm-vmm confines itself later and its seccomp filter
+/// needs it single-threaded).
+fn engine(arch: GuestArch) -> Result<&'static berm::Engine, CodeError> {
+    berm_attest::code_engine(arch)
+        .map(|(engine, _)| engine)
+        .map_err(CodeError::Engine)
 }
 
 /// The guest engine's fingerprint and target, as the measurement line names them: what a
 /// verifier needs to re-derive each code digest from its program.
-pub fn engine_identity() -> Option<berm_vm_protocol::host::EngineMeasurement> {
-    engine()
-        .ok()
-        .map(|engine| berm_vm_protocol::host::EngineMeasurement {
-            fingerprint: engine.fingerprint().to_owned(),
-            target: berm::PORTABLE_TARGET.to_owned(),
-        })
+pub fn engine_identity(arch: GuestArch) -> Option<berm_vm_protocol::host::EngineMeasurement> {
+    berm_attest::code_engine(arch).ok().map(|(_, identity)| {
+        berm_vm_protocol::host::EngineMeasurement {
+            fingerprint: identity.fingerprint.clone(),
+            target: identity.target.clone(),
+        }
+    })
 }
 
 fn cache_dir() -> PathBuf {
@@ -80,9 +80,9 @@ fn cache_dir() -> PathBuf {
     }
 }
 
-/// The guest's code for `wasm`, from the cache or compiled now.
-pub fn precompiled(wasm: &[u8]) -> Result<Compiled, CodeError> {
-    let engine = engine()?;
+/// The code for `wasm` on a guest of architecture `arch`, from the cache or compiled now.
+pub fn precompiled(wasm: &[u8], arch: GuestArch) -> Result<Compiled, CodeError> {
+    let engine = engine(arch)?;
     let digest = berm::Digest::of(wasm);
     let file_name = format!("{}-{}.cwasm", digest.hex(), engine.fingerprint());
     let dir = cache_dir();

@@ -3,10 +3,13 @@
 //! libkrun needs hardware KVM. On machines whose `/dev/kvm` comes from `kvm_pvm`, a stock
 //! kernel boots only by emulation and faults at the guest's first user-space system call
 //! (docs/design/microvm-findings.md), so `auto` picks QEMU there: with KVM when QEMU can use
-//! hardware KVM, otherwise TCG, and vhost-device-vsock for the guest's vsock.
+//! hardware KVM, otherwise TCG, and vhost-device-vsock for the guest's vsock. A guest of
+//! another architecture than the host's (`--arch aarch64` on x86_64) runs only under QEMU's
+//! emulation: `qemu-system-aarch64 -machine virt` with TCG.
 
 use std::path::{Path, PathBuf};
 
+use berm::GuestArch;
 use serde::Serialize;
 
 /// What `--hypervisor` asked for.
@@ -33,8 +36,13 @@ pub struct Detection {
     pub kvm_pvm: bool,
     /// `kvm_intel` or `kvm_amd` is loaded: hardware virtualization.
     pub kvm_hardware: bool,
+    /// macOS: Apple's Hypervisor framework is there (`sysctl kern.hv_support` is 1), which
+    /// libkrun runs on. Always false elsewhere.
+    pub hvf: bool,
     /// `qemu-system-x86_64`, if found.
     pub qemu: Option<PathBuf>,
+    /// `qemu-system-aarch64`, if found.
+    pub qemu_aarch64: Option<PathBuf>,
     /// `vhost-device-vsock`, if found.
     pub vhost_device_vsock: Option<PathBuf>,
 }
@@ -74,7 +82,8 @@ fn find_in_path(name: &str) -> Option<PathBuf> {
 }
 
 impl Detection {
-    /// Looks at this host. `$BERM_QEMU` and `$BERM_VHOST_DEVICE_VSOCK` override the search;
+    /// Looks at this host. `$BERM_QEMU` (qemu-system-x86_64), `$BERM_QEMU_AARCH64` and
+    /// `$BERM_VHOST_DEVICE_VSOCK` override the search;
     /// vhost-device-vsock is also looked for where scripts/test-vm installs it
     /// (`$BERM_CACHE` or `~/.cache/berm`, then `tools/bin`).
     pub fn probe() -> Self {
@@ -97,30 +106,49 @@ impl Detection {
             kvm_pvm: Path::new("/sys/module/kvm_pvm").exists(),
             kvm_hardware: Path::new("/sys/module/kvm_intel").exists()
                 || Path::new("/sys/module/kvm_amd").exists(),
+            hvf: hvf_supported(),
             qemu: env_path("BERM_QEMU").or_else(|| find_in_path("qemu-system-x86_64")),
+            qemu_aarch64: env_path("BERM_QEMU_AARCH64")
+                .or_else(|| find_in_path("qemu-system-aarch64")),
             vhost_device_vsock: env_path("BERM_VHOST_DEVICE_VSOCK")
                 .or_else(|| find_in_path("vhost-device-vsock"))
                 .or_else(|| tools_bin.filter(|p| p.is_file())),
         }
     }
 
-    /// libkrun can run guest user space: usable hardware KVM that is not PVM.
+    /// libkrun can run guest user space: usable hardware KVM that is not PVM, or Apple's
+    /// Hypervisor framework.
     pub fn krun_runs_user_space(&self) -> bool {
-        self.kvm_usable && !self.kvm_pvm
+        (self.kvm_usable && !self.kvm_pvm) || self.hvf
     }
 
-    fn qemu_missing(&self) -> Option<String> {
-        match (&self.qemu, &self.vhost_device_vsock) {
+    /// The QEMU that runs a guest of architecture `arch`.
+    pub fn qemu_for(&self, arch: GuestArch) -> Option<&PathBuf> {
+        match arch {
+            GuestArch::X86_64 => self.qemu.as_ref(),
+            GuestArch::Aarch64 => self.qemu_aarch64.as_ref(),
+        }
+    }
+
+    fn qemu_missing(&self, arch: GuestArch) -> Option<String> {
+        let (program, package) = match arch {
+            GuestArch::X86_64 => ("qemu-system-x86_64", "qemu-system-x86"),
+            GuestArch::Aarch64 => ("qemu-system-aarch64", "qemu-system-arm"),
+        };
+        match (self.qemu_for(arch), &self.vhost_device_vsock) {
             (Some(_), Some(_)) => None,
-            (None, Some(_)) => Some("qemu-system-x86_64 is not installed (apt-get install qemu-system-x86)".into()),
+            (None, Some(_)) => Some(format!("{program} is not installed (apt-get install {package})")),
             (Some(_), None) => Some(
                 "vhost-device-vsock is not installed (cargo install vhost-device-vsock --version 0.3.0 --locked)".into(),
             ),
-            (None, None) => Some("neither qemu-system-x86_64 nor vhost-device-vsock is installed".into()),
+            (None, None) => Some(format!("neither {program} nor vhost-device-vsock is installed")),
         }
     }
 
     fn kvm_story(&self) -> &'static str {
+        if self.hvf {
+            return "Apple's Hypervisor framework is available";
+        }
         match (self.kvm_usable, self.kvm_pvm) {
             (true, true) => {
                 "/dev/kvm is kvm_pvm, which boots the kernel only by emulation and faults at guest user space"
@@ -138,8 +166,11 @@ impl Detection {
         }
     }
 
-    /// Picks the backend for `requested`.
-    pub fn choose(&self, requested: Requested) -> Result<Choice, DetectError> {
+    /// Picks the backend for `requested` and a guest of architecture `arch`.
+    pub fn choose(&self, requested: Requested, arch: GuestArch) -> Result<Choice, DetectError> {
+        if arch != GuestArch::HOST {
+            return self.choose_foreign(requested, arch);
+        }
         let qemu = |why: String| Choice {
             backend: Backend::Qemu,
             accel: Some(self.qemu_accel()),
@@ -149,9 +180,9 @@ impl Detection {
             Requested::Auto if self.krun_runs_user_space() => Ok(Choice {
                 backend: Backend::Krun,
                 accel: None,
-                reason: "auto: /dev/kvm is hardware KVM, so libkrun".into(),
+                reason: format!("auto: {}, so libkrun", self.kvm_story()),
             }),
-            Requested::Auto => match self.qemu_missing() {
+            Requested::Auto => match self.qemu_missing(arch) {
                 None => Ok(qemu(format!(
                     "auto: {}, so QEMU ({})",
                     self.kvm_story(),
@@ -162,6 +193,11 @@ impl Detection {
                     self.kvm_story()
                 ))),
             },
+            Requested::Krun if self.hvf => Ok(Choice {
+                backend: Backend::Krun,
+                accel: None,
+                reason: "requested: libkrun on Apple's Hypervisor framework".into(),
+            }),
             Requested::Krun if !self.kvm_usable => Err(DetectError::RequestedUnusable {
                 requested: "krun",
                 why: self.kvm_story().into(),
@@ -179,7 +215,7 @@ impl Detection {
                 accel: None,
                 reason: "requested: libkrun on hardware KVM".into(),
             }),
-            Requested::Qemu => match self.qemu_missing() {
+            Requested::Qemu => match self.qemu_missing(arch) {
                 None => Ok(qemu(format!(
                     "requested: QEMU ({}); {}",
                     self.qemu_accel(),
@@ -194,6 +230,58 @@ impl Detection {
     }
 }
 
+/// Whether Apple's Hypervisor framework is usable here (`sysctl -n kern.hv_support` prints 1).
+#[cfg(target_os = "macos")]
+pub fn hvf_supported() -> bool {
+    std::process::Command::new("/usr/sbin/sysctl")
+        .args(["-n", "kern.hv_support"])
+        .output()
+        .is_ok_and(|out| out.status.success() && out.stdout.trim_ascii() == b"1")
+}
+
+/// Whether Apple's Hypervisor framework is usable here: never, off macOS.
+#[cfg(not(target_os = "macos"))]
+pub fn hvf_supported() -> bool {
+    false
+}
+
+impl Detection {
+    /// A guest of another architecture: hardware virtualization (libkrun, QEMU's KVM) runs
+    /// only the host's own, so QEMU emulates it (TCG) or nothing does.
+    fn choose_foreign(&self, requested: Requested, arch: GuestArch) -> Result<Choice, DetectError> {
+        let host = GuestArch::HOST;
+        if requested == Requested::Krun {
+            return Err(DetectError::RequestedUnusable {
+                requested: "krun",
+                why: format!(
+                    "libkrun runs only {host} guests on this {host} host; an {arch} guest needs QEMU (TCG)"
+                ),
+            });
+        }
+        let asked = if requested == Requested::Qemu {
+            "requested"
+        } else {
+            "auto"
+        };
+        match self.qemu_missing(arch) {
+            None => Ok(Choice {
+                backend: Backend::Qemu,
+                accel: Some("tcg"),
+                reason: format!(
+                    "{asked}: an {arch} guest on this {host} host, so QEMU's emulation (tcg)"
+                ),
+            }),
+            Some(missing) if requested == Requested::Qemu => Err(DetectError::RequestedUnusable {
+                requested: "qemu",
+                why: missing,
+            }),
+            Some(missing) => Err(DetectError::NoneUsable(format!(
+                "an {arch} guest on this {host} host needs QEMU's emulation, and {missing}"
+            ))),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -203,7 +291,9 @@ mod tests {
             kvm_usable,
             kvm_pvm,
             kvm_hardware: kvm_usable && !kvm_pvm,
+            hvf: false,
             qemu: qemu.then(|| PathBuf::from("/usr/bin/qemu-system-x86_64")),
+            qemu_aarch64: qemu.then(|| PathBuf::from("/usr/bin/qemu-system-aarch64")),
             vhost_device_vsock: vhost.then(|| PathBuf::from("/x/vhost-device-vsock")),
         }
     }
@@ -212,22 +302,22 @@ mod tests {
     fn auto_prefers_libkrun_only_on_hardware_kvm() {
         assert_eq!(
             host(true, false, true, true)
-                .choose(Requested::Auto)
+                .choose(Requested::Auto, GuestArch::HOST)
                 .unwrap()
                 .backend,
             Backend::Krun
         );
         let pvm = host(true, true, true, true)
-            .choose(Requested::Auto)
+            .choose(Requested::Auto, GuestArch::HOST)
             .unwrap();
         assert_eq!((pvm.backend, pvm.accel), (Backend::Qemu, Some("tcg")));
         assert!(pvm.reason.contains("kvm_pvm"), "{}", pvm.reason);
         let no_kvm = host(false, false, true, true)
-            .choose(Requested::Auto)
+            .choose(Requested::Auto, GuestArch::HOST)
             .unwrap();
         assert_eq!((no_kvm.backend, no_kvm.accel), (Backend::Qemu, Some("tcg")));
         let err = host(true, true, true, false)
-            .choose(Requested::Auto)
+            .choose(Requested::Auto, GuestArch::HOST)
             .unwrap_err()
             .to_string();
         assert!(err.contains("vhost-device-vsock is not installed"), "{err}");
@@ -237,31 +327,55 @@ mod tests {
     fn requests_are_honoured_or_refused_with_the_reason() {
         assert!(
             host(false, false, true, true)
-                .choose(Requested::Krun)
+                .choose(Requested::Krun, GuestArch::HOST)
                 .unwrap_err()
                 .to_string()
                 .contains("not accessible")
         );
         assert!(
             host(true, true, true, true)
-                .choose(Requested::Krun)
+                .choose(Requested::Krun, GuestArch::HOST)
                 .unwrap()
                 .reason
                 .contains("not berm-init")
         );
         assert_eq!(
             host(true, false, true, true)
-                .choose(Requested::Qemu)
+                .choose(Requested::Qemu, GuestArch::HOST)
                 .unwrap()
                 .accel,
             Some("kvm")
         );
         assert!(
             host(true, false, false, true)
-                .choose(Requested::Qemu)
+                .choose(Requested::Qemu, GuestArch::HOST)
                 .unwrap_err()
                 .to_string()
                 .contains("qemu-system-x86_64")
         );
+    }
+
+    #[test]
+    fn a_foreign_guest_runs_only_under_qemu_emulation() {
+        let foreign = match GuestArch::HOST {
+            GuestArch::X86_64 => GuestArch::Aarch64,
+            GuestArch::Aarch64 => GuestArch::X86_64,
+        };
+        // Even on hardware KVM, where the host's own guest would get libkrun.
+        let auto = host(true, false, true, true)
+            .choose(Requested::Auto, foreign)
+            .unwrap();
+        assert_eq!((auto.backend, auto.accel), (Backend::Qemu, Some("tcg")));
+        assert!(auto.reason.contains(foreign.name()), "{}", auto.reason);
+        let err = host(true, false, true, true)
+            .choose(Requested::Krun, foreign)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("libkrun runs only"), "{err}");
+        let err = host(true, false, false, true)
+            .choose(Requested::Auto, foreign)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("is not installed"), "{err}");
     }
 }

@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context;
+use berm::GuestArch;
 use berm_vmm::detect::Requested;
 use berm_vmm::exit::ExitStatus;
 use berm_vmm::run::{RunConfig, run};
@@ -46,6 +47,10 @@ enum Commands {
         /// Which backend: libkrun, QEMU, or the best one here.
         #[arg(long, value_enum, default_value_t = Requested::Auto)]
         hypervisor: Requested,
+        /// The guest's architecture (x86_64 or aarch64): its pinned kernel and rootfs, and
+        /// programs compiled for it. Another than this host's boots under QEMU's emulation.
+        #[arg(long, value_name = "ARCH", default_value = GuestArch::HOST.name())]
+        arch: GuestArch,
         /// Boot this kernel instead of the pinned one (reported "pinned": false).
         #[arg(long, value_name = "FILE")]
         kernel: Option<PathBuf>,
@@ -127,6 +132,7 @@ fn main() -> ExitCode {
             cpus,
             memory,
             hypervisor,
+            arch,
             kernel,
             rootfs,
             env,
@@ -163,6 +169,7 @@ fn main() -> ExitCode {
                 cpus,
                 memory_mib: memory,
                 hypervisor,
+                arch,
                 kernel,
                 rootfs,
                 env,

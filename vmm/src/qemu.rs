@@ -1,6 +1,8 @@
 //! The QEMU backend: `qemu-system-x86_64 -machine microvm` (KVM where QEMU can use hardware
-//! KVM, TCG otherwise) with the guest's vsock served by vhost-device-vsock, both as children
-//! of berm-vmm.
+//! KVM, TCG otherwise), or for an aarch64 guest `qemu-system-aarch64 -machine virt` (TCG on an
+//! x86_64 host), with the guest's vsock served by vhost-device-vsock, both as children of
+//! berm-vmm. Both machines put every device on virtio-mmio, so the guest sees the same disks,
+//! console and vsock either way.
 //!
 //! vhost-device-vsock exposes the guest's ports through one host socket and a
 //! `CONNECT <port>\n` → `OK <n>\n` handshake. To present the same run dir as libkrun, berm-vmm
@@ -16,6 +18,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use berm::GuestArch;
 
 use crate::connector::{Connector, Target};
 use crate::log_cap::HypervisorOutput;
@@ -85,7 +89,9 @@ pub enum StartQemuError {
 pub struct QemuVm<'a> {
     /// The VM.
     pub spec: &'a VmSpec,
-    /// `qemu-system-x86_64`.
+    /// The guest's architecture: which machine QEMU emulates.
+    pub arch: GuestArch,
+    /// `qemu-system-x86_64` or `qemu-system-aarch64`.
     pub qemu: &'a Path,
     /// `vhost-device-vsock`.
     pub vhost_device_vsock: &'a Path,
@@ -368,22 +374,37 @@ fn start_qemu(
     })
 }
 
-/// QEMU's command line for `vm` (before the inherited vhost-user device): a microvm machine
-/// without defaults, the kernel and its command line, every disk as virtio-blk (root first, so
-/// it is vda), the console on hvc0 into the run dir. Paths come escaped in `values`.
+/// The machine, and the CPU model under TCG, for each guest architecture.
+///
+/// aarch64 under TCG: `cortex-a72` (armv8.0, exactly the baseline programs are compiled for),
+/// not `max`, whose pointer authentication QEMU emulates at a high cost on every call and
+/// return. The `virt` machine brings its own GIC, PSCI and timer; `-nodefaults` leaves no PCI
+/// device on its PCIe bus.
+fn machine(arch: GuestArch) -> (&'static str, &'static str) {
+    match arch {
+        GuestArch::X86_64 => ("microvm,acpi=off,memory-backend=mem", "max"),
+        GuestArch::Aarch64 => ("virt,gic-version=3,memory-backend=mem", "cortex-a72"),
+    }
+}
+
+/// QEMU's command line for `vm` (before the inherited vhost-user device): a microvm (x86_64)
+/// or virt (aarch64) machine without defaults, the kernel and its command line, every disk as
+/// virtio-blk with root as vda and the state disk as vdb, the console on hvc0 into the run
+/// dir. Paths come escaped in `values`.
 fn qemu_args(vm: &QemuVm<'_>, values: &OptionValues) -> Vec<String> {
     let spec = vm.spec;
     let memory = format!("{}M", spec.memory_mib);
+    let (machine, tcg_cpu) = machine(vm.arch);
     let mut args: Vec<String> = vec![
         "-machine".into(),
-        "microvm,acpi=off,memory-backend=mem".into(),
+        machine.into(),
         "-accel".into(),
         vm.accel.into(),
         "-cpu".into(),
         if vm.accel == "kvm" {
             "host".into()
         } else {
-            "max".into()
+            tcg_cpu.into()
         },
         "-smp".into(),
         spec.cpus.to_string(),
@@ -396,16 +417,21 @@ fn qemu_args(vm: &QemuVm<'_>, values: &OptionValues) -> Vec<String> {
         "-no-user-config".into(),
         "-display".into(),
         "none".into(),
-        // reboot(RB_AUTOBOOT) ends QEMU instead of restarting the guest; with reboot=k the
-        // i8042 device makes that take ~15 ms instead of ~1.5 s.
+        // reboot(RB_AUTOBOOT) ends QEMU instead of restarting the guest (on aarch64 a PSCI
+        // reset).
         "-no-reboot".into(),
-        "-device".into(),
-        "i8042".into(),
+    ];
+    if vm.arch == GuestArch::X86_64 {
+        // With reboot=k the i8042 device makes that reset take ~15 ms instead of ~1.5 s.
+        args.extend(["-device".into(), "i8042".into()]);
+    }
+    args.extend([
         "-kernel".into(),
         spec.kernel.display().to_string(),
         "-append".into(),
         spec.cmdline.clone(),
-        // The first virtio-blk device is vda.
+    ]);
+    let mut disks = vec![[
         "-drive".into(),
         format!(
             "file={},format=raw,if=none,id=root,readonly=on",
@@ -413,9 +439,9 @@ fn qemu_args(vm: &QemuVm<'_>, values: &OptionValues) -> Vec<String> {
         ),
         "-device".into(),
         "virtio-blk-device,drive=root,serial=root".into(),
-    ];
+    ]];
     if let Some(state) = &values.state {
-        args.extend([
+        disks.push([
             "-drive".into(),
             format!("file={state},format=raw,if=none,id=state"),
             "-device".into(),
@@ -423,13 +449,20 @@ fn qemu_args(vm: &QemuVm<'_>, values: &OptionValues) -> Vec<String> {
         ]);
     }
     for (i, ((serial, _), image)) in spec.disks.iter().zip(&values.disks).enumerate() {
-        args.extend([
+        disks.push([
             "-drive".into(),
             format!("file={image},format=raw,if=none,id=disk{i},readonly=on"),
             "-device".into(),
             format!("virtio-blk-device,drive=disk{i},serial={serial}"),
         ]);
     }
+    // microvm: the first virtio-blk device on the command line is vda. virt: the last is —
+    // it hands out its virtio-mmio transports from the highest address down and Linux probes
+    // them from the lowest up (QEMU's hw/arm/virt.c says as much), so the disks go in reverse.
+    if vm.arch == GuestArch::Aarch64 {
+        disks.reverse();
+    }
+    args.extend(disks.into_iter().flatten());
     args.extend([
         // hvc0, the console the pinned cmdline names, as libkrun provides it.
         "-device".into(),

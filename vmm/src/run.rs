@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
+use berm::GuestArch;
 use berm_pins::{ArtifactStore, KernelPins, ParsePinsError, RootfsPins};
 use berm_vm_protocol::client::{ConnectError, GuestConnection, ReceiveError};
 use berm_vm_protocol::host::{
@@ -40,6 +41,15 @@ use crate::state::{self, StateError};
 /// kernel does not get far under PVM's emulation. Only ever added there, and reported.
 pub const PVM_CMDLINE: &str = "noxsave clearcpuid=popcnt,smap";
 
+/// Why a run is unconfined, in its `host_sandbox` line and attestation record (which
+/// `berm attest verify` flags as `host_sandbox_disabled`). macOS has no Landlock or seccomp,
+/// and berm-vmm applies no Seatbelt profile there yet: a Mac run is unconfined, and says so.
+const NO_HOST_SANDBOX: &str = if cfg!(target_os = "macos") {
+    "--no-host-sandbox: on macOS berm-vmm has no host sandbox (no Seatbelt profile yet), so it and libkrun run unconfined"
+} else {
+    "--no-host-sandbox"
+};
+
 /// How long berm-vmm waits for the guest to reset after `power_off` before killing it.
 const RESET_GRACE: Duration = Duration::from_secs(5);
 /// How long a guest has to power off after berm-vmm got a stop signal.
@@ -63,6 +73,9 @@ pub struct RunConfig {
     pub memory_mib: Option<u32>,
     /// Which backend.
     pub hypervisor: Requested,
+    /// The guest's architecture: which pinned kernel and rootfs boot, and what programs are
+    /// compiled for. Another than the host's runs under QEMU's emulation (TCG) only.
+    pub arch: GuestArch,
     /// Kernel override (reported unpinned unless it matches the pin).
     pub kernel: Option<PathBuf>,
     /// Rootfs override.
@@ -180,7 +193,7 @@ pub fn run(config: &RunConfig) -> Result<Outcome, RunError> {
     let artifacts = Artifacts::check(config)?;
     let user_settings = user_settings(config)?;
     let detection = Detection::probe();
-    let choice = detection.choose(config.hypervisor)?;
+    let choice = detection.choose(config.hypervisor, config.arch)?;
     let guest = GuestSettings::new(config, user_settings, &artifacts, &detection, &choice)?;
     let prepared = Prepared::new(config)?;
     let memory_mib = guest_memory(config, &prepared.apps);
@@ -191,6 +204,7 @@ pub fn run(config: &RunConfig) -> Result<Outcome, RunError> {
         cpus: config.cpus,
         memory_mib,
         kernel: artifacts.kernel.path.clone(),
+        kernel_format: spec::KernelFormat::of(&artifacts.kernel_pins),
         cmdline: guest.cmdline.clone(),
         rootfs: artifacts.rootfs.path.clone(),
         state: prepared.state.as_ref().map(|s| s.path.clone()),
@@ -273,22 +287,22 @@ struct Artifacts {
 
 impl Artifacts {
     fn check(config: &RunConfig) -> Result<Self, RunError> {
-        let kernel_pins = KernelPins::compiled_in()?;
-        let rootfs_pins = RootfsPins::compiled_in()?;
+        let kernel_pins = KernelPins::compiled_in_for(config.arch.name())?;
+        let rootfs_pins = RootfsPins::compiled_in_for(config.arch.name())?;
         let store = ArtifactStore::from_env();
         let kernel = artifacts::resolve(
             "kernel",
             &kernel_pins.image,
             config.kernel.as_deref(),
             store.as_ref(),
-            ArtifactStore::kernel,
+            &|store| store.kernel_for(&kernel_pins),
         )?;
         let rootfs = artifacts::resolve(
             "rootfs",
             &rootfs_pins.image,
             config.rootfs.as_deref(),
             store.as_ref(),
-            ArtifactStore::rootfs,
+            &|store| store.rootfs(&rootfs_pins.image.sha256),
         )?;
         Ok(Self {
             kernel_pins,
@@ -409,7 +423,7 @@ impl Prepared {
     fn fill(config: &RunConfig, run: &RunDir) -> Result<Filled, RunError> {
         report::record_to(&run.dir)?;
         let state = config.state.as_deref().map(state::prepare).transpose()?;
-        let apps = apps::prepare(&config.apps, &run.dir)?;
+        let apps = apps::prepare(&config.apps, &run.dir, config.arch)?;
         let probe = config
             .test_probe
             .as_deref()
@@ -468,6 +482,7 @@ fn report_plan(
     report::line(
         "vm_config",
         &json!({
+            "arch": config.arch.name(),
             "hypervisor": {"chosen": choice.backend, "accel": choice.accel, "reason": choice.reason, "requested": config.hypervisor},
             "detection": detection, "cpus": config.cpus, "memory_mib": memory_mib,
             "settings": guest.settings.iter().map(|s| format!("{}={}", s.name(), s.value())).collect::<Vec<_>>(),
@@ -491,6 +506,7 @@ fn measurements(
     let (kernel, rootfs) = (&artifacts.kernel, &artifacts.rootfs);
     MeasurementsLine {
         kernel: KernelMeasurement {
+            arch: config.arch.name().to_owned(),
             sha256: kernel.sha256.clone(),
             size: kernel.size,
             pinned: kernel.pinned,
@@ -515,7 +531,7 @@ fn measurements(
         engine: if prepared.apps.is_empty() {
             None
         } else {
-            crate::code::engine_identity()
+            crate::code::engine_identity(config.arch)
         },
         test_probe: prepared.probe.as_ref().map(|p| ProbeMeasurement {
             image: p.measured.clone(),
@@ -583,7 +599,7 @@ fn boot(
         let pids: Vec<u32> = children.iter().map(Child::id).collect();
         sandbox::confine(&policy, sandbox::Role::Vmm, &pids).inspect_err(|_| stop(&mut children))?
     } else {
-        sandbox::Report::disabled("--no-host-sandbox")
+        sandbox::Report::disabled(NO_HOST_SANDBOX)
     };
     // A child's ruleset is enforced as far as this kernel's Landlock goes, like berm-vmm's own.
     confined.children = child_sandboxes
@@ -657,11 +673,15 @@ fn start_qemu(
     output: &HypervisorOutput,
 ) -> Result<Started, RunError> {
     // Cannot be None: choose() returned Qemu only with both programs present.
-    let (Some(qemu), Some(vhost)) = (&detection.qemu, &detection.vhost_device_vsock) else {
+    let (Some(qemu), Some(vhost)) = (
+        detection.qemu_for(config.arch),
+        &detection.vhost_device_vsock,
+    ) else {
         return Err(DetectError::NoneUsable("QEMU or vhost-device-vsock vanished".into()).into());
     };
     let vm = QemuVm {
         spec,
+        arch: config.arch,
         qemu,
         vhost_device_vsock: vhost,
         accel: choice.accel.unwrap_or("tcg"),

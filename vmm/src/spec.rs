@@ -15,8 +15,10 @@ pub struct VmSpec {
     pub cpus: u8,
     /// Guest memory in MiB.
     pub memory_mib: u32,
-    /// ELF vmlinux (already checked against the pin).
+    /// The kernel (already checked against the pin).
     pub kernel: PathBuf,
+    /// What kind of file the kernel is.
+    pub kernel_format: KernelFormat,
     /// The complete kernel command line.
     pub cmdline: String,
     /// Read-only root disk (vda).
@@ -29,6 +31,35 @@ pub struct VmSpec {
     pub ports: Vec<(u32, PathBuf)>,
     /// Where the guest console goes.
     pub console: PathBuf,
+}
+
+/// The two kernel files berm pins: what libkrun is told (`krun_set_kernel`'s format) and
+/// what QEMU's `-kernel` takes as is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum KernelFormat {
+    /// An ELF `vmlinux` (x86_64): libkrun format 1, QEMU microvm through its PVH note.
+    Elf,
+    /// A raw arm64 `Image` (aarch64): libkrun format 0, QEMU virt's `-kernel`.
+    Raw,
+}
+
+impl KernelFormat {
+    /// The format of the kernel file its pins name (`vmlinux` or `Image`).
+    pub fn of(pins: &berm_pins::KernelPins) -> Self {
+        if pins.file == "Image" {
+            Self::Raw
+        } else {
+            Self::Elf
+        }
+    }
+
+    /// libkrun's number for it (`KRUN_KERNEL_FORMAT_RAW` 0, `_ELF` 1).
+    pub fn krun(self) -> u32 {
+        match self {
+            Self::Raw => 0,
+            Self::Elf => 1,
+        }
+    }
 }
 
 /// The port plan, in one place: control (1024), logs (1025), then app i's MCP on 5000+i, each

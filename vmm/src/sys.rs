@@ -248,7 +248,13 @@ pub fn krun_enter(vm: &VmSpec) -> Result<std::convert::Infallible, KrunError> {
     // SAFETY: `kernel` and `cmdline` are valid NUL-terminated strings alive until the VM
     // ends (this function never returns on success); a null initramfs is documented as none.
     ok("krun_set_kernel", unsafe {
-        krun::krun_set_kernel(ctx, kernel.as_ptr(), 1, std::ptr::null(), cmdline.as_ptr())
+        krun::krun_set_kernel(
+            ctx,
+            kernel.as_ptr(),
+            vm.kernel_format.krun(),
+            std::ptr::null(),
+            cmdline.as_ptr(),
+        )
     })?;
     // SAFETY: both strings are valid NUL-terminated strings that outlive the call; format 0
     // is raw.

@@ -10,21 +10,29 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use common::{BOOT, Mcp, Vmm, app_folder, bootable, pinned};
+use berm::GuestArch;
+use common::{BOOT, Mcp, Vmm, app_folder, bootable_for, pinned_for};
 use serde_json::{Value, json};
 
 /// Starting bermd under TCG, with its programs precompiled on the host.
 const READY: Duration = Duration::from_secs(120);
 
-fn probe_binary() -> PathBuf {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../target/x86_64-unknown-linux-musl/debug/berm-probe");
+/// The static enforcement probe built for an `arch` guest.
+fn probe_binary(arch: GuestArch) -> PathBuf {
+    let target = arch.portable_target();
+    let path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../target/{target}/debug/berm-probe"));
     assert!(
         path.exists(),
-        "{} is missing: scripts/test-vm builds it (cargo build --target x86_64-unknown-linux-musl -p berm-probe)",
+        "{} is missing: scripts/test-vm builds it (cargo build --target {target} -p berm-probe)",
         path.display()
     );
     path
+}
+
+/// `--arch ARCH` for berm-vmm.
+fn arch_args(arch: GuestArch) -> [&'static str; 2] {
+    ["--arch", arch.name()]
 }
 
 fn ready(vmm: &mut Vmm, app: &str) -> Value {
@@ -47,7 +55,17 @@ fn notes_toml(name: &str) -> String {
 
 #[test]
 fn one_app_answers_mcp_and_its_notes_survive_a_reboot() {
-    if pinned().is_none() || !bootable() {
+    notes_survive_a_reboot(GuestArch::HOST);
+}
+
+/// The same on an aarch64 guest (the one a Mac boots), emulated by QEMU on an x86_64 host.
+#[test]
+fn one_app_answers_mcp_and_its_notes_survive_a_reboot_on_aarch64() {
+    notes_survive_a_reboot(GuestArch::Aarch64);
+}
+
+fn notes_survive_a_reboot(arch: GuestArch) {
+    if pinned_for(arch).is_none() || !bootable_for(arch) {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
@@ -58,6 +76,8 @@ fn one_app_answers_mcp_and_its_notes_survive_a_reboot() {
         app.to_str().unwrap(),
         "--state",
         disk.to_str().unwrap(),
+        arch_args(arch)[0],
+        arch_args(arch)[1],
     ];
 
     // First boot: a fresh disk, notes added over several connections.
@@ -69,6 +89,12 @@ fn one_app_answers_mcp_and_its_notes_survive_a_reboot() {
         "{ready_line}"
     );
     let measured = &vmm.events("measurements")[0];
+    assert_eq!(measured["kernel"]["arch"], arch.name());
+    assert_eq!(
+        measured["engine"]["target"],
+        arch.portable_target(),
+        "programs are compiled for the guest's architecture"
+    );
     let first_digest = measured["state"]["chunked_sha256"].clone();
     assert_eq!(measured["apps"][0]["name"], "notes");
     assert_eq!(
@@ -90,7 +116,7 @@ fn one_app_answers_mcp_and_its_notes_survive_a_reboot() {
     // Every app of this build reports the policy digest pinned beside the rootfs.
     assert_eq!(
         start["enforcement"]["policy_sha256"],
-        berm_pins::RootfsPins::compiled_in()
+        berm_pins::RootfsPins::compiled_in_for(arch.name())
             .unwrap()
             .app_policy_sha256
             .as_str()
@@ -129,6 +155,7 @@ fn one_app_answers_mcp_and_its_notes_survive_a_reboot() {
         .unwrap()
         .to_value();
     let pins = berm_attest::Pins::compiled_in().unwrap();
+    assert_eq!(record["kernel"]["arch"], arch.name());
     let verdict = berm_attest::verify(&record, &pins);
     assert!(verdict.ok, "{:#?}\n{record:#}", verdict.problems);
     eprintln!(
@@ -209,7 +236,17 @@ fn control_status(vmm: &Vmm) -> Value {
 /// own cgroup's memory limit — reported, while the others keep answering.
 #[test]
 fn apps_are_confined_apart_and_survive_each_other() {
-    if pinned().is_none() || !bootable() {
+    confined_apart(GuestArch::HOST);
+}
+
+/// The same, with the probe built for aarch64, on an aarch64 guest under QEMU's emulation.
+#[test]
+fn apps_are_confined_apart_and_survive_each_other_on_aarch64() {
+    confined_apart(GuestArch::Aarch64);
+}
+
+fn confined_apart(arch: GuestArch) {
+    if pinned_for(arch).is_none() || !bootable_for(arch) {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
@@ -229,9 +266,11 @@ fn apps_are_confined_apart_and_survive_each_other() {
         "name = \"fragile\"\ncall_deadline_ms = 20000\n[limits]\nmemory_mb = 40\npids = 16\n\n\
          [[program]]\nname = \"hostile\"\nwasm = \"hostile.wasm\"\n",
     );
-    let probe = probe_binary();
+    let probe = probe_binary(arch);
     let mut vmm = Vmm::start(
         &[
+            arch_args(arch)[0],
+            arch_args(arch)[1],
             "--app",
             notes.to_str().unwrap(),
             "--app",
@@ -362,7 +401,7 @@ fn print_probe_table(report: &Value) {
 
 #[test]
 fn a_bad_app_folder_is_refused_before_boot() {
-    if pinned().is_none() {
+    if pinned_for(GuestArch::HOST).is_none() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();

@@ -84,6 +84,36 @@ fn boot_and_shut_down(args: &[&str], envs: &[(&str, &Path)]) -> Vmm {
     vmm
 }
 
+/// The aarch64 guest (the one a Mac boots) under QEMU's emulation: the same boot, greeting,
+/// status and clean shutdown, on its own pinned kernel and rootfs.
+#[test]
+fn the_aarch64_guest_boots_greets_and_shuts_down_cleanly() {
+    let arch = berm::GuestArch::Aarch64;
+    if common::pinned_for(arch).is_none() || !common::bootable_for(arch) {
+        return;
+    }
+    let vmm = boot_and_shut_down(&["--arch", "aarch64"], &[]);
+    let m = &vmm.events("measurements")[0];
+    assert_eq!(m["kernel"]["arch"], "aarch64");
+    assert_eq!(
+        (&m["kernel"]["pinned"], &m["rootfs"]["pinned"]),
+        (&true.into(), &true.into())
+    );
+    let config = &vmm.events("vm_config")[0];
+    assert_eq!(config["arch"], "aarch64");
+    assert_eq!(config["hypervisor"]["accel"], "tcg", "{config}");
+    let console = std::fs::read_to_string(vmm.run_dir.join("console.log")).unwrap();
+    assert!(
+        console.contains("Run /sbin/berm-init as init process"),
+        "{console}"
+    );
+    assert!(
+        // virt numbers its virtio-mmio disks in reverse: root must still be vda.
+        console.contains("erofs: (device vda): mounted"),
+        "{console}"
+    );
+}
+
 #[test]
 fn boots_greets_answers_status_and_shuts_down_cleanly() {
     if pinned().is_none() || !bootable() {

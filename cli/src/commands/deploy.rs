@@ -21,16 +21,22 @@ pub struct Args {
     /// Deploy every program of this app folder (berm.toml) instead, under
     /// the names, grants and bounds it gives; the whole folder is checked
     /// before the first deploy.
-    #[arg(long, value_name = "DIR", conflicts_with_all = ["name", "source", "grants", "deadline_ms", "memory_mb"])]
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["name", "source", "grants", "secrets", "deadline_ms", "memory_mb"])]
     app: Option<PathBuf>,
     /// Registry access, when SOURCE is a reference.
     #[command(flatten)]
     registry: super::dist::RegistryArgs,
     /// What the program may reach: log, clock, random, kv,
-    /// fs=DIR[:ro|:rw][:bytes=N][:entries=N].
+    /// fs=DIR[:ro|:rw][:bytes=N][:entries=N], net=HOST[:PORT] (`*.example.com`
+    /// wildcards; without a port, 80 for http and 443 for https).
     /// Repeat for several; nothing is granted by default.
     #[arg(long = "grant", value_name = "GRANT")]
     grants: Vec<Grant>,
+    /// Bind secret NAME to HOST[:PORT]: where the program writes
+    /// `{{secret:NAME}}`, the value (set with `berm secret set`) is sent to
+    /// this host only. Repeat for several hosts or secrets.
+    #[arg(long = "secret", value_name = "NAME=HOST", value_parser = secret_binding)]
+    secrets: Vec<Grant>,
     /// Wall-clock deadline of one call, in milliseconds.
     #[arg(long)]
     deadline_ms: Option<u64>,
@@ -87,6 +93,7 @@ pub async fn run(home: &Path, args: Args) -> anyhow::Result<Exit> {
     let grants = args
         .grants
         .into_iter()
+        .chain(args.secrets)
         .map(|grant| match grant {
             Grant::Fs {
                 dir,
@@ -123,4 +130,11 @@ pub async fn run(home: &Path, args: Args) -> anyhow::Result<Exit> {
     println!("  tools: {}", tools.join(", "));
     println!("  grants: {}", super::ls::grants_text(&program.grants));
     Ok(Exit::Ok)
+}
+
+/// `--secret NAME=HOST[:PORT]` as the grant it is.
+fn secret_binding(text: &str) -> Result<Grant, String> {
+    format!("secret:{text}")
+        .parse()
+        .map_err(|e: berm_control::GrantParseError| e.to_string())
 }

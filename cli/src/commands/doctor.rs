@@ -1,6 +1,6 @@
 //! `berm doctor`: can this host run berm, and if not, the one thing to do about each gap:
-//! KVM (hardware or PVM), the host sandbox (Landlock), the pinned artifacts, the QEMU
-//! fallback, the wasm32 target, bermd.
+//! KVM (hardware or PVM) — on macOS Apple's Hypervisor framework instead —, the host sandbox
+//! (Landlock), the pinned artifacts, the QEMU fallback, the wasm32 target, bermd.
 //!
 //! Each check prints one line — `ok`, `warn` (works, with a caveat) or `fail` — and, unless
 //! it is ok, a one-line fix. Exit 0 when nothing fails, 2 otherwise. `--json` prints the same
@@ -53,7 +53,18 @@ fn check(name: &'static str, status: Status, detail: String, fix: Option<&str>) 
 
 /// Runs `berm doctor`.
 pub async fn run(home: &Path, args: Args) -> anyhow::Result<Exit> {
-    let mut checks = vec![kvm(), host_sandbox(), artifacts(), qemu(), wasm_target()];
+    let hypervisor = if cfg!(target_os = "macos") {
+        hvf()
+    } else {
+        kvm()
+    };
+    let mut checks = vec![
+        hypervisor,
+        host_sandbox(),
+        artifacts(),
+        qemu(),
+        wasm_target(),
+    ];
     checks.push(bermd(home).await);
     if args.json {
         println!("{}", serde_json::to_string_pretty(&checks)?);
@@ -75,6 +86,46 @@ pub async fn run(home: &Path, args: Args) -> anyhow::Result<Exit> {
     } else {
         Exit::Ok
     })
+}
+
+/// macOS: libkrun runs the guest on Apple's Hypervisor framework, which must be present
+/// (`sysctl kern.hv_support` is 1) on Apple silicon (the guest is aarch64).
+fn hvf() -> Check {
+    let support = std::process::Command::new("/usr/sbin/sysctl")
+        .args(["-n", "kern.hv_support"])
+        .output()
+        .ok()
+        .filter(|out| out.status.success())
+        .map(|out| String::from_utf8_lossy(&out.stdout).trim().to_owned());
+    match support.as_deref() {
+        Some("1") if std::env::consts::ARCH == "aarch64" => check(
+            "hvf",
+            Status::Ok,
+            "Apple's Hypervisor framework is available (kern.hv_support = 1): libkrun runs the aarch64 guest".into(),
+            None,
+        ),
+        Some("1") => check(
+            "hvf",
+            Status::Fail,
+            format!(
+                "Apple's Hypervisor framework is available, but this Mac is {}: berm's macOS guest is aarch64 (Apple silicon)",
+                std::env::consts::ARCH
+            ),
+            Some("run berm on an Apple silicon Mac"),
+        ),
+        Some(other) => check(
+            "hvf",
+            Status::Fail,
+            format!("Apple's Hypervisor framework is not available (kern.hv_support = {other})"),
+            Some("run on macOS 11 or later on Apple silicon, outside a VM without nested virtualization"),
+        ),
+        None => check(
+            "hvf",
+            Status::Fail,
+            "sysctl kern.hv_support could not be read".into(),
+            Some("run /usr/sbin/sysctl kern.hv_support to see why"),
+        ),
+    }
 }
 
 fn kvm() -> Check {

@@ -40,6 +40,10 @@ pub struct InstallArgs {
     /// https://github.com/berm-os/berm/releases/download/vm-artifacts/{kind}-{sha256}-{file}
     #[arg(long, value_name = "DIR|URL")]
     from: Option<String>,
+    /// Which guest's artifacts: this host's architecture by default, or `aarch64` /
+    /// `x86_64` (an x86_64 host boots an aarch64 guest under QEMU's emulation).
+    #[arg(long, value_name = "ARCH", default_value = berm_pins::HOST_ARCH, value_parser = berm_pins::ARCHES)]
+    arch: String,
 }
 
 /// Runs `berm vm …`.
@@ -78,25 +82,23 @@ async fn install(args: InstallArgs) -> anyhow::Result<Exit> {
     let store = ArtifactStore::from_env().context(
         "no artifact store: set BERM_VM_ARTIFACTS, XDG_CACHE_HOME or HOME to say where berm-vmm's artifacts go",
     )?;
+    let kernel = KernelPins::compiled_in_for(&args.arch)
+        .context("the kernel pins compiled into berm are broken")?;
     let pins = [
-        (
-            ArtifactKind::Kernel,
-            KernelPins::compiled_in()
-                .context("the kernel pins compiled into berm are broken")?
-                .image,
-        ),
+        (ArtifactKind::Kernel, kernel.image, kernel.file),
         (
             ArtifactKind::Rootfs,
-            RootfsPins::compiled_in()
+            RootfsPins::compiled_in_for(&args.arch)
                 .context("the rootfs pins compiled into berm are broken")?
                 .image,
+            ArtifactKind::Rootfs.file(),
         ),
     ];
     let source = Source::parse(args.from.as_deref());
     let progress = Progress::new();
     let started = Instant::now();
-    for (kind, pin) in &pins {
-        let dest = kind.path_in(&store, &pin.sha256);
+    for (kind, pin, file) in &pins {
+        let dest = kind.path_named(&store, &pin.sha256, file);
         if already_installed(&dest, pin)? {
             progress.line(&format!(
                 "{} {} is already installed at {}",
@@ -109,8 +111,10 @@ async fn install(args: InstallArgs) -> anyhow::Result<Exit> {
         let one = Instant::now();
         let mut sink = Sink::create(*kind, pin, &dest, &progress)?;
         let fetched = match &source {
-            Source::Dir(dir) => copy_from_dir(dir, *kind, pin, &mut sink),
-            Source::Url(template) => download(&kind.url(template, &pin.sha256), &mut sink).await,
+            Source::Dir(dir) => copy_from_dir(dir, *kind, pin, file, &mut sink),
+            Source::Url(template) => {
+                download(&kind.url_named(template, &pin.sha256, file), &mut sink).await
+            }
         };
         // Whatever went wrong, the partial file goes: nothing half-written stays behind.
         let installed = fetched.and_then(|()| sink.finish());
@@ -128,9 +132,15 @@ async fn install(args: InstallArgs) -> anyhow::Result<Exit> {
         ));
     }
     progress.line(&format!(
-        "the pinned kernel and rootfs are installed in {} ({} ms); berm-vmm run can boot them",
+        "the pinned {} kernel and rootfs are installed in {} ({} ms); berm-vmm run{} can boot them",
+        args.arch,
         store.root().display(),
-        started.elapsed().as_millis()
+        started.elapsed().as_millis(),
+        if args.arch == berm_pins::HOST_ARCH {
+            String::new()
+        } else {
+            format!(" --arch {}", args.arch)
+        }
     ));
     Ok(Exit::Ok)
 }
@@ -304,10 +314,11 @@ fn copy_from_dir(
     dir: &Path,
     kind: ArtifactKind,
     pin: &ImagePin,
+    file: &str,
     sink: &mut Sink<'_>,
 ) -> anyhow::Result<()> {
-    let in_store = kind.path_in(&ArtifactStore::at(dir), &pin.sha256);
-    let side_by_side = dir.join(kind.file());
+    let in_store = kind.path_named(&ArtifactStore::at(dir), &pin.sha256, file);
+    let side_by_side = dir.join(file);
     let path = if in_store.exists() {
         in_store
     } else if side_by_side.exists() {

@@ -30,6 +30,24 @@ impl Stats {
     }
 }
 
+/// Runs `call` `warmup` times, then times it `samples` times.
+pub async fn sample<F, Fut>(warmup: usize, samples: usize, mut call: F) -> Stats
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    for _ in 0..warmup {
+        call().await;
+    }
+    let mut times = Vec::with_capacity(samples);
+    for _ in 0..samples {
+        let start = Instant::now();
+        call().await;
+        times.push(start.elapsed());
+    }
+    Stats::of(times)
+}
+
 /// The real bermd binary on a fresh home, killed on drop.
 pub struct Bermd {
     pub home: PathBuf,

@@ -97,6 +97,11 @@ struct Args {
     #[arg(long, value_name = "N", default_value_t = DEFAULT_TOOLS_PAGE_SIZE,
           value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     tools_page_size: usize,
+    /// A PEM file of CA certificates that programs' HTTPS requests
+    /// (`http.fetch`) trust besides the system's roots: an internal CA, or a
+    /// test server's. Repeat for several. Verification is never turned off.
+    #[arg(long = "extra-ca", value_name = "FILE")]
+    extra_ca: Vec<PathBuf>,
 }
 
 /// `--cpu-profile`.
@@ -199,6 +204,7 @@ fn start(args: Args, started: Instant) -> Result<(), (Exit, anyhow::Error)> {
     service.code_dir = args.code_dir;
     service.max_calls_per_program = args.max_calls_per_program;
     service.max_host_ops = args.max_host_ops;
+    service.extra_ca = args.extra_ca;
     let config = DaemonConfig {
         http: args.http.map(|addr| HttpConfig {
             addr,

@@ -71,7 +71,7 @@ pub fn krun_unmeasurable(detection: &berm_vmm::detect::Detection) -> Option<&'st
 /// The accelerator QEMU would use here, for the table's hypervisor column.
 pub fn qemu_accel(detection: &berm_vmm::detect::Detection) -> &'static str {
     detection
-        .choose(berm_vmm::detect::Requested::Qemu)
+        .choose(berm_vmm::detect::Requested::Qemu, berm::GuestArch::HOST)
         .ok()
         .and_then(|c| c.accel)
         .unwrap_or("-")

@@ -8,6 +8,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use berm::GuestArch;
 use berm_pins::{ArtifactStore, KernelPins, RootfsPins};
 use berm_vmm::detect::Detection;
 use serde_json::Value;
@@ -24,12 +25,22 @@ pub fn require_or_skip(why: &str) -> bool {
 
 /// The pinned artifacts' paths, or `None` (after a SKIPPED line) if they are not installed.
 pub fn pinned() -> Option<(PathBuf, PathBuf)> {
+    pinned_for(GuestArch::HOST)
+}
+
+/// The pinned artifacts of an `arch` guest, or `None` (after a SKIPPED line).
+pub fn pinned_for(arch: GuestArch) -> Option<(PathBuf, PathBuf)> {
     let store = ArtifactStore::from_env().expect("HOME is set");
-    let kernel = store.kernel(&KernelPins::compiled_in().unwrap().image.sha256);
-    let rootfs = store.rootfs(&RootfsPins::compiled_in().unwrap().image.sha256);
+    let kernel = store.kernel_for(&KernelPins::compiled_in_for(arch.name()).unwrap());
+    let rootfs = store.rootfs(
+        &RootfsPins::compiled_in_for(arch.name())
+            .unwrap()
+            .image
+            .sha256,
+    );
     if !kernel.exists() || !rootfs.exists() {
         require_or_skip(&format!(
-            "pinned artifacts not installed ({} / {}); run scripts/test-vm",
+            "pinned {arch} artifacts not installed ({} / {}); run scripts/test-vm",
             kernel.display(),
             rootfs.display()
         ));
@@ -47,6 +58,21 @@ pub fn bootable() -> bool {
         return true;
     }
     require_or_skip("neither hardware KVM nor QEMU + vhost-device-vsock is available")
+}
+
+/// A host that can boot an `arch` guest: the host's own as [`bootable`] says, another
+/// architecture under QEMU's emulation.
+pub fn bootable_for(arch: GuestArch) -> bool {
+    if arch == GuestArch::HOST {
+        return bootable();
+    }
+    let detection = Detection::probe();
+    if detection.qemu_for(arch).is_some() && detection.vhost_device_vsock.is_some() {
+        return true;
+    }
+    require_or_skip(&format!(
+        "an {arch} guest needs qemu-system-{arch} and vhost-device-vsock (scripts/setup-vm installs them)"
+    ))
 }
 
 /// A running `berm-vmm run` with its stderr lines collected.

@@ -1,0 +1,126 @@
+//! bermd's side of `http`: a deployment's egress built from its `net=` and
+//! `secret:` grants, the CAs HTTPS trusts, and programs' secret values.
+//!
+//! The rules themselves live in `berm-egress`; this module only wires them
+//! to `$BERM_HOME` (secret values under `secrets/<program>/`, never beside
+//! the state a program can reach) and to bermd's configuration
+//! (`--extra-ca`).
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use berm_control::Grant;
+use berm_egress::secret::{Binding, SecretError, SecretStore};
+use berm_egress::{Caps, Egress, EgressConfig, Trust, TrustError};
+
+use crate::service::Service;
+
+/// How every deployment's egress is set up.
+pub struct EgressSetup {
+    extra_ca: Vec<PathBuf>,
+    caps: Caps,
+    /// Built on the first deployment that needs it: reading the system's
+    /// roots takes milliseconds that a bermd without `http` programs (most
+    /// microVM apps) should not spend at start.
+    trust: Mutex<Option<Trust>>,
+}
+
+impl EgressSetup {
+    /// Checks the extra CA files now, so a bad one stops bermd at start
+    /// with its name rather than failing the first HTTPS request.
+    pub fn new(extra_ca: Vec<PathBuf>, caps: Caps) -> Result<EgressSetup, TrustError> {
+        let trust = if extra_ca.is_empty() {
+            None
+        } else {
+            Some(Trust::new(&extra_ca)?)
+        };
+        Ok(EgressSetup {
+            extra_ca,
+            caps,
+            trust: Mutex::new(trust),
+        })
+    }
+
+    fn trust(&self) -> Result<Trust, TrustError> {
+        let mut trust = self.trust.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(trust) = &*trust {
+            return Ok(trust.clone());
+        }
+        let built = Trust::new(&self.extra_ca)?;
+        *trust = Some(built.clone());
+        Ok(built)
+    }
+
+    /// The egress of `program` with `grants`, or `None` when it has no
+    /// `net=` or `secret:` grant.
+    pub fn for_grants(
+        &self,
+        program: &str,
+        grants: &[Grant],
+        secrets: SecretStore,
+    ) -> Result<Option<Arc<Egress>>, TrustError> {
+        let mut rules = Vec::new();
+        let mut bindings = Vec::new();
+        for grant in grants {
+            match grant {
+                Grant::Net(rule) => rules.push(rule.clone()),
+                Grant::Secret { name, rule } => bindings.push(Binding {
+                    name: name.clone(),
+                    rule: rule.clone(),
+                }),
+                _ => {}
+            }
+        }
+        if rules.is_empty() && bindings.is_empty() {
+            return Ok(None);
+        }
+        tracing::debug!(
+            program,
+            rules = rules.len(),
+            secrets = bindings.len(),
+            "egress"
+        );
+        Ok(Some(Arc::new(Egress::new(EgressConfig {
+            rules,
+            secrets: bindings,
+            store: Some(secrets),
+            caps: self.caps,
+            trust: self.trust()?,
+        }))))
+    }
+}
+
+impl Service {
+    /// The secret store of `program` (deployed or not: a secret may be set
+    /// before the program that uses it).
+    fn secrets_of(&self, program: &str) -> Result<SecretStore, SecretError> {
+        if !berm_abi::is_valid_program_name(program) {
+            return Err(SecretError::Program(program.chars().take(80).collect()));
+        }
+        Ok(SecretStore::new(self.home().secrets(program)))
+    }
+
+    /// Sets secret `name` of `program`. The value is checked (no line
+    /// breaks, at most 8 KiB) and never echoed.
+    pub fn set_secret(&self, program: &str, name: &str, value: &[u8]) -> Result<(), SecretError> {
+        self.secrets_of(program)?.set(name, value)?;
+        tracing::info!(program, secret = name, "secret set");
+        Ok(())
+    }
+
+    /// The names of `program`'s secrets, sorted.
+    pub fn list_secrets(&self, program: &str) -> Result<Vec<String>, SecretError> {
+        self.secrets_of(program)?.list()
+    }
+
+    /// Removes secret `name` of `program`.
+    pub fn remove_secret(&self, program: &str, name: &str) -> Result<(), SecretError> {
+        self.secrets_of(program)?.remove(name)?;
+        tracing::info!(program, secret = name, "secret removed");
+        Ok(())
+    }
+
+    pub(crate) fn secret_store(&self, program: &str) -> SecretStore {
+        SecretStore::new(self.home().secrets(program))
+    }
+}
