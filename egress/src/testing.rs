@@ -118,7 +118,10 @@ impl TestCa {
 
     fn server_config(&self) -> Arc<rustls::ServerConfig> {
         let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(self.key.clone()));
-        let mut config = rustls::ServerConfig::builder()
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .expect("ring supports the default TLS versions")
             .with_no_client_auth()
             .with_single_cert(vec![self.cert.clone()], key)
             .expect("a server config");

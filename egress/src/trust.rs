@@ -69,9 +69,14 @@ impl Trust {
     /// Trusts exactly `roots` (for tests and embedders).
     pub fn from_roots(roots: RootCertStore) -> Trust {
         let count = roots.len();
-        let mut config = rustls::ClientConfig::builder()
-            .with_root_certificates(roots)
-            .with_no_client_auth();
+        // The provider named, not the process default: with two providers compiled in (the
+        // host workspace has aws-lc-rs through reqwest) rustls has no default to pick.
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let builder = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            // ring's default provider supports the default versions (TLS 1.2 and 1.3).
+            .unwrap_or_else(|_| unreachable!("ring supports TLS 1.2 and 1.3"));
+        let mut config = builder.with_root_certificates(roots).with_no_client_auth();
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
         Trust {
             config: Arc::new(config),
