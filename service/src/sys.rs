@@ -70,18 +70,21 @@ pub(crate) fn register(fd: OwnedFd) -> std::io::Result<tokio::io::unix::AsyncFd<
 /// thread of its group wants the CPU, and any that wakes up preempts it.
 /// Unprivileged threads may always lower their own class.
 pub(crate) fn schedule_idle() -> std::io::Result<()> {
-    let param = libc::sched_param { sched_priority: 0 };
+    // The kernel's `struct sched_param` is one int; libc's differs by libc
+    // (musl's has more fields), so hand the kernel exactly what it reads.
+    let priority: libc::c_int = 0;
     // The raw syscall, not libc's wrapper: musl's refuses with ENOSYS, since
     // POSIX means the whole process where Linux means one thread (pid 0).
-    // SAFETY: sched_setscheduler reads one `sched_param` through the
-    // pointer, which points at a live value for the whole call, and
+    // SAFETY: sched_setscheduler reads one int (the kernel's
+    // `sched_param`) through the pointer, which points at a live value for
+    // the whole call, and
     // changes nothing but the calling thread's scheduling class.
     let result = unsafe {
         libc::syscall(
             libc::SYS_sched_setscheduler,
             0,
             libc::SCHED_IDLE,
-            &raw const param,
+            &raw const priority,
         )
     };
     if result == 0 {
