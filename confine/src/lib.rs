@@ -61,6 +61,10 @@ pub enum Role {
     /// connections: only to the run dir's fixed socket names, handed back as descriptors, so
     /// berm-vmm itself needs neither `socket` nor `connect`.
     VmmConnector,
+    /// berm-vmm's egress dialer: serves the guest's `http.fetch` requests on the run dir's
+    /// egress sockets under each app's grants, and is the only process of a run that may make
+    /// a network socket.
+    VmmDialer,
 }
 
 /// Why a filter could not be built or loaded.
@@ -86,13 +90,14 @@ pub enum ConfineError {
 
 impl Role {
     /// Every role, in the order the docs list them.
-    pub const ALL: [Role; 6] = [
+    pub const ALL: [Role; 7] = [
         Role::Bermd,
         Role::Vmm,
         Role::KrunEnter,
         Role::VhostDeviceVsock,
         Role::Qemu,
         Role::VmmConnector,
+        Role::VmmDialer,
     ];
 
     /// The role's name in reports.
@@ -104,6 +109,7 @@ impl Role {
             Role::VhostDeviceVsock => "vhost-device-vsock",
             Role::Qemu => "qemu",
             Role::VmmConnector => "berm-vmm-connector",
+            Role::VmmDialer => "berm-vmm-dialer",
         }
     }
 

@@ -283,6 +283,9 @@ fn serve() -> Vec<Syscall> {
 }
 
 const AF_UNIX: (&str, i32) = ("AF_UNIX", libc::AF_UNIX);
+const AF_VSOCK: (&str, i32) = ("AF_VSOCK", libc::AF_VSOCK);
+const AF_INET: (&str, i32) = ("AF_INET", libc::AF_INET);
+const AF_INET6: (&str, i32) = ("AF_INET6", libc::AF_INET6);
 const FIONBIO: (&str, u32) = ("FIONBIO", libc::FIONBIO as u32);
 const FIOCLEX: (&str, u32) = ("FIOCLEX", libc::FIOCLEX as u32);
 const TCGETS: (&str, u32) = ("TCGETS", libc::TCGETS as u32);
@@ -307,15 +310,17 @@ fn list(own: &[Syscall], extra: &[Syscall]) -> Vec<Syscall> {
 }
 
 /// An app's bermd: a Wasmtime host (code mapped executable, threads), serving MCP on the vsock
-/// listener it is handed as fd 4, writing only its workspace. No new sockets (tokio's signal
-/// pipe is a socketpair), no exec but the one that starts it (Landlock lets only bermd's own
-/// binary be executed), no namespaces.
+/// listener it is handed as fd 4, writing only its workspace. No new sockets but vsock ones
+/// (tokio's signal pipe is a socketpair; each `http.fetch` connects to the host dialer on its
+/// vsock port, the guest kernel having no other network at all), no exec but the one that
+/// starts it (Landlock lets only bermd's own binary be executed), no namespaces.
 fn bermd() -> Vec<Syscall> {
     let own = [
         with!(SYS_mmap, Args::Any),
         with!(SYS_mprotect, Args::Any),
         with!(SYS_clone, Args::NoNamespaces),
         with!(SYS_socketpair, Args::Families(&[AF_UNIX])),
+        with!(SYS_socket, Args::Families(&[AF_VSOCK])),
         with!(
             SYS_ioctl,
             Args::Requests(&[FIONBIO, FIOCLEX, TCGETS, PAGEMAP_SCAN])
@@ -337,6 +342,8 @@ fn bermd() -> Vec<Syscall> {
         SYS_pipe2,
         // fs.* opens every path beneath its granted root with RESOLVE_BENEATH.
         SYS_openat2,
+        // http.fetch: to the host dialer (socket is AF_VSOCK only, above).
+        SYS_connect,
         // Program threads run at a lower priority than the threads that read requests, and
         // calls that computed for long in the idle class (SCHED_IDLE; without CAP_SYS_NICE,
         // which bermd does not have, a thread can only lower its own class).
@@ -394,6 +401,32 @@ fn vmm_connector() -> Vec<Syscall> {
     [&own[..], &calls].concat()
 }
 
+/// berm-vmm's egress dialer (`berm-vmm dial`), once it has bound its run-dir sockets and
+/// confined itself: it accepts the guest's `http.fetch` connections on them, resolves names
+/// (reading `/etc/hosts`, `/etc/resolv.conf`, … and asking DNS over UDP), and connects to the
+/// hosts an app's grants allow. The only process of a run that may make a network socket:
+/// `socket` is `AF_INET`/`AF_INET6` only, so no new Unix socket; it writes no file, maps nothing
+/// executable and starts no process.
+fn vmm_dialer() -> Vec<Syscall> {
+    let own = [
+        with!(SYS_mmap, Args::NoExec),
+        with!(SYS_mprotect, Args::NoExec),
+        with!(SYS_clone, Args::NoNamespaces),
+        with!(SYS_socket, Args::Families(&[AF_INET, AF_INET6])),
+        with!(SYS_ioctl, Args::Requests(&[FIONBIO, FIOCLEX])),
+        with!(SYS_prctl, Args::Arg0Is(&[PR_SET_NAME, PR_GET_NAME])),
+    ];
+    let extra = any!(
+        SYS_connect,
+        SYS_prlimit64,
+        SYS_getuid,
+        SYS_geteuid,
+        SYS_pipe2,
+        SYS_uname,
+    );
+    [&runtime()[..], &files_read(), &serve(), &own, &extra].concat()
+}
+
 /// The libkrun child from `krun_start_enter` on: KVM ioctls on its vCPU and VM fds, guest
 /// memory, the device threads (virtio-blk on the disks, vsock listening on the run-dir
 /// sockets, the console file), eventfds and timers.
@@ -412,6 +445,10 @@ fn krun_enter() -> Vec<Syscall> {
     let extra = any!(
         SYS_bind,
         SYS_listen,
+        // A guest-initiated connection (the egress ports, listen = false): libkrun connects
+        // to the dialer's socket in the run dir (from libkrun's source; not traced here,
+        // where libkrun cannot run a guest).
+        SYS_connect,
         SYS_kill,
         SYS_tgkill,
         SYS_prlimit64,
@@ -431,8 +468,8 @@ fn krun_enter() -> Vec<Syscall> {
 }
 
 /// vhost-device-vsock from its exec on: the dynamic loader, its vhost-user socket and the
-/// guest's memory (a memfd QEMU passes), the host-side socket it listens on. It never
-/// connects out.
+/// guest's memory (a memfd QEMU passes), the host-side socket it listens on, and the egress
+/// dialer's sockets (`vsock.sock_<port>`) it connects to when the guest connects out.
 fn vhost_device_vsock() -> Vec<Syscall> {
     let own = [
         with!(SYS_mmap, Args::Any),
@@ -448,6 +485,7 @@ fn vhost_device_vsock() -> Vec<Syscall> {
         SYS_arch_prctl,
         SYS_bind,
         SYS_listen,
+        SYS_connect,
         SYS_prlimit64,
         SYS_getuid,
         SYS_geteuid,
@@ -516,6 +554,7 @@ pub(crate) fn allowed(role: Role) -> &'static [Syscall] {
     static VHOST: LazyLock<Vec<Syscall>> = LazyLock::new(vhost_device_vsock);
     static QEMU: LazyLock<Vec<Syscall>> = LazyLock::new(qemu);
     static CONNECTOR: LazyLock<Vec<Syscall>> = LazyLock::new(vmm_connector);
+    static DIALER: LazyLock<Vec<Syscall>> = LazyLock::new(vmm_dialer);
     match role {
         Role::Bermd => &BERMD,
         Role::Vmm => &VMM,
@@ -523,5 +562,6 @@ pub(crate) fn allowed(role: Role) -> &'static [Syscall] {
         Role::VhostDeviceVsock => &VHOST,
         Role::Qemu => &QEMU,
         Role::VmmConnector => &CONNECTOR,
+        Role::VmmDialer => &DIALER,
     }
 }

@@ -44,6 +44,18 @@ pub struct EgressConfig {
     pub caps: Caps,
     /// The CAs HTTPS trusts.
     pub trust: Trust,
+    /// Inside the microVM: where a checked request goes instead of being dialed here (the
+    /// host dialer, [`crate::remote`]). The rules above still refuse early; the host enforces
+    /// its own copy of them and holds the secrets.
+    pub forward: Option<Arc<dyn Forward>>,
+}
+
+/// A way to hand a request this side has checked to another that dials it (the microVM's
+/// host dialer). Blocking: it runs on a blocking thread, and gives up once `left` has passed.
+pub trait Forward: Send + Sync + std::fmt::Debug {
+    /// Sends `request` and waits for the reply.
+    fn forward(&self, request: &Request, left: std::time::Duration)
+    -> Result<Response, FetchError>;
 }
 
 /// One program's egress, shared by all its calls.
@@ -112,9 +124,45 @@ impl Egress {
                 ));
             }
         };
-        tokio::time::timeout_at(until, self.follow(request))
+        let fetched = async {
+            match &self.config.forward {
+                Some(forward) => self.forwarded(forward, request, until).await,
+                None => self.follow(request).await,
+            }
+        };
+        tokio::time::timeout_at(until, fetched)
             .await
             .unwrap_or_else(|_| Err(timeout()))
+    }
+
+    /// The guest's side of a forwarded fetch: refused here if this side's rules refuse it
+    /// (the URL's host, and every secret placeholder toward it), else handed on.
+    async fn forwarded(
+        &self,
+        forward: &Arc<dyn Forward>,
+        request: Request,
+        until: tokio::time::Instant,
+    ) -> Result<Response, FetchError> {
+        let url = parse_url(&request.url)?;
+        let hop = self.check(&url)?;
+        let mut names = Vec::new();
+        for (_, value) in &request.headers {
+            secret::placeholders(value, &mut names)?;
+        }
+        secret::placeholders(&request.body, &mut names)?;
+        secret::check_bound(
+            &names,
+            &self.config.secrets,
+            &hop.target,
+            hop.port,
+            hop.default_port,
+            &host_text(&hop),
+        )?;
+        let forward = Arc::clone(forward);
+        let left = until.saturating_duration_since(tokio::time::Instant::now());
+        tokio::task::spawn_blocking(move || forward.forward(&request, left))
+            .await
+            .unwrap_or_else(|e| Err(io(format!("forwarding the request failed: {e}"))))
     }
 
     async fn follow(&self, mut request: Request) -> Result<Response, FetchError> {

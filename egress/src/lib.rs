@@ -26,6 +26,7 @@
 #![forbid(unsafe_code)]
 
 mod fetch;
+pub mod remote;
 pub mod secret;
 #[cfg(feature = "testing")]
 pub mod testing;
@@ -33,7 +34,7 @@ mod trust;
 pub mod wire;
 
 pub use berm_abi::word::ErrorCode;
-pub use fetch::{Egress, EgressConfig};
+pub use fetch::{Egress, EgressConfig, Forward};
 pub use trust::{Trust, TrustError};
 pub use wire::{Request, Response};
 

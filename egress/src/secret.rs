@@ -240,7 +240,37 @@ pub fn values_for<'a>(
     default_port: u16,
     host_text: &str,
 ) -> Result<Vec<(&'a str, Vec<u8>)>, FetchError> {
+    check_bound(names, bindings, target, port, default_port, host_text)?;
     let mut values = Vec::with_capacity(names.len());
+    for name in names {
+        let value = store
+            .map(|store| store.get(name))
+            .transpose()
+            .map_err(|e| FetchError::new(ErrorCode::Io, e.to_string()))?
+            .flatten()
+            .ok_or_else(|| {
+                FetchError::new(
+                    ErrorCode::Denied,
+                    format!(
+                        "secret `{name}` has no value: set it with `berm secret set PROGRAM {name}`"
+                    ),
+                )
+            })?;
+        values.push((*name, value));
+    }
+    Ok(values)
+}
+
+/// Checks that every secret in `names` is bound to this program and may go to `target`,
+/// without reading a value: all a side that holds no secrets (a microVM's bermd) can check.
+pub fn check_bound(
+    names: &[&str],
+    bindings: &[Binding],
+    target: &Target<'_>,
+    port: u16,
+    default_port: u16,
+    host_text: &str,
+) -> Result<(), FetchError> {
     for name in names {
         let hosts: Vec<&Binding> = bindings.iter().filter(|b| b.name == *name).collect();
         if hosts.is_empty() {
@@ -266,22 +296,8 @@ pub fn values_for<'a>(
                 ),
             ));
         }
-        let value = store
-            .map(|store| store.get(name))
-            .transpose()
-            .map_err(|e| FetchError::new(ErrorCode::Io, e.to_string()))?
-            .flatten()
-            .ok_or_else(|| {
-                FetchError::new(
-                    ErrorCode::Denied,
-                    format!(
-                        "secret `{name}` has no value: set it with `berm secret set PROGRAM {name}`"
-                    ),
-                )
-            })?;
-        values.push((*name, value));
     }
-    Ok(values)
+    Ok(())
 }
 
 fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {

@@ -26,6 +26,7 @@ fn egress(
         store,
         caps,
         trust,
+        forward: None,
     })
 }
 

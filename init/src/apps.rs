@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 use berm_vm_protocol::host::{BermdReady, Launch};
 use berm_vm_protocol::{
     APP_UID_BASE, AppExited, AppLimits, AppProgram, AppReady, AppRefused, AppStarted, AppState,
-    AppStatus, Event, LogLevel, ProbeCheck, ProbeReport, RPC_PORT_BASE,
+    AppStatus, EGRESS_PORT_BASE, Event, LogLevel, ProbeCheck, ProbeReport, RPC_PORT_BASE,
 };
 use serde::Deserialize;
 
@@ -438,6 +438,8 @@ fn bermd_plan(name: &str, index: u32, root: &str) -> Plan {
             &format!("{root}/code"),
             "--cpu-profile",
             "portable",
+            "--egress-vsock",
+            &(EGRESS_PORT_BASE + index).to_string(),
         ]
         .map(String::from)
         .to_vec(),
@@ -937,5 +939,6 @@ mod tests {
         assert_eq!(flag("--code-dir"), "/run/apps/3/code");
         assert_eq!(flag("--ready-fd"), READY_FD.to_string());
         assert_eq!(flag("--listen-fd"), confine::LISTEN_FD.to_string());
+        assert_eq!(flag("--egress-vsock"), "6003");
     }
 }

@@ -11,7 +11,10 @@ use std::sync::{Arc, Mutex};
 
 use berm_control::Grant;
 use berm_egress::secret::{Binding, SecretError, SecretStore};
-use berm_egress::{Caps, Egress, EgressConfig, Trust, TrustError};
+use berm_egress::{
+    Caps, Egress, EgressConfig, ErrorCode, FetchError, Forward, Request, Response, Trust,
+    TrustError,
+};
 
 use crate::service::Service;
 
@@ -19,6 +22,8 @@ use crate::service::Service;
 pub struct EgressSetup {
     extra_ca: Vec<PathBuf>,
     caps: Caps,
+    /// In the microVM: every fetch goes to the host dialer on this vsock port.
+    forward: Option<Arc<dyn Forward>>,
     /// Built on the first deployment that needs it: reading the system's
     /// roots takes milliseconds that a bermd without `http` programs (most
     /// microVM apps) should not spend at start.
@@ -28,15 +33,24 @@ pub struct EgressSetup {
 impl EgressSetup {
     /// Checks the extra CA files now, so a bad one stops bermd at start
     /// with its name rather than failing the first HTTPS request.
-    pub fn new(extra_ca: Vec<PathBuf>, caps: Caps) -> Result<EgressSetup, TrustError> {
+    /// With `vsock_port` (bermd in the microVM, `--egress-vsock`), requests are checked here
+    /// and then dialed by the host ([`HostDialer`]).
+    pub fn new(
+        extra_ca: Vec<PathBuf>,
+        caps: Caps,
+        vsock_port: Option<u32>,
+    ) -> Result<EgressSetup, TrustError> {
         let trust = if extra_ca.is_empty() {
             None
         } else {
             Some(Trust::new(&extra_ca)?)
         };
+        let forward =
+            vsock_port.map(|port| Arc::new(HostDialer { port, caps }) as Arc<dyn Forward>);
         Ok(EgressSetup {
             extra_ca,
             caps,
+            forward,
             trust: Mutex::new(trust),
         })
     }
@@ -86,7 +100,34 @@ impl EgressSetup {
             store: Some(secrets),
             caps: self.caps,
             trust: self.trust()?,
+            forward: self.forward.clone(),
         }))))
+    }
+}
+
+/// bermd in the microVM: the guest has no network device, so a checked request goes over
+/// vsock to the host dialer in berm-vmm, which holds this app's grants and secrets and dials
+/// (`berm_egress::remote`). One connection per request.
+#[derive(Debug)]
+pub struct HostDialer {
+    port: u32,
+    caps: Caps,
+}
+
+impl Forward for HostDialer {
+    fn forward(
+        &self,
+        request: &Request,
+        left: std::time::Duration,
+    ) -> Result<Response, FetchError> {
+        let fd = crate::sys::connect_vsock(self.port, left).map_err(|e| FetchError {
+            code: ErrorCode::Io,
+            message: format!(
+                "could not reach the host dialer (vsock port {}): {e}",
+                self.port
+            ),
+        })?;
+        berm_egress::remote::send(std::fs::File::from(fd), request, left, &self.caps)
     }
 }
 

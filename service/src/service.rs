@@ -54,6 +54,9 @@ pub struct ServiceConfig {
     pub extra_ca: Vec<PathBuf>,
     /// Bounds on every program's `http.fetch`.
     pub egress_caps: berm_egress::Caps,
+    /// In the microVM: the vsock port of this app's host dialer, which dials every
+    /// `http.fetch` (`bermd --egress-vsock`); `None` dials here.
+    pub egress_vsock: Option<u32>,
 }
 
 /// The default `tools/list` page: large, because some clients read only the
@@ -73,6 +76,7 @@ impl ServiceConfig {
             tools_page_size: DEFAULT_TOOLS_PAGE_SIZE,
             extra_ca: Vec::new(),
             egress_caps: berm_egress::Caps::default(),
+            egress_vsock: None,
         }
     }
 }
@@ -413,7 +417,11 @@ impl Service {
             tools_page_size: config.tools_page_size.max(1),
             max_host_ops: config.max_host_ops,
             max_calls_per_program: config.max_calls_per_program.max(1),
-            egress: EgressSetup::new(config.extra_ca.clone(), config.egress_caps)?,
+            egress: EgressSetup::new(
+                config.extra_ca.clone(),
+                config.egress_caps,
+                config.egress_vsock,
+            )?,
             catalog: RwLock::new(Arc::new(Catalog::default())),
             deployments: RwLock::new(HashMap::new()),
             keyspaces: Mutex::new(HashMap::new()),

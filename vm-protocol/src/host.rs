@@ -200,6 +200,10 @@ pub struct ProgramMeasurement {
     pub wasm: String,
     /// sha256 of the wasm.
     pub sha256: String,
+    /// Its egress grants (`net=HOST[:PORT]`, `secret:NAME=HOST`; never a secret's value),
+    /// which the host dialer enforces for it; absent when it has none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub grants: Vec<String>,
 }
 
 /// One precompiled code file in an app image.

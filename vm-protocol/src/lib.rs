@@ -39,5 +39,10 @@ pub const LOGS_PORT: u32 = 1025;
 /// App `i` is served on port `RPC_PORT_BASE + i` (its bermd's MCP endpoint).
 pub const RPC_PORT_BASE: u32 = 5000;
 
+/// App `i`'s bermd sends `http.fetch` to the host dialer on port `EGRESS_PORT_BASE + i`
+/// (guest → host: the guest connects, CID 2). The host tells the apps apart by the port, so
+/// what a guest writes never picks another app's grants.
+pub const EGRESS_PORT_BASE: u32 = 6000;
+
 /// App `i` runs as uid and gid `APP_UID_BASE + i`.
 pub const APP_UID_BASE: u32 = 10000;

@@ -180,6 +180,12 @@ fn pack(
             name: program.name.clone(),
             wasm: program.wasm_relative.clone(),
             sha256: berm_app::sha256_hex(&bytes),
+            grants: program
+                .grants
+                .iter()
+                .filter(|g| g.starts_with("net=") || g.starts_with("secret:"))
+                .cloned()
+                .collect(),
         });
         let compiled = code::precompiled(&bytes, arch).map_err(|source| AppError::Code {
             app: app.name.clone(),

@@ -13,6 +13,7 @@ pub mod artifacts;
 pub mod code;
 pub mod connector;
 pub mod detect;
+pub mod dialer;
 pub mod exit;
 pub mod krun;
 pub mod log_cap;

@@ -90,6 +90,9 @@ enum Commands {
         #[arg(long, value_name = "FILE")]
         key: Option<PathBuf>,
     },
+    /// Internal: the egress dialer (berm-vmm re-executes itself; its plan comes on stdin).
+    #[command(hide = true)]
+    Dial,
     /// Internal: the libkrun child process (berm-vmm re-executes itself).
     #[command(hide = true)]
     KrunEnter {
@@ -207,6 +210,13 @@ fn main() -> ExitCode {
             }
             ExitCode::from(status.code())
         }
+        Commands::Dial => match dial() {
+            Ok(never) => match never {},
+            Err(e) => {
+                eprintln!("berm-vmm dial: {e:#}");
+                ExitCode::from(ExitStatus::Internal.code())
+            }
+        },
         Commands::KrunEnter { config } => match krun_enter(&config) {
             Ok(never) => match never {},
             Err(e) => {
@@ -215,6 +225,16 @@ fn main() -> ExitCode {
             }
         },
     }
+}
+
+fn dial() -> anyhow::Result<std::convert::Infallible> {
+    use std::io::Read;
+    let mut plan = Vec::new();
+    std::io::stdin()
+        .take(berm_vmm::dialer::MAX_PLAN_BYTES)
+        .read_to_end(&mut plan)
+        .context("reading the dialer's plan")?;
+    berm_vmm::dialer::run(&plan)
 }
 
 fn krun_enter(config: &str) -> anyhow::Result<std::convert::Infallible> {

@@ -26,6 +26,7 @@ use crate::apps::{self, AppError};
 use crate::artifacts::{self, ArtifactError};
 use crate::connector::{Connector, ConnectorError, Target};
 use crate::detect::{Backend, Choice, DetectError, Detection, Requested};
+use crate::dialer::{self, DialerError};
 use crate::exit::ExitStatus;
 use crate::krun::{self, KrunConfig, SpawnKrunError};
 use crate::log_cap::{self, HypervisorOutput};
@@ -136,6 +137,9 @@ pub enum RunError {
     /// berm-vmm's connector did not start (fail-closed).
     #[error(transparent)]
     Connector(#[from] ConnectorError),
+    /// The egress dialer did not start (fail-closed).
+    #[error(transparent)]
+    Dialer(#[from] DialerError),
     /// The pipe for the hypervisor's output could not be made.
     #[error("making the pipe for hypervisor.log failed")]
     HypervisorOutput(#[source] std::io::Error),
@@ -165,6 +169,7 @@ impl RunError {
             | Self::Record(_)
             | Self::Sandbox(_)
             | Self::Connector(_)
+            | Self::Dialer(_)
             | Self::Cpus(_)
             | Self::Memory(_)
             | Self::ProbeApp(_) => ExitStatus::Refused,
@@ -210,6 +215,17 @@ pub fn run(config: &RunConfig) -> Result<Outcome, RunError> {
         state: prepared.state.as_ref().map(|s| s.path.clone()),
         disks: prepared.disks(),
         ports: spec::ports(&prepared.run),
+        egress: prepared
+            .dialer
+            .iter()
+            .flat_map(|plan| &plan.apps)
+            .map(|app| {
+                (
+                    berm_vm_protocol::EGRESS_PORT_BASE + app.index,
+                    app.socket.clone(),
+                )
+            })
+            .collect(),
         console: prepared.run.console.clone(),
     };
     // A hypervisor that did not start leaves no sockets or app images behind either.
@@ -395,6 +411,8 @@ struct Prepared {
     state: Option<state::StateDisk>,
     apps: Vec<apps::App>,
     probe: Option<apps::Image>,
+    /// The egress dialer's plan, when an app has net or secret grants.
+    dialer: Option<dialer::DialerPlan>,
 }
 
 impl Prepared {
@@ -411,11 +429,14 @@ impl Prepared {
                 return Err(e);
             }
         };
+        let measured: Vec<_> = apps.iter().map(|a| a.measured.clone()).collect();
+        let dialer = dialer::plan(&run, &measured, config.host_sandbox);
         Ok(Self {
             run,
             state,
             apps,
             probe,
+            dialer,
         })
     }
 
@@ -476,6 +497,10 @@ fn report_plan(
                 "index": app.index(), "name": app.measured.name, "app": app.measured.path,
                 "port": berm_vm_protocol::RPC_PORT_BASE + app.measured.index,
                 "socket": run.rpc[app.index()],
+            })).collect::<Vec<_>>(),
+            "egress": prepared.dialer.iter().flat_map(|plan| &plan.apps).map(|app| json!({
+                "index": app.index, "name": app.name,
+                "port": berm_vm_protocol::EGRESS_PORT_BASE + app.index, "socket": app.socket,
             })).collect::<Vec<_>>(),
         }),
     );
@@ -581,6 +606,13 @@ fn boot(
         Backend::Krun => start_krun(config, spec, &output, &policy)?,
         Backend::Qemu => start_qemu(config, spec, choice, detection, run, &policy, &output)?,
     };
+    // The egress dialer, when an app may reach the network: listening and confined before
+    // the guest could connect, and stopped with the hypervisor (it is berm-vmm's child).
+    if let Some(plan) = &prepared.dialer {
+        let (child, report) = dialer::start(plan, &output).inspect_err(|_| stop(&mut children))?;
+        children.push(child);
+        child_sandboxes.extend(report);
+    }
     // Every child holds its copy of the pipe now; berm-vmm keeps only the read end.
     let output = output.into_reader();
     // The connector is forked before berm-vmm confines itself (it must be single-threaded for

@@ -82,24 +82,30 @@ fn made_by_berm(name: &OsStr) -> bool {
             .and_then(|rest| rest.strip_suffix(suffix))
             .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
     };
-    matches!(
-        name,
-        "control.sock"
-            | "logs.sock"
-            | "vhost.sock"
-            | "vsock.sock"
-            | "console.log"
-            | "console.log.1"
-            | "hypervisor.log"
-            | "hypervisor.log.1"
-            | "guest.log"
-            | "guest.log.1"
-            | "vmm.jsonl"
-            | "vmm.jsonl.1"
-            | "probe.erofs"
-            | "probe.stage"
-            | "sandbox-probe"
-    ) || numbered("rpc-", ".sock")
+    // The egress dialer's sockets, named the way vhost-device-vsock connects (`vsock.sock_<port>`).
+    let egress = name
+        .strip_prefix("vsock.sock_")
+        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+    egress
+        || matches!(
+            name,
+            "control.sock"
+                | "logs.sock"
+                | "vhost.sock"
+                | "vsock.sock"
+                | "console.log"
+                | "console.log.1"
+                | "hypervisor.log"
+                | "hypervisor.log.1"
+                | "guest.log"
+                | "guest.log.1"
+                | "vmm.jsonl"
+                | "vmm.jsonl.1"
+                | "probe.erofs"
+                | "probe.stage"
+                | "sandbox-probe"
+        )
+        || numbered("rpc-", ".sock")
         || numbered("app-", ".erofs")
         || numbered("app-", ".stage")
 }
@@ -267,7 +273,10 @@ impl RunDir {
                 continue;
             };
             let path = entry.path();
-            if text.ends_with(".sock") || (images && text.ends_with(".erofs")) {
+            if text.ends_with(".sock")
+                || text.starts_with("vsock.sock_")
+                || (images && text.ends_with(".erofs"))
+            {
                 std::fs::remove_file(&path).map_err(io(&path))?;
             } else if images && text.ends_with(".stage") {
                 std::fs::remove_dir_all(&path).map_err(io(&path))?;

@@ -49,6 +49,10 @@ pub struct Policy {
     /// own program and the shared libraries it loads); berm-vmm itself may execute nothing.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub execute: Vec<PathBuf>,
+    /// TCP connect to any address left to seccomp and the process's own checks: only the
+    /// egress dialer's policy, whose grants decide where it connects.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub connect_tcp: bool,
 }
 
 /// Where a dynamically linked program's loader and libraries live (Debian, merged /usr).
@@ -151,12 +155,15 @@ impl Policy {
     /// sha256 of the policy's canonical JSON (the grants and `role`'s syscall policy), so a
     /// record can say exactly which policy a run had.
     pub fn sha256(&self, role: Role) -> String {
-        let canonical = serde_json::json!({
+        let mut canonical = serde_json::json!({
             "landlock_handled_abi": 6,
             "read": self.read, "read_write": self.read_write, "devices": self.devices,
             "execute": self.execute,
             "seccomp": role.policy_text(),
         });
+        if self.connect_tcp {
+            canonical["connect_tcp"] = true.into();
+        }
         hex::encode(Sha256::digest(canonical.to_string().as_bytes()))
     }
 }
@@ -327,7 +334,11 @@ mod linux {
             .set_compatibility(CompatLevel::BestEffort)
             .handle_access(AccessFs::from_all(HANDLED))
             .map_err(|e| SandboxError::Ruleset(boxed(e)))?
-            .handle_access(AccessNet::from_all(ABI::V4))
+            .handle_access(if policy.connect_tcp {
+                BitFlags::from(AccessNet::BindTcp)
+            } else {
+                AccessNet::from_all(ABI::V4)
+            })
             .map_err(|e| SandboxError::Ruleset(boxed(e)))?
             // ABI 6 (Linux 6.12); without it the status reads partially_enforced.
             .scope(scopes.iter().fold(BitFlags::empty(), |all, &s| all | s))

@@ -29,6 +29,10 @@ pub struct VmSpec {
     pub disks: Vec<(String, PathBuf)>,
     /// vsock port → the Unix socket in the run dir a host connects to.
     pub ports: Vec<(u32, PathBuf)>,
+    /// vsock port → the Unix socket in the run dir the guest's connections go to (the egress
+    /// dialer's, 6000+i).
+    #[serde(default)]
+    pub egress: Vec<(u32, PathBuf)>,
     /// Where the guest console goes.
     pub console: PathBuf,
 }

@@ -219,6 +219,11 @@ pub fn krun_enter(vm: &VmSpec) -> Result<std::convert::Infallible, KrunError> {
         .iter()
         .map(|(p, path)| Ok((*p, c(path)?)))
         .collect::<Result<_, _>>()?;
+    let egress: Vec<(u32, CString)> = vm
+        .egress
+        .iter()
+        .map(|(p, path)| Ok((*p, c(path)?)))
+        .collect::<Result<_, _>>()?;
     let root_id = CString::from(c"root");
     let state_id = CString::from(c"state");
     let disks: Vec<(CString, CString)> = vm
@@ -278,6 +283,14 @@ pub fn krun_enter(vm: &VmSpec) -> Result<std::convert::Infallible, KrunError> {
         // SAFETY: `path` is a valid NUL-terminated string that outlives the call.
         ok("krun_add_vsock_port2", unsafe {
             krun::krun_add_vsock_port2(ctx, *port, path.as_ptr(), true)
+        })?;
+    }
+    // The egress ports: the guest connects, libkrun connects to the dialer's socket
+    // (listen = false).
+    for (port, path) in &egress {
+        // SAFETY: `path` is a valid NUL-terminated string that outlives the call.
+        ok("krun_add_vsock_port2 (egress)", unsafe {
+            krun::krun_add_vsock_port2(ctx, *port, path.as_ptr(), false)
         })?;
     }
     // SAFETY: `console` is a valid NUL-terminated string that outlives the call.

@@ -102,6 +102,11 @@ struct Args {
     /// test server's. Repeat for several. Verification is never turned off.
     #[arg(long = "extra-ca", value_name = "FILE")]
     extra_ca: Vec<PathBuf>,
+    /// In the microVM: send every `http.fetch` (once this bermd's grants allow it) to the
+    /// host dialer on this vsock port of the host (CID 2), which checks the app's grants again,
+    /// holds its secrets and dials. berm-init passes 6000+i to app i.
+    #[arg(long, value_name = "PORT")]
+    egress_vsock: Option<u32>,
 }
 
 /// `--cpu-profile`.
@@ -205,6 +210,7 @@ fn start(args: Args, started: Instant) -> Result<(), (Exit, anyhow::Error)> {
     service.max_calls_per_program = args.max_calls_per_program;
     service.max_host_ops = args.max_host_ops;
     service.extra_ca = args.extra_ca;
+    service.egress_vsock = args.egress_vsock;
     let config = DaemonConfig {
         http: args.http.map(|addr| HttpConfig {
             addr,

@@ -1,0 +1,336 @@
+//! The egress dialer: `http.fetch` for apps in the microVM, dialed on the host.
+//!
+//! The guest has no network device. App i's bermd checks a request against its own grants
+//! (early refusal) and sends it over vsock to port 6000+i (`EGRESS_PORT_BASE`); the hypervisor
+//! turns that guest-initiated connection into a connection to a Unix socket in the run dir
+//! (libkrun: `krun_add_vsock_port2(…, listen = false)`; vhost-device-vsock: `<uds-path>_<port>`,
+//! i.e. `vsock.sock_6000`). The dialer listens there, one socket per app with net or secret
+//! grants, and serves each request with **that app's** [`Egress`], built from the app's
+//! `berm.toml` as berm-vmm read it on the host: the port decides whose grants apply, never
+//! what the guest writes, and the secret values stay on the host.
+//!
+//! It is its own process (`berm-vmm dial`, started before berm-vmm confines itself), so that
+//! berm-vmm keeps its allow list without `socket`/`connect`. It binds its sockets, loads the
+//! CA roots, then confines itself (Landlock: read only what name resolution reads and the
+//! apps' secret directories, no writes, TCP connect allowed; seccomp: [`Role::VmmDialer`],
+//! `socket` for AF_INET/AF_INET6 only) before it accepts anything. No app with net or secret
+//! grants, no dialer.
+
+use std::io::Write;
+use std::os::unix::net::UnixListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use berm_egress::secret::{Binding, SecretStore};
+use berm_egress::{Caps, Egress, EgressConfig, Trust};
+use serde::{Deserialize, Serialize};
+
+use berm_vm_protocol::host::AppMeasurement;
+
+use crate::run_dir::RunDir;
+use crate::sandbox::{ChildReport, Policy, Role};
+
+/// Most connections one app may have open to the dialer at once; past it a connection is
+/// answered `io` at once and closed.
+pub const MAX_CONNECTIONS_PER_APP: usize = 16;
+/// How long berm-vmm waits for the dialer to be listening and confined.
+const START: Duration = Duration::from_secs(10);
+/// Largest plan read from stdin.
+pub const MAX_PLAN_BYTES: u64 = 1 << 20;
+
+/// What name resolution reads (glibc's files and dns sources, built into libc since 2.34).
+const RESOLVER_FILES: &[&str] = &[
+    "/etc/hosts",
+    "/etc/resolv.conf",
+    "/etc/nsswitch.conf",
+    "/etc/host.conf",
+    "/etc/gai.conf",
+    "/etc/services",
+];
+
+/// One app's egress, as the dialer serves it.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct AppEgress {
+    /// The app's index (port 6000+i).
+    pub index: u32,
+    /// The app's name, for log lines.
+    pub name: String,
+    /// The socket the hypervisor connects to for port 6000+i.
+    pub socket: PathBuf,
+    /// The `net=` rules of its programs.
+    pub rules: Vec<String>,
+    /// The `secret:NAME=HOST` bindings of its programs, as (name, host rule).
+    pub secrets: Vec<(String, String)>,
+    /// Where the secret values are (one file each), if the app has secret grants.
+    pub secrets_dir: Option<PathBuf>,
+}
+
+/// Everything the dialer is told (as JSON on its stdin).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct DialerPlan {
+    /// One entry per app with net or secret grants.
+    pub apps: Vec<AppEgress>,
+    /// Confine itself (false: `--no-host-sandbox`).
+    pub sandbox: bool,
+}
+
+/// The socket app `index`'s egress port is mapped to: `vsock.sock_<port>`, the name
+/// vhost-device-vsock connects to for a guest-initiated connection, used for libkrun too.
+pub fn socket_path(run: &RunDir, index: u32) -> PathBuf {
+    let port = berm_vm_protocol::EGRESS_PORT_BASE + index;
+    let mut name = run.vsock.clone().into_os_string();
+    name.push(format!("_{port}"));
+    PathBuf::from(name)
+}
+
+/// The egress of `app` (as measured: its programs' net and secret grants), or `None` without
+/// any. Secret values are read from `$BERM_HOME/secrets/<program>/` on the host, the store
+/// `berm secret set PROGRAM NAME` writes.
+pub fn app_egress(run: &RunDir, app: &AppMeasurement, berm_home: &Path) -> Option<AppEgress> {
+    let mut rules = Vec::new();
+    let mut secrets = Vec::new();
+    let mut secrets_dir = None;
+    for program in &app.programs {
+        for grant in &program.grants {
+            if let Some(rule) = grant.strip_prefix("net=") {
+                rules.push(rule.to_owned());
+            } else if let Some((name, host)) = grant
+                .strip_prefix("secret:")
+                .and_then(|rest| rest.split_once('='))
+            {
+                secrets.push((name.to_owned(), host.to_owned()));
+                secrets_dir = Some(berm_home.join("secrets").join(&program.name));
+            }
+        }
+    }
+    if rules.is_empty() && secrets.is_empty() {
+        return None;
+    }
+    Some(AppEgress {
+        index: app.index,
+        name: app.name.clone(),
+        socket: socket_path(run, app.index),
+        rules,
+        secrets,
+        secrets_dir,
+    })
+}
+
+/// The dialer's plan for `apps`, or `None` when no app has net or secret grants (then no
+/// dialer runs).
+pub fn plan(run: &RunDir, apps: &[AppMeasurement], sandbox: bool) -> Option<DialerPlan> {
+    let home = berm_control::home::berm_home();
+    let apps: Vec<AppEgress> = apps
+        .iter()
+        .filter_map(|app| app_egress(run, app, &home))
+        .collect();
+    (!apps.is_empty()).then_some(DialerPlan { apps, sandbox })
+}
+
+/// The dialer's Landlock policy: read what resolving a name reads and the secret directories;
+/// TCP connect allowed; nothing written.
+pub fn policy(plan: &DialerPlan) -> Policy {
+    Policy {
+        read: RESOLVER_FILES
+            .iter()
+            .map(PathBuf::from)
+            .filter(|p| p.exists())
+            .chain(
+                plan.apps
+                    .iter()
+                    .filter_map(|a| a.secrets_dir.clone())
+                    .filter(|d| d.exists()),
+            )
+            .collect(),
+        connect_tcp: true,
+        ..Policy::default()
+    }
+}
+
+/// Why the dialer could not be started (the run stops: fail-closed).
+#[derive(Debug, thiserror::Error)]
+pub enum DialerError {
+    /// Spawning `berm-vmm dial` failed.
+    #[error("starting the egress dialer failed")]
+    Spawn(#[source] std::io::Error),
+    /// It did not say it was ready.
+    #[error("the egress dialer did not start: {0}")]
+    NotReady(String),
+}
+
+/// Starts `berm-vmm dial` with `plan`, waits until it listens (confined when the plan says
+/// so) and returns it with how it is confined.
+/// Its log lines go to `output` (`hypervisor.log`).
+pub fn start(
+    plan: &DialerPlan,
+    output: &crate::log_cap::HypervisorOutput,
+) -> Result<(Child, Option<ChildReport>), DialerError> {
+    let exe = std::env::current_exe().map_err(DialerError::Spawn)?;
+    let (_, err) = output.stdio().map_err(DialerError::Spawn)?;
+    let mut command = Command::new(&exe);
+    command
+        .arg("dial")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(err);
+    crate::sys::kill_with_parent(&mut command);
+    let mut child = command.spawn().map_err(DialerError::Spawn)?;
+    let plan_json = serde_json::to_vec(plan).map_err(|e| DialerError::Spawn(e.into()))?;
+    let sent = child
+        .stdin
+        .take()
+        .map(|mut stdin| stdin.write_all(&plan_json))
+        .unwrap_or(Ok(()));
+    let ready = sent
+        .map_err(|e| e.to_string())
+        .and_then(|()| wait_ready(&mut child));
+    if let Err(why) = ready {
+        let _ = child.kill();
+        let _ = child.wait();
+        return Err(DialerError::NotReady(why));
+    }
+    let report = plan.sandbox.then(|| ChildReport {
+        program: PathBuf::from("berm-vmm dial"),
+        landlock: "fully_enforced",
+        seccomp: format!("allow_list {}", Role::VmmDialer.name()),
+        policy_sha256: policy(plan).sha256(Role::VmmDialer),
+    });
+    Ok((child, report))
+}
+
+/// Reads the dialer's one `ready` line from its stdout, within [`START`].
+fn wait_ready(child: &mut Child) -> Result<(), String> {
+    use std::io::{BufRead, Read};
+    let stdout = child.stdout.take().ok_or("no stdout")?;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let read = std::io::BufReader::new(stdout.take(4096)).read_line(&mut line);
+        let _ = tx.send(read.map(|_| line));
+    });
+    match rx.recv_timeout(START) {
+        Ok(Ok(line)) if line.trim() == "ready" => Ok(()),
+        Ok(Ok(line)) if line.is_empty() => Err("it exited (see berm-vmm's stderr)".into()),
+        Ok(Ok(line)) => Err(format!("it said {:?}", line.trim())),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err(format!("not ready within {} s", START.as_secs())),
+    }
+}
+
+/// `berm-vmm dial`: reads the plan on stdin, listens, confines itself, says `ready` on stdout
+/// and serves until killed (it dies with berm-vmm).
+pub fn run(plan_json: &[u8]) -> anyhow::Result<std::convert::Infallible> {
+    use anyhow::Context;
+    let plan: DialerPlan =
+        serde_json::from_slice(plan_json).context("reading the dialer's plan")?;
+    // Before confinement: the sockets are bound and the CA roots read.
+    let mut served = Vec::new();
+    let trust = Trust::new(&[]).context("loading the CA roots")?;
+    for app in &plan.apps {
+        let _ = std::fs::remove_file(&app.socket);
+        let listener = UnixListener::bind(&app.socket)
+            .with_context(|| format!("listening on {}", app.socket.display()))?;
+        listener.set_nonblocking(true)?;
+        let egress = Egress::new(EgressConfig {
+            rules: app
+                .rules
+                .iter()
+                .map(|r| r.parse())
+                .collect::<Result<_, _>>()
+                .map_err(|e| anyhow::anyhow!("app {}: a net rule: {e}", app.name))?,
+            secrets: app
+                .secrets
+                .iter()
+                .map(|(name, host)| {
+                    host.parse().map(|rule| Binding {
+                        name: name.clone(),
+                        rule,
+                    })
+                })
+                .collect::<Result<_, _>>()
+                .map_err(|e| anyhow::anyhow!("app {}: a secret's host: {e}", app.name))?,
+            store: app.secrets_dir.clone().map(SecretStore::new),
+            caps: Caps::default(),
+            trust: trust.clone(),
+            forward: None,
+        });
+        served.push((app.clone(), listener, Arc::new(egress)));
+    }
+    if plan.sandbox {
+        crate::sandbox::confine(&policy(&plan), Role::VmmDialer, &[])
+            .context("confining the egress dialer")?;
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the dialer's runtime")?;
+    runtime.block_on(async move {
+        let mut tasks = Vec::new();
+        for (app, listener, egress) in served {
+            let listener = tokio::net::UnixListener::from_std(listener)?;
+            tasks.push(tokio::spawn(serve_app(app, listener, egress)));
+        }
+        println!("ready");
+        let _ = std::io::stdout().flush();
+        for task in tasks {
+            let _ = task.await;
+        }
+        anyhow::Ok(())
+    })?;
+    anyhow::bail!("the dialer's listeners all ended")
+}
+
+/// Accepts app `app`'s connections, at most [`MAX_CONNECTIONS_PER_APP`] at once.
+async fn serve_app(app: AppEgress, listener: tokio::net::UnixListener, egress: Arc<Egress>) {
+    let open = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS_PER_APP));
+    loop {
+        let (stream, _) = match listener.accept().await {
+            Ok(accepted) => accepted,
+            Err(e) => {
+                eprintln!("berm-vmm dial: app {}: accept: {e}", app.name);
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let Ok(permit) = Arc::clone(&open).try_acquire_owned() else {
+            tokio::spawn(async move {
+                let mut stream = stream;
+                let message = format!(
+                    "the app already has {MAX_CONNECTIONS_PER_APP} requests open at the host dialer"
+                );
+                let mut out = vec![berm_egress::ErrorCode::Io as u8];
+                out.extend_from_slice(&(message.len() as u32).to_be_bytes());
+                out.extend_from_slice(message.as_bytes());
+                let _ = tokio::time::timeout(
+                    berm_egress::remote::WRITE_TIMEOUT,
+                    tokio::io::AsyncWriteExt::write_all(&mut stream, &out),
+                )
+                .await;
+            });
+            continue;
+        };
+        let egress = Arc::clone(&egress);
+        let name = app.name.clone();
+        tokio::spawn(async move {
+            let _permit = permit;
+            let started = Instant::now();
+            let outcome =
+                berm_egress::remote::serve(stream, &egress, berm_egress::remote::READ_TIMEOUT)
+                    .await;
+            let ms = started.elapsed().as_millis();
+            match outcome {
+                Ok(None) => {}
+                Ok(Some(code)) => {
+                    eprintln!(
+                        "berm-vmm dial: app {name}: refused ({}) in {ms} ms",
+                        code.name()
+                    )
+                }
+                Err(e) => eprintln!("berm-vmm dial: app {name}: {e}"),
+            }
+        });
+    }
+}
