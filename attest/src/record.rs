@@ -140,6 +140,10 @@ pub struct MeasuredProgram {
     pub wasm: String,
     /// sha256 of the wasm file.
     pub sha256: String,
+    /// Its egress grants (`net=`, `secret:NAME=HOST`; never a value), which the host dialer
+    /// enforced; absent when it has none (and in records from before issue 15).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub grants: Vec<String>,
 }
 
 /// An app's disk image.
@@ -597,6 +601,7 @@ impl From<AppMeasurement> for App {
                     name: p.name,
                     wasm: p.wasm,
                     sha256: p.sha256,
+                    grants: p.grants,
                 })
                 .collect(),
             image: Some(MeasuredImage {

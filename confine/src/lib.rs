@@ -65,6 +65,12 @@ pub enum Role {
     /// egress sockets under each app's grants, and is the only process of a run that may make
     /// a network socket.
     VmmDialer,
+    /// vhost-device-vsock in a run with an egress dialer: its list plus `connect`, to forward
+    /// the guest's connections to the dialer's sockets.
+    VhostDeviceVsockEgress,
+    /// The libkrun child in a run with an egress dialer: its list plus `connect`, likewise
+    /// (from libkrun's source; not traced, since libkrun cannot run a guest on this machine).
+    KrunEnterEgress,
 }
 
 /// Why a filter could not be built or loaded.
@@ -90,7 +96,7 @@ pub enum ConfineError {
 
 impl Role {
     /// Every role, in the order the docs list them.
-    pub const ALL: [Role; 7] = [
+    pub const ALL: [Role; 9] = [
         Role::Bermd,
         Role::Vmm,
         Role::KrunEnter,
@@ -98,6 +104,8 @@ impl Role {
         Role::Qemu,
         Role::VmmConnector,
         Role::VmmDialer,
+        Role::VhostDeviceVsockEgress,
+        Role::KrunEnterEgress,
     ];
 
     /// The role's name in reports.
@@ -110,6 +118,8 @@ impl Role {
             Role::Qemu => "qemu",
             Role::VmmConnector => "berm-vmm-connector",
             Role::VmmDialer => "berm-vmm-dialer",
+            Role::VhostDeviceVsockEgress => "vhost-device-vsock-egress",
+            Role::KrunEnterEgress => "krun-enter-egress",
         }
     }
 

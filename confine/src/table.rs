@@ -405,7 +405,8 @@ fn vmm_connector() -> Vec<Syscall> {
 /// confined itself: it accepts the guest's `http.fetch` connections on them, resolves names
 /// (reading `/etc/hosts`, `/etc/resolv.conf`, … and asking DNS over UDP), and connects to the
 /// hosts an app's grants allow. The only process of a run that may make a network socket:
-/// `socket` is `AF_INET`/`AF_INET6` only, so no new Unix socket; it writes no file, maps nothing
+/// `socket` is `AF_INET`/`AF_INET6` only, so no Unix socket that could connect anywhere; it
+/// writes no file, maps nothing
 /// executable and starts no process.
 fn vmm_dialer() -> Vec<Syscall> {
     let own = [
@@ -413,6 +414,9 @@ fn vmm_dialer() -> Vec<Syscall> {
         with!(SYS_mprotect, Args::NoExec),
         with!(SYS_clone, Args::NoNamespaces),
         with!(SYS_socket, Args::Families(&[AF_INET, AF_INET6])),
+        // tokio's signal pipe, made when its I/O driver starts: a connected pair, which
+        // reaches nothing.
+        with!(SYS_socketpair, Args::Families(&[AF_UNIX])),
         with!(SYS_ioctl, Args::Requests(&[FIONBIO, FIOCLEX])),
         with!(SYS_prctl, Args::Arg0Is(&[PR_SET_NAME, PR_GET_NAME])),
     ];
@@ -445,10 +449,6 @@ fn krun_enter() -> Vec<Syscall> {
     let extra = any!(
         SYS_bind,
         SYS_listen,
-        // A guest-initiated connection (the egress ports, listen = false): libkrun connects
-        // to the dialer's socket in the run dir (from libkrun's source; not traced here,
-        // where libkrun cannot run a guest).
-        SYS_connect,
         SYS_kill,
         SYS_tgkill,
         SYS_prlimit64,
@@ -468,8 +468,8 @@ fn krun_enter() -> Vec<Syscall> {
 }
 
 /// vhost-device-vsock from its exec on: the dynamic loader, its vhost-user socket and the
-/// guest's memory (a memfd QEMU passes), the host-side socket it listens on, and the egress
-/// dialer's sockets (`vsock.sock_<port>`) it connects to when the guest connects out.
+/// guest's memory (a memfd QEMU passes), the host-side socket it listens on. It never
+/// connects out (but see [`Role::VhostDeviceVsockEgress`]).
 fn vhost_device_vsock() -> Vec<Syscall> {
     let own = [
         with!(SYS_mmap, Args::Any),
@@ -485,7 +485,6 @@ fn vhost_device_vsock() -> Vec<Syscall> {
         SYS_arch_prctl,
         SYS_bind,
         SYS_listen,
-        SYS_connect,
         SYS_prlimit64,
         SYS_getuid,
         SYS_geteuid,
@@ -534,6 +533,14 @@ fn qemu() -> Vec<Syscall> {
     list(&own, &extra)
 }
 
+/// A role's list plus `connect`: the hypervisor of a run with an egress dialer, which connects
+/// to the dialer's socket in the run dir (`vsock.sock_<port>`) when the guest connects out.
+/// Only such runs get it: without Landlock's Unix-socket right (ABI 9) `connect` could reach
+/// any pathname socket, so a run without egress keeps the list without it.
+fn with_connect(list: Vec<Syscall>) -> Vec<Syscall> {
+    [list, any!(SYS_connect)].concat()
+}
+
 /// Syscalls a role answers with `ENOSYS` (not in the allow list, not `EPERM`): callers that
 /// treat `ENOSYS` as "this kernel is too old" fall back to something the list allows.
 pub(crate) fn enosys(role: Role) -> &'static [(&'static str, libc::c_long)] {
@@ -555,6 +562,9 @@ pub(crate) fn allowed(role: Role) -> &'static [Syscall] {
     static QEMU: LazyLock<Vec<Syscall>> = LazyLock::new(qemu);
     static CONNECTOR: LazyLock<Vec<Syscall>> = LazyLock::new(vmm_connector);
     static DIALER: LazyLock<Vec<Syscall>> = LazyLock::new(vmm_dialer);
+    static VHOST_EGRESS: LazyLock<Vec<Syscall>> =
+        LazyLock::new(|| with_connect(vhost_device_vsock()));
+    static KRUN_EGRESS: LazyLock<Vec<Syscall>> = LazyLock::new(|| with_connect(krun_enter()));
     match role {
         Role::Bermd => &BERMD,
         Role::Vmm => &VMM,
@@ -563,5 +573,7 @@ pub(crate) fn allowed(role: Role) -> &'static [Syscall] {
         Role::Qemu => &QEMU,
         Role::VmmConnector => &CONNECTOR,
         Role::VmmDialer => &DIALER,
+        Role::VhostDeviceVsockEgress => &VHOST_EGRESS,
+        Role::KrunEnterEgress => &KRUN_EGRESS,
     }
 }

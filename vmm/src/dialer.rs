@@ -264,7 +264,8 @@ pub fn run(plan_json: &[u8]) -> anyhow::Result<std::convert::Infallible> {
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
-        .enable_all()
+        .enable_io()
+        .enable_time()
         .build()
         .context("starting the dialer's runtime")?;
     runtime.block_on(async move {

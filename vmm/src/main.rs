@@ -242,8 +242,9 @@ fn krun_enter(config: &str) -> anyhow::Result<std::convert::Infallible> {
         serde_json::from_str(config).context("reading the libkrun child's configuration")?;
     // Just before krun_start_enter, while this process is still single-threaded: fail-closed.
     if let Some(policy) = &config.host_sandbox {
-        let report = berm_vmm::sandbox::confine(policy, berm_vmm::sandbox::Role::KrunEnter, &[])
-            .context("confining the libkrun child")?;
+        let role = config.vm.vsock_role(berm_vmm::sandbox::Role::KrunEnter);
+        let report =
+            berm_vmm::sandbox::confine(policy, role, &[]).context("confining the libkrun child")?;
         eprintln!(
             "{}",
             serde_json::json!({"source": "berm-vmm", "event": "host_sandbox", "process": "krun-enter", "report": report})

@@ -290,7 +290,7 @@ fn start_vhost(vm: &QemuVm<'_>, sandboxes: &mut Vec<ChildReport>) -> Result<Chil
         &mut command,
         vm.vhost_device_vsock,
         vhost_policy,
-        Role::VhostDeviceVsock,
+        vm.spec.vsock_role(Role::VhostDeviceVsock),
         "",
         sandboxes,
     )?;

@@ -686,8 +686,11 @@ fn start_krun(
         .map(|policy| sandbox::ChildReport {
             program: PathBuf::from("berm-vmm krun-enter"),
             landlock: "fully_enforced",
-            seccomp: format!("allow_list {}", sandbox::Role::KrunEnter.name()),
-            policy_sha256: policy.sha256(sandbox::Role::KrunEnter),
+            seccomp: format!(
+                "allow_list {}",
+                spec.vsock_role(sandbox::Role::KrunEnter).name()
+            ),
+            policy_sha256: policy.sha256(spec.vsock_role(sandbox::Role::KrunEnter)),
         })
         .collect();
     let child = krun::spawn(&krun_config, output)?;

@@ -37,6 +37,20 @@ pub struct VmSpec {
     pub console: PathBuf,
 }
 
+impl VmSpec {
+    /// The allow-list role of the process that runs the vsock device (`krun-enter` or
+    /// vhost-device-vsock): its `…-egress` variant, which may also `connect`, only when the
+    /// guest has egress ports to connect out on.
+    pub fn vsock_role(&self, role: berm_confine::Role) -> berm_confine::Role {
+        use berm_confine::Role;
+        match (role, self.egress.is_empty()) {
+            (Role::KrunEnter, false) => Role::KrunEnterEgress,
+            (Role::VhostDeviceVsock, false) => Role::VhostDeviceVsockEgress,
+            (role, _) => role,
+        }
+    }
+}
+
 /// The two kernel files berm pins: what libkrun is told (`krun_set_kernel`'s format) and
 /// what QEMU's `-kernel` takes as is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -1,0 +1,273 @@
+//! `http.fetch` from inside the microVM, booted for real: the guest has no network device, so
+//! app i's bermd hands each request to berm-vmm's egress dialer over vsock port 6000+i, which
+//! enforces the app's grants as the host read them.
+//!
+//! Like vm.rs, each test prints `SKIPPED: <why>` only where nothing can boot the guest, and
+//! fails instead under `BERM_VM_REQUIRE=1`.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use berm::GuestArch;
+use berm_egress::testing::{Reply, TestServer};
+use common::{BOOT, Mcp, Vmm, app_folder, bootable_for, pinned_for};
+use serde_json::{Value, json};
+
+/// Starting bermd under TCG, with its programs precompiled on the host.
+const READY: Duration = Duration::from_secs(120);
+
+/// The static enforcement probe built for an `arch` guest.
+fn probe_binary(arch: GuestArch) -> PathBuf {
+    let target = arch.portable_target();
+    let path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../target/{target}/debug/berm-probe"));
+    assert!(
+        path.exists(),
+        "{} is missing: scripts/test-vm builds it (cargo build --target {target} -p berm-probe)",
+        path.display()
+    );
+    path
+}
+
+#[test]
+fn fetch_in_the_vm_reaches_the_granted_port_through_the_host_dialer_and_nothing_else() {
+    fetch_through_the_dialer(GuestArch::HOST);
+}
+
+fn fetch_through_the_dialer(arch: GuestArch) {
+    if pinned_for(arch).is_none() || !bootable_for(arch) {
+        return;
+    }
+    let page = TestServer::http(|seen| Reply::ok(format!("the page at {}", seen.path)));
+    let other = TestServer::http(|_| Reply::ok("must not be reached"));
+    let tmp = tempfile::tempdir().unwrap();
+    let grant = format!("net=127.0.0.1:{}", page.port());
+    let toml = format!(
+        "name = \"fetch\"\n[limits]\ncpu = 0.5\nmemory_mb = 128\npids = 32\n\n\
+         [[program]]\nname = \"fetch\"\nwasm = \"fetch.wasm\"\ngrants = [\"{grant}\"]\n"
+    );
+    let app = app_folder(tmp.path(), "fetch", &["fetch"], &toml);
+    let probe = probe_binary(arch);
+    let mut vmm = Vmm::start(
+        &[
+            "--app",
+            app.to_str().unwrap(),
+            "--arch",
+            arch.name(),
+            "--test-probe",
+            probe.to_str().unwrap(),
+            "--test-probe-app",
+            "0",
+        ],
+        &[],
+    );
+    vmm.wait_event("berm-init", "app_ready", BOOT + READY, |v| {
+        v["app"] == "fetch"
+    });
+
+    // The measurement line records the app's grants; the dialer listens on its port, confined.
+    let measured = &vmm.events("measurements")[0];
+    assert_eq!(
+        measured["apps"][0]["programs"][0]["grants"],
+        json!([grant]),
+        "{measured}"
+    );
+    let endpoints = &vmm.events("endpoints")[0];
+    assert_eq!(endpoints["egress"][0]["port"], 6000, "{endpoints}");
+    let socket = PathBuf::from(endpoints["egress"][0]["socket"].as_str().unwrap());
+    assert_eq!(socket, vmm.run_dir.join("vsock.sock_6000"));
+    let sandbox = &vmm.events("host_sandbox")[0];
+    let dialer = sandbox["children"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["program"] == "berm-vmm dial")
+        .unwrap_or_else(|| panic!("no dialer in {sandbox}"));
+    assert_eq!(dialer["seccomp"], "allow_list berm-vmm-dialer");
+    // The vsock device may connect (to the dialer) only in a run like this one.
+    assert!(
+        sandbox["children"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["seccomp"] == "allow_list vhost-device-vsock-egress"
+                || c["seccomp"] == "allow_list krun-enter-egress"),
+        "{sandbox}"
+    );
+
+    // The granted port answers with the page, fetched by the host dialer.
+    let mut mcp = Mcp::connect(&vmm.run_dir.join("rpc-0.sock"));
+    let (out, is_error) = mcp.call(
+        "fetch_get",
+        json!({"url": format!("{}/hello", page.origin(false))}),
+    );
+    assert!(!is_error, "{out}");
+    let answer: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(answer, json!({"status": 200, "body": "the page at /hello"}));
+    assert_eq!(page.seen().len(), 1);
+
+    // Another port is refused (denied), and that server sees no connection.
+    let (out, is_error) = mcp.call(
+        "fetch_get",
+        json!({"url": format!("{}/", other.origin(false))}),
+    );
+    assert!(is_error, "{out}");
+    assert!(
+        out.contains("is not in this program's net grants") && out.contains("denied"),
+        "{out}"
+    );
+
+    // A guest that skips its own check (what a compromised bermd would do) writes straight to
+    // the dialer's socket: the host refuses by its own copy of the grants.
+    let request = berm_egress::Request {
+        method: "GET".into(),
+        url: format!("{}/", other.origin(false)),
+        headers: Vec::new(),
+        body: Vec::new(),
+    };
+    let bytes = request.encode();
+    let mut stream = std::os::unix::net::UnixStream::connect(&socket).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    stream
+        .write_all(&(bytes.len() as u32).to_be_bytes())
+        .unwrap();
+    stream.write_all(&10_000u32.to_be_bytes()).unwrap();
+    stream.write_all(&bytes).unwrap();
+    let mut reply = Vec::new();
+    stream.read_to_end(&mut reply).unwrap();
+    assert_eq!(reply[0], berm_egress::ErrorCode::Denied as u8, "{reply:?}");
+    let message = String::from_utf8_lossy(&reply[5..]);
+    assert!(
+        message.contains("not in this program's net grants"),
+        "{message}"
+    );
+    assert_eq!(other.connections(), 0, "the other server was reached");
+
+    // The guest trying on its own: no network socket at all (seccomp EPERM; the guest kernel
+    // has no network device either).
+    let report = vmm.wait_event("berm-init", "probe_report", READY, |_| true);
+    let checks = report["checks"].as_array().unwrap();
+    for row in [
+        "http on its own: socket AF_INET + connect 10.0.2.2:80",
+        "raw socket AF_INET SOCK_RAW",
+        "socket AF_VSOCK (http.fetch's way to the host dialer)",
+    ] {
+        let check = checks
+            .iter()
+            .find(|c| c["name"] == row)
+            .unwrap_or_else(|| panic!("no probe row {row:?}: {report}"));
+        assert_eq!(check["pass"], true, "{check}");
+    }
+    assert_eq!(
+        checks
+            .iter()
+            .find(|c| c["name"] == "http on its own: socket AF_INET + connect 10.0.2.2:80")
+            .unwrap()["outcome"],
+        "EPERM"
+    );
+    vmm.shut_down();
+}
+
+/// Sends one request on the dialer's socket the way a guest's bermd does and returns the
+/// reply's kind byte and payload.
+fn ask_dialer(socket: &Path, url: &str) -> (u8, Vec<u8>) {
+    let request = berm_egress::Request {
+        method: "GET".into(),
+        url: url.into(),
+        headers: Vec::new(),
+        body: Vec::new(),
+    };
+    let mut stream = std::os::unix::net::UnixStream::connect(socket).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let reply = berm_egress::remote::send(
+        &mut stream,
+        &request,
+        Duration::from_secs(10),
+        &berm_egress::Caps::default(),
+    );
+    match reply {
+        Ok(response) => (0, response.body),
+        Err(e) => (e.code as u8, e.message.into_bytes()),
+    }
+}
+
+/// The dialer on its own (no VM): confined as in a run, it serves each app's socket with that
+/// app's grants only, and a hostile guest's garbage gets an error, not a hang.
+#[test]
+fn the_dialer_serves_each_socket_with_its_own_apps_grants_only() {
+    use std::io::BufRead;
+    use std::process::{Command, Stdio};
+    let page = TestServer::http(|seen| Reply::ok(format!("the page at {}", seen.path)));
+    let other = TestServer::http(|_| Reply::ok("must not be reached"));
+    let tmp = tempfile::tempdir().unwrap();
+    let app = |index: u32, rules: Vec<String>| berm_vmm::dialer::AppEgress {
+        index,
+        name: format!("app{index}"),
+        socket: tmp.path().join(format!("vsock.sock_{}", 6000 + index)),
+        rules,
+        secrets: Vec::new(),
+        secrets_dir: None,
+    };
+    let plan = berm_vmm::dialer::DialerPlan {
+        apps: vec![
+            app(0, vec![format!("127.0.0.1:{}", page.port())]),
+            app(1, vec![format!("127.0.0.1:{}", other.port())]),
+        ],
+        sandbox: true,
+    };
+    let mut child = Command::new(env!("CARGO_BIN_EXE_berm-vmm"))
+        .arg("dial")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(&serde_json::to_vec(&plan).unwrap())
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line.trim(), "ready");
+    let (app0, app1) = (&plan.apps[0].socket, &plan.apps[1].socket);
+
+    let (kind, body) = ask_dialer(app0, &format!("{}/x", page.origin(false)));
+    assert_eq!(
+        (kind, String::from_utf8_lossy(&body).as_ref()),
+        (0, "the page at /x")
+    );
+    // App 0's socket does not carry app 1's grant, whatever the guest writes.
+    let (kind, message) = ask_dialer(app0, &format!("{}/", other.origin(false)));
+    assert_eq!(kind, berm_egress::ErrorCode::Denied as u8);
+    assert!(
+        String::from_utf8_lossy(&message).contains("not in this program's net grants"),
+        "{}",
+        String::from_utf8_lossy(&message)
+    );
+    assert_eq!(other.connections(), 0);
+    let (kind, _) = ask_dialer(app1, &format!("{}/", other.origin(false)));
+    assert_eq!(kind, 0);
+    // A length past the cap: too_large at once.
+    let mut stream = std::os::unix::net::UnixStream::connect(app0).unwrap();
+    stream.write_all(&[0xff; 8]).unwrap();
+    let mut reply = Vec::new();
+    stream.read_to_end(&mut reply).unwrap();
+    assert_eq!(reply[0], berm_egress::ErrorCode::TooLarge as u8);
+    // Confined: a loopback port nobody granted is refused by the grants, never dialed, and
+    // the dialer itself may not write a file (no Landlock write right) — it is still serving.
+    let (kind, _) = ask_dialer(app0, &format!("{}/y", page.origin(false)));
+    assert_eq!(kind, 0);
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
