@@ -176,10 +176,14 @@ fn fetch_through_the_dialer(arch: GuestArch) {
 /// Sends one request on the dialer's socket the way a guest's bermd does and returns the
 /// reply's kind byte and payload.
 fn ask_dialer(socket: &Path, url: &str) -> (u8, Vec<u8>) {
+    ask_dialer_with(socket, url, Vec::new())
+}
+
+fn ask_dialer_with(socket: &Path, url: &str, headers: Vec<(String, Vec<u8>)>) -> (u8, Vec<u8>) {
     let request = berm_egress::Request {
         method: "GET".into(),
         url: url.into(),
-        headers: Vec::new(),
+        headers,
         body: Vec::new(),
     };
     let mut stream = std::os::unix::net::UnixStream::connect(socket).unwrap();
@@ -204,9 +208,20 @@ fn ask_dialer(socket: &Path, url: &str) -> (u8, Vec<u8>) {
 fn the_dialer_serves_each_socket_with_its_own_apps_grants_only() {
     use std::io::BufRead;
     use std::process::{Command, Stdio};
-    let page = TestServer::http(|seen| Reply::ok(format!("the page at {}", seen.path)));
+    let page = TestServer::http(|seen| {
+        Reply::ok(format!(
+            "the page at {} for {}",
+            seen.path,
+            seen.header("authorization").unwrap_or("nobody")
+        ))
+    });
     let other = TestServer::http(|_| Reply::ok("must not be reached"));
     let tmp = tempfile::tempdir().unwrap();
+    // App 0's secret, held on the host only (`berm secret set fetch tok` writes the same file).
+    let secrets = tmp.path().join("secrets");
+    berm_egress::secret::SecretStore::new(&secrets)
+        .set("tok", b"s3cret-value")
+        .unwrap();
     let app = |index: u32, rules: Vec<String>| berm_vmm::dialer::AppEgress {
         index,
         name: format!("app{index}"),
@@ -215,9 +230,14 @@ fn the_dialer_serves_each_socket_with_its_own_apps_grants_only() {
         secrets: Vec::new(),
         secrets_dir: None,
     };
+    let page_rule = format!("127.0.0.1:{}", page.port());
     let plan = berm_vmm::dialer::DialerPlan {
         apps: vec![
-            app(0, vec![format!("127.0.0.1:{}", page.port())]),
+            berm_vmm::dialer::AppEgress {
+                secrets: vec![("tok".into(), page_rule.clone())],
+                secrets_dir: Some(secrets.clone()),
+                ..app(0, vec![page_rule.clone()])
+            },
             app(1, vec![format!("127.0.0.1:{}", other.port())]),
         ],
         sandbox: true,
@@ -245,7 +265,25 @@ fn the_dialer_serves_each_socket_with_its_own_apps_grants_only() {
     let (kind, body) = ask_dialer(app0, &format!("{}/x", page.origin(false)));
     assert_eq!(
         (kind, String::from_utf8_lossy(&body).as_ref()),
-        (0, "the page at /x")
+        (0, "the page at /x for nobody")
+    );
+    // The secret is substituted on the host, toward its host only.
+    let bearer = vec![(
+        "authorization".to_string(),
+        b"Bearer {{secret:tok}}".to_vec(),
+    )];
+    let (kind, body) = ask_dialer_with(app0, &format!("{}/s", page.origin(false)), bearer.clone());
+    assert_eq!(
+        (kind, String::from_utf8_lossy(&body).as_ref()),
+        (0, "the page at /s for Bearer s3cret-value")
+    );
+    // App 1 has no such secret: its socket refuses the placeholder.
+    let (kind, message) = ask_dialer_with(app1, &format!("{}/", other.origin(false)), bearer);
+    assert_eq!(kind, berm_egress::ErrorCode::Denied as u8);
+    assert!(
+        String::from_utf8_lossy(&message).contains("no secret `tok` is bound"),
+        "{}",
+        String::from_utf8_lossy(&message)
     );
     // App 0's socket does not carry app 1's grant, whatever the guest writes.
     let (kind, message) = ask_dialer(app0, &format!("{}/", other.origin(false)));
@@ -268,6 +306,11 @@ fn the_dialer_serves_each_socket_with_its_own_apps_grants_only() {
     // the dialer itself may not write a file (no Landlock write right) — it is still serving.
     let (kind, _) = ask_dialer(app0, &format!("{}/y", page.origin(false)));
     assert_eq!(kind, 0);
+    assert_eq!(
+        other.connections(),
+        1,
+        "only app 1's own request reached it"
+    );
     child.kill().unwrap();
     child.wait().unwrap();
 }
