@@ -315,6 +315,59 @@ mod tests {
         assert_eq!(server.await.unwrap().unwrap(), Some(ErrorCode::Denied));
     }
 
+    /// What the guest side hands on: nothing its own grants refuse, and only placeholders
+    /// bound toward the URL's host.
+    #[tokio::test]
+    async fn the_guest_side_refuses_early_and_forwards_the_rest() {
+        #[derive(Debug, Default)]
+        struct Recorder(std::sync::Mutex<Vec<String>>);
+        impl crate::Forward for Recorder {
+            fn forward(&self, request: &Request, _: Duration) -> Result<Response, FetchError> {
+                self.0.lock().unwrap().push(request.url.clone());
+                Ok(Response {
+                    status: 200,
+                    headers: Vec::new(),
+                    body: b"from the host".to_vec(),
+                })
+            }
+        }
+        let recorder = std::sync::Arc::new(Recorder::default());
+        let egress = Egress::new(EgressConfig {
+            rules: vec!["127.0.0.1:1".parse().unwrap()],
+            secrets: vec![crate::secret::Binding {
+                name: "tok".into(),
+                rule: "127.0.0.1:1".parse().unwrap(),
+            }],
+            store: None,
+            caps: Caps::default(),
+            trust: Trust::new(&[]).unwrap(),
+            forward: Some(recorder.clone()),
+        });
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        let get = |url: &str, header: &[u8]| Request {
+            method: "GET".into(),
+            url: url.into(),
+            headers: vec![("authorization".into(), header.to_vec())],
+            body: Vec::new(),
+        };
+        let response = egress
+            .fetch(get("http://127.0.0.1:1/a", b"{{secret:tok}}"), deadline)
+            .await
+            .unwrap();
+        assert_eq!(response.body, b"from the host");
+        let err = egress
+            .fetch(get("http://127.0.0.1:2/", b""), deadline)
+            .await
+            .unwrap_err();
+        assert_eq!(err.code, ErrorCode::Denied);
+        let err = egress
+            .fetch(get("http://127.0.0.1:1/", b"{{secret:other}}"), deadline)
+            .await
+            .unwrap_err();
+        assert_eq!(err.code, ErrorCode::Denied);
+        assert_eq!(*recorder.0.lock().unwrap(), ["http://127.0.0.1:1/a"]);
+    }
+
     /// A blocking Read + Write over a tokio duplex, for the guest's side in tests.
     mod tokio_util_bridge {
         use std::io::{Read, Write};
