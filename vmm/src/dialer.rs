@@ -200,22 +200,31 @@ pub fn start(
     Ok((child, report))
 }
 
-/// Reads the dialer's one `ready` line from its stdout, within [`START`].
+/// Reads the dialer's one `ready` line from its stdout, within [`START`], without starting a
+/// thread (berm-vmm confines itself next, which needs it single-threaded).
 fn wait_ready(child: &mut Child) -> Result<(), String> {
-    use std::io::{BufRead, Read};
-    let stdout = child.stdout.take().ok_or("no stdout")?;
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut line = String::new();
-        let read = std::io::BufReader::new(stdout.take(4096)).read_line(&mut line);
-        let _ = tx.send(read.map(|_| line));
-    });
-    match rx.recv_timeout(START) {
-        Ok(Ok(line)) if line.trim() == "ready" => Ok(()),
-        Ok(Ok(line)) if line.is_empty() => Err("it exited (see berm-vmm's stderr)".into()),
-        Ok(Ok(line)) => Err(format!("it said {:?}", line.trim())),
-        Ok(Err(e)) => Err(e.to_string()),
-        Err(_) => Err(format!("not ready within {} s", START.as_secs())),
+    use std::io::Read;
+    let mut stdout = child.stdout.take().ok_or("no stdout")?;
+    let deadline = Instant::now() + START;
+    let mut line = Vec::new();
+    while !line.ends_with(b"\n") {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() || !crate::sys::wait_readable(&stdout, left).map_err(|e| e.to_string())? {
+            return Err(format!("not ready within {} s", START.as_secs()));
+        }
+        let mut byte = [0u8; 64];
+        let n = stdout.read(&mut byte).map_err(|e| e.to_string())?;
+        if n == 0 {
+            return Err("it exited (see hypervisor.log in the run dir)".into());
+        }
+        line.extend_from_slice(&byte[..n]);
+        if line.len() > 4096 {
+            return Err("it said too much".into());
+        }
+    }
+    match String::from_utf8_lossy(&line).trim() {
+        "ready" => Ok(()),
+        other => Err(format!("it said {other:?}")),
     }
 }
 

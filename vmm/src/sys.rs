@@ -629,3 +629,20 @@ pub mod connector {
         }
     }
 }
+
+/// Waits until `fd` is readable (or closed) for at most `timeout`; `false` on timeout. Made
+/// without a thread, for the steps that must leave berm-vmm single-threaded.
+pub fn wait_readable(fd: &impl AsRawFd, timeout: std::time::Duration) -> io::Result<bool> {
+    let mut pfd = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let ms = libc::c_int::try_from(timeout.as_millis()).unwrap_or(libc::c_int::MAX);
+    // SAFETY: `pfd` is one valid pollfd, alive for the call, and the count says one.
+    let ready = unsafe { libc::poll(&raw mut pfd, 1, ms) };
+    if ready < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(ready > 0)
+}

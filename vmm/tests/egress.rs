@@ -46,22 +46,12 @@ fn fetch_through_the_dialer(arch: GuestArch) {
     let tmp = tempfile::tempdir().unwrap();
     let grant = format!("net=127.0.0.1:{}", page.port());
     let toml = format!(
-        "name = \"fetch\"\n[limits]\ncpu = 0.5\nmemory_mb = 128\npids = 32\n\n\
+        "name = \"fetch\"\n[limits]\ncpu = 0.5\nmemory_mb = 128\npids = 64\n\n\
          [[program]]\nname = \"fetch\"\nwasm = \"fetch.wasm\"\ngrants = [\"{grant}\"]\n"
     );
     let app = app_folder(tmp.path(), "fetch", &["fetch"], &toml);
-    let probe = probe_binary(arch);
     let mut vmm = Vmm::start(
-        &[
-            "--app",
-            app.to_str().unwrap(),
-            "--arch",
-            arch.name(),
-            "--test-probe",
-            probe.to_str().unwrap(),
-            "--test-probe-app",
-            "0",
-        ],
+        &["--app", app.to_str().unwrap(), "--arch", arch.name()],
         &[],
     );
     vmm.wait_event("berm-init", "app_ready", BOOT + READY, |v| {
@@ -148,8 +138,34 @@ fn fetch_through_the_dialer(arch: GuestArch) {
     );
     assert_eq!(other.connections(), 0, "the other server was reached");
 
-    // The guest trying on its own: no network socket at all (seccomp EPERM; the guest kernel
-    // has no network device either).
+    vmm.shut_down();
+}
+
+/// The guest trying on its own, under an app's confinement with net grants (the enforcement
+/// probe, booted separately: its fork row fills the app's pids.max for a while): no network
+/// socket at all (seccomp `EPERM`; the guest kernel has no network device either), only vsock.
+#[test]
+fn a_guest_program_cannot_open_a_network_socket_of_its_own() {
+    let arch = GuestArch::HOST;
+    if pinned_for(arch).is_none() || !bootable_for(arch) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let toml = "name = \"fetch\"\n[[program]]\nname = \"fetch\"\nwasm = \"fetch.wasm\"\n\
+                grants = [\"net=127.0.0.1:9\"]\n";
+    let app = app_folder(tmp.path(), "fetch", &["fetch"], toml);
+    let probe = probe_binary(arch);
+    let mut vmm = Vmm::start(
+        &[
+            "--app",
+            app.to_str().unwrap(),
+            "--test-probe",
+            probe.to_str().unwrap(),
+            "--test-probe-app",
+            "0",
+        ],
+        &[],
+    );
     let report = vmm.wait_event("berm-init", "probe_report", READY, |_| true);
     let checks = report["checks"].as_array().unwrap();
     for row in [
