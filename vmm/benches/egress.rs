@@ -7,7 +7,9 @@
 //!   (`berm_egress::remote`), i.e. the dialer's own cost;
 //! - `fetch_get in the VM`: `tools/call` of apps/fetch's `get` on `rpc-0.sock`, one MCP session:
 //!   the relay into the guest, bermd, the program, its `http.fetch` over vsock to the dialer,
-//!   the fetch, and back.
+//!   the fetch, and back;
+//! - `refused in the guest`: the same call to a port not granted, refused by bermd's own check:
+//!   everything but the vsock hop, the dialer and the fetch.
 //!
 //! Run: `scripts/build-apps.sh && cargo bench -p berm-vmm --bench egress` (needs the pinned
 //! artifacts, as the VM tests do). `BERM_BENCH_SAMPLES` (default 200) calls per row after 20
@@ -160,6 +162,16 @@ fn main() {
         );
         assert_eq!(reply["result"]["isError"], false, "{reply}");
     });
+    // The same call refused by the guest's own check (a port not granted): everything but
+    // the vsock hop, the dialer and the fetch.
+    let refused_url = "http://127.0.0.1:9/";
+    let in_vm_refused = measure(|| {
+        let reply = session.request(
+            "tools/call",
+            json!({"name": "fetch_get", "arguments": {"url": refused_url}}),
+        );
+        assert_eq!(reply["result"]["isError"], true, "{reply}");
+    });
     let _ = vmm.kill();
     let _ = vmm.wait();
 
@@ -173,8 +185,12 @@ fn main() {
     println!("| the dialer alone, from the host (its run-dir socket) | {dialer:.0} |");
     println!("| `fetch_get` in the VM: MCP → bermd → vsock → dialer → page | {in_vm:.0} |");
     println!(
-        "\nThrough the dialer costs {:.0} µs over a direct GET; the VM path {:.0} µs.",
+        "| `fetch_get` in the VM refused by the guest's own check (no vsock hop) | {in_vm_refused:.0} |"
+    );
+    println!(
+        "\nThe dialer alone costs {:.0} µs over a direct GET; in the VM the hop to the host and \
+         the fetch add {:.0} µs to the same call refused in the guest.",
         dialer - direct,
-        in_vm - direct
+        in_vm - in_vm_refused
     );
 }
