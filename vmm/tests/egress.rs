@@ -13,24 +13,8 @@ use std::time::Duration;
 
 use berm::GuestArch;
 use berm_egress::testing::{Reply, TestServer};
-use common::{BOOT, Mcp, Vmm, app_folder, bootable_for, pinned_for};
+use common::{BOOT, Mcp, READY, Vmm, app_folder, bootable_for, pinned_for, probe_binary};
 use serde_json::{Value, json};
-
-/// Starting bermd under TCG, with its programs precompiled on the host.
-const READY: Duration = Duration::from_secs(120);
-
-/// The static enforcement probe built for an `arch` guest.
-fn probe_binary(arch: GuestArch) -> PathBuf {
-    let target = arch.portable_target();
-    let path =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../target/{target}/debug/berm-probe"));
-    assert!(
-        path.exists(),
-        "{} is missing: scripts/test-vm builds it (cargo build --target {target} -p berm-probe)",
-        path.display()
-    );
-    path
-}
 
 #[test]
 fn fetch_in_the_vm_reaches_the_granted_port_through_the_host_dialer_and_nothing_else() {

@@ -15,6 +15,22 @@ use serde_json::Value;
 
 pub const BOOT: Duration = Duration::from_secs(90);
 
+/// Starting bermd under TCG, with its programs precompiled on the host.
+pub const READY: Duration = Duration::from_secs(120);
+
+/// The static enforcement probe built for an `arch` guest.
+pub fn probe_binary(arch: GuestArch) -> PathBuf {
+    let target = arch.portable_target();
+    let path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../target/{target}/debug/berm-probe"));
+    assert!(
+        path.exists(),
+        "{} is missing: scripts/test-vm builds it (cargo build --target {target} -p berm-probe)",
+        path.display()
+    );
+    path
+}
+
 pub fn require_or_skip(why: &str) -> bool {
     if std::env::var_os("BERM_VM_REQUIRE").is_some_and(|v| v == "1") {
         panic!("BERM_VM_REQUIRE=1 but this test cannot run: {why}");
