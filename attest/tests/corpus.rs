@@ -151,6 +151,18 @@ fn reseal(mut record: Value) -> Value {
     record
 }
 
+/// Appends `words` to the record's kernel command line.
+fn append_to_cmdline(record: &mut Value, words: &str) {
+    let cmdline = record["kernel"]["cmdline"].as_str().unwrap().to_owned();
+    record["kernel"]["cmdline"] = format!("{cmdline} {words}").into();
+}
+
+/// The record's first `app_started` event, to forge a field of.
+fn app_started(record: &mut Value) -> &mut Value {
+    let i = event_index(record, "app_started");
+    &mut record["guest"]["events"][i]
+}
+
 fn event_index(record: &Value, event: &str) -> usize {
     record["guest"]["events"]
         .as_array()
@@ -234,18 +246,12 @@ fn corpus() -> Vec<Case> {
     );
     add(
         "the write-up's cmdline injection",
-        &|r| {
-            let cmdline = r["kernel"]["cmdline"].as_str().unwrap().to_owned();
-            r["kernel"]["cmdline"] = format!("{cmdline} X=1\" lsm=\"yama").into();
-        },
+        &|r| append_to_cmdline(r, "X=1\" lsm=\"yama"),
         Code::CmdlineMismatch,
     );
     add(
         "a kernel parameter appended to the cmdline",
-        &|r| {
-            let cmdline = r["kernel"]["cmdline"].as_str().unwrap().to_owned();
-            r["kernel"]["cmdline"] = format!("{cmdline} init=/bin/sh").into();
-        },
+        &|r| append_to_cmdline(r, "init=/bin/sh"),
         Code::CmdlineMismatch,
     );
     add(
@@ -262,10 +268,7 @@ fn corpus() -> Vec<Case> {
     );
     add(
         "a mismatched boot id",
-        &|r| {
-            let i = event_index(r, "app_started");
-            r["guest"]["events"][i]["bootId"] = "00000000-0000-0000-0000-000000000000".into();
-        },
+        &|r| app_started(r)["bootId"] = "00000000-0000-0000-0000-000000000000".into(),
         Code::BootIdMismatch,
     );
     add(
@@ -278,42 +281,27 @@ fn corpus() -> Vec<Case> {
     );
     add(
         "Landlock partially enforced in the app",
-        &|r| {
-            let i = event_index(r, "app_started");
-            r["guest"]["events"][i]["enforcement"]["landlock"] = "partially_enforced".into();
-        },
+        &|r| app_started(r)["enforcement"]["landlock"] = "partially_enforced".into(),
         Code::EnforcementWeak,
     );
     add(
         "no seccomp filter on the app",
-        &|r| {
-            let i = event_index(r, "app_started");
-            r["guest"]["events"][i]["enforcement"]["seccomp"] = "none".into();
-        },
+        &|r| app_started(r)["enforcement"]["seccomp"] = "none".into(),
         Code::EnforcementWeak,
     );
     add(
         "no policy digest",
-        &|r| {
-            let i = event_index(r, "app_started");
-            r["guest"]["events"][i]["enforcement"]["policySha256"] = "".into();
-        },
+        &|r| app_started(r)["enforcement"]["policySha256"] = "".into(),
         Code::PolicyDigestMissing,
     );
     add(
         "an app under another policy than the pinned build's",
-        &|r| {
-            let i = event_index(r, "app_started");
-            r["guest"]["events"][i]["enforcement"]["policySha256"] = POLICY_SHA.into();
-        },
+        &|r| app_started(r)["enforcement"]["policySha256"] = POLICY_SHA.into(),
         Code::PolicyMismatch,
     );
     add(
         "BERM_PROBE on the command line without the probe's measurement",
-        &|r| {
-            let cmdline = r["kernel"]["cmdline"].as_str().unwrap().to_owned();
-            r["kernel"]["cmdline"] = format!("{cmdline} BERM_PROBE=0").into();
-        },
+        &|r| append_to_cmdline(r, "BERM_PROBE=0"),
         Code::TestProbePresent,
     );
     add(

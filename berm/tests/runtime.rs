@@ -33,30 +33,30 @@ async fn text(
         .map(|r| r.map_err(|f| f.message))
 }
 
+/// [`text`] of a call that must not hit a host error: the program's answer or its failure.
+async fn answered(berm: &Berm, program: &str, tool: &str, args: &str) -> Result<String, String> {
+    text(berm, program, tool, args)
+        .await
+        .unwrap_or_else(|e| panic!("{program}.{tool}: host error: {e}"))
+}
+
 #[tokio::test]
 async fn echo_answers_and_fails_on_demand() {
     let berm = berm_with(&["echo"]);
     assert_eq!(
-        text(&berm, "echo", "echo", r#"{"message":"hello"}"#)
-            .await
-            .unwrap(),
+        answered(&berm, "echo", "echo", r#"{"message":"hello"}"#).await,
         Ok("hello".into())
     );
     assert_eq!(
-        text(&berm, "echo", "reverse", r#"{"message":"abc"}"#)
-            .await
-            .unwrap(),
+        answered(&berm, "echo", "reverse", r#"{"message":"abc"}"#).await,
         Ok("cba".into())
     );
     assert_eq!(
-        text(&berm, "echo", "fail", r#"{"message":"nope"}"#)
-            .await
-            .unwrap(),
+        answered(&berm, "echo", "fail", r#"{"message":"nope"}"#).await,
         Err("nope".into())
     );
-    let bad = text(&berm, "echo", "echo", r#"{"mesage":"x"}"#)
+    let bad = answered(&berm, "echo", "echo", r#"{"mesage":"x"}"#)
         .await
-        .unwrap()
         .unwrap_err();
     assert!(
         bad.starts_with("invalid arguments: unknown field `mesage`"),
@@ -69,7 +69,7 @@ async fn nothing_survives_a_call() {
     let berm = berm_with(&["hostile"]);
     for _ in 0..5 {
         assert_eq!(
-            text(&berm, "hostile", "counter", "{}").await.unwrap(),
+            answered(&berm, "hostile", "counter", "{}").await,
             Ok("1".into())
         );
     }
@@ -97,7 +97,7 @@ async fn unknown_programs_and_tools_are_outer_errors() {
 async fn a_missing_syscall_traps_only_the_tool_that_reaches_for_it() {
     let berm = berm_with(&["hostile"]);
     assert_eq!(
-        text(&berm, "hostile", "counter", "{}").await.unwrap(),
+        answered(&berm, "hostile", "counter", "{}").await,
         Ok("1".into())
     );
     let e = text(&berm, "hostile", "read_file", r#"{"path":"x"}"#)
@@ -108,7 +108,7 @@ async fn a_missing_syscall_traps_only_the_tool_that_reaches_for_it() {
         "`hostile_read_file` called `fs.read`, which this host does not serve"
     );
     assert_eq!(
-        text(&berm, "hostile", "counter", "{}").await.unwrap(),
+        answered(&berm, "hostile", "counter", "{}").await,
         Ok("1".into())
     );
 }
@@ -147,14 +147,11 @@ async fn syscalls_are_served_only_when_granted() {
     .unwrap();
 
     assert_eq!(
-        text(&berm, "granted", "read_file", r#"{"path":"hello.txt"}"#)
-            .await
-            .unwrap(),
+        answered(&berm, "granted", "read_file", r#"{"path":"hello.txt"}"#).await,
         Ok("hello from granted".into())
     );
-    let missing = text(&berm, "granted", "read_file", r#"{"path":"nope"}"#)
+    let missing = answered(&berm, "granted", "read_file", r#"{"path":"nope"}"#)
         .await
-        .unwrap()
         .unwrap_err();
     assert_eq!(missing, "no such file (not_found)");
 
@@ -192,10 +189,7 @@ async fn a_syscall_can_stop_the_call() {
 async fn relay(berm: &Berm, program: &str, tool: &str, message: &str) -> serde_json::Value {
     let args =
         format!(r#"{{"program":"{program}","tool":"{tool}","args":{{"message":"{message}"}}}}"#);
-    let reply = text(berm, "compose", "relay", &args)
-        .await
-        .unwrap()
-        .unwrap();
+    let reply = answered(berm, "compose", "relay", &args).await.unwrap();
     serde_json::from_str(&reply).unwrap()
 }
 
@@ -203,9 +197,7 @@ async fn relay(berm: &Berm, program: &str, tool: &str, message: &str) -> serde_j
 async fn programs_call_each_other_by_name() {
     let berm = berm_with(&["echo", "compose", "hostile"]);
     assert_eq!(
-        text(&berm, "compose", "shout", r#"{"message":"hi"}"#)
-            .await
-            .unwrap(),
+        answered(&berm, "compose", "shout", r#"{"message":"hi"}"#).await,
         Ok("HI".into())
     );
 
@@ -251,14 +243,11 @@ async fn programs_call_each_other_by_name() {
 async fn call_depth_is_limited() {
     let berm = berm_with(&["compose"]);
     assert_eq!(
-        text(&berm, "compose", "recurse", r#"{"depth":3}"#)
-            .await
-            .unwrap(),
+        answered(&berm, "compose", "recurse", r#"{"depth":3}"#).await,
         Ok("bottom".into())
     );
-    let failure = text(&berm, "compose", "recurse", "{}")
+    let failure = answered(&berm, "compose", "recurse", "{}")
         .await
-        .unwrap()
         .unwrap_err();
     assert!(
         failure
@@ -268,9 +257,8 @@ async fn call_depth_is_limited() {
 
     let shallow = Berm::new(&engine(), 2, vec![]);
     shallow.deploy("compose", &app("compose")).unwrap();
-    let failure = text(&shallow, "compose", "recurse", r#"{"depth":5}"#)
+    let failure = answered(&shallow, "compose", "recurse", r#"{"depth":5}"#)
         .await
-        .unwrap()
         .unwrap_err();
     assert!(
         failure.contains("call depth limit of 2 reached"),
@@ -313,13 +301,11 @@ async fn every_bound_holds_and_the_next_call_succeeds() {
     let berm = berm_with(&["echo", "hostile"]);
     let check_alive = || async {
         assert_eq!(
-            text(&berm, "hostile", "counter", "{}").await.unwrap(),
+            answered(&berm, "hostile", "counter", "{}").await,
             Ok("1".into())
         );
         assert_eq!(
-            text(&berm, "echo", "echo", r#"{"message":"ok"}"#)
-                .await
-                .unwrap(),
+            answered(&berm, "echo", "echo", r#"{"message":"ok"}"#).await,
             Ok("ok".into())
         );
     };
@@ -362,9 +348,7 @@ async fn every_bound_holds_and_the_next_call_succeeds() {
     );
     check_alive().await;
     assert_eq!(
-        text(&berm, "hostile", "flood", r#"{"bytes":3}"#)
-            .await
-            .unwrap(),
+        answered(&berm, "hostile", "flood", r#"{"bytes":3}"#).await,
         Ok("xxx".into())
     );
 
@@ -555,9 +539,8 @@ async fn a_blocking_syscall_waits_without_holding_the_thread() {
         assert_eq!(answer.unwrap().unwrap(), Ok("waited for hostile".into()));
     }
     assert_eq!(most.load(Ordering::SeqCst), 10);
-    let missing = text(&berm, "hostile", "read_file", r#"{"path":"nope"}"#)
+    let missing = answered(&berm, "hostile", "read_file", r#"{"path":"nope"}"#)
         .await
-        .unwrap()
         .unwrap_err();
     assert_eq!(missing, "no such file (not_found)");
 }

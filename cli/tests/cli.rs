@@ -560,13 +560,7 @@ fn a_secret_reaches_only_its_host_and_is_never_shown() {
     assert!(log_text.contains("secret set"), "{log_text}");
     assert!(!shown.contains(TOKEN) && !log_text.contains(TOKEN));
     let secret_file = bermd.home.join("secrets/issues/GITHUB_TOKEN");
-    use std::os::unix::fs::PermissionsExt;
-    let mode = std::fs::metadata(&secret_file)
-        .unwrap()
-        .permissions()
-        .mode()
-        & 0o777;
-    assert_eq!(mode, 0o600);
+    assert_eq!(berm_fixtures::mode(&secret_file), 0o600);
     assert_eq!(std::fs::read_to_string(&secret_file).unwrap(), TOKEN);
 
     let out = bermd.berm(&["secret", "rm", "issues", "GITHUB_TOKEN"]);

@@ -477,40 +477,28 @@ fn attest_a_real_run_and_verify_it_offline() {
     // The signed record berm-vmm wrote verifies with the host's public key (`berm attest
     // key`, the same default key berm-vmm used) and is refused with any other.
     let envelope = run_dir.join("record.dsse.json");
-    let key = berm(source.root(), &["attest", "key"]);
-    assert!(key.status.success(), "{}", stderr(&key));
-    let public = tmp.path().join("host.pub");
-    std::fs::write(&public, &key.stdout).unwrap();
-    let signed = berm(
-        source.root(),
-        &[
-            "attest",
-            "verify",
-            "--key",
-            public.to_str().unwrap(),
-            envelope.to_str().unwrap(),
-        ],
-    );
+    // `berm attest key ARGS`'s public key, written to `file`.
+    let public_key = |file: &str, args: &[&str]| {
+        let key = berm(source.root(), &[&["attest", "key"], args].concat());
+        assert!(key.status.success(), "{}", stderr(&key));
+        let public = tmp.path().join(file);
+        std::fs::write(&public, &key.stdout).unwrap();
+        public
+    };
+    let verify_with = |public: &Path| {
+        let (public, envelope) = (public.to_str().unwrap(), envelope.to_str().unwrap());
+        berm(
+            source.root(),
+            &["attest", "verify", "--key", public, envelope],
+        )
+    };
+    let signed = verify_with(&public_key("host.pub", &[]));
     let said = String::from_utf8_lossy(&signed.stdout).into_owned();
     assert!(signed.status.success(), "{said}");
     assert!(said.contains("signed by the given key"), "{said}");
     let other_key = tmp.path().join("other-key.pem");
-    let other = berm(
-        source.root(),
-        &["attest", "key", "--key", other_key.to_str().unwrap()],
-    );
-    let other_public = tmp.path().join("other.pub");
-    std::fs::write(&other_public, &other.stdout).unwrap();
-    let refused = berm(
-        source.root(),
-        &[
-            "attest",
-            "verify",
-            "--key",
-            other_public.to_str().unwrap(),
-            envelope.to_str().unwrap(),
-        ],
-    );
+    let other_public = public_key("other.pub", &["--key", other_key.to_str().unwrap()]);
+    let refused = verify_with(&other_public);
     assert_eq!(refused.status.code(), Some(1));
     assert!(
         String::from_utf8_lossy(&refused.stdout).starts_with("signature_invalid:"),

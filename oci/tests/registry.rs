@@ -343,6 +343,24 @@ impl Raw {
         .await
     }
 
+    /// Pushes `name`: one wasm layer with a berm config, its descriptor announcing `delta`
+    /// more bytes than it has; returns why `berm_oci::pull` refuses it.
+    async fn pull_refused(
+        &self,
+        registry: &TestRegistry,
+        name: &str,
+        config: &[u8],
+        wasm: &[u8],
+        delta: i64,
+    ) -> PullError {
+        let layers = [("application/wasm", wasm)];
+        self.image_with_sizes(name, berm_oci::CONFIG_MEDIA_TYPE, config, &layers, delta)
+            .await;
+        berm_oci::pull(&registry.reference(name), &anonymous())
+            .await
+            .unwrap_err()
+    }
+
     async fn image_with_config(
         &self,
         name: &str,
@@ -518,59 +536,34 @@ async fn a_config_that_misdescribes_the_module_is_refused() {
     let echo_manifest = berm_oci::Manifest::from_image(&echo).unwrap();
 
     // The config claims compose's tools for echo's bytes.
-    raw.image_with_config(
-        "lie/tools:v1",
-        berm_oci::CONFIG_MEDIA_TYPE,
-        &config(&compose_manifest, &echo_digest),
-        &[("application/wasm", &echo)],
-    )
-    .await;
-    let err = berm_oci::pull(&registry.reference("lie/tools:v1"), &anonymous())
-        .await
-        .unwrap_err();
+    let lie = config(&compose_manifest, &echo_digest);
+    let err = raw
+        .pull_refused(&registry, "lie/tools:v1", &lie, &echo, 0)
+        .await;
     assert!(matches!(err, PullError::ConfigDisagrees { .. }), "{err:?}");
     assert!(err.to_string().contains("disagrees"), "{err}");
 
     // The config names another layer.
     let other = format!("sha256:{}", "e".repeat(64));
-    raw.image_with_config(
-        "lie/layers:v1",
-        berm_oci::CONFIG_MEDIA_TYPE,
-        &config(&echo_manifest, &other),
-        &[("application/wasm", &echo)],
-    )
-    .await;
-    let err = berm_oci::pull(&registry.reference("lie/layers:v1"), &anonymous())
-        .await
-        .unwrap_err();
+    let lie = config(&echo_manifest, &other);
+    let err = raw
+        .pull_refused(&registry, "lie/layers:v1", &lie, &echo, 0)
+        .await;
     assert!(matches!(err, PullError::Config { .. }), "{err:?}");
     assert!(err.to_string().contains("layerDigests"), "{err}");
 
     // A descriptor that announces fewer bytes than the registry sends.
-    raw.image_with_sizes(
-        "lie/size:v1",
-        berm_oci::CONFIG_MEDIA_TYPE,
-        &config(&echo_manifest, &echo_digest),
-        &[("application/wasm", &echo)],
-        -1,
-    )
-    .await;
-    let err = berm_oci::pull(&registry.reference("lie/size:v1"), &anonymous())
-        .await
-        .unwrap_err();
+    let honest = config(&echo_manifest, &echo_digest);
+    let err = raw
+        .pull_refused(&registry, "lie/size:v1", &honest, &echo, -1)
+        .await;
     assert!(matches!(err, PullError::Overlong { .. }), "{err:?}");
 
     // A layer that is not a deployable module, correctly described by digest.
     let junk = b"\0asm\x01\0\0\0".to_vec();
-    raw.image_with_config(
-        "lie/junk:v1",
-        berm_oci::CONFIG_MEDIA_TYPE,
-        &config(&echo_manifest, &Digest::of(&junk).to_string()),
-        &[("application/wasm", &junk)],
-    )
-    .await;
-    let err = berm_oci::pull(&registry.reference("lie/junk:v1"), &anonymous())
-        .await
-        .unwrap_err();
+    let described = config(&echo_manifest, &Digest::of(&junk).to_string());
+    let err = raw
+        .pull_refused(&registry, "lie/junk:v1", &described, &junk, 0)
+        .await;
     assert!(matches!(err, PullError::WouldNotDeploy { .. }), "{err:?}");
 }

@@ -88,25 +88,19 @@ fn a_corrupt_record_is_reported_and_skipped() {
 fn eight_clients_times_a_thousand_calls_are_all_answered_correctly() {
     let bermd = Bermd::start(&[]);
     bermd.deploy("echo", "echo", &[], LimitsSpec::default());
-    let socket = bermd.home.join("mcp.sock");
-    let threads: Vec<_> = (0..8)
-        .map(|client| {
-            let socket = socket.clone();
-            std::thread::spawn(move || {
-                let mut session = Session::connect(&socket);
-                session.initialize();
-                for i in 0..1000 {
-                    let message = format!("client {client} call {i}");
-                    let (text, error) =
-                        result_text(&session.call("echo_reverse", json!({"message": message})));
-                    assert!(!error);
-                    assert_eq!(text, message.chars().rev().collect::<String>());
-                }
-                1000
-            })
+    let answered: usize = bermd
+        .concurrently(8, |client, session| {
+            for i in 0..1000 {
+                let message = format!("client {client} call {i}");
+                let (text, error) =
+                    result_text(&session.call("echo_reverse", json!({"message": message})));
+                assert!(!error);
+                assert_eq!(text, message.chars().rev().collect::<String>());
+            }
+            1000
         })
-        .collect();
-    let answered: usize = threads.into_iter().map(|t| t.join().unwrap()).sum();
+        .into_iter()
+        .sum();
     assert_eq!(answered, 8000);
 }
 
@@ -468,9 +462,8 @@ fn a_second_bermd_on_the_same_home_is_refused() {
 
 #[test]
 fn sockets_and_home_are_private() {
-    use std::os::unix::fs::PermissionsExt;
+    use berm_fixtures::mode;
     let bermd = Bermd::start(&[]);
-    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode(&bermd.home), 0o700);
     assert_eq!(mode(&bermd.home.join("mcp.sock")), 0o600);
     assert_eq!(mode(&bermd.home.join("control.sock")), 0o600);

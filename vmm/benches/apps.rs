@@ -119,24 +119,17 @@ fn boot_once(
 fn main() {
     let runs = common::runs();
     let detection = Detection::probe();
-    let tmp = std::env::temp_dir().join(format!("berm-bench-apps-{}", std::process::id()));
-    let _ = std::fs::create_dir_all(&tmp);
+    let tmp = common::scratch_dir("berm-bench-apps");
     let notes = app_folder(&tmp, "notes", "notes", "\"kv\"");
     let echo = app_folder(&tmp, "echo", "echo", "");
     println!(
         "| hypervisor | apps | runs | spawn → first answered tools/call | guest boot_start | first app_started | last app_ready | boot_complete | guest memory in use | berm-vmm peak RSS |"
     );
     println!("|---|---|---|---|---|---|---|---|---|---|");
-    for hypervisor in ["qemu", "krun"] {
-        if hypervisor == "krun"
-            && let Some(why) = common::krun_unmeasurable(&detection)
-        {
-            println!(
-                "| krun | – | 0 | not measurable on this host: /dev/kvm is {why} | | | | | | |"
-            );
-            continue;
-        }
-        let accel = common::qemu_accel(&detection);
+    let skipped = |why: &str| {
+        format!("| krun | – | 0 | not measurable on this host: /dev/kvm is {why} | | | | | | |")
+    };
+    common::each_backend(&detection, skipped, |hypervisor, accel| {
         for (label, apps) in [
             ("1 (notes)", vec![notes.clone()]),
             ("2 (notes, echo)", vec![notes.clone(), echo.clone()]),
@@ -185,7 +178,7 @@ fn main() {
                 );
             }
         }
-    }
+    });
     let _ = std::fs::remove_dir_all(tmp.join("notes"));
     let _ = std::fs::remove_dir_all(tmp.join("echo"));
     let _ = std::fs::remove_dir(&tmp);

@@ -104,20 +104,15 @@ fn main() {
     // `cargo bench` passes --bench; nothing else is accepted.
     let runs = common::runs();
     let detection = Detection::probe();
-    let tmp = std::env::temp_dir().join(format!("berm-bench-{}", std::process::id()));
-    let _ = std::fs::create_dir_all(&tmp);
+    let tmp = common::scratch_dir("berm-bench");
     println!(
         "| hypervisor | runs | spawn → greeting | spawn → exit (after shutdown) | shutdown request → exit | guest boot_start uptime | guest boot_complete uptime | shutdown in guest (status → power_off) | berm-vmm peak RSS | hypervisor peak RSS |"
     );
     println!("|---|---|---|---|---|---|---|---|---|---|");
-    for hypervisor in ["qemu", "krun"] {
-        if hypervisor == "krun"
-            && let Some(why) = common::krun_unmeasurable(&detection)
-        {
-            println!("| krun | 0 | not measurable on this host: /dev/kvm is {why} | | | | | | | |");
-            continue;
-        }
-        let accel = common::qemu_accel(&detection);
+    let skipped = |why: &str| {
+        format!("| krun | 0 | not measurable on this host: /dev/kvm is {why} | | | | | | | |")
+    };
+    common::each_backend(&detection, skipped, |hypervisor, accel| {
         let mut samples = Vec::new();
         let mut failures = Vec::new();
         for i in 0..runs {
@@ -149,7 +144,7 @@ fn main() {
             m(|s| s.vmm_hwm_kib) / 1024.0,
             m(|s| s.hypervisor_hwm_kib) / 1024.0,
         );
-    }
+    });
     // Empty unless a run failed (its files are kept there).
     let _ = std::fs::remove_dir(&tmp);
 }

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use berm::GuestArch;
-use common::{BOOT, Mcp, Vmm, app_folder, bootable_for, pinned_for};
+use common::{BOOT, Mcp, Vmm, app_folder, can_boot_for, pinned_for};
 use serde_json::{Value, json};
 
 /// Starting bermd under TCG, with its programs precompiled on the host.
@@ -65,7 +65,7 @@ fn one_app_answers_mcp_and_its_notes_survive_a_reboot_on_aarch64() {
 }
 
 fn notes_survive_a_reboot(arch: GuestArch) {
-    if pinned_for(arch).is_none() || !bootable_for(arch) {
+    if !can_boot_for(arch) {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
@@ -246,7 +246,7 @@ fn apps_are_confined_apart_and_survive_each_other_on_aarch64() {
 }
 
 fn confined_apart(arch: GuestArch) {
-    if pinned_for(arch).is_none() || !bootable_for(arch) {
+    if !can_boot_for(arch) {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();

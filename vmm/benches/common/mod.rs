@@ -68,6 +68,28 @@ pub fn krun_unmeasurable(detection: &berm_vmm::detect::Detection) -> Option<&'st
     }
 }
 
+/// Measures each backend in turn, QEMU then krun, with [`qemu_accel`] for the table; on a
+/// host where krun cannot be measured, prints `skipped_row(why)` as its row instead.
+pub fn each_backend(
+    detection: &berm_vmm::detect::Detection,
+    skipped_row: impl Fn(&str) -> String,
+    mut measure: impl FnMut(&'static str, &'static str),
+) {
+    let accel = qemu_accel(detection);
+    measure("qemu", accel);
+    match krun_unmeasurable(detection) {
+        Some(why) => println!("{}", skipped_row(why)),
+        None => measure("krun", accel),
+    }
+}
+
+/// A scratch directory for one bench: `<temp dir>/<prefix>-<pid>`, created.
+pub fn scratch_dir(prefix: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("{prefix}-{}", std::process::id()));
+    let _ = std::fs::create_dir_all(&dir);
+    dir
+}
+
 /// The accelerator QEMU would use here, for the table's hypervisor column.
 pub fn qemu_accel(detection: &berm_vmm::detect::Detection) -> &'static str {
     detection

@@ -60,6 +60,16 @@ pub fn bootable() -> bool {
     require_or_skip("neither hardware KVM nor QEMU + vhost-device-vsock is available")
 }
 
+/// The pinned artifacts are installed and this host can boot the host's own guest.
+pub fn can_boot() -> bool {
+    can_boot_for(GuestArch::HOST)
+}
+
+/// The pinned artifacts for `arch` are installed and this host can boot an `arch` guest.
+pub fn can_boot_for(arch: GuestArch) -> bool {
+    pinned_for(arch).is_some() && bootable_for(arch)
+}
+
 /// A host that can boot an `arch` guest: the host's own as [`bootable`] says, another
 /// architecture under QEMU's emulation.
 pub fn bootable_for(arch: GuestArch) -> bool {
