@@ -157,6 +157,12 @@ fn append_to_cmdline(record: &mut Value, words: &str) {
     record["kernel"]["cmdline"] = format!("{cmdline} {words}").into();
 }
 
+/// Drops the record's first `event` guest event.
+fn remove_event(record: &mut Value, event: &str) {
+    let i = event_index(record, event);
+    record["guest"]["events"].as_array_mut().unwrap().remove(i);
+}
+
 /// The record's first `app_started` event, to forge a field of.
 fn app_started(record: &mut Value) -> &mut Value {
     let i = event_index(record, "app_started");
@@ -273,10 +279,7 @@ fn corpus() -> Vec<Case> {
     );
     add(
         "a missing enforcement report",
-        &|r| {
-            let i = event_index(r, "app_started");
-            r["guest"]["events"].as_array_mut().unwrap().remove(i);
-        },
+        &|r| remove_event(r, "app_started"),
         Code::EnforcementMissing,
     );
     add(
@@ -326,10 +329,7 @@ fn corpus() -> Vec<Case> {
     );
     add(
         "an app that never became ready",
-        &|r| {
-            let i = event_index(r, "app_ready");
-            r["guest"]["events"].as_array_mut().unwrap().remove(i);
-        },
+        &|r| remove_event(r, "app_ready"),
         Code::AppNotReady,
     );
     add(

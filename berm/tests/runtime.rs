@@ -40,6 +40,13 @@ async fn answered(berm: &Berm, program: &str, tool: &str, args: &str) -> Result<
         .unwrap_or_else(|e| panic!("{program}.{tool}: host error: {e}"))
 }
 
+/// The failure message of a call that must run and fail.
+async fn failed(berm: &Berm, program: &str, tool: &str, args: &str) -> String {
+    answered(berm, program, tool, args)
+        .await
+        .expect_err("the program must fail")
+}
+
 #[tokio::test]
 async fn echo_answers_and_fails_on_demand() {
     let berm = berm_with(&["echo"]);
@@ -55,9 +62,7 @@ async fn echo_answers_and_fails_on_demand() {
         answered(&berm, "echo", "fail", r#"{"message":"nope"}"#).await,
         Err("nope".into())
     );
-    let bad = answered(&berm, "echo", "echo", r#"{"mesage":"x"}"#)
-        .await
-        .unwrap_err();
+    let bad = failed(&berm, "echo", "echo", r#"{"mesage":"x"}"#).await;
     assert!(
         bad.starts_with("invalid arguments: unknown field `mesage`"),
         "{bad}"
@@ -150,9 +155,7 @@ async fn syscalls_are_served_only_when_granted() {
         answered(&berm, "granted", "read_file", r#"{"path":"hello.txt"}"#).await,
         Ok("hello from granted".into())
     );
-    let missing = answered(&berm, "granted", "read_file", r#"{"path":"nope"}"#)
-        .await
-        .unwrap_err();
+    let missing = failed(&berm, "granted", "read_file", r#"{"path":"nope"}"#).await;
     assert_eq!(missing, "no such file (not_found)");
 
     let e = text(&berm, "bare", "read_file", r#"{"path":"hello.txt"}"#)
@@ -246,9 +249,7 @@ async fn call_depth_is_limited() {
         answered(&berm, "compose", "recurse", r#"{"depth":3}"#).await,
         Ok("bottom".into())
     );
-    let failure = answered(&berm, "compose", "recurse", "{}")
-        .await
-        .unwrap_err();
+    let failure = failed(&berm, "compose", "recurse", "{}").await;
     assert!(
         failure
             .ends_with("refused: call depth limit of 8 reached: `compose_recurse` was not called"),
@@ -257,9 +258,7 @@ async fn call_depth_is_limited() {
 
     let shallow = Berm::new(&engine(), 2, vec![]);
     shallow.deploy("compose", &app("compose")).unwrap();
-    let failure = answered(&shallow, "compose", "recurse", r#"{"depth":5}"#)
-        .await
-        .unwrap_err();
+    let failure = failed(&shallow, "compose", "recurse", r#"{"depth":5}"#).await;
     assert!(
         failure.contains("call depth limit of 2 reached"),
         "{failure}"
@@ -539,8 +538,6 @@ async fn a_blocking_syscall_waits_without_holding_the_thread() {
         assert_eq!(answer.unwrap().unwrap(), Ok("waited for hostile".into()));
     }
     assert_eq!(most.load(Ordering::SeqCst), 10);
-    let missing = answered(&berm, "hostile", "read_file", r#"{"path":"nope"}"#)
-        .await
-        .unwrap_err();
+    let missing = failed(&berm, "hostile", "read_file", r#"{"path":"nope"}"#).await;
     assert_eq!(missing, "no such file (not_found)");
 }

@@ -80,6 +80,13 @@ fn files(dir: &Path) -> Vec<PathBuf> {
     out
 }
 
+/// `berm vm install --from FROM` into `store` succeeds and installs `source`'s pinned files.
+fn installs(store: &Path, source: &ArtifactStore, from: &str) {
+    let out = berm(store, &["vm", "install", "--from", from]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_installed(store, source);
+}
+
 fn assert_installed(store: &Path, source: &ArtifactStore) {
     for kind in ArtifactKind::ALL {
         let (sha, _) = pin(kind);
@@ -242,9 +249,7 @@ fn a_base_url_means_the_store_layout() {
     let base = serve(source.clone(), Serve::Honest, 2);
     let tmp = tempfile::tempdir().unwrap();
     let store = tmp.path().join("store");
-    let out = berm(&store, &["vm", "install", "--from", &format!("{base}/")]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    assert_installed(&store, &source);
+    installs(&store, &source, &format!("{base}/"));
 }
 
 #[test]
@@ -322,10 +327,7 @@ fn a_download_killed_midway_leaves_no_artifact_and_the_next_install_restarts() {
     );
     assert!(partial.exists());
     // The next install starts the partial file over and ends with exactly the pinned files.
-    let good = serve(source.clone(), Serve::Honest, 2);
-    let out = berm(&store, &["vm", "install", "--from", &good]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    assert_installed(&store, &source);
+    installs(&store, &source, &serve(source.clone(), Serve::Honest, 2));
 }
 
 #[test]
@@ -346,10 +348,7 @@ fn an_interrupted_download_restarts_cleanly() {
             .code(),
         Some(2)
     );
-    let good = serve(source.clone(), Serve::Honest, 2);
-    let out = berm(&store, &["vm", "install", "--from", &good]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    assert_installed(&store, &source);
+    installs(&store, &source, &serve(source.clone(), Serve::Honest, 2));
 }
 
 #[test]

@@ -4,6 +4,8 @@
 #[path = "support/registry.rs"]
 mod support;
 
+use std::path::Path;
+
 use base64::Engine as _;
 use berm_oci::{CredentialSource, Digest, PullError, PushError, RegistryError, RegistryOptions};
 use oci_client::client::{ClientConfig, ClientProtocol};
@@ -66,21 +68,11 @@ async fn round_trip_by_tag_and_by_digest() {
 #[tokio::test]
 async fn pull_writes_the_file_atomically() {
     let registry = TestRegistry::start();
-    let (_, bytes) = program("echo");
-    let reference = registry.reference("berm/echo:v1");
-    berm_oci::push(&reference, &bytes, "echo.wasm", &anonymous())
-        .await
-        .unwrap();
+    let (reference, bytes, _) = push_echo(&registry).await;
     let dir = tempfile::tempdir().unwrap();
     let output = dir.path().join("echo.wasm");
     std::fs::write(&output, b"previous").unwrap();
-    let pulled = berm_oci::pull_to(
-        &reference,
-        &output,
-        &RegistryOptions::from_environment(false),
-    )
-    .await
-    .unwrap();
+    let pulled = pull_to(&reference, &output).await.unwrap();
     assert_eq!(std::fs::read(&output).unwrap(), bytes);
     assert!(pulled.to_string().contains(&Digest::of(&bytes).to_string()));
     assert_eq!(
@@ -93,11 +85,7 @@ async fn pull_writes_the_file_atomically() {
 #[tokio::test]
 async fn tampered_layer_is_refused_and_nothing_is_written() {
     let registry = TestRegistry::start();
-    let (_, bytes) = program("echo");
-    let reference = registry.reference("berm/echo:v1");
-    let pushed = berm_oci::push(&reference, &bytes, "echo.wasm", &anonymous())
-        .await
-        .unwrap();
+    let (reference, _, pushed) = push_echo(&registry).await;
 
     // Corrupt the stored layer on disk, keeping its size.
     let blob = registry.blob_path(&pushed.digest.to_string());
@@ -109,13 +97,7 @@ async fn tampered_layer_is_refused_and_nothing_is_written() {
     let dir = tempfile::tempdir().unwrap();
     let output = dir.path().join("echo.wasm");
     for reference in [reference.clone(), pushed.pinned.clone()] {
-        let err = berm_oci::pull_to(
-            &reference,
-            &output,
-            &RegistryOptions::from_environment(false),
-        )
-        .await
-        .unwrap_err();
+        let err = pull_to(&reference, &output).await.unwrap_err();
         match &err {
             PullError::DigestMismatch {
                 what,
@@ -141,15 +123,7 @@ async fn tampered_layer_is_refused_and_nothing_is_written() {
 #[tokio::test]
 async fn missing_tag_repository_and_digest_are_not_found() {
     let registry = TestRegistry::start();
-    let (_, bytes) = program("echo");
-    berm_oci::push(
-        &registry.reference("berm/echo:v1"),
-        &bytes,
-        "echo.wasm",
-        &anonymous(),
-    )
-    .await
-    .unwrap();
+    push_echo(&registry).await;
     let absent_digest = format!("sha256:{}", "0".repeat(64));
     for reference in [
         registry.reference("berm/echo:nope"),
@@ -296,6 +270,22 @@ async fn push_refuses_a_module_that_would_not_deploy_before_sending_anything() {
 
 /// A raw oci-client against the test registry, to push manifests berm
 /// itself would never write.
+/// Pushes the echo example anonymously as `berm/echo:v1`: its reference, bytes, and what the
+/// push left.
+async fn push_echo(registry: &TestRegistry) -> (String, Vec<u8>, berm_oci::Pushed) {
+    let (_, bytes) = program("echo");
+    let reference = registry.reference("berm/echo:v1");
+    let pushed = berm_oci::push(&reference, &bytes, "echo.wasm", &anonymous())
+        .await
+        .unwrap();
+    (reference, bytes, pushed)
+}
+
+/// `berm_oci::pull_to` with the options `berm pull` takes from its environment.
+async fn pull_to(reference: &str, output: &Path) -> Result<berm_oci::Pulled, PullError> {
+    berm_oci::pull_to(reference, output, &RegistryOptions::from_environment(false)).await
+}
+
 struct Raw {
     client: oci_client::Client,
     registry: String,

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use berm::GuestArch;
-use common::{BOOT, Mcp, Vmm, app_folder, can_boot_for, pinned_for};
+use common::{BOOT, Mcp, Vmm, app_folder, pinned_for, scratch_to_boot};
 use serde_json::{Value, json};
 
 /// Starting bermd under TCG, with its programs precompiled on the host.
@@ -53,22 +53,42 @@ fn notes_toml(name: &str) -> String {
     )
 }
 
-#[test]
-fn one_app_answers_mcp_and_its_notes_survive_a_reboot() {
-    notes_survive_a_reboot(GuestArch::HOST);
+/// Each test `$body(arch)` twice: on the host's own guest (`$host`), and the same on an
+/// aarch64 guest (the one a Mac boots), emulated by QEMU on an x86_64 host (`$aarch64`).
+macro_rules! on_host_and_aarch64 {
+    ($($(#[$doc:meta])* $host:ident, $aarch64:ident => $body:ident;)*) => {
+        $(
+            $(#[$doc])*
+            #[test]
+            fn $host() {
+                $body(GuestArch::HOST);
+            }
+
+            $(#[$doc])*
+            #[test]
+            fn $aarch64() {
+                $body(GuestArch::Aarch64);
+            }
+        )*
+    };
 }
 
-/// The same on an aarch64 guest (the one a Mac boots), emulated by QEMU on an x86_64 host.
-#[test]
-fn one_app_answers_mcp_and_its_notes_survive_a_reboot_on_aarch64() {
-    notes_survive_a_reboot(GuestArch::Aarch64);
+on_host_and_aarch64! {
+    /// One app answers MCP, and its notes survive a reboot on the state disk.
+    one_app_answers_mcp_and_its_notes_survive_a_reboot,
+    one_app_answers_mcp_and_its_notes_survive_a_reboot_on_aarch64 => notes_survive_a_reboot;
+    /// Three apps in one VM: a notes app with the probe (built for the guest's architecture)
+    /// under its confinement, a hostile app whose runaway calls fail while it keeps serving,
+    /// and an app whose bermd is killed by its own cgroup's memory limit — reported, while
+    /// the others keep answering.
+    apps_are_confined_apart_and_survive_each_other,
+    apps_are_confined_apart_and_survive_each_other_on_aarch64 => confined_apart;
 }
 
 fn notes_survive_a_reboot(arch: GuestArch) {
-    if !can_boot_for(arch) {
+    let Some(tmp) = scratch_to_boot(arch) else {
         return;
-    }
-    let tmp = tempfile::tempdir().unwrap();
+    };
     let app = app_folder(tmp.path(), "notes", &["notes"], &notes_toml("notes"));
     let disk = tmp.path().join("state.img");
     let args = [
@@ -231,25 +251,10 @@ fn control_status(vmm: &Vmm) -> Value {
     serde_json::to_value(&line).unwrap()
 }
 
-/// Three apps in one VM: a notes app with the probe under its confinement, a hostile app
-/// whose runaway calls fail while it keeps serving, and an app whose bermd is killed by its
-/// own cgroup's memory limit — reported, while the others keep answering.
-#[test]
-fn apps_are_confined_apart_and_survive_each_other() {
-    confined_apart(GuestArch::HOST);
-}
-
-/// The same, with the probe built for aarch64, on an aarch64 guest under QEMU's emulation.
-#[test]
-fn apps_are_confined_apart_and_survive_each_other_on_aarch64() {
-    confined_apart(GuestArch::Aarch64);
-}
-
 fn confined_apart(arch: GuestArch) {
-    if !can_boot_for(arch) {
+    let Some(tmp) = scratch_to_boot(arch) else {
         return;
-    }
-    let tmp = tempfile::tempdir().unwrap();
+    };
     let notes = app_folder(tmp.path(), "notes", &["notes"], &notes_toml("notes"));
     let hostile = app_folder(
         tmp.path(),

@@ -13,10 +13,11 @@ use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use berm::GuestArch;
 use berm_attest::{Code, Pins, Record, verify};
 use berm_vm_protocol::client::GuestConnection;
 use berm_vm_protocol::{Event, Request, Service};
-use common::{BOOT, Vmm, can_boot};
+use common::{BOOT, Vmm, scratch_to_boot};
 use serde_json::Value;
 
 /// The host file `--sandbox-probe` reaches for (`dir/name`, holding `content`), and a
@@ -83,10 +84,9 @@ fn proc_status(pid: u32, field: &str) -> Option<String> {
 
 #[test]
 fn berm_vmm_confines_itself_and_the_vm_still_works() {
-    if !can_boot() {
+    let Some(tmp) = scratch_to_boot(GuestArch::HOST) else {
         return;
-    }
-    let tmp = tempfile::tempdir().unwrap();
+    };
     // What an escaped VMM would reach for: a pathname socket outside its run dir (a session
     // bus) and an abstract one. Both listen for real.
     let (outside, _pathname) = probe_target(tmp.path(), "users-secret.txt", "secret\n");
@@ -293,10 +293,9 @@ fn berm_vmm_confines_itself_and_the_vm_still_works() {
 
 #[test]
 fn no_host_sandbox_runs_unconfined_and_says_so() {
-    if !can_boot() {
+    let Some(tmp) = scratch_to_boot(GuestArch::HOST) else {
         return;
-    }
-    let tmp = tempfile::tempdir().unwrap();
+    };
     let (outside, _pathname) = probe_target(tmp.path(), "users-file.txt", "x");
     let run_dir = tmp.path().join("run");
     let mut run = Vmm::start_in(

@@ -13,12 +13,18 @@ fn fresh() -> (tempfile::TempDir, std::path::PathBuf, KvStore) {
     (dir, path, kv)
 }
 
+/// [`fresh`], with `puts` written in order.
+fn holding(puts: &[(&str, &str)]) -> (tempfile::TempDir, std::path::PathBuf, KvStore) {
+    let (dir, path, kv) = fresh();
+    for (key, value) in puts {
+        kv.put(key.as_bytes(), value.as_bytes()).unwrap();
+    }
+    (dir, path, kv)
+}
+
 #[test]
 fn writes_survive_reopen_and_a_torn_tail_is_cut() {
-    let (_dir, path, kv) = fresh();
-    kv.put(b"a", b"1").unwrap();
-    kv.put(b"b", b"2").unwrap();
-    kv.put(b"a", b"3").unwrap();
+    let (_dir, path, kv) = holding(&[("a", "1"), ("b", "2"), ("a", "3")]);
     assert!(kv.delete(b"b").unwrap());
     assert!(!kv.delete(b"b").unwrap());
     drop(kv);
@@ -39,8 +45,7 @@ fn writes_survive_reopen_and_a_torn_tail_is_cut() {
 
 #[test]
 fn a_last_record_of_full_length_with_a_bad_checksum_is_a_torn_tail() {
-    let (_dir, path, kv) = fresh();
-    kv.put(b"a", b"1").unwrap();
+    let (_dir, path, kv) = holding(&[("a", "1")]);
     drop(kv);
     // The length reached the disk, the data did not (zeros).
     let mut torn = encode(OP_PUT, b"b", b"never acknowledged");
@@ -62,10 +67,7 @@ fn a_last_record_of_full_length_with_a_bad_checksum_is_a_torn_tail() {
 
 #[test]
 fn corruption_in_the_middle_keeps_the_file_and_says_how_to_recover() {
-    let (_dir, path, kv) = fresh();
-    kv.put(b"first", b"1").unwrap();
-    kv.put(b"second", b"2").unwrap();
-    kv.put(b"third", b"3").unwrap();
+    let (_dir, path, kv) = holding(&[("first", "1"), ("second", "2"), ("third", "3")]);
     drop(kv);
     let first = encode(OP_PUT, b"first", b"1").len();
     let mut bytes = std::fs::read(&path).unwrap();

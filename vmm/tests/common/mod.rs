@@ -65,6 +65,12 @@ pub fn can_boot() -> bool {
     can_boot_for(GuestArch::HOST)
 }
 
+/// A temporary directory for a test that boots an `arch` guest, or `None` (the test is
+/// skipped, see [`require_or_skip`]) when this host cannot.
+pub fn scratch_to_boot(arch: GuestArch) -> Option<tempfile::TempDir> {
+    can_boot_for(arch).then(|| tempfile::tempdir().unwrap())
+}
+
 /// The pinned artifacts for `arch` are installed and this host can boot an `arch` guest.
 pub fn can_boot_for(arch: GuestArch) -> bool {
     pinned_for(arch).is_some() && bootable_for(arch)
