@@ -10,6 +10,7 @@
 //! prose version of this file.
 #![forbid(unsafe_code)]
 
+pub mod codes;
 pub mod frame;
 pub mod net;
 pub mod word;

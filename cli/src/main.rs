@@ -13,17 +13,17 @@ use clap::{Parser, Subcommand};
 
 mod commands;
 
-/// berm's exit codes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(u8)]
-pub enum Exit {
-    /// Done.
-    Ok = 0,
-    /// `berm call`: the program ran and reported a failure.
-    ProgramFailed = 1,
-    /// A host error (bermd not running, a trap, a refused deploy) or a
-    /// usage error.
-    Error = 2,
+berm_abi::codes! {
+    /// berm's exit codes.
+    pub enum Exit: u8 {
+        /// Done.
+        Ok = 0,
+        /// `berm call`: the program ran and reported a failure.
+        ProgramFailed = 1,
+        /// A host error (bermd not running, a trap, a refused deploy) or a
+        /// usage error.
+        Error = 2,
+    }
 }
 
 /// The berm command line: deploy, list, call and inspect programs on bermd.
@@ -88,9 +88,9 @@ fn main() -> ExitCode {
         Err(e) => {
             let _ = e.print();
             return ExitCode::from(if e.use_stderr() {
-                Exit::Error as u8
+                Exit::Error.code()
             } else {
-                Exit::Ok as u8
+                Exit::Ok.code()
             });
         }
     };
@@ -102,7 +102,7 @@ fn main() -> ExitCode {
         Ok(runtime) => runtime,
         Err(e) => {
             eprintln!("berm: could not start the async runtime: {e}");
-            return ExitCode::from(Exit::Error as u8);
+            return ExitCode::from(Exit::Error.code());
         }
     };
     let outcome = runtime.block_on(async {
@@ -126,10 +126,10 @@ fn main() -> ExitCode {
         }
     });
     match outcome {
-        Ok(exit) => ExitCode::from(exit as u8),
+        Ok(exit) => ExitCode::from(exit.code()),
         Err(e) => {
             eprintln!("berm: {e:#}");
-            ExitCode::from(Exit::Error as u8)
+            ExitCode::from(Exit::Error.code())
         }
     }
 }
