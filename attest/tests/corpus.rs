@@ -163,9 +163,9 @@ fn remove_event(record: &mut Value, event: &str) {
     record["guest"]["events"].as_array_mut().unwrap().remove(i);
 }
 
-/// The record's first `app_started` event, to forge a field of.
-fn app_started(record: &mut Value) -> &mut Value {
-    let i = event_index(record, "app_started");
+/// The record's first `event` guest event, to forge a field of.
+fn event_mut<'a>(record: &'a mut Value, event: &str) -> &'a mut Value {
+    let i = event_index(record, event);
     &mut record["guest"]["events"][i]
 }
 
@@ -224,10 +224,7 @@ fn corpus() -> Vec<Case> {
     };
     add(
         "a changed program digest in app_ready",
-        &|r| {
-            let i = event_index(r, "app_ready");
-            r["guest"]["events"][i]["programs"][0]["sha256"] = "7".repeat(64).into();
-        },
+        &|r| event_mut(r, "app_ready")["programs"][0]["sha256"] = "7".repeat(64).into(),
         Code::ProgramDigestMismatch,
     );
     add(
@@ -274,7 +271,7 @@ fn corpus() -> Vec<Case> {
     );
     add(
         "a mismatched boot id",
-        &|r| app_started(r)["bootId"] = "00000000-0000-0000-0000-000000000000".into(),
+        &|r| event_mut(r, "app_started")["bootId"] = "00000000-0000-0000-0000-000000000000".into(),
         Code::BootIdMismatch,
     );
     add(
@@ -284,22 +281,22 @@ fn corpus() -> Vec<Case> {
     );
     add(
         "Landlock partially enforced in the app",
-        &|r| app_started(r)["enforcement"]["landlock"] = "partially_enforced".into(),
+        &|r| event_mut(r, "app_started")["enforcement"]["landlock"] = "partially_enforced".into(),
         Code::EnforcementWeak,
     );
     add(
         "no seccomp filter on the app",
-        &|r| app_started(r)["enforcement"]["seccomp"] = "none".into(),
+        &|r| event_mut(r, "app_started")["enforcement"]["seccomp"] = "none".into(),
         Code::EnforcementWeak,
     );
     add(
         "no policy digest",
-        &|r| app_started(r)["enforcement"]["policySha256"] = "".into(),
+        &|r| event_mut(r, "app_started")["enforcement"]["policySha256"] = "".into(),
         Code::PolicyDigestMissing,
     );
     add(
         "an app under another policy than the pinned build's",
-        &|r| app_started(r)["enforcement"]["policySha256"] = POLICY_SHA.into(),
+        &|r| event_mut(r, "app_started")["enforcement"]["policySha256"] = POLICY_SHA.into(),
         Code::PolicyMismatch,
     );
     add(
@@ -416,10 +413,7 @@ fn corpus() -> Vec<Case> {
     );
     add(
         "the guest mapped other code",
-        &|r| {
-            let i = event_index(r, "app_ready");
-            r["guest"]["events"][i]["programs"][0]["codeSha256"] = "e".repeat(64).into();
-        },
+        &|r| event_mut(r, "app_ready")["programs"][0]["codeSha256"] = "e".repeat(64).into(),
         Code::CodeDigestMismatch,
     );
     add(

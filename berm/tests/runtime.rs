@@ -40,6 +40,13 @@ async fn answered(berm: &Berm, program: &str, tool: &str, args: &str) -> Result<
         .unwrap_or_else(|e| panic!("{program}.{tool}: host error: {e}"))
 }
 
+/// The host error (a trap, a deadline, a refusal) a call must end with.
+async fn host_error(berm: &Berm, program: &str, tool: &str, args: &str) -> Error {
+    text(berm, program, tool, args)
+        .await
+        .expect_err("the call must end with a host error")
+}
+
 /// The failure message of a call that must run and fail.
 async fn failed(berm: &Berm, program: &str, tool: &str, args: &str) -> String {
     answered(berm, program, tool, args)
@@ -83,9 +90,9 @@ async fn nothing_survives_a_call() {
 #[tokio::test]
 async fn unknown_programs_and_tools_are_outer_errors() {
     let berm = berm_with(&["echo"]);
-    let e = text(&berm, "nope", "echo", "{}").await.unwrap_err();
+    let e = host_error(&berm, "nope", "echo", "{}").await;
     assert_eq!(e.to_string(), "no program named `nope` is deployed");
-    let e = text(&berm, "echo", "shout", "{}").await.unwrap_err();
+    let e = host_error(&berm, "echo", "shout", "{}").await;
     assert_eq!(
         e.to_string(),
         "program `echo` has no tool `shout` (its tools: echo, fail, reverse)"
@@ -105,9 +112,7 @@ async fn a_missing_syscall_traps_only_the_tool_that_reaches_for_it() {
         answered(&berm, "hostile", "counter", "{}").await,
         Ok("1".into())
     );
-    let e = text(&berm, "hostile", "read_file", r#"{"path":"x"}"#)
-        .await
-        .unwrap_err();
+    let e = host_error(&berm, "hostile", "read_file", r#"{"path":"x"}"#).await;
     assert_eq!(
         e.to_string(),
         "`hostile_read_file` called `fs.read`, which this host does not serve"
@@ -158,9 +163,7 @@ async fn syscalls_are_served_only_when_granted() {
     let missing = failed(&berm, "granted", "read_file", r#"{"path":"nope"}"#).await;
     assert_eq!(missing, "no such file (not_found)");
 
-    let e = text(&berm, "bare", "read_file", r#"{"path":"hello.txt"}"#)
-        .await
-        .unwrap_err();
+    let e = host_error(&berm, "bare", "read_file", r#"{"path":"hello.txt"}"#).await;
     assert_eq!(
         e.to_string(),
         "`bare_read_file` called `fs.read`, which is not granted to `bare` (grant `fs` to allow it)"
@@ -179,9 +182,7 @@ async fn a_syscall_can_stop_the_call() {
     })];
     let berm = Berm::new(&engine(), call::DEFAULT_CALL_DEPTH, table);
     berm.deploy("hostile", &app("hostile")).unwrap();
-    let e = text(&berm, "hostile", "read_file", r#"{"path":"a"}"#)
-        .await
-        .unwrap_err();
+    let e = host_error(&berm, "hostile", "read_file", r#"{"path":"a"}"#).await;
     assert_eq!(
         e.to_string(),
         "`hostile_read_file` was stopped by `fs.read`: quota exhausted"
@@ -322,25 +323,21 @@ async fn every_bound_holds_and_the_next_call_succeeds() {
     );
     check_alive().await;
 
-    let e = text(&berm, "hostile", "memory_bomb", "{}")
-        .await
-        .unwrap_err();
+    let e = host_error(&berm, "hostile", "memory_bomb", "{}").await;
     assert_eq!(
         e.to_string(),
         "`hostile_memory_bomb` tried to grow its memory past the cap of 16777216 bytes"
     );
     check_alive().await;
 
-    let e = text(&berm, "hostile", "recurse", "{}").await.unwrap_err();
+    let e = host_error(&berm, "hostile", "recurse", "{}").await;
     assert_eq!(
         e.to_string(),
         "`hostile_recurse` exhausted its stack of 524288 bytes (unbounded recursion?)"
     );
     check_alive().await;
 
-    let e = text(&berm, "hostile", "flood", r#"{"bytes":300000}"#)
-        .await
-        .unwrap_err();
+    let e = host_error(&berm, "hostile", "flood", r#"{"bytes":300000}"#).await;
     assert_eq!(
         e.to_string(),
         "`hostile_flood` produced 300000 bytes, over the result cap of 262144 bytes"
@@ -351,9 +348,7 @@ async fn every_bound_holds_and_the_next_call_succeeds() {
         Ok("xxx".into())
     );
 
-    let e = text(&berm, "hostile", "panic", r#"{"message":"on purpose"}"#)
-        .await
-        .unwrap_err();
+    let e = host_error(&berm, "hostile", "panic", r#"{"message":"on purpose"}"#).await;
     let message = e.to_string();
     assert!(
         message.starts_with("`hostile_panic` panicked: panicked at"),
@@ -363,7 +358,7 @@ async fn every_bound_holds_and_the_next_call_succeeds() {
     check_alive().await;
 
     let big = format!(r#"{{"message":"{}"}}"#, "a".repeat(70 << 10));
-    let e = text(&berm, "echo", "echo", &big).await.unwrap_err();
+    let e = host_error(&berm, "echo", "echo", &big).await;
     assert_eq!(
         e.to_string(),
         format!(
@@ -390,7 +385,7 @@ async fn per_program_limits_override_the_engine_defaults() {
         },
     )
     .unwrap();
-    let e = text(&berm, "small", "memory_bomb", "{}").await.unwrap_err();
+    let e = host_error(&berm, "small", "memory_bomb", "{}").await;
     assert_eq!(
         e.to_string(),
         "`small_memory_bomb` tried to grow its memory past the cap of 2097152 bytes"

@@ -80,6 +80,19 @@ fn files(dir: &Path) -> Vec<PathBuf> {
     out
 }
 
+/// A temporary directory (kept alive by the caller) and an artifact store path in it that
+/// does not exist yet.
+fn empty_store() -> (tempfile::TempDir, PathBuf) {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    (tmp, store)
+}
+
+/// Where the pinned kernel goes in the artifact store at `store`.
+fn pinned_kernel_in(store: &Path) -> PathBuf {
+    ArtifactKind::Kernel.path_in(&ArtifactStore::at(store), &pin(ArtifactKind::Kernel).0)
+}
+
 /// `berm vm install --from FROM` into `store` succeeds and installs `source`'s pinned files.
 fn installs(store: &Path, source: &ArtifactStore, from: &str) {
     let out = berm(store, &["vm", "install", "--from", from]);
@@ -183,8 +196,7 @@ fn answer(mut stream: TcpStream, source: &ArtifactStore, mode: Serve) -> std::io
 #[test]
 fn installs_from_a_directory_and_then_has_nothing_to_do() {
     let Some(source) = source_store() else { return };
-    let tmp = tempfile::tempdir().unwrap();
-    let store = tmp.path().join("store");
+    let (_tmp, store) = empty_store();
     let out = berm(
         &store,
         &["vm", "install", "--from", source.root().to_str().unwrap()],
@@ -232,8 +244,7 @@ fn a_tampered_file_in_a_directory_is_refused_and_nothing_is_left() {
 fn installs_from_a_loopback_server_with_a_url_template() {
     let Some(source) = source_store() else { return };
     let base = serve(source.clone(), Serve::Honest, 2);
-    let tmp = tempfile::tempdir().unwrap();
-    let store = tmp.path().join("store");
+    let (_tmp, store) = empty_store();
     let template = format!("{base}/{{kind}}/{{sha256}}/{{file}}");
     let started = Instant::now();
     let out = berm(&store, &["vm", "install", "--from", &template]);
@@ -247,8 +258,7 @@ fn installs_from_a_loopback_server_with_a_url_template() {
 fn a_base_url_means_the_store_layout() {
     let Some(source) = source_store() else { return };
     let base = serve(source.clone(), Serve::Honest, 2);
-    let tmp = tempfile::tempdir().unwrap();
-    let store = tmp.path().join("store");
+    let (_tmp, store) = empty_store();
     installs(&store, &source, &format!("{base}/"));
 }
 
@@ -261,16 +271,14 @@ fn tampered_truncated_and_oversized_downloads_are_refused_and_leave_nothing() {
         (Serve::Oversized, "announces"),
     ] {
         let base = serve(source.clone(), mode, 1);
-        let tmp = tempfile::tempdir().unwrap();
-        let store = tmp.path().join("store");
+        let (_tmp, store) = empty_store();
         let out = berm(&store, &["vm", "install", "--from", &base]);
         let text = stderr(&out);
         assert_eq!(out.status.code(), Some(2), "{text}");
         assert!(text.contains(expected), "{text}");
         assert_eq!(files(&store), Vec::<PathBuf>::new(), "{text}");
         // And berm-vmm's store path for the kernel does not exist.
-        let kernel =
-            ArtifactKind::Kernel.path_in(&ArtifactStore::at(&store), &pin(ArtifactKind::Kernel).0);
+        let kernel = pinned_kernel_in(&store);
         assert!(!kernel.exists());
     }
 }
@@ -298,10 +306,8 @@ fn a_missing_artifact_names_the_url_and_status() {
 #[test]
 fn a_download_killed_midway_leaves_no_artifact_and_the_next_install_restarts() {
     let Some(source) = source_store() else { return };
-    let tmp = tempfile::tempdir().unwrap();
-    let store = tmp.path().join("store");
-    let kernel =
-        ArtifactKind::Kernel.path_in(&ArtifactStore::at(&store), &pin(ArtifactKind::Kernel).0);
+    let (_tmp, store) = empty_store();
+    let kernel = pinned_kernel_in(&store);
     let partial = kernel.with_extension("partial");
     let stalling = serve(source.clone(), Serve::Stall, 1);
     let mut child = Command::new(env!("CARGO_BIN_EXE_berm"))
@@ -333,11 +339,9 @@ fn a_download_killed_midway_leaves_no_artifact_and_the_next_install_restarts() {
 #[test]
 fn an_interrupted_download_restarts_cleanly() {
     let Some(source) = source_store() else { return };
-    let tmp = tempfile::tempdir().unwrap();
-    let store = tmp.path().join("store");
+    let (_tmp, store) = empty_store();
     // What a killed install leaves: a partial file beside where the kernel goes.
-    let kernel =
-        ArtifactKind::Kernel.path_in(&ArtifactStore::at(&store), &pin(ArtifactKind::Kernel).0);
+    let kernel = pinned_kernel_in(&store);
     std::fs::create_dir_all(kernel.parent().unwrap()).unwrap();
     std::fs::write(kernel.with_extension("partial"), vec![0xee; 5 << 20]).unwrap();
     // A truncated download first (nothing usable), then an honest one.

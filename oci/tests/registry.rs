@@ -181,23 +181,19 @@ async fn basic_auth_success_and_failure() {
     let (_, bytes) = program("echo");
     let reference = registry.reference("berm/echo:v1");
 
-    let err = berm_oci::push(&reference, &bytes, "echo.wasm", &anonymous())
-        .await
-        .unwrap_err();
-    match &err {
-        PushError::Registry(RegistryError::Unauthorized { hint, .. }) => {
-            assert!(hint.contains("needs credentials"), "{err}")
+    for (options, hint_says) in [
+        (anonymous(), "needs credentials"),
+        (with("alice", "wrong"), "check the user and password"),
+    ] {
+        let err = berm_oci::push(&reference, &bytes, "echo.wasm", &options)
+            .await
+            .unwrap_err();
+        match &err {
+            PushError::Registry(RegistryError::Unauthorized { hint, .. }) => {
+                assert!(hint.contains(hint_says), "{err}")
+            }
+            other => panic!("expected unauthorized, got {other:?}"),
         }
-        other => panic!("expected unauthorized, got {other:?}"),
-    }
-    let err = berm_oci::push(&reference, &bytes, "echo.wasm", &with("alice", "wrong"))
-        .await
-        .unwrap_err();
-    match &err {
-        PushError::Registry(RegistryError::Unauthorized { hint, .. }) => {
-            assert!(hint.contains("check the user and password"), "{err}")
-        }
-        other => panic!("expected unauthorized, got {other:?}"),
     }
 
     let pushed = berm_oci::push(
@@ -210,18 +206,13 @@ async fn basic_auth_success_and_failure() {
     .unwrap();
     assert_eq!(pushed.digest, Digest::of(&bytes));
 
-    let err = berm_oci::pull(&reference, &anonymous()).await.unwrap_err();
-    assert!(
-        matches!(err, PullError::Registry(RegistryError::Unauthorized { .. })),
-        "{err:?}"
-    );
-    let err = berm_oci::pull(&reference, &with("mallory", "correct horse"))
-        .await
-        .unwrap_err();
-    assert!(
-        matches!(err, PullError::Registry(RegistryError::Unauthorized { .. })),
-        "{err:?}"
-    );
+    for options in [anonymous(), with("mallory", "correct horse")] {
+        let err = berm_oci::pull(&reference, &options).await.unwrap_err();
+        assert!(
+            matches!(err, PullError::Registry(RegistryError::Unauthorized { .. })),
+            "{err:?}"
+        );
+    }
     assert_eq!(
         berm_oci::pull(&reference, &with("alice", "correct horse"))
             .await
@@ -524,36 +515,61 @@ async fn a_config_that_misdescribes_the_module_is_refused() {
     };
     let compose_manifest = berm_oci::Manifest::from_image(&compose).unwrap();
     let echo_manifest = berm_oci::Manifest::from_image(&echo).unwrap();
-
-    // The config claims compose's tools for echo's bytes.
-    let lie = config(&compose_manifest, &echo_digest);
-    let err = raw
-        .pull_refused(&registry, "lie/tools:v1", &lie, &echo, 0)
-        .await;
-    assert!(matches!(err, PullError::ConfigDisagrees { .. }), "{err:?}");
-    assert!(err.to_string().contains("disagrees"), "{err}");
-
-    // The config names another layer.
     let other = format!("sha256:{}", "e".repeat(64));
-    let lie = config(&echo_manifest, &other);
-    let err = raw
-        .pull_refused(&registry, "lie/layers:v1", &lie, &echo, 0)
-        .await;
-    assert!(matches!(err, PullError::Config { .. }), "{err:?}");
-    assert!(err.to_string().contains("layerDigests"), "{err}");
-
-    // A descriptor that announces fewer bytes than the registry sends.
-    let honest = config(&echo_manifest, &echo_digest);
-    let err = raw
-        .pull_refused(&registry, "lie/size:v1", &honest, &echo, -1)
-        .await;
-    assert!(matches!(err, PullError::Overlong { .. }), "{err:?}");
-
-    // A layer that is not a deployable module, correctly described by digest.
     let junk = b"\0asm\x01\0\0\0".to_vec();
-    let described = config(&echo_manifest, &Digest::of(&junk).to_string());
-    let err = raw
-        .pull_refused(&registry, "lie/junk:v1", &described, &junk, 0)
-        .await;
-    assert!(matches!(err, PullError::WouldNotDeploy { .. }), "{err:?}");
+    // An image pull must refuse: its name, its config, its one layer, how many more bytes
+    // its descriptor announces, the refusal, and a part of the refusal's message.
+    type Lie<'a> = (
+        &'a str,
+        Vec<u8>,
+        &'a [u8],
+        i64,
+        fn(&PullError) -> bool,
+        &'a str,
+    );
+    let lies: [Lie; 4] = [
+        // The config claims compose's tools for echo's bytes.
+        (
+            "lie/tools:v1",
+            config(&compose_manifest, &echo_digest),
+            &echo,
+            0,
+            |e| matches!(e, PullError::ConfigDisagrees { .. }),
+            "disagrees",
+        ),
+        // The config names another layer.
+        (
+            "lie/layers:v1",
+            config(&echo_manifest, &other),
+            &echo,
+            0,
+            |e| matches!(e, PullError::Config { .. }),
+            "layerDigests",
+        ),
+        // A descriptor that announces fewer bytes than the registry sends.
+        (
+            "lie/size:v1",
+            config(&echo_manifest, &echo_digest),
+            &echo,
+            -1,
+            |e| matches!(e, PullError::Overlong { .. }),
+            "",
+        ),
+        // A layer that is not a deployable module, correctly described by digest.
+        (
+            "lie/junk:v1",
+            config(&echo_manifest, &Digest::of(&junk).to_string()),
+            &junk,
+            0,
+            |e| matches!(e, PullError::WouldNotDeploy { .. }),
+            "",
+        ),
+    ];
+    for (name, config, layer, delta, refusal, says) in lies {
+        let err = raw
+            .pull_refused(&registry, name, &config, layer, delta)
+            .await;
+        assert!(refusal(&err), "{name}: {err:?}");
+        assert!(err.to_string().contains(says), "{name}: {err}");
+    }
 }

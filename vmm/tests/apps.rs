@@ -412,22 +412,16 @@ fn a_bad_app_folder_is_refused_before_boot() {
     let tmp = tempfile::tempdir().unwrap();
     let folder = tmp.path().join("empty");
     std::fs::create_dir(&folder).unwrap();
-    let mut vmm = Vmm::start(&["--app", folder.to_str().unwrap()], &[]);
-    assert_eq!(vmm.wait(Duration::from_secs(30)), 5, "{}", vmm.stderr());
+    let vmm = Vmm::refused(
+        &["--app", folder.to_str().unwrap()],
+        Duration::from_secs(30),
+    );
     assert!(vmm.stderr().contains("berm.toml"), "{}", vmm.stderr());
 
     let dup_a = app_folder(tmp.path(), "a", &["echo"], &echo_toml("same"));
     let dup_b = app_folder(tmp.path(), "b", &["echo"], &echo_toml("same"));
-    let mut vmm = Vmm::start(
-        &[
-            "--app",
-            dup_a.to_str().unwrap(),
-            "--app",
-            dup_b.to_str().unwrap(),
-        ],
-        &[],
-    );
-    assert_eq!(vmm.wait(Duration::from_secs(30)), 5, "{}", vmm.stderr());
+    let (a, b) = (dup_a.to_str().unwrap(), dup_b.to_str().unwrap());
+    let vmm = Vmm::refused(&["--app", a, "--app", b], Duration::from_secs(30));
     assert!(
         vmm.stderr().contains("two apps are named same"),
         "{}",
@@ -438,16 +432,11 @@ fn a_bad_app_folder_is_refused_before_boot() {
     // leaves no image, stage or socket in the run dir.
     let solo = app_folder(tmp.path(), "c", &["echo"], &echo_toml("solo"));
     let missing = tmp.path().join("no-such-probe");
-    let mut vmm = Vmm::start(
-        &[
-            "--app",
-            solo.to_str().unwrap(),
-            "--test-probe",
-            missing.to_str().unwrap(),
-        ],
-        &[],
+    let (solo, missing) = (solo.to_str().unwrap(), missing.to_str().unwrap());
+    let vmm = Vmm::refused(
+        &["--app", solo, "--test-probe", missing],
+        Duration::from_secs(120),
     );
-    assert_eq!(vmm.wait(Duration::from_secs(120)), 5, "{}", vmm.stderr());
     assert!(vmm.stderr().contains("no-such-probe"), "{}", vmm.stderr());
     let left: Vec<String> = std::fs::read_dir(&vmm.run_dir)
         .unwrap()

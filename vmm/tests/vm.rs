@@ -380,13 +380,7 @@ fn guest_setting_injection_is_refused_before_boot() {
 /// Runs berm-vmm with `args`, which it must refuse with exit code 5 (`refused`), and
 /// returns the run and its `exit` line's message.
 fn refused_before_boot(args: &[&str]) -> (Vmm, String) {
-    let mut vmm = Vmm::start(args, &[]);
-    assert_eq!(
-        vmm.wait(Duration::from_secs(30)),
-        5,
-        "{args:?}: {}",
-        vmm.stderr()
-    );
+    let vmm = Vmm::refused(args, Duration::from_secs(30));
     let message = vmm.events("exit")[0]["message"]
         .as_str()
         .unwrap()

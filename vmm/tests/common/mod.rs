@@ -106,6 +106,14 @@ impl Vmm {
         Self::start_in(tempfile::tempdir().unwrap(), &args, envs)
     }
 
+    /// Runs berm-vmm with `args`, which it must refuse before boot: exit code 5 (`refused`)
+    /// within `timeout`.
+    pub fn refused(args: &[&str], timeout: Duration) -> Self {
+        let mut vmm = Self::start(args, &[]);
+        assert_eq!(vmm.wait(timeout), 5, "{args:?}: {}", vmm.stderr());
+        vmm
+    }
+
     /// Starts `berm-vmm run` with its run dir at `tmp/run` (so a test can put files of its
     /// own beside it before the start).
     pub fn start_in(
