@@ -188,17 +188,20 @@ pub enum AppError {
         /// The value found.
         value: String,
     },
-    /// `call_deadline_ms` is out of range.
-    #[error(
-        "{}: `call_deadline_ms` = {value}: allowed 1 to {max}",
-        file.display(),
-        max = defaults::CALL_DEADLINE_MS_MAX
-    )]
-    CallDeadline {
+    /// A whole-number setting (`call_deadline_ms`, `limits.memory_mb`, `limits.pids`) is out
+    /// of its range.
+    #[error("{}: `{key}` = {value}: allowed {min} to {max}", file.display())]
+    OutOfRange {
         /// The manifest.
         file: PathBuf,
+        /// The setting, as written in `berm.toml`.
+        key: &'static str,
         /// The value found.
         value: u64,
+        /// The least value allowed.
+        min: u64,
+        /// The greatest value allowed.
+        max: u64,
     },
     /// `[limits] cpu` is out of range.
     #[error(
@@ -212,32 +215,6 @@ pub enum AppError {
         file: PathBuf,
         /// The value found.
         value: f64,
-    },
-    /// `[limits] memory_mb` is out of range.
-    #[error(
-        "{}: `limits.memory_mb` = {value}: allowed {min} to {max}",
-        file.display(),
-        min = defaults::MEMORY_MB_MIN,
-        max = defaults::MEMORY_MB_MAX
-    )]
-    Memory {
-        /// The manifest.
-        file: PathBuf,
-        /// The value found.
-        value: u64,
-    },
-    /// `[limits] pids` is out of range.
-    #[error(
-        "{}: `limits.pids` = {value}: allowed {min} to {max}",
-        file.display(),
-        min = defaults::PIDS_MIN,
-        max = defaults::PIDS_MAX
-    )]
-    Pids {
-        /// The manifest.
-        file: PathBuf,
-        /// The value found.
-        value: u64,
     },
     /// No `[[program]]` at all.
     #[error("{}: no `[[program]]`: an app holds 1 to {MAX_PROGRAMS} programs", file.display())]
@@ -473,10 +450,14 @@ pub fn load(dir: &Path) -> Result<App, AppError> {
             value: raw.name,
         });
     }
-    if let Some(value) = raw.call_deadline_ms
-        && !(1..=defaults::CALL_DEADLINE_MS_MAX).contains(&value)
-    {
-        return Err(AppError::CallDeadline { file, value });
+    if let Some(value) = raw.call_deadline_ms {
+        in_range(
+            &file,
+            "call_deadline_ms",
+            value,
+            1,
+            defaults::CALL_DEADLINE_MS_MAX,
+        )?;
     }
     let limits = limits(&file, &raw.limits)?;
 
@@ -621,24 +602,35 @@ fn limits(file: &Path, raw: &RawLimits) -> Result<Limits, AppError> {
         limits.cpu_millicores = (value * 1000.0).round() as u32;
     }
     if let Some(value) = raw.memory_mb {
-        if !(defaults::MEMORY_MB_MIN..=defaults::MEMORY_MB_MAX).contains(&value) {
-            return Err(AppError::Memory {
-                file: file.to_path_buf(),
-                value,
-            });
-        }
-        limits.memory_mb = value;
+        let (min, max) = (defaults::MEMORY_MB_MIN, defaults::MEMORY_MB_MAX);
+        limits.memory_mb = in_range(file, "limits.memory_mb", value, min, max)?;
     }
     if let Some(value) = raw.pids {
-        if !(u64::from(defaults::PIDS_MIN)..=u64::from(defaults::PIDS_MAX)).contains(&value) {
-            return Err(AppError::Pids {
-                file: file.to_path_buf(),
-                value,
-            });
-        }
-        limits.pids = value as u32;
+        let (min, max) = (defaults::PIDS_MIN.into(), defaults::PIDS_MAX.into());
+        limits.pids = in_range(file, "limits.pids", value, min, max)? as u32;
     }
     Ok(limits)
+}
+
+/// `value` when it is in `min..=max`, else [`AppError::OutOfRange`] for `key`.
+fn in_range(
+    file: &Path,
+    key: &'static str,
+    value: u64,
+    min: u64,
+    max: u64,
+) -> Result<u64, AppError> {
+    if (min..=max).contains(&value) {
+        Ok(value)
+    } else {
+        Err(AppError::OutOfRange {
+            file: file.to_path_buf(),
+            key,
+            value,
+            min,
+            max,
+        })
+    }
 }
 
 /// `DIR:ro` → (`DIR`, `:ro`); the mode suffix is kept as written.

@@ -122,14 +122,19 @@ fn main() {
     let tmp = common::scratch_dir("berm-bench-apps");
     let notes = app_folder(&tmp, "notes", "notes", "\"kv\"");
     let echo = app_folder(&tmp, "echo", "echo", "");
-    println!(
-        "| hypervisor | apps | runs | spawn → first answered tools/call | guest boot_start | first app_started | last app_ready | boot_complete | guest memory in use | berm-vmm peak RSS |"
-    );
-    println!("|---|---|---|---|---|---|---|---|---|---|");
-    let skipped = |why: &str| {
-        format!("| krun | – | 0 | not measurable on this host: /dev/kvm is {why} | | | | | | |")
-    };
-    common::each_backend(&detection, skipped, |hypervisor, accel| {
+    let columns = [
+        "hypervisor",
+        "apps",
+        "runs",
+        "spawn → first answered tools/call",
+        "guest boot_start",
+        "first app_started",
+        "last app_ready",
+        "boot_complete",
+        "guest memory in use",
+        "berm-vmm peak RSS",
+    ];
+    common::each_backend(&detection, &columns, &["–", "0"], |hypervisor, accel| {
         for (label, apps) in [
             ("1 (notes)", vec![notes.clone()]),
             ("2 (notes, echo)", vec![notes.clone(), echo.clone()]),
@@ -146,15 +151,10 @@ fn main() {
                 for (b, (_, vmm)) in builds.iter().enumerate() {
                     let work = tmp.join(format!("{hypervisor}-{}-{b}-{i}", apps.len()));
                     let _ = std::fs::create_dir_all(&work);
-                    match boot_once(vmm, hypervisor, &apps, &work) {
-                        Ok(sample) if i > 0 => samples[b].push(sample),
-                        Ok(_) => {}
-                        Err(e) => {
-                            failures[b].push(format!("{e} (kept: {})", work.display()));
-                            continue;
-                        }
+                    let result = boot_once(vmm, hypervisor, &apps, &work);
+                    if common::file_run(i, result, &work, &mut samples[b], &mut failures[b]) {
+                        let _ = std::fs::remove_dir_all(&work);
                     }
-                    let _ = std::fs::remove_dir_all(&work);
                 }
             }
             for (b, (build, _)) in builds.iter().enumerate() {

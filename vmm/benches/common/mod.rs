@@ -68,17 +68,28 @@ pub fn krun_unmeasurable(detection: &berm_vmm::detect::Detection) -> Option<&'st
     }
 }
 
-/// Measures each backend in turn, QEMU then krun, with [`qemu_accel`] for the table; on a
-/// host where krun cannot be measured, prints `skipped_row(why)` as its row instead.
+/// Prints the header of a bench's Markdown table with `columns`, then measures each backend
+/// in turn, QEMU then krun, with [`qemu_accel`] for the table. On a host where krun cannot be
+/// measured, its row is `krun`, then `lead` (the cells before the reason), the reason, and
+/// empty cells to the end.
 pub fn each_backend(
     detection: &berm_vmm::detect::Detection,
-    skipped_row: impl Fn(&str) -> String,
+    columns: &[&str],
+    lead: &[&str],
     mut measure: impl FnMut(&'static str, &'static str),
 ) {
+    println!("| {} |", columns.join(" | "));
+    println!("|{}", "---|".repeat(columns.len()));
     let accel = qemu_accel(detection);
     measure("qemu", accel);
     match krun_unmeasurable(detection) {
-        Some(why) => println!("{}", skipped_row(why)),
+        Some(why) => println!(
+            "| krun | {}not measurable on this host: /dev/kvm is {why} |{}",
+            lead.iter()
+                .map(|cell| format!("{cell} | "))
+                .collect::<String>(),
+            " |".repeat(columns.len() - 2 - lead.len())
+        ),
         None => measure("krun", accel),
     }
 }
@@ -106,6 +117,27 @@ pub fn hypervisor_label(hypervisor: &str, accel: &str) -> String {
     } else {
         "krun".into()
     }
+}
+
+/// Files run `i`'s result: its sample unless it is the warm-up (run 0), or a failure note
+/// naming `kept`, the run's directory, which is left for a look. True when the run succeeded
+/// and its files can go.
+pub fn file_run<S>(
+    i: usize,
+    result: Result<S, String>,
+    kept: &Path,
+    samples: &mut Vec<S>,
+    failures: &mut Vec<String>,
+) -> bool {
+    match result {
+        Ok(sample) if i > 0 => samples.push(sample),
+        Ok(_) => {}
+        Err(e) => {
+            failures.push(format!("{e} (kept: {})", kept.display()));
+            return false;
+        }
+    }
+    true
 }
 
 /// The runs column's note: nothing, or how many runs failed and why.
