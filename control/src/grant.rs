@@ -231,18 +231,7 @@ impl fmt::Display for Grant {
     }
 }
 
-impl serde::Serialize for Grant {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(self)
-    }
-}
-
-impl<'de> serde::Deserialize<'de> for Grant {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Grant, D::Error> {
-        let text = String::deserialize(d)?;
-        text.parse().map_err(serde::de::Error::custom)
-    }
-}
+berm_manifest::serde_as_text!(Grant);
 
 #[cfg(test)]
 mod tests {
