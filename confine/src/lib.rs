@@ -367,6 +367,25 @@ mod tests {
         }
     }
 
+    /// The child under the filter ran every call as expected and exited 0.
+    #[cfg(target_os = "linux")]
+    fn assert_exited_cleanly(status: libc::c_int) {
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "{status:#x}"
+        );
+    }
+
+    /// The errno of a stream `socket(domain)` (0 when it was allowed).
+    ///
+    /// # Safety
+    /// Integer arguments only; a socket it makes is left open, for the child to exit with.
+    #[cfg(target_os = "linux")]
+    unsafe fn socket_errno(domain: libc::c_int) -> i32 {
+        // SAFETY: integer arguments only.
+        errno_of(unsafe { libc::syscall(libc::SYS_socket, domain, libc::SOCK_STREAM, 0) })
+    }
+
     #[cfg(target_os = "linux")]
     fn errno_of(ret: libc::c_long) -> i32 {
         if ret >= 0 {
@@ -386,19 +405,9 @@ mod tests {
                     && errno_of(libc::syscall(libc::SYS_unshare, libc::CLONE_NEWUSER))
                         == libc::EPERM
                     && errno_of(libc::syscall(libc::SYS_clone3, 0, 0)) == libc::ENOSYS
-                    && errno_of(libc::syscall(
-                        libc::SYS_socket,
-                        libc::AF_INET,
-                        libc::SOCK_STREAM,
-                        0,
-                    )) == libc::EPERM
+                    && socket_errno(libc::AF_INET) == libc::EPERM
                     // berm-vmm makes no socket and connects nowhere (its connector does).
-                    && errno_of(libc::syscall(
-                        libc::SYS_socket,
-                        libc::AF_UNIX,
-                        libc::SOCK_STREAM,
-                        0,
-                    )) == libc::EPERM
+                    && socket_errno(libc::AF_UNIX) == libc::EPERM
                     && errno_of(libc::syscall(libc::SYS_connect, -1, 0, 0)) == libc::EPERM
                     && errno_of(libc::syscall(
                         libc::SYS_mmap,
@@ -414,10 +423,7 @@ mod tests {
                     && errno_of(libc::syscall(libc::SYS_kill, libc::getppid(), 0)) == libc::EPERM
             }
         });
-        assert!(
-            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
-            "{status:#x}"
-        );
+        assert_exited_cleanly(status);
 
         // x32: the same call with the x32 bit kills the process, whatever the call.
         for role in Role::ALL {
@@ -438,12 +444,7 @@ mod tests {
             // SAFETY: integer arguments and a constant C string.
             unsafe {
                 errno_of(libc::syscall(libc::SYS_memfd_create, c"x".as_ptr(), 0)) == libc::ENOSYS
-                    && errno_of(libc::syscall(
-                        libc::SYS_socket,
-                        libc::AF_UNIX,
-                        libc::SOCK_STREAM,
-                        0,
-                    )) == libc::EPERM
+                    && socket_errno(libc::AF_UNIX) == libc::EPERM
                     && errno_of(libc::syscall(
                         libc::SYS_clone,
                         libc::CLONE_NEWUSER,
@@ -454,10 +455,7 @@ mod tests {
                     )) == libc::EPERM
             }
         });
-        assert!(
-            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
-            "{status:#x}"
-        );
+        assert_exited_cleanly(status);
     }
 
     #[cfg(target_os = "linux")]
@@ -467,12 +465,7 @@ mod tests {
             // SAFETY: integer arguments and null pointers only.
             unsafe {
                 libc::syscall(libc::SYS_socket, libc::AF_UNIX, libc::SOCK_STREAM, 0) >= 0
-                    && errno_of(libc::syscall(
-                        libc::SYS_socket,
-                        libc::AF_INET,
-                        libc::SOCK_STREAM,
-                        0,
-                    )) == libc::EPERM
+                    && socket_errno(libc::AF_INET) == libc::EPERM
                     && errno_of(libc::syscall(libc::SYS_getpid)) == libc::EPERM
                     && errno_of(libc::syscall(
                         libc::SYS_mmap,
@@ -486,10 +479,7 @@ mod tests {
                     && errno_of(libc::syscall(libc::SYS_kill, 1, 0)) == libc::EPERM
             }
         });
-        assert!(
-            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
-            "{status:#x}"
-        );
+        assert_exited_cleanly(status);
     }
 
     #[test]
