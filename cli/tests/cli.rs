@@ -61,6 +61,14 @@ impl Bermd {
     fn berm(&self, args: &[&str]) -> Output {
         berm_in(&self.home, args, None)
     }
+
+    /// `berm deploy NAME <the example NAME> FLAGS…`, which must succeed; its output.
+    fn deploy_example(&self, name: &str, flags: &[&str]) -> Output {
+        let wasm = wasm(name);
+        let out = self.berm(&[&["deploy", name, wasm.to_str().unwrap()], flags].concat());
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        out
+    }
 }
 
 impl Drop for Bermd {
@@ -134,19 +142,9 @@ fn deploy_ls_call_inspect_rm_with_their_exit_codes() {
     std::fs::write(data.path().join("hello.txt"), "hello from disk\n").unwrap();
     let grant = format!("fs={}:ro", data.path().display());
 
-    let out = bermd.berm(&["deploy", "echo", wasm("echo").to_str().unwrap()]);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let out = bermd.deploy_example("echo", &[]);
     assert!(text(&out.stdout).starts_with("deployed echo sha256:"));
-    let out = bermd.berm(&[
-        "deploy",
-        "files",
-        wasm("files").to_str().unwrap(),
-        "--grant",
-        &grant,
-        "--grant",
-        "log",
-    ]);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    bermd.deploy_example("files", &["--grant", &grant, "--grant", "log"]);
     let out = bermd.berm(&[
         "deploy",
         "bad",
@@ -424,16 +422,7 @@ fn fetch_get_reaches_the_granted_port_and_nothing_else() {
         format!("net=127.0.0.1:{}", page.port()),
         format!("net=127.0.0.1:{}", secure.port()),
     );
-    let out = bermd.berm(&[
-        "deploy",
-        "fetch",
-        wasm("fetch").to_str().unwrap(),
-        "--grant",
-        &net,
-        "--grant",
-        &net_tls,
-    ]);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    bermd.deploy_example("fetch", &["--grant", &net, "--grant", &net_tls]);
     let get = |url: String| bermd.berm(&["call", "fetch_get", &format!(r#"{{"url":"{url}"}}"#)]);
     let out = get(format!("{}/hello", page.origin(false)));
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
@@ -504,18 +493,12 @@ fn a_secret_reaches_only_its_host_and_is_never_shown() {
         format!("127.0.0.1:{}", github.port()),
         format!("127.0.0.1:{}", elsewhere.port()),
     );
-    let out = bermd.berm(&[
-        "deploy",
-        "issues",
-        wasm("issues").to_str().unwrap(),
-        "--grant",
-        &format!("net={api}"),
-        "--grant",
-        &format!("net={other}"),
-        "--secret",
-        &format!("GITHUB_TOKEN={api}"),
-    ]);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let (net_api, net_other) = (format!("net={api}"), format!("net={other}"));
+    let secret = format!("GITHUB_TOKEN={api}");
+    let grants = [
+        "--grant", &net_api, "--grant", &net_other, "--secret", &secret,
+    ];
+    bermd.deploy_example("issues", &grants);
     let list = |host: &str| {
         bermd.berm(&[
             "call",

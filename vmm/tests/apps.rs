@@ -256,20 +256,27 @@ fn confined_apart(arch: GuestArch) {
         return;
     };
     let notes = app_folder(tmp.path(), "notes", &["notes"], &notes_toml("notes"));
-    let hostile = app_folder(
-        tmp.path(),
+    // An app `name` of the one program `hostile`: `app` goes before its limits, `limits`
+    // into them, `program` into its `[[program]]`.
+    let hostile_app = |name: &str, app: &str, limits: &str, program: &str| {
+        let toml = format!(
+            "name = \"{name}\"\n{app}\n[limits]\n{limits}\n\n\
+             [[program]]\nname = \"hostile\"\nwasm = \"hostile.wasm\"\n{program}"
+        );
+        app_folder(tmp.path(), name, &["hostile"], &toml)
+    };
+    let hostile = hostile_app(
         "hostile",
-        &["hostile"],
-        "name = \"hostile\"\ncall_deadline_ms = 2000\n[limits]\nmemory_mb = 96\npids = 16\n\n\
-         [[program]]\nname = \"hostile\"\nwasm = \"hostile.wasm\"\nmemory_mb = 16\n",
+        "call_deadline_ms = 2000",
+        "memory_mb = 96\npids = 16",
+        "memory_mb = 16\n",
     );
     // Its program may grow to 64 MiB of wasm memory, but its cgroup holds 40 MiB in all.
-    let fragile = app_folder(
-        tmp.path(),
+    let fragile = hostile_app(
         "fragile",
-        &["hostile"],
-        "name = \"fragile\"\ncall_deadline_ms = 20000\n[limits]\nmemory_mb = 40\npids = 16\n\n\
-         [[program]]\nname = \"hostile\"\nwasm = \"hostile.wasm\"\n",
+        "call_deadline_ms = 20000",
+        "memory_mb = 40\npids = 16",
+        "",
     );
     let probe = probe_binary(arch);
     let mut vmm = Vmm::start(
