@@ -226,11 +226,8 @@ fn a_message_arriving_in_pieces_is_read_whole_while_answers_go_out() {
 
 #[test]
 fn fs_escapes_are_refused() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = berm_fixtures::tree(&[("granted/inside.txt", "inside"), ("secret.txt", "secret")]);
     let root = dir.path().join("granted");
-    std::fs::create_dir(&root).unwrap();
-    std::fs::write(root.join("inside.txt"), "inside").unwrap();
-    std::fs::write(dir.path().join("secret.txt"), "secret").unwrap();
     std::os::unix::fs::symlink(dir.path().join("secret.txt"), root.join("link")).unwrap();
     std::os::unix::fs::symlink(dir.path(), root.join("parent")).unwrap();
     let bermd = Bermd::start(&[]);
