@@ -582,6 +582,77 @@ fn a_secret_reaches_only_its_host_and_is_never_shown() {
     assert_ne!(out.status.code(), Some(0));
 }
 
+/// An app folder's `[secrets]` names a value file outside the folder: under
+/// `bermd --app` and through `berm deploy --app`, the issues reader gets
+/// the token to its host only, and a file others may read is refused.
+#[test]
+fn an_app_reads_its_secret_from_the_file_its_manifest_names() {
+    use berm_egress::testing::{Reply, TestCa, TestServer};
+    use std::os::unix::fs::PermissionsExt;
+    const TOKEN: &str = "ghp-file-value-51c0";
+    let ca = TestCa::new();
+    let dir = tempfile::tempdir().unwrap();
+    let ca_file = dir.path().join("ca.pem");
+    ca.write_ca(&ca_file);
+    let github = TestServer::https(&ca, |seen| match seen.header("authorization") {
+        Some(auth) if auth == format!("Bearer {TOKEN}") => {
+            Reply::ok(r#"[{"number":9,"title":"t"}]"#)
+        }
+        _ => Reply {
+            status: 401,
+            ..Reply::ok("bad credentials")
+        },
+    });
+    let api = format!("127.0.0.1:{}", github.port());
+    let token = dir.path().join("github-token");
+    std::fs::write(&token, format!("{TOKEN}\n")).unwrap();
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let folder = dir.path().join("issues-app");
+    std::fs::create_dir(&folder).unwrap();
+    std::fs::copy(wasm("issues"), folder.join("issues.wasm")).unwrap();
+    std::fs::write(
+        folder.join("berm.toml"),
+        format!(
+            "name = \"issues\"\n[secrets]\nGITHUB_TOKEN = {:?}\n[[program]]\nname = \"issues\"\n\
+             wasm = \"issues.wasm\"\ngrants = [\"net={api}\", \"secret:GITHUB_TOKEN={api}\"]\n",
+            token.display().to_string()
+        ),
+    )
+    .unwrap();
+    let call = format!(r#"{{"repo":"octo/demo","api":"https://{api}"}}"#);
+    let ca_arg = ["--extra-ca", ca_file.to_str().unwrap()];
+
+    // bermd --app: read on the host when the request needs it.
+    let app = Bermd::start_with(
+        &[&ca_arg[..], &["--app", folder.to_str().unwrap()]].concat(),
+        Stdio::null(),
+    );
+    let out = app.berm(&["call", "issues_list", &call]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let issues: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(issues[0]["number"], 9);
+    drop(app);
+
+    // berm deploy --app: read and set before anything is deployed.
+    let bermd = Bermd::start_with(&ca_arg, Stdio::null());
+    let out = bermd.berm(&["deploy", "--app", folder.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(!text(&out.stdout).contains(TOKEN));
+    let out = bermd.berm(&["call", "issues_list", &call]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+
+    // Readable by others: refused, naming the file and the fix.
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let out = bermd.berm(&["deploy", "--app", folder.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("chmod 600") && stderr.contains("nothing was deployed"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains(TOKEN), "{stderr}");
+}
+
 #[test]
 fn search_json_lists_entries_best_first_with_scores() {
     let dir = tempfile::tempdir().unwrap();
