@@ -28,10 +28,15 @@
 //! instead of killing a VM that is serving a user. What must never happen (x32, foreign arch)
 //! kills.
 
+#[cfg(target_os = "linux")]
 use sha2::{Digest, Sha256};
 
+// The tables name Linux syscall numbers: on other systems (berm-vmm on macOS, which has no
+// seccomp) only the roles' names exist, and berm-vmm reports that it runs unconfined.
+#[cfg(target_os = "linux")]
 mod table;
 
+#[cfg(target_os = "linux")]
 pub use table::{Args, Syscall};
 
 /// A compiled filter, ready to load.
@@ -107,17 +112,20 @@ impl Role {
         }
     }
 
+    #[cfg(target_os = "linux")]
     /// The syscalls the role may make, with their argument rules.
     pub fn allowed(self) -> &'static [Syscall] {
         table::allowed(self)
     }
 
+    #[cfg(target_os = "linux")]
     /// The allow list as reported: one entry per syscall, argument rules in parentheses
     /// (`clone(no CLONE_NEW*)`, `socket(AF_UNIX|AF_VSOCK)`).
     pub fn describe(self) -> Vec<String> {
         self.allowed().iter().map(Syscall::describe).collect()
     }
 
+    #[cfg(target_os = "linux")]
     /// The whole syscall policy as text, one line each: what [`Role::policy_sha256`] hashes
     /// and what a reader can diff between two builds.
     pub fn policy_text(self) -> String {
@@ -139,6 +147,7 @@ impl Role {
         text
     }
 
+    #[cfg(target_os = "linux")]
     /// sha256 of [`Role::policy_text`].
     pub fn policy_sha256(self) -> String {
         hex::encode(Sha256::digest(self.policy_text().as_bytes()))
@@ -272,7 +281,7 @@ mod filter {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, target_os = "linux"))]
 mod tests {
     use super::*;
 

@@ -6,6 +6,8 @@
 //! the kernel shows the process filtered (`Seccomp: 2`, `NoNewPrivs: 1`), that the guest still
 //! boots and shuts down cleanly, and that the run's record (`vmm.jsonl`) attests.
 //! Like vm.rs, a test that cannot boot prints `SKIPPED: <why>` (fails with BERM_VM_REQUIRE=1).
+//! Linux only: the host sandbox is Landlock and seccomp (macOS runs unconfined, docs/macos.md).
+#![cfg(target_os = "linux")]
 
 mod common;
 

@@ -10,7 +10,7 @@ use std::path::Path;
 use std::str::FromStr;
 
 use anyhow::Context;
-use berm_control::{DeployRequest, Grant, LimitsSpec};
+use berm_control::{DeployRequest, Grant, LimitsSpec, SecretValue};
 
 use crate::Exit;
 
@@ -70,7 +70,18 @@ pub async fn run(home: &Path, dir: &Path, json: bool) -> anyhow::Result<Exit> {
         }
     }
 
+    let secrets = secret_values(&app)?;
+
     let client = super::client(home);
+    for (program, name, value) in secrets {
+        client
+            .set_secret(&program, &name, &SecretValue { value })
+            .await
+            .with_context(|| format!("app `{}`: setting secret {name} of {program}", app.name))?;
+        if !json {
+            println!("set secret {name} of {program} from [secrets]");
+        }
+    }
     let mut added = Vec::new();
     let mut replaced = Vec::new();
     let mut responses = Vec::new();
@@ -139,4 +150,30 @@ pub async fn run(home: &Path, dir: &Path, json: bool) -> anyhow::Result<Exit> {
         app.dir.display()
     );
     Ok(Exit::Ok)
+}
+
+/// The values of the folder's `[secrets]`, read from the files it names
+/// (checked as bermd checks them) before anything is deployed, once for
+/// each program that binds the secret: `(program, name, value)`.
+fn secret_values(app: &berm_app::App) -> anyhow::Result<Vec<(String, String, String)>> {
+    let mut values = Vec::new();
+    for (name, path) in &app.secret_files {
+        let value = berm_egress::secret::read_value_file(name, path).with_context(|| {
+            format!("app `{}`: [secrets] {name}; nothing was deployed", app.name)
+        })?;
+        let value = String::from_utf8(value).map_err(|_| {
+            anyhow::anyhow!(
+                "app `{}`: [secrets] {name}: {} is not UTF-8 text; nothing was deployed",
+                app.name,
+                path.display()
+            )
+        })?;
+        let binding = format!("secret:{name}=");
+        for program in &app.programs {
+            if program.grants.iter().any(|g| g.starts_with(&binding)) {
+                values.push((program.name.clone(), name.clone(), value.clone()));
+            }
+        }
+    }
+    Ok(values)
 }

@@ -68,28 +68,35 @@ pub fn krun_unmeasurable(detection: &berm_vmm::detect::Detection) -> Option<&'st
     }
 }
 
+/// Prints the header of a bench's Markdown table with `columns`.
+pub fn print_header(columns: &[&str]) {
+    println!("| {} |", columns.join(" | "));
+    println!("|{}", "---|".repeat(columns.len()));
+}
+
+/// The row of krun in a table of `columns` columns on a host where it cannot be measured
+/// (`why`): `krun`, then `lead` (the cells before the reason), the reason, and empty cells
+/// to the end.
+pub fn unmeasurable_row(columns: usize, lead: &[&str], why: &str) -> String {
+    let cells: String = lead.iter().map(|cell| format!("{cell} | ")).collect();
+    let empty = " |".repeat(columns - 2 - lead.len());
+    format!("| krun | {cells}not measurable on this host: /dev/kvm is {why} |{empty}")
+}
+
 /// Prints the header of a bench's Markdown table with `columns`, then measures each backend
-/// in turn, QEMU then krun, with [`qemu_accel`] for the table. On a host where krun cannot be
-/// measured, its row is `krun`, then `lead` (the cells before the reason), the reason, and
-/// empty cells to the end.
+/// in turn, QEMU then krun, with [`qemu_accel`] for the table; on a host where krun cannot be
+/// measured, prints its [`unmeasurable_row`] instead.
 pub fn each_backend(
     detection: &berm_vmm::detect::Detection,
     columns: &[&str],
     lead: &[&str],
     mut measure: impl FnMut(&'static str, &'static str),
 ) {
-    println!("| {} |", columns.join(" | "));
-    println!("|{}", "---|".repeat(columns.len()));
+    print_header(columns);
     let accel = qemu_accel(detection);
     measure("qemu", accel);
     match krun_unmeasurable(detection) {
-        Some(why) => println!(
-            "| krun | {}not measurable on this host: /dev/kvm is {why} |{}",
-            lead.iter()
-                .map(|cell| format!("{cell} | "))
-                .collect::<String>(),
-            " |".repeat(columns.len() - 2 - lead.len())
-        ),
+        Some(why) => println!("{}", unmeasurable_row(columns.len(), lead, why)),
         None => measure("krun", accel),
     }
 }
