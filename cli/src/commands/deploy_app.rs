@@ -28,36 +28,7 @@ pub async fn run(home: &Path, dir: &Path, json: bool) -> anyhow::Result<Exit> {
     let app = berm_app::load(dir)?;
     // Where bermd keeps an app's files: `fs=DIR` means `$BERM_HOME/data/DIR`,
     // as under `bermd --app`.
-    let data = home.join("data");
-    let mut prepared = Vec::with_capacity(app.programs.len());
-    for program in &app.programs {
-        let image = program.read()?;
-        berm_manifest::Manifest::from_image(&image)
-            .and_then(|m| m.check())
-            .with_context(|| {
-                format!(
-                    "app `{}`: program `{}` ({}) cannot be deployed; nothing was deployed",
-                    app.name,
-                    program.name,
-                    program.wasm.display()
-                )
-            })?;
-        let mut grants = Vec::new();
-        for text in program.resolve_grants(&data) {
-            let grant = Grant::from_str(&text)
-                .with_context(|| format!("app `{}`: program `{}`", app.name, program.name))?;
-            grants.push(grant);
-        }
-        prepared.push(Prepared {
-            name: program.name.clone(),
-            image,
-            grants,
-            limits: LimitsSpec {
-                deadline_ms: app.call_deadline_ms,
-                memory_bytes: program.memory_mb.map(|mb| mb << 20),
-            },
-        });
-    }
+    let prepared = prepare(&app, &home.join("data"))?;
     // bermd wants fs directories to exist; create them only once the whole
     // folder has been checked.
     for program in &prepared {
@@ -150,6 +121,41 @@ pub async fn run(home: &Path, dir: &Path, json: bool) -> anyhow::Result<Exit> {
         app.dir.display()
     );
     Ok(Exit::Ok)
+}
+
+/// Reads and checks every program of `app` and resolves its grants against `data`, before
+/// anything is deployed.
+fn prepare(app: &berm_app::App, data: &Path) -> anyhow::Result<Vec<Prepared>> {
+    let mut prepared = Vec::with_capacity(app.programs.len());
+    for program in &app.programs {
+        let image = program.read()?;
+        berm_manifest::Manifest::from_image(&image)
+            .and_then(|m| m.check())
+            .with_context(|| {
+                format!(
+                    "app `{}`: program `{}` ({}) cannot be deployed; nothing was deployed",
+                    app.name,
+                    program.name,
+                    program.wasm.display()
+                )
+            })?;
+        let mut grants = Vec::new();
+        for text in program.resolve_grants(data) {
+            let grant = Grant::from_str(&text)
+                .with_context(|| format!("app `{}`: program `{}`", app.name, program.name))?;
+            grants.push(grant);
+        }
+        prepared.push(Prepared {
+            name: program.name.clone(),
+            image,
+            grants,
+            limits: LimitsSpec {
+                deadline_ms: app.call_deadline_ms,
+                memory_bytes: program.memory_mb.map(|mb| mb << 20),
+            },
+        });
+    }
+    Ok(prepared)
 }
 
 /// The values of the folder's `[secrets]`, read from the files it names
