@@ -83,17 +83,10 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
-        Ok(cli) => cli,
-        Err(e) => {
-            let _ = e.print();
-            return ExitCode::from(if e.use_stderr() {
-                Exit::Error.code()
-            } else {
-                Exit::Ok.code()
-            });
-        }
-    };
+    // On bad arguments clap prints why and exits with 2, [`Exit::Error`]; after --help or
+    // --version it exits with 0.
+    const _: () = assert!(Exit::Error.code() == 2 && Exit::Ok.code() == 0);
+    let cli = Cli::parse();
     let home = cli.home.unwrap_or_else(berm_control::home::berm_home);
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
