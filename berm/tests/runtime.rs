@@ -163,7 +163,7 @@ async fn syscalls_are_served_only_when_granted() {
         .unwrap_err();
     assert_eq!(
         e.to_string(),
-        "`bare_read_file` called `fs.read`, which is not granted to `bare` (grant `fs` to allow it)"
+        "`bare_read_file` called `fs.read`, which is not granted to `bare` (grant `fs=DIR` to allow it)"
     );
     assert_eq!(
         calls.load(Ordering::SeqCst),
