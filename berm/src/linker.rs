@@ -279,7 +279,7 @@ fn define_trap(
     (module, name): &(String, String),
     missing: Missing,
 ) -> wasmtime::Result<()> {
-    let grant = module.clone();
+    let grant = berm_abi::grant_for(module).to_string();
     let syscall = format!("{module}.{name}");
     linker.func_wrap(
         module,

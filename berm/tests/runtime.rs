@@ -166,7 +166,7 @@ async fn syscalls_are_served_only_when_granted() {
     let e = host_error(&berm, "bare", "read_file", r#"{"path":"hello.txt"}"#).await;
     assert_eq!(
         e.to_string(),
-        "`bare_read_file` called `fs.read`, which is not granted to `bare` (grant `fs` to allow it)"
+        "`bare_read_file` called `fs.read`, which is not granted to `bare` (grant `fs=DIR` to allow it)"
     );
     assert_eq!(
         calls.load(Ordering::SeqCst),

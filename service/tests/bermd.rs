@@ -295,8 +295,9 @@ fn an_ungranted_syscall_traps_naming_the_grant() {
     let (message, error) = result_text(&session.call("files_read_file", json!({"path": "x"})));
     assert!(error);
     assert!(
-        message
-            .contains("called `fs.read`, which is not granted to `files` (grant `fs` to allow it)"),
+        message.contains(
+            "called `fs.read`, which is not granted to `files` (grant `fs=DIR` to allow it)"
+        ),
         "{message}"
     );
     let (message, error) = result_text(&session.call("notes_list", json!({})));
