@@ -12,9 +12,8 @@
 # Installed: $BERM_VM_ARTIFACTS/kernel/<sha256>/{vmlinux|Image}
 set -euo pipefail
 cd "$(dirname "$0")/.."
-root="$PWD"
 . scripts/lib-pins.sh
-arch="$(parse_arch_arg "$@")"
+build_script_start "$@"
 
 manifest=kernel/manifest.toml
 package="$(toml_get $manifest source package)"

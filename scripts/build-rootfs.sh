@@ -15,9 +15,8 @@
 # Installed: $BERM_VM_ARTIFACTS/rootfs/<sha256>/rootfs.erofs
 set -euo pipefail
 cd "$(dirname "$0")/.."
-root="$PWD"
 . scripts/lib-pins.sh
-arch="$(parse_arch_arg "$@")"
+build_script_start "$@"
 
 manifest=rootfs/manifest.toml
 target=$arch-unknown-linux-musl

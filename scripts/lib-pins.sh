@@ -53,6 +53,13 @@ cross_env() {
   esac
 }
 
+# build_script_start ARGS...: what both build scripts start with, once in the repository
+# root: $root (that directory) and $arch (the guest architecture, see parse_arch_arg).
+build_script_start() {
+  root="$PWD"
+  arch="$(parse_arch_arg "$@")"
+}
+
 # parse_arch_arg ARGS...: the guest architecture a build script was asked for, from
 # `--arch ARCH` (x86_64 or aarch64), else $BERM_ARCH, else x86_64.
 parse_arch_arg() {

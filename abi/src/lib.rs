@@ -10,6 +10,7 @@
 //! prose version of this file.
 #![forbid(unsafe_code)]
 
+pub mod codes;
 pub mod frame;
 pub mod net;
 pub mod word;
@@ -135,6 +136,17 @@ macro_rules! syscall_table {
     };
 }
 for_each_syscall!(syscall_table);
+
+/// The grant that allows `module`'s syscalls, as `berm deploy --grant` spells it, for
+/// messages that tell a user what to grant: the module's own name, except where the grant
+/// names what it reaches (`fs=DIR`, `net=HOST[:PORT]` for `http`).
+pub fn grant_for(module: &str) -> &str {
+    match module {
+        "fs" => "fs=DIR",
+        "http" => "net=HOST[:PORT]",
+        other => other,
+    }
+}
 
 /// Looks a syscall up by module and name.
 pub fn syscall(module: &str, name: &str) -> Option<&'static SyscallSpec> {

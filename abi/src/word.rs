@@ -11,45 +11,33 @@ pub const STATUS_DONE: u32 = 0;
 /// `call`: the callee ran and reported a failure (message staged).
 pub const STATUS_FAILED: u32 = 1;
 
-/// Why a syscall did not succeed. The numbers are part of the ABI.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[repr(i64)]
-pub enum ErrorCode {
-    /// The request was malformed (bad framing, bad UTF-8, bad name).
-    Invalid = 1,
-    /// No such key, file, program or tool. For `call`: refused, nothing ran.
-    NotFound = 2,
-    /// Refused by the host: not granted, or a path that leaves its root.
-    Denied = 3,
-    /// The request or its reply exceeds a cap.
-    TooLarge = 4,
-    /// The host could not complete the operation (I/O).
-    Io = 5,
-    /// `call`: the call-depth limit was reached; refused, nothing ran.
-    Depth = 6,
-    /// `call`: the callee ran and hit a host error (trap, deadline, memory cap).
-    Fault = 7,
-    /// The operation conflicts with what exists (e.g. a directory in the way).
-    Conflict = 8,
-    /// The host gave up waiting (for `http.fetch`: the server did not answer
-    /// within the call's deadline or the request's time cap).
-    Timeout = 9,
+crate::codes! {
+    /// Why a syscall did not succeed. The numbers are part of the ABI; the names (`not_found`)
+    /// are used in messages and docs. `ALL` is in numeric order.
+    pub enum ErrorCode: i64 {
+        /// The request was malformed (bad framing, bad UTF-8, bad name).
+        Invalid = 1 => "invalid",
+        /// No such key, file, program or tool. For `call`: refused, nothing ran.
+        NotFound = 2 => "not_found",
+        /// Refused by the host: not granted, or a path that leaves its root.
+        Denied = 3 => "denied",
+        /// The request or its reply exceeds a cap.
+        TooLarge = 4 => "too_large",
+        /// The host could not complete the operation (I/O).
+        Io = 5 => "io",
+        /// `call`: the call-depth limit was reached; refused, nothing ran.
+        Depth = 6 => "depth",
+        /// `call`: the callee ran and hit a host error (trap, deadline, memory cap).
+        Fault = 7 => "fault",
+        /// The operation conflicts with what exists (e.g. a directory in the way).
+        Conflict = 8 => "conflict",
+        /// The host gave up waiting (for `http.fetch`: the server did not answer
+        /// within the call's deadline or the request's time cap).
+        Timeout = 9 => "timeout",
+    }
 }
 
 impl ErrorCode {
-    /// All codes, in numeric order.
-    pub const ALL: [ErrorCode; 9] = [
-        ErrorCode::Invalid,
-        ErrorCode::NotFound,
-        ErrorCode::Denied,
-        ErrorCode::TooLarge,
-        ErrorCode::Io,
-        ErrorCode::Depth,
-        ErrorCode::Fault,
-        ErrorCode::Conflict,
-        ErrorCode::Timeout,
-    ];
-
     /// The code for a negative word, if it is one.
     pub fn from_word(word: i64) -> Option<ErrorCode> {
         ErrorCode::ALL
@@ -59,22 +47,7 @@ impl ErrorCode {
 
     /// The negative word that carries this code.
     pub fn word(self) -> i64 {
-        -(self as i64)
-    }
-
-    /// A short lowercase name (`not_found`), used in messages and docs.
-    pub fn name(self) -> &'static str {
-        match self {
-            ErrorCode::Invalid => "invalid",
-            ErrorCode::NotFound => "not_found",
-            ErrorCode::Denied => "denied",
-            ErrorCode::TooLarge => "too_large",
-            ErrorCode::Io => "io",
-            ErrorCode::Depth => "depth",
-            ErrorCode::Fault => "fault",
-            ErrorCode::Conflict => "conflict",
-            ErrorCode::Timeout => "timeout",
-        }
+        -self.code()
     }
 }
 

@@ -15,7 +15,7 @@
 //! runtimes. The format is documented in `docs/apps.md`.
 #![forbid(unsafe_code)]
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::io::Read;
 use std::path::{Component, Path, PathBuf};
@@ -79,6 +79,11 @@ pub struct App {
     pub limits: Limits,
     /// The deadline of every call, when set; otherwise berm's default.
     pub call_deadline_ms: Option<u64>,
+    /// `[secrets]`: where the host reads each secret's value, by name. Host
+    /// paths, outside the folder, read only by the host side (bermd on the
+    /// host, berm-vmm's dialer for a VM): the value never enters the folder,
+    /// the guest or wasm memory.
+    pub secret_files: BTreeMap<String, PathBuf>,
 }
 
 /// One `[[program]]`.
@@ -188,17 +193,20 @@ pub enum AppError {
         /// The value found.
         value: String,
     },
-    /// `call_deadline_ms` is out of range.
-    #[error(
-        "{}: `call_deadline_ms` = {value}: allowed 1 to {max}",
-        file.display(),
-        max = defaults::CALL_DEADLINE_MS_MAX
-    )]
-    CallDeadline {
+    /// A whole-number setting (`call_deadline_ms`, `limits.memory_mb`, `limits.pids`) is out
+    /// of its range.
+    #[error("{}: `{key}` = {value}: allowed {min} to {max}", file.display())]
+    OutOfRange {
         /// The manifest.
         file: PathBuf,
+        /// The setting, as written in `berm.toml`.
+        key: &'static str,
         /// The value found.
         value: u64,
+        /// The least value allowed.
+        min: u64,
+        /// The greatest value allowed.
+        max: u64,
     },
     /// `[limits] cpu` is out of range.
     #[error(
@@ -212,32 +220,6 @@ pub enum AppError {
         file: PathBuf,
         /// The value found.
         value: f64,
-    },
-    /// `[limits] memory_mb` is out of range.
-    #[error(
-        "{}: `limits.memory_mb` = {value}: allowed {min} to {max}",
-        file.display(),
-        min = defaults::MEMORY_MB_MIN,
-        max = defaults::MEMORY_MB_MAX
-    )]
-    Memory {
-        /// The manifest.
-        file: PathBuf,
-        /// The value found.
-        value: u64,
-    },
-    /// `[limits] pids` is out of range.
-    #[error(
-        "{}: `limits.pids` = {value}: allowed {min} to {max}",
-        file.display(),
-        min = defaults::PIDS_MIN,
-        max = defaults::PIDS_MAX
-    )]
-    Pids {
-        /// The manifest.
-        file: PathBuf,
-        /// The value found.
-        value: u64,
     },
     /// No `[[program]]` at all.
     #[error("{}: no `[[program]]`: an app holds 1 to {MAX_PROGRAMS} programs", file.display())]
@@ -300,6 +282,16 @@ pub enum AppError {
         program: String,
         /// The grant.
         grant: String,
+    },
+    /// A `[secrets]` entry that cannot be used.
+    #[error("{}: [secrets] {name}: {problem}", file.display())]
+    Secret {
+        /// The manifest.
+        file: PathBuf,
+        /// The secret's name as written.
+        name: String,
+        /// What is wrong and what to write instead.
+        problem: String,
     },
     /// A `net=` or `secret:` grant that does not parse.
     #[error("{}: program `{program}`: {problem}", file.display())]
@@ -411,6 +403,8 @@ struct RawApp {
     limits: RawLimits,
     #[serde(default, rename = "program")]
     programs: Vec<RawProgram>,
+    #[serde(default)]
+    secrets: BTreeMap<String, String>,
 }
 
 #[derive(Deserialize, Default)]
@@ -473,10 +467,14 @@ pub fn load(dir: &Path) -> Result<App, AppError> {
             value: raw.name,
         });
     }
-    if let Some(value) = raw.call_deadline_ms
-        && !(1..=defaults::CALL_DEADLINE_MS_MAX).contains(&value)
-    {
-        return Err(AppError::CallDeadline { file, value });
+    if let Some(value) = raw.call_deadline_ms {
+        in_range(
+            &file,
+            "call_deadline_ms",
+            value,
+            1,
+            defaults::CALL_DEADLINE_MS_MAX,
+        )?;
     }
     let limits = limits(&file, &raw.limits)?;
 
@@ -524,13 +522,78 @@ pub fn load(dir: &Path) -> Result<App, AppError> {
             memory_mb: program.memory_mb,
         });
     }
+    let secret_files = secret_files(&file, &dir, &raw.secrets, &programs)?;
     Ok(App {
         dir,
         name: raw.name,
         programs,
         limits,
         call_deadline_ms: raw.call_deadline_ms,
+        secret_files,
     })
+}
+
+/// Checks `[secrets]`: each name is bound by some program's
+/// `secret:NAME=HOST` grant, and each value file is named absolute (or from
+/// `~/`) and lies outside the app folder, so packing or sharing the folder
+/// never carries a value. The files themselves are read when a request needs
+/// them (on the host only), so they need not exist yet.
+fn secret_files(
+    file: &Path,
+    dir: &Path,
+    raw: &BTreeMap<String, String>,
+    programs: &[Program],
+) -> Result<BTreeMap<String, PathBuf>, AppError> {
+    let mut files = BTreeMap::new();
+    for (name, value) in raw {
+        let fail = |problem: String| AppError::Secret {
+            file: file.to_path_buf(),
+            name: name.clone(),
+            problem,
+        };
+        if !berm_abi::net::is_valid_secret_name(name) {
+            return Err(fail(
+                "a secret's name is 1 to 64 of A-Z, a-z, 0-9, `_`, `-`".into(),
+            ));
+        }
+        let prefix = format!("secret:{name}=");
+        if !programs
+            .iter()
+            .any(|p| p.grants.iter().any(|g| g.starts_with(&prefix)))
+        {
+            return Err(fail(format!(
+                "no program binds it: add `secret:{name}=HOST` to the grants of the program that uses it"
+            )));
+        }
+        let path = match value.strip_prefix("~/") {
+            Some(rest) => match std::env::var_os("HOME").map(PathBuf::from) {
+                Some(home) if home.is_absolute() => home.join(rest),
+                // Inside the microVM (no HOME), where the values are never
+                // read: the guest forwards requests to the host's dialer.
+                _ => {
+                    files.insert(name.clone(), PathBuf::from(value));
+                    continue;
+                }
+            },
+            None => PathBuf::from(value),
+        };
+        if !path.is_absolute() || path.components().any(|c| c == Component::ParentDir) {
+            return Err(fail(format!(
+                "{value:?}: name the value's file by an absolute path or from ~/, without `..` \
+                 (a secret's value never sits in the app folder)"
+            )));
+        }
+        let real = fs::canonicalize(&path).unwrap_or_else(|_| path.clone());
+        if path.starts_with(dir) || real.starts_with(dir) {
+            return Err(fail(format!(
+                "{} is inside the app folder: keep secret values outside it, \
+                 e.g. under ~/.config/berm/",
+                path.display()
+            )));
+        }
+        files.insert(name.clone(), path);
+    }
+    Ok(files)
 }
 
 impl Program {
@@ -621,24 +684,35 @@ fn limits(file: &Path, raw: &RawLimits) -> Result<Limits, AppError> {
         limits.cpu_millicores = (value * 1000.0).round() as u32;
     }
     if let Some(value) = raw.memory_mb {
-        if !(defaults::MEMORY_MB_MIN..=defaults::MEMORY_MB_MAX).contains(&value) {
-            return Err(AppError::Memory {
-                file: file.to_path_buf(),
-                value,
-            });
-        }
-        limits.memory_mb = value;
+        let (min, max) = (defaults::MEMORY_MB_MIN, defaults::MEMORY_MB_MAX);
+        limits.memory_mb = in_range(file, "limits.memory_mb", value, min, max)?;
     }
     if let Some(value) = raw.pids {
-        if !(u64::from(defaults::PIDS_MIN)..=u64::from(defaults::PIDS_MAX)).contains(&value) {
-            return Err(AppError::Pids {
-                file: file.to_path_buf(),
-                value,
-            });
-        }
-        limits.pids = value as u32;
+        let (min, max) = (defaults::PIDS_MIN.into(), defaults::PIDS_MAX.into());
+        limits.pids = in_range(file, "limits.pids", value, min, max)? as u32;
     }
     Ok(limits)
+}
+
+/// `value` when it is in `min..=max`, else [`AppError::OutOfRange`] for `key`.
+fn in_range(
+    file: &Path,
+    key: &'static str,
+    value: u64,
+    min: u64,
+    max: u64,
+) -> Result<u64, AppError> {
+    if (min..=max).contains(&value) {
+        Ok(value)
+    } else {
+        Err(AppError::OutOfRange {
+            file: file.to_path_buf(),
+            key,
+            value,
+            min,
+            max,
+        })
+    }
 }
 
 /// `DIR:ro` → (`DIR`, `:ro`); the mode suffix is kept as written.

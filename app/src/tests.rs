@@ -484,3 +484,91 @@ fn the_shipped_examples_and_the_documented_one_load() {
         ["fs=/home/u/.berm/data/attachments:rw"]
     );
 }
+
+/// A one-program app granting `secret:TOKEN=api.example.com`, with
+/// `secrets` as its `[secrets]` table.
+fn with_secrets(secrets: &str) -> String {
+    format!(
+        "name = \"a\"\n[secrets]\n{secrets}\n[[program]]\nname = \"notes\"\nwasm = \"notes.wasm\"\n\
+         grants = [\"secret:TOKEN=api.example.com\"]\n"
+    )
+}
+
+#[test]
+fn secret_files_are_named_outside_the_folder() {
+    let dir = folder(
+        &with_secrets(r#"TOKEN = "/etc/berm/token""#),
+        &["notes.wasm"],
+    );
+    let app = load(dir.path()).unwrap();
+    assert_eq!(
+        app.secret_files.get("TOKEN").map(PathBuf::as_path),
+        Some(Path::new("/etc/berm/token"))
+    );
+    // From the home directory.
+    let dir = folder(
+        &with_secrets(r#"TOKEN = "~/.config/berm/token""#),
+        &["notes.wasm"],
+    );
+    let home = PathBuf::from(std::env::var_os("HOME").unwrap());
+    assert_eq!(
+        load(dir.path()).unwrap().secret_files["TOKEN"],
+        home.join(".config/berm/token")
+    );
+    // No [secrets]: nothing.
+    let dir = folder(&format!("name = \"a\"\n{ONE}"), &["notes.wasm"]);
+    assert!(load(dir.path()).unwrap().secret_files.is_empty());
+}
+
+#[test]
+fn refuses_secret_files_inside_the_folder_relative_or_unbound() {
+    assert_has(
+        &refusal(&with_secrets(r#"TOKEN = "token.txt""#), &["notes.wasm"]),
+        &["[secrets] TOKEN", "absolute path or from ~/"],
+    );
+    assert_has(
+        &refusal(
+            &with_secrets(r#"TOKEN = "/etc/../root/token""#),
+            &["notes.wasm"],
+        ),
+        &["without `..`"],
+    );
+    assert_has(
+        &refusal(
+            &with_secrets(r#"OTHER = "/etc/berm/other""#),
+            &["notes.wasm"],
+        ),
+        &[
+            "[secrets] OTHER",
+            "no program binds it",
+            "secret:OTHER=HOST",
+        ],
+    );
+    assert_has(
+        &refusal(
+            &with_secrets(r#""bad name" = "/etc/berm/x""#),
+            &["notes.wasm"],
+        ),
+        &["a secret's name is"],
+    );
+    // The folder's own files, named by their absolute path (canonical, as
+    // `load` sees the folder) or through a link that leads in.
+    let dir = folder(&with_secrets(""), &["notes.wasm"]);
+    let inside = fs::canonicalize(dir.path()).unwrap().join("token");
+    let manifest = with_secrets(&format!("TOKEN = {:?}", inside.display().to_string()));
+    fs::write(dir.path().join(MANIFEST), manifest).unwrap();
+    assert_has(
+        &load(dir.path()).unwrap_err().to_string(),
+        &["is inside the app folder", "~/.config/berm/"],
+    );
+    let outside = tempfile::tempdir().unwrap();
+    let link = outside.path().join("link");
+    std::os::unix::fs::symlink(&inside, &link).unwrap();
+    fs::write(&inside, "v").unwrap();
+    let manifest = with_secrets(&format!("TOKEN = {:?}", link.display().to_string()));
+    fs::write(dir.path().join(MANIFEST), manifest).unwrap();
+    assert_has(
+        &load(dir.path()).unwrap_err().to_string(),
+        &["is inside the app folder"],
+    );
+}

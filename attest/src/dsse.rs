@@ -515,25 +515,24 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("berm").join(KEY_FILE);
         let key = HostKey::load_or_create(Some(&path)).unwrap();
-        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
-        assert_eq!(mode, 0o600);
+        assert_eq!(berm_fixtures::mode(&path), 0o600);
         let again = HostKey::load_or_create(Some(&path)).unwrap();
         assert_eq!(key.public(), again.public());
         let public = dir.path().join("pub.pem");
         std::fs::write(&public, key.public_pem()).unwrap();
         assert_eq!(read_public_key(&public).unwrap(), key.public());
         // Not a private key file: refused by name.
-        std::fs::set_permissions(&public, std::fs::Permissions::from_mode(0o600)).unwrap();
-        let err = HostKey::load_or_create(Some(&public))
-            .err()
-            .unwrap()
-            .to_string();
+        // Why a key file with mode `mode` is refused.
+        let refused = |key: &Path, mode: u32| {
+            std::fs::set_permissions(key, std::fs::Permissions::from_mode(mode)).unwrap();
+            HostKey::load_or_create(Some(key))
+                .err()
+                .unwrap()
+                .to_string()
+        };
+        let err = refused(&public, 0o600);
         assert!(err.contains("not an ed25519 private key"), "{err}");
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
-        let err = HostKey::load_or_create(Some(&path))
-            .err()
-            .unwrap()
-            .to_string();
+        let err = refused(&path, 0o644);
         assert!(err.contains("chmod 600"), "{err}");
     }
 }

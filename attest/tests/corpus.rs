@@ -151,6 +151,24 @@ fn reseal(mut record: Value) -> Value {
     record
 }
 
+/// Appends `words` to the record's kernel command line.
+fn append_to_cmdline(record: &mut Value, words: &str) {
+    let cmdline = record["kernel"]["cmdline"].as_str().unwrap().to_owned();
+    record["kernel"]["cmdline"] = format!("{cmdline} {words}").into();
+}
+
+/// Drops the record's first `event` guest event.
+fn remove_event(record: &mut Value, event: &str) {
+    let i = event_index(record, event);
+    record["guest"]["events"].as_array_mut().unwrap().remove(i);
+}
+
+/// The record's first `event` guest event, to forge a field of.
+fn event_mut<'a>(record: &'a mut Value, event: &str) -> &'a mut Value {
+    let i = event_index(record, event);
+    &mut record["guest"]["events"][i]
+}
+
 fn event_index(record: &Value, event: &str) -> usize {
     record["guest"]["events"]
         .as_array()
@@ -206,10 +224,7 @@ fn corpus() -> Vec<Case> {
     };
     add(
         "a changed program digest in app_ready",
-        &|r| {
-            let i = event_index(r, "app_ready");
-            r["guest"]["events"][i]["programs"][0]["sha256"] = "7".repeat(64).into();
-        },
+        &|r| event_mut(r, "app_ready")["programs"][0]["sha256"] = "7".repeat(64).into(),
         Code::ProgramDigestMismatch,
     );
     add(
@@ -234,18 +249,12 @@ fn corpus() -> Vec<Case> {
     );
     add(
         "the write-up's cmdline injection",
-        &|r| {
-            let cmdline = r["kernel"]["cmdline"].as_str().unwrap().to_owned();
-            r["kernel"]["cmdline"] = format!("{cmdline} X=1\" lsm=\"yama").into();
-        },
+        &|r| append_to_cmdline(r, "X=1\" lsm=\"yama"),
         Code::CmdlineMismatch,
     );
     add(
         "a kernel parameter appended to the cmdline",
-        &|r| {
-            let cmdline = r["kernel"]["cmdline"].as_str().unwrap().to_owned();
-            r["kernel"]["cmdline"] = format!("{cmdline} init=/bin/sh").into();
-        },
+        &|r| append_to_cmdline(r, "init=/bin/sh"),
         Code::CmdlineMismatch,
     );
     add(
@@ -262,58 +271,37 @@ fn corpus() -> Vec<Case> {
     );
     add(
         "a mismatched boot id",
-        &|r| {
-            let i = event_index(r, "app_started");
-            r["guest"]["events"][i]["bootId"] = "00000000-0000-0000-0000-000000000000".into();
-        },
+        &|r| event_mut(r, "app_started")["bootId"] = "00000000-0000-0000-0000-000000000000".into(),
         Code::BootIdMismatch,
     );
     add(
         "a missing enforcement report",
-        &|r| {
-            let i = event_index(r, "app_started");
-            r["guest"]["events"].as_array_mut().unwrap().remove(i);
-        },
+        &|r| remove_event(r, "app_started"),
         Code::EnforcementMissing,
     );
     add(
         "Landlock partially enforced in the app",
-        &|r| {
-            let i = event_index(r, "app_started");
-            r["guest"]["events"][i]["enforcement"]["landlock"] = "partially_enforced".into();
-        },
+        &|r| event_mut(r, "app_started")["enforcement"]["landlock"] = "partially_enforced".into(),
         Code::EnforcementWeak,
     );
     add(
         "no seccomp filter on the app",
-        &|r| {
-            let i = event_index(r, "app_started");
-            r["guest"]["events"][i]["enforcement"]["seccomp"] = "none".into();
-        },
+        &|r| event_mut(r, "app_started")["enforcement"]["seccomp"] = "none".into(),
         Code::EnforcementWeak,
     );
     add(
         "no policy digest",
-        &|r| {
-            let i = event_index(r, "app_started");
-            r["guest"]["events"][i]["enforcement"]["policySha256"] = "".into();
-        },
+        &|r| event_mut(r, "app_started")["enforcement"]["policySha256"] = "".into(),
         Code::PolicyDigestMissing,
     );
     add(
         "an app under another policy than the pinned build's",
-        &|r| {
-            let i = event_index(r, "app_started");
-            r["guest"]["events"][i]["enforcement"]["policySha256"] = POLICY_SHA.into();
-        },
+        &|r| event_mut(r, "app_started")["enforcement"]["policySha256"] = POLICY_SHA.into(),
         Code::PolicyMismatch,
     );
     add(
         "BERM_PROBE on the command line without the probe's measurement",
-        &|r| {
-            let cmdline = r["kernel"]["cmdline"].as_str().unwrap().to_owned();
-            r["kernel"]["cmdline"] = format!("{cmdline} BERM_PROBE=0").into();
-        },
+        &|r| append_to_cmdline(r, "BERM_PROBE=0"),
         Code::TestProbePresent,
     );
     add(
@@ -338,10 +326,7 @@ fn corpus() -> Vec<Case> {
     );
     add(
         "an app that never became ready",
-        &|r| {
-            let i = event_index(r, "app_ready");
-            r["guest"]["events"].as_array_mut().unwrap().remove(i);
-        },
+        &|r| remove_event(r, "app_ready"),
         Code::AppNotReady,
     );
     add(
@@ -428,10 +413,7 @@ fn corpus() -> Vec<Case> {
     );
     add(
         "the guest mapped other code",
-        &|r| {
-            let i = event_index(r, "app_ready");
-            r["guest"]["events"][i]["programs"][0]["codeSha256"] = "e".repeat(64).into();
-        },
+        &|r| event_mut(r, "app_ready")["programs"][0]["codeSha256"] = "e".repeat(64).into(),
         Code::CodeDigestMismatch,
     );
     add(

@@ -37,76 +37,48 @@ pub(crate) fn convention_linker(engine: &wasmtime::Engine) -> Linker<CallState> 
 }
 
 fn define_convention(linker: &mut Linker<CallState>) -> wasmtime::Result<()> {
-    linker.func_wrap(
-        CONVENTION_MODULE,
-        convention::ARGS,
-        |mut caller: Caller<'_, CallState>, ptr: i32, len: i32| -> wasmtime::Result<i64> {
-            let (memory, state) = guest_memory(&mut caller)?;
-            let total = state.call.args.len();
-            if (len as u32 as usize) >= total {
-                let dest = state.region(memory, ptr, total as i32)?;
-                dest.copy_from_slice(&state.call.args);
-            }
-            Ok(word::success(0, total as u32))
-        },
-    )?;
+    define_region(linker, convention::ARGS, |memory, state, ptr, len| {
+        let (word, _) = hand_over(state, memory, ptr, len, &state.call.args)?;
+        Ok(word)
+    })?;
     for (name, failed) in [(convention::DONE, false), (convention::FAIL, true)] {
-        linker.func_wrap(
-            CONVENTION_MODULE,
-            name,
-            move |mut caller: Caller<'_, CallState>, ptr: i32, len: i32| -> wasmtime::Result<i64> {
-                let (memory, state) = guest_memory(&mut caller)?;
-                if state.outcome.is_some() {
-                    return Err(state.violation("the tool gave its result twice"));
-                }
-                let cap = state.call.program.info.limits.max_result_bytes;
-                let size = len as u32 as usize;
-                if size > cap {
-                    return Err(state.fault(Error::ResultTooLarge {
-                        program: state.call.program.name.to_string(),
-                        tool: state.call.tool.clone(),
-                        size,
-                        cap,
-                    }));
-                }
-                let bytes = state.region(memory, ptr, len)?.to_vec();
-                state.outcome = Some(if failed {
-                    Outcome::Failed(bytes)
-                } else {
-                    Outcome::Done(bytes)
-                });
-                Ok(0)
-            },
-        )?;
-    }
-    linker.func_wrap(
-        CONVENTION_MODULE,
-        convention::REPLY,
-        |mut caller: Caller<'_, CallState>, ptr: i32, len: i32| -> wasmtime::Result<i64> {
-            let (memory, state) = guest_memory(&mut caller)?;
-            let staged = std::mem::take(&mut state.staged);
-            let total = staged.len();
-            if (len as u32 as usize) >= total {
-                state
-                    .region(memory, ptr, total as i32)?
-                    .copy_from_slice(&staged);
-            } else {
-                state.staged = staged;
+        define_region(linker, name, move |memory, state, ptr, len| {
+            if state.outcome.is_some() {
+                return Err(state.violation("the tool gave its result twice"));
             }
-            Ok(word::success(0, total as u32))
-        },
-    )?;
-    linker.func_wrap(
-        CONVENTION_MODULE,
-        convention::PANIC,
-        |mut caller: Caller<'_, CallState>, ptr: i32, len: i32| -> wasmtime::Result<i64> {
-            let (memory, state) = guest_memory(&mut caller)?;
-            let len = (len as u32).min(MAX_PANIC_MESSAGE as u32) as i32;
-            let message = String::from_utf8_lossy(state.region(memory, ptr, len)?).into_owned();
-            state.panic = Some(message);
+            let cap = state.call.program.info.limits.max_result_bytes;
+            let size = len as u32 as usize;
+            if size > cap {
+                return Err(state.fault(Error::ResultTooLarge {
+                    program: state.call.program.name.to_string(),
+                    tool: state.call.tool.clone(),
+                    size,
+                    cap,
+                }));
+            }
+            let bytes = state.region(memory, ptr, len)?.to_vec();
+            state.outcome = Some(if failed {
+                Outcome::Failed(bytes)
+            } else {
+                Outcome::Done(bytes)
+            });
             Ok(0)
-        },
-    )?;
+        })?;
+    }
+    define_region(linker, convention::REPLY, |memory, state, ptr, len| {
+        let staged = std::mem::take(&mut state.staged);
+        let (word, copied) = hand_over(state, memory, ptr, len, &staged)?;
+        if !copied {
+            state.staged = staged;
+        }
+        Ok(word)
+    })?;
+    define_region(linker, convention::PANIC, |memory, state, ptr, len| {
+        let len = (len as u32).min(MAX_PANIC_MESSAGE as u32) as i32;
+        let message = String::from_utf8_lossy(state.region(memory, ptr, len)?).into_owned();
+        state.panic = Some(message);
+        Ok(0)
+    })?;
     linker.func_wrap_async(
         CONVENTION_MODULE,
         convention::CALL,
@@ -188,6 +160,47 @@ fn parse_call(
 }
 
 /// The guest's memory and the call state, borrowed together.
+/// Defines the convention import `name` (`(ptr: i32, len: i32) -> i64`), whose handler gets
+/// the program's memory, the call's state and the `(ptr, len)` it passed.
+fn define_region(
+    linker: &mut Linker<CallState>,
+    name: &str,
+    handler: impl Fn(&mut [u8], &mut CallState, i32, i32) -> wasmtime::Result<i64>
+    + Send
+    + Sync
+    + 'static,
+) -> wasmtime::Result<()> {
+    linker.func_wrap(
+        CONVENTION_MODULE,
+        name,
+        move |mut caller: Caller<'_, CallState>, ptr: i32, len: i32| -> wasmtime::Result<i64> {
+            let (memory, state) = guest_memory(&mut caller)?;
+            handler(memory, state, ptr, len)
+        },
+    )?;
+    Ok(())
+}
+
+/// Copies `bytes` into the program's `(ptr, len)` buffer when they fit. The word carries their
+/// length either way, so a program can ask again with a buffer that fits; the flag says
+/// whether they were copied.
+fn hand_over(
+    state: &CallState,
+    memory: &mut [u8],
+    ptr: i32,
+    len: i32,
+    bytes: &[u8],
+) -> wasmtime::Result<(i64, bool)> {
+    let total = bytes.len();
+    let fits = (len as u32 as usize) >= total;
+    if fits {
+        state
+            .region(memory, ptr, total as i32)?
+            .copy_from_slice(bytes);
+    }
+    Ok((word::success(0, total as u32), fits))
+}
+
 fn guest_memory<'a>(
     caller: &'a mut Caller<'_, CallState>,
 ) -> wasmtime::Result<(&'a mut [u8], &'a mut CallState)> {
@@ -266,7 +279,7 @@ fn define_trap(
     (module, name): &(String, String),
     missing: Missing,
 ) -> wasmtime::Result<()> {
-    let grant = module.clone();
+    let grant = berm_abi::grant_for(module).to_string();
     let syscall = format!("{module}.{name}");
     linker.func_wrap(
         module,

@@ -92,6 +92,19 @@ pub type Pending = Pin<Box<dyn Future<Output = Result<Reply, SyscallError>> + Se
 pub type BlockingHandler =
     dyn Fn(&SyscallContext<'_>, &mut [u8]) -> Result<Pending, SyscallError> + Send + Sync;
 
+/// What [`Syscall::new`] (`R` = [`Reply`]) and [`Syscall::blocking`] (`R` = [`Pending`])
+/// take as a handler: any thread-safe function from the call's context and the guest's
+/// region to an `R`, stored as [`Handler`] or [`BlockingHandler`].
+pub trait HandlerFn<R>:
+    Fn(&SyscallContext<'_>, &mut [u8]) -> Result<R, SyscallError> + Send + Sync + 'static
+{
+}
+
+impl<R, F> HandlerFn<R> for F where
+    F: Fn(&SyscallContext<'_>, &mut [u8]) -> Result<R, SyscallError> + Send + Sync + 'static
+{
+}
+
 #[derive(Clone)]
 pub(crate) enum Kind {
     Immediate(Arc<Handler>),
@@ -112,16 +125,9 @@ impl Syscall {
     pub fn new(
         module: impl Into<String>,
         name: impl Into<String>,
-        handler: impl Fn(&SyscallContext<'_>, &mut [u8]) -> Result<Reply, SyscallError>
-        + Send
-        + Sync
-        + 'static,
+        handler: impl HandlerFn<Reply>,
     ) -> Syscall {
-        Syscall {
-            module: module.into(),
-            name: name.into(),
-            kind: Kind::Immediate(Arc::new(handler)),
-        }
+        Syscall::of(module, name, Kind::Immediate(Arc::new(handler)))
     }
 
     /// A syscall whose work may wait (disk, network): the handler reads the
@@ -132,15 +138,16 @@ impl Syscall {
     pub fn blocking(
         module: impl Into<String>,
         name: impl Into<String>,
-        handler: impl Fn(&SyscallContext<'_>, &mut [u8]) -> Result<Pending, SyscallError>
-        + Send
-        + Sync
-        + 'static,
+        handler: impl HandlerFn<Pending>,
     ) -> Syscall {
+        Syscall::of(module, name, Kind::Blocking(Arc::new(handler)))
+    }
+
+    fn of(module: impl Into<String>, name: impl Into<String>, kind: Kind) -> Syscall {
         Syscall {
             module: module.into(),
             name: name.into(),
-            kind: Kind::Blocking(Arc::new(handler)),
+            kind,
         }
     }
 

@@ -10,14 +10,27 @@ fn berm() -> Berm {
     Berm::new(&engine(), call::DEFAULT_CALL_DEPTH, vec![])
 }
 
+/// A module body that imports each of `imports` from `berm` as `$name`, each
+/// `(ptr: i32, len: i32) -> i64` as the ABI has it, exports one page of memory, then `rest`.
+fn with_imports(imports: &[&str], rest: &str) -> String {
+    let imports: String = imports
+        .iter()
+        .map(|name| {
+            format!("(import \"berm\" \"{name}\" (func ${name} (param i32 i32) (result i64)))\n")
+        })
+        .collect();
+    format!("{imports}(memory (export \"memory\") 1)\n{rest}")
+}
+
 /// A tool written straight against the ABI: pulls its arguments with
 /// `berm.args` (asking for the length first), and hands them back with
 /// `berm.done`.
+fn raw_echo() -> String {
+    with_imports(&["args", "done", "fail"], RAW_ECHO)
+}
+
+/// [`raw_echo`] after its imports and memory: its data and its one tool.
 const RAW_ECHO: &str = r#"
-  (import "berm" "args" (func $args (param i32 i32) (result i64)))
-  (import "berm" "done" (func $done (param i32 i32) (result i64)))
-  (import "berm" "fail" (func $fail (param i32 i32) (result i64)))
-  (memory (export "memory") 1)
   (data (i32.const 0) "no arguments")
   (func (export "berm_tool_raw")
     (local $len i32)
@@ -31,7 +44,7 @@ const RAW_ECHO: &str = r#"
 #[tokio::test]
 async fn a_module_written_by_hand_speaks_the_abi() {
     let berm = berm();
-    berm.deploy("raw", &wat_program(&manifest(&["raw"]), RAW_ECHO))
+    berm.deploy("raw", &wat_program(&manifest(&["raw"]), &raw_echo()))
         .unwrap();
     let out = berm
         .call(None, "raw", "raw", b"{\"a\":1}".to_vec())
@@ -47,10 +60,6 @@ async fn calls_between_programs_stage_their_reply() {
     // `caller.go` calls `raw.raw` with the frames [program, tool, args] built
     // in its data segment, then pulls the staged reply and returns it.
     let body = r#"
-      (import "berm" "call" (func $call (param i32 i32) (result i64)))
-      (import "berm" "reply" (func $reply (param i32 i32) (result i64)))
-      (import "berm" "done" (func $done (param i32 i32) (result i64)))
-      (memory (export "memory") 1)
       (data (i32.const 0) "\03\00\00\00raw\03\00\00\00raw\02\00\00\00hi")
       (func (export "berm_tool_go")
         (local $word i64) (local $len i32)
@@ -59,10 +68,11 @@ async fn calls_between_programs_stage_their_reply() {
         (drop (call $reply (i32.const 512) (local.get $len)))
         (drop (call $done (i32.const 512) (local.get $len))))
     "#;
+    let body = with_imports(&["call", "reply", "done"], body);
     let berm = berm();
-    berm.deploy("raw", &wat_program(&manifest(&["raw"]), RAW_ECHO))
+    berm.deploy("raw", &wat_program(&manifest(&["raw"]), &raw_echo()))
         .unwrap();
-    berm.deploy("caller", &wat_program(&manifest(&["go"]), body))
+    berm.deploy("caller", &wat_program(&manifest(&["go"]), &body))
         .unwrap();
     assert_eq!(
         berm.call(None, "caller", "go", vec![]).await.unwrap(),

@@ -33,31 +33,43 @@ async fn text(
         .map(|r| r.map_err(|f| f.message))
 }
 
+/// [`text`] of a call that must not hit a host error: the program's answer or its failure.
+async fn answered(berm: &Berm, program: &str, tool: &str, args: &str) -> Result<String, String> {
+    text(berm, program, tool, args)
+        .await
+        .unwrap_or_else(|e| panic!("{program}.{tool}: host error: {e}"))
+}
+
+/// The host error (a trap, a deadline, a refusal) a call must end with.
+async fn host_error(berm: &Berm, program: &str, tool: &str, args: &str) -> Error {
+    text(berm, program, tool, args)
+        .await
+        .expect_err("the call must end with a host error")
+}
+
+/// The failure message of a call that must run and fail.
+async fn failed(berm: &Berm, program: &str, tool: &str, args: &str) -> String {
+    answered(berm, program, tool, args)
+        .await
+        .expect_err("the program must fail")
+}
+
 #[tokio::test]
 async fn echo_answers_and_fails_on_demand() {
     let berm = berm_with(&["echo"]);
     assert_eq!(
-        text(&berm, "echo", "echo", r#"{"message":"hello"}"#)
-            .await
-            .unwrap(),
+        answered(&berm, "echo", "echo", r#"{"message":"hello"}"#).await,
         Ok("hello".into())
     );
     assert_eq!(
-        text(&berm, "echo", "reverse", r#"{"message":"abc"}"#)
-            .await
-            .unwrap(),
+        answered(&berm, "echo", "reverse", r#"{"message":"abc"}"#).await,
         Ok("cba".into())
     );
     assert_eq!(
-        text(&berm, "echo", "fail", r#"{"message":"nope"}"#)
-            .await
-            .unwrap(),
+        answered(&berm, "echo", "fail", r#"{"message":"nope"}"#).await,
         Err("nope".into())
     );
-    let bad = text(&berm, "echo", "echo", r#"{"mesage":"x"}"#)
-        .await
-        .unwrap()
-        .unwrap_err();
+    let bad = failed(&berm, "echo", "echo", r#"{"mesage":"x"}"#).await;
     assert!(
         bad.starts_with("invalid arguments: unknown field `mesage`"),
         "{bad}"
@@ -69,7 +81,7 @@ async fn nothing_survives_a_call() {
     let berm = berm_with(&["hostile"]);
     for _ in 0..5 {
         assert_eq!(
-            text(&berm, "hostile", "counter", "{}").await.unwrap(),
+            answered(&berm, "hostile", "counter", "{}").await,
             Ok("1".into())
         );
     }
@@ -78,9 +90,9 @@ async fn nothing_survives_a_call() {
 #[tokio::test]
 async fn unknown_programs_and_tools_are_outer_errors() {
     let berm = berm_with(&["echo"]);
-    let e = text(&berm, "nope", "echo", "{}").await.unwrap_err();
+    let e = host_error(&berm, "nope", "echo", "{}").await;
     assert_eq!(e.to_string(), "no program named `nope` is deployed");
-    let e = text(&berm, "echo", "shout", "{}").await.unwrap_err();
+    let e = host_error(&berm, "echo", "shout", "{}").await;
     assert_eq!(
         e.to_string(),
         "program `echo` has no tool `shout` (its tools: echo, fail, reverse)"
@@ -97,18 +109,16 @@ async fn unknown_programs_and_tools_are_outer_errors() {
 async fn a_missing_syscall_traps_only_the_tool_that_reaches_for_it() {
     let berm = berm_with(&["hostile"]);
     assert_eq!(
-        text(&berm, "hostile", "counter", "{}").await.unwrap(),
+        answered(&berm, "hostile", "counter", "{}").await,
         Ok("1".into())
     );
-    let e = text(&berm, "hostile", "read_file", r#"{"path":"x"}"#)
-        .await
-        .unwrap_err();
+    let e = host_error(&berm, "hostile", "read_file", r#"{"path":"x"}"#).await;
     assert_eq!(
         e.to_string(),
         "`hostile_read_file` called `fs.read`, which this host does not serve"
     );
     assert_eq!(
-        text(&berm, "hostile", "counter", "{}").await.unwrap(),
+        answered(&berm, "hostile", "counter", "{}").await,
         Ok("1".into())
     );
 }
@@ -147,23 +157,16 @@ async fn syscalls_are_served_only_when_granted() {
     .unwrap();
 
     assert_eq!(
-        text(&berm, "granted", "read_file", r#"{"path":"hello.txt"}"#)
-            .await
-            .unwrap(),
+        answered(&berm, "granted", "read_file", r#"{"path":"hello.txt"}"#).await,
         Ok("hello from granted".into())
     );
-    let missing = text(&berm, "granted", "read_file", r#"{"path":"nope"}"#)
-        .await
-        .unwrap()
-        .unwrap_err();
+    let missing = failed(&berm, "granted", "read_file", r#"{"path":"nope"}"#).await;
     assert_eq!(missing, "no such file (not_found)");
 
-    let e = text(&berm, "bare", "read_file", r#"{"path":"hello.txt"}"#)
-        .await
-        .unwrap_err();
+    let e = host_error(&berm, "bare", "read_file", r#"{"path":"hello.txt"}"#).await;
     assert_eq!(
         e.to_string(),
-        "`bare_read_file` called `fs.read`, which is not granted to `bare` (grant `fs` to allow it)"
+        "`bare_read_file` called `fs.read`, which is not granted to `bare` (grant `fs=DIR` to allow it)"
     );
     assert_eq!(
         calls.load(Ordering::SeqCst),
@@ -179,9 +182,7 @@ async fn a_syscall_can_stop_the_call() {
     })];
     let berm = Berm::new(&engine(), call::DEFAULT_CALL_DEPTH, table);
     berm.deploy("hostile", &app("hostile")).unwrap();
-    let e = text(&berm, "hostile", "read_file", r#"{"path":"a"}"#)
-        .await
-        .unwrap_err();
+    let e = host_error(&berm, "hostile", "read_file", r#"{"path":"a"}"#).await;
     assert_eq!(
         e.to_string(),
         "`hostile_read_file` was stopped by `fs.read`: quota exhausted"
@@ -192,10 +193,7 @@ async fn a_syscall_can_stop_the_call() {
 async fn relay(berm: &Berm, program: &str, tool: &str, message: &str) -> serde_json::Value {
     let args =
         format!(r#"{{"program":"{program}","tool":"{tool}","args":{{"message":"{message}"}}}}"#);
-    let reply = text(berm, "compose", "relay", &args)
-        .await
-        .unwrap()
-        .unwrap();
+    let reply = answered(berm, "compose", "relay", &args).await.unwrap();
     serde_json::from_str(&reply).unwrap()
 }
 
@@ -203,9 +201,7 @@ async fn relay(berm: &Berm, program: &str, tool: &str, message: &str) -> serde_j
 async fn programs_call_each_other_by_name() {
     let berm = berm_with(&["echo", "compose", "hostile"]);
     assert_eq!(
-        text(&berm, "compose", "shout", r#"{"message":"hi"}"#)
-            .await
-            .unwrap(),
+        answered(&berm, "compose", "shout", r#"{"message":"hi"}"#).await,
         Ok("HI".into())
     );
 
@@ -251,15 +247,10 @@ async fn programs_call_each_other_by_name() {
 async fn call_depth_is_limited() {
     let berm = berm_with(&["compose"]);
     assert_eq!(
-        text(&berm, "compose", "recurse", r#"{"depth":3}"#)
-            .await
-            .unwrap(),
+        answered(&berm, "compose", "recurse", r#"{"depth":3}"#).await,
         Ok("bottom".into())
     );
-    let failure = text(&berm, "compose", "recurse", "{}")
-        .await
-        .unwrap()
-        .unwrap_err();
+    let failure = failed(&berm, "compose", "recurse", "{}").await;
     assert!(
         failure
             .ends_with("refused: call depth limit of 8 reached: `compose_recurse` was not called"),
@@ -268,10 +259,7 @@ async fn call_depth_is_limited() {
 
     let shallow = Berm::new(&engine(), 2, vec![]);
     shallow.deploy("compose", &app("compose")).unwrap();
-    let failure = text(&shallow, "compose", "recurse", r#"{"depth":5}"#)
-        .await
-        .unwrap()
-        .unwrap_err();
+    let failure = failed(&shallow, "compose", "recurse", r#"{"depth":5}"#).await;
     assert!(
         failure.contains("call depth limit of 2 reached"),
         "{failure}"
@@ -313,13 +301,11 @@ async fn every_bound_holds_and_the_next_call_succeeds() {
     let berm = berm_with(&["echo", "hostile"]);
     let check_alive = || async {
         assert_eq!(
-            text(&berm, "hostile", "counter", "{}").await.unwrap(),
+            answered(&berm, "hostile", "counter", "{}").await,
             Ok("1".into())
         );
         assert_eq!(
-            text(&berm, "echo", "echo", r#"{"message":"ok"}"#)
-                .await
-                .unwrap(),
+            answered(&berm, "echo", "echo", r#"{"message":"ok"}"#).await,
             Ok("ok".into())
         );
     };
@@ -337,40 +323,32 @@ async fn every_bound_holds_and_the_next_call_succeeds() {
     );
     check_alive().await;
 
-    let e = text(&berm, "hostile", "memory_bomb", "{}")
-        .await
-        .unwrap_err();
+    let e = host_error(&berm, "hostile", "memory_bomb", "{}").await;
     assert_eq!(
         e.to_string(),
         "`hostile_memory_bomb` tried to grow its memory past the cap of 16777216 bytes"
     );
     check_alive().await;
 
-    let e = text(&berm, "hostile", "recurse", "{}").await.unwrap_err();
+    let e = host_error(&berm, "hostile", "recurse", "{}").await;
     assert_eq!(
         e.to_string(),
         "`hostile_recurse` exhausted its stack of 524288 bytes (unbounded recursion?)"
     );
     check_alive().await;
 
-    let e = text(&berm, "hostile", "flood", r#"{"bytes":300000}"#)
-        .await
-        .unwrap_err();
+    let e = host_error(&berm, "hostile", "flood", r#"{"bytes":300000}"#).await;
     assert_eq!(
         e.to_string(),
         "`hostile_flood` produced 300000 bytes, over the result cap of 262144 bytes"
     );
     check_alive().await;
     assert_eq!(
-        text(&berm, "hostile", "flood", r#"{"bytes":3}"#)
-            .await
-            .unwrap(),
+        answered(&berm, "hostile", "flood", r#"{"bytes":3}"#).await,
         Ok("xxx".into())
     );
 
-    let e = text(&berm, "hostile", "panic", r#"{"message":"on purpose"}"#)
-        .await
-        .unwrap_err();
+    let e = host_error(&berm, "hostile", "panic", r#"{"message":"on purpose"}"#).await;
     let message = e.to_string();
     assert!(
         message.starts_with("`hostile_panic` panicked: panicked at"),
@@ -380,7 +358,7 @@ async fn every_bound_holds_and_the_next_call_succeeds() {
     check_alive().await;
 
     let big = format!(r#"{{"message":"{}"}}"#, "a".repeat(70 << 10));
-    let e = text(&berm, "echo", "echo", &big).await.unwrap_err();
+    let e = host_error(&berm, "echo", "echo", &big).await;
     assert_eq!(
         e.to_string(),
         format!(
@@ -407,7 +385,7 @@ async fn per_program_limits_override_the_engine_defaults() {
         },
     )
     .unwrap();
-    let e = text(&berm, "small", "memory_bomb", "{}").await.unwrap_err();
+    let e = host_error(&berm, "small", "memory_bomb", "{}").await;
     assert_eq!(
         e.to_string(),
         "`small_memory_bomb` tried to grow its memory past the cap of 2097152 bytes"
@@ -555,9 +533,6 @@ async fn a_blocking_syscall_waits_without_holding_the_thread() {
         assert_eq!(answer.unwrap().unwrap(), Ok("waited for hostile".into()));
     }
     assert_eq!(most.load(Ordering::SeqCst), 10);
-    let missing = text(&berm, "hostile", "read_file", r#"{"path":"nope"}"#)
-        .await
-        .unwrap()
-        .unwrap_err();
+    let missing = failed(&berm, "hostile", "read_file", r#"{"path":"nope"}"#).await;
     assert_eq!(missing, "no such file (not_found)");
 }

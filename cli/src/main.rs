@@ -13,17 +13,17 @@ use clap::{Parser, Subcommand};
 
 mod commands;
 
-/// berm's exit codes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(u8)]
-pub enum Exit {
-    /// Done.
-    Ok = 0,
-    /// `berm call`: the program ran and reported a failure.
-    ProgramFailed = 1,
-    /// A host error (bermd not running, a trap, a refused deploy) or a
-    /// usage error.
-    Error = 2,
+berm_abi::codes! {
+    /// berm's exit codes.
+    pub enum Exit: u8 {
+        /// Done.
+        Ok = 0,
+        /// `berm call`: the program ran and reported a failure.
+        ProgramFailed = 1,
+        /// A host error (bermd not running, a trap, a refused deploy) or a
+        /// usage error.
+        Error = 2,
+    }
 }
 
 /// The berm command line: deploy, list, call and inspect programs on bermd.
@@ -83,17 +83,10 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
-        Ok(cli) => cli,
-        Err(e) => {
-            let _ = e.print();
-            return ExitCode::from(if e.use_stderr() {
-                Exit::Error as u8
-            } else {
-                Exit::Ok as u8
-            });
-        }
-    };
+    // On bad arguments clap prints why and exits with 2, [`Exit::Error`]; after --help or
+    // --version it exits with 0.
+    const _: () = assert!(Exit::Error.code() == 2 && Exit::Ok.code() == 0);
+    let cli = Cli::parse();
     let home = cli.home.unwrap_or_else(berm_control::home::berm_home);
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -102,7 +95,7 @@ fn main() -> ExitCode {
         Ok(runtime) => runtime,
         Err(e) => {
             eprintln!("berm: could not start the async runtime: {e}");
-            return ExitCode::from(Exit::Error as u8);
+            return ExitCode::from(Exit::Error.code());
         }
     };
     let outcome = runtime.block_on(async {
@@ -126,10 +119,10 @@ fn main() -> ExitCode {
         }
     });
     match outcome {
-        Ok(exit) => ExitCode::from(exit as u8),
+        Ok(exit) => ExitCode::from(exit.code()),
         Err(e) => {
             eprintln!("berm: {e:#}");
-            ExitCode::from(Exit::Error as u8)
+            ExitCode::from(Exit::Error.code())
         }
     }
 }

@@ -61,6 +61,14 @@ impl Bermd {
     fn berm(&self, args: &[&str]) -> Output {
         berm_in(&self.home, args, None)
     }
+
+    /// `berm deploy NAME <the example NAME> FLAGS…`, which must succeed; its output.
+    fn deploy_example(&self, name: &str, flags: &[&str]) -> Output {
+        let wasm = wasm(name);
+        let out = self.berm(&[&["deploy", name, wasm.to_str().unwrap()], flags].concat());
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        out
+    }
 }
 
 impl Drop for Bermd {
@@ -90,6 +98,16 @@ fn berm_in(home: &Path, args: &[&str], stdin: Option<&str>) -> Output {
     }
     drop(child.stdin.take());
     child.wait_with_output().unwrap()
+}
+
+/// A test CA, a temporary directory, and the CA's certificate written in it as `ca.pem` (for
+/// `bermd --extra-ca`).
+fn test_ca() -> (berm_egress::testing::TestCa, tempfile::TempDir, PathBuf) {
+    let ca = berm_egress::testing::TestCa::new();
+    let dir = tempfile::tempdir().unwrap();
+    let ca_file = dir.path().join("ca.pem");
+    ca.write_ca(&ca_file);
+    (ca, dir, ca_file)
 }
 
 fn text(bytes: &[u8]) -> String {
@@ -134,19 +152,9 @@ fn deploy_ls_call_inspect_rm_with_their_exit_codes() {
     std::fs::write(data.path().join("hello.txt"), "hello from disk\n").unwrap();
     let grant = format!("fs={}:ro", data.path().display());
 
-    let out = bermd.berm(&["deploy", "echo", wasm("echo").to_str().unwrap()]);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let out = bermd.deploy_example("echo", &[]);
     assert!(text(&out.stdout).starts_with("deployed echo sha256:"));
-    let out = bermd.berm(&[
-        "deploy",
-        "files",
-        wasm("files").to_str().unwrap(),
-        "--grant",
-        &grant,
-        "--grant",
-        "log",
-    ]);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    bermd.deploy_example("files", &["--grant", &grant, "--grant", "log"]);
     let out = bermd.berm(&[
         "deploy",
         "bad",
@@ -411,11 +419,8 @@ fn deploy_app_deploys_every_program_of_a_folder_or_none() {
 /// connection is made. HTTPS works with the test's CA named by --extra-ca.
 #[test]
 fn fetch_get_reaches_the_granted_port_and_nothing_else() {
-    use berm_egress::testing::{Reply, TestCa, TestServer};
-    let ca = TestCa::new();
-    let dir = tempfile::tempdir().unwrap();
-    let ca_file = dir.path().join("ca.pem");
-    ca.write_ca(&ca_file);
+    use berm_egress::testing::{Reply, TestServer};
+    let (ca, _dir, ca_file) = test_ca();
     let page = TestServer::http(|seen| Reply::ok(format!("the page at {}", seen.path)));
     let secure = TestServer::https(&ca, |_| Reply::ok("a verified page"));
     let other = TestServer::http(|_| Reply::ok("must not be reached"));
@@ -424,16 +429,7 @@ fn fetch_get_reaches_the_granted_port_and_nothing_else() {
         format!("net=127.0.0.1:{}", page.port()),
         format!("net=127.0.0.1:{}", secure.port()),
     );
-    let out = bermd.berm(&[
-        "deploy",
-        "fetch",
-        wasm("fetch").to_str().unwrap(),
-        "--grant",
-        &net,
-        "--grant",
-        &net_tls,
-    ]);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    bermd.deploy_example("fetch", &["--grant", &net, "--grant", &net_tls]);
     let get = |url: String| bermd.berm(&["call", "fetch_get", &format!(r#"{{"url":"{url}"}}"#)]);
     let out = get(format!("{}/hello", page.origin(false)));
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
@@ -469,12 +465,9 @@ fn fetch_get_reaches_the_granted_port_and_nothing_else() {
 /// output of berm and no line of bermd's log.
 #[test]
 fn a_secret_reaches_only_its_host_and_is_never_shown() {
-    use berm_egress::testing::{Reply, TestCa, TestServer};
+    use berm_egress::testing::{Reply, TestServer};
     const TOKEN: &str = "ghp-test-value-7f3a";
-    let ca = TestCa::new();
-    let dir = tempfile::tempdir().unwrap();
-    let ca_file = dir.path().join("ca.pem");
-    ca.write_ca(&ca_file);
+    let (ca, dir, ca_file) = test_ca();
     let github = TestServer::https(&ca, |seen| {
         match (seen.path.as_str(), seen.header("authorization")) {
             ("/repos/octo/demo/issues?state=open", Some(auth))
@@ -504,18 +497,12 @@ fn a_secret_reaches_only_its_host_and_is_never_shown() {
         format!("127.0.0.1:{}", github.port()),
         format!("127.0.0.1:{}", elsewhere.port()),
     );
-    let out = bermd.berm(&[
-        "deploy",
-        "issues",
-        wasm("issues").to_str().unwrap(),
-        "--grant",
-        &format!("net={api}"),
-        "--grant",
-        &format!("net={other}"),
-        "--secret",
-        &format!("GITHUB_TOKEN={api}"),
-    ]);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let (net_api, net_other) = (format!("net={api}"), format!("net={other}"));
+    let secret = format!("GITHUB_TOKEN={api}");
+    let grants = [
+        "--grant", &net_api, "--grant", &net_other, "--secret", &secret,
+    ];
+    bermd.deploy_example("issues", &grants);
     let list = |host: &str| {
         bermd.berm(&[
             "call",
@@ -560,13 +547,7 @@ fn a_secret_reaches_only_its_host_and_is_never_shown() {
     assert!(log_text.contains("secret set"), "{log_text}");
     assert!(!shown.contains(TOKEN) && !log_text.contains(TOKEN));
     let secret_file = bermd.home.join("secrets/issues/GITHUB_TOKEN");
-    use std::os::unix::fs::PermissionsExt;
-    let mode = std::fs::metadata(&secret_file)
-        .unwrap()
-        .permissions()
-        .mode()
-        & 0o777;
-    assert_eq!(mode, 0o600);
+    assert_eq!(berm_fixtures::mode(&secret_file), 0o600);
     assert_eq!(std::fs::read_to_string(&secret_file).unwrap(), TOKEN);
 
     let out = bermd.berm(&["secret", "rm", "issues", "GITHUB_TOKEN"]);
@@ -580,6 +561,74 @@ fn a_secret_reaches_only_its_host_and_is_never_shown() {
     );
     let out = bermd.berm(&["secret", "rm", "issues", "GITHUB_TOKEN"]);
     assert_ne!(out.status.code(), Some(0));
+}
+
+/// An app folder's `[secrets]` names a value file outside the folder: under
+/// `bermd --app` and through `berm deploy --app`, the issues reader gets
+/// the token to its host only, and a file others may read is refused.
+#[test]
+fn an_app_reads_its_secret_from_the_file_its_manifest_names() {
+    use berm_egress::testing::{Reply, TestServer};
+    use std::os::unix::fs::PermissionsExt;
+    const TOKEN: &str = "ghp-file-value-51c0";
+    let (ca, dir, ca_file) = test_ca();
+    let github = TestServer::https(&ca, |seen| match seen.header("authorization") {
+        Some(auth) if auth == format!("Bearer {TOKEN}") => {
+            Reply::ok(r#"[{"number":9,"title":"t"}]"#)
+        }
+        _ => Reply {
+            status: 401,
+            ..Reply::ok("bad credentials")
+        },
+    });
+    let api = format!("127.0.0.1:{}", github.port());
+    let token = dir.path().join("github-token");
+    std::fs::write(&token, format!("{TOKEN}\n")).unwrap();
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let folder = dir.path().join("issues-app");
+    std::fs::create_dir(&folder).unwrap();
+    std::fs::copy(wasm("issues"), folder.join("issues.wasm")).unwrap();
+    std::fs::write(
+        folder.join("berm.toml"),
+        format!(
+            "name = \"issues\"\n[secrets]\nGITHUB_TOKEN = {:?}\n[[program]]\nname = \"issues\"\n\
+             wasm = \"issues.wasm\"\ngrants = [\"net={api}\", \"secret:GITHUB_TOKEN={api}\"]\n",
+            token.display().to_string()
+        ),
+    )
+    .unwrap();
+    let call = format!(r#"{{"repo":"octo/demo","api":"https://{api}"}}"#);
+    let ca_arg = ["--extra-ca", ca_file.to_str().unwrap()];
+
+    // bermd --app: read on the host when the request needs it.
+    let app = Bermd::start_with(
+        &[&ca_arg[..], &["--app", folder.to_str().unwrap()]].concat(),
+        Stdio::null(),
+    );
+    let out = app.berm(&["call", "issues_list", &call]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let issues: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(issues[0]["number"], 9);
+    drop(app);
+
+    // berm deploy --app: read and set before anything is deployed.
+    let bermd = Bermd::start_with(&ca_arg, Stdio::null());
+    let out = bermd.berm(&["deploy", "--app", folder.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(!text(&out.stdout).contains(TOKEN));
+    let out = bermd.berm(&["call", "issues_list", &call]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+
+    // Readable by others: refused, naming the file and the fix.
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let out = bermd.berm(&["deploy", "--app", folder.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("chmod 600") && stderr.contains("nothing was deployed"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains(TOKEN), "{stderr}");
 }
 
 #[test]

@@ -80,6 +80,26 @@ fn files(dir: &Path) -> Vec<PathBuf> {
     out
 }
 
+/// A temporary directory (kept alive by the caller) and an artifact store path in it that
+/// does not exist yet.
+fn empty_store() -> (tempfile::TempDir, PathBuf) {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    (tmp, store)
+}
+
+/// Where the pinned kernel goes in the artifact store at `store`.
+fn pinned_kernel_in(store: &Path) -> PathBuf {
+    ArtifactKind::Kernel.path_in(&ArtifactStore::at(store), &pin(ArtifactKind::Kernel).0)
+}
+
+/// `berm vm install --from FROM` into `store` succeeds and installs `source`'s pinned files.
+fn installs(store: &Path, source: &ArtifactStore, from: &str) {
+    let out = berm(store, &["vm", "install", "--from", from]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_installed(store, source);
+}
+
 fn assert_installed(store: &Path, source: &ArtifactStore) {
     for kind in ArtifactKind::ALL {
         let (sha, _) = pin(kind);
@@ -176,8 +196,7 @@ fn answer(mut stream: TcpStream, source: &ArtifactStore, mode: Serve) -> std::io
 #[test]
 fn installs_from_a_directory_and_then_has_nothing_to_do() {
     let Some(source) = source_store() else { return };
-    let tmp = tempfile::tempdir().unwrap();
-    let store = tmp.path().join("store");
+    let (_tmp, store) = empty_store();
     let out = berm(
         &store,
         &["vm", "install", "--from", source.root().to_str().unwrap()],
@@ -225,8 +244,7 @@ fn a_tampered_file_in_a_directory_is_refused_and_nothing_is_left() {
 fn installs_from_a_loopback_server_with_a_url_template() {
     let Some(source) = source_store() else { return };
     let base = serve(source.clone(), Serve::Honest, 2);
-    let tmp = tempfile::tempdir().unwrap();
-    let store = tmp.path().join("store");
+    let (_tmp, store) = empty_store();
     let template = format!("{base}/{{kind}}/{{sha256}}/{{file}}");
     let started = Instant::now();
     let out = berm(&store, &["vm", "install", "--from", &template]);
@@ -240,11 +258,8 @@ fn installs_from_a_loopback_server_with_a_url_template() {
 fn a_base_url_means_the_store_layout() {
     let Some(source) = source_store() else { return };
     let base = serve(source.clone(), Serve::Honest, 2);
-    let tmp = tempfile::tempdir().unwrap();
-    let store = tmp.path().join("store");
-    let out = berm(&store, &["vm", "install", "--from", &format!("{base}/")]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    assert_installed(&store, &source);
+    let (_tmp, store) = empty_store();
+    installs(&store, &source, &format!("{base}/"));
 }
 
 #[test]
@@ -256,16 +271,14 @@ fn tampered_truncated_and_oversized_downloads_are_refused_and_leave_nothing() {
         (Serve::Oversized, "announces"),
     ] {
         let base = serve(source.clone(), mode, 1);
-        let tmp = tempfile::tempdir().unwrap();
-        let store = tmp.path().join("store");
+        let (_tmp, store) = empty_store();
         let out = berm(&store, &["vm", "install", "--from", &base]);
         let text = stderr(&out);
         assert_eq!(out.status.code(), Some(2), "{text}");
         assert!(text.contains(expected), "{text}");
         assert_eq!(files(&store), Vec::<PathBuf>::new(), "{text}");
         // And berm-vmm's store path for the kernel does not exist.
-        let kernel =
-            ArtifactKind::Kernel.path_in(&ArtifactStore::at(&store), &pin(ArtifactKind::Kernel).0);
+        let kernel = pinned_kernel_in(&store);
         assert!(!kernel.exists());
     }
 }
@@ -293,10 +306,8 @@ fn a_missing_artifact_names_the_url_and_status() {
 #[test]
 fn a_download_killed_midway_leaves_no_artifact_and_the_next_install_restarts() {
     let Some(source) = source_store() else { return };
-    let tmp = tempfile::tempdir().unwrap();
-    let store = tmp.path().join("store");
-    let kernel =
-        ArtifactKind::Kernel.path_in(&ArtifactStore::at(&store), &pin(ArtifactKind::Kernel).0);
+    let (_tmp, store) = empty_store();
+    let kernel = pinned_kernel_in(&store);
     let partial = kernel.with_extension("partial");
     let stalling = serve(source.clone(), Serve::Stall, 1);
     let mut child = Command::new(env!("CARGO_BIN_EXE_berm"))
@@ -322,20 +333,15 @@ fn a_download_killed_midway_leaves_no_artifact_and_the_next_install_restarts() {
     );
     assert!(partial.exists());
     // The next install starts the partial file over and ends with exactly the pinned files.
-    let good = serve(source.clone(), Serve::Honest, 2);
-    let out = berm(&store, &["vm", "install", "--from", &good]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    assert_installed(&store, &source);
+    installs(&store, &source, &serve(source.clone(), Serve::Honest, 2));
 }
 
 #[test]
 fn an_interrupted_download_restarts_cleanly() {
     let Some(source) = source_store() else { return };
-    let tmp = tempfile::tempdir().unwrap();
-    let store = tmp.path().join("store");
+    let (_tmp, store) = empty_store();
     // What a killed install leaves: a partial file beside where the kernel goes.
-    let kernel =
-        ArtifactKind::Kernel.path_in(&ArtifactStore::at(&store), &pin(ArtifactKind::Kernel).0);
+    let kernel = pinned_kernel_in(&store);
     std::fs::create_dir_all(kernel.parent().unwrap()).unwrap();
     std::fs::write(kernel.with_extension("partial"), vec![0xee; 5 << 20]).unwrap();
     // A truncated download first (nothing usable), then an honest one.
@@ -346,10 +352,7 @@ fn an_interrupted_download_restarts_cleanly() {
             .code(),
         Some(2)
     );
-    let good = serve(source.clone(), Serve::Honest, 2);
-    let out = berm(&store, &["vm", "install", "--from", &good]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    assert_installed(&store, &source);
+    installs(&store, &source, &serve(source.clone(), Serve::Honest, 2));
 }
 
 #[test]
@@ -477,40 +480,28 @@ fn attest_a_real_run_and_verify_it_offline() {
     // The signed record berm-vmm wrote verifies with the host's public key (`berm attest
     // key`, the same default key berm-vmm used) and is refused with any other.
     let envelope = run_dir.join("record.dsse.json");
-    let key = berm(source.root(), &["attest", "key"]);
-    assert!(key.status.success(), "{}", stderr(&key));
-    let public = tmp.path().join("host.pub");
-    std::fs::write(&public, &key.stdout).unwrap();
-    let signed = berm(
-        source.root(),
-        &[
-            "attest",
-            "verify",
-            "--key",
-            public.to_str().unwrap(),
-            envelope.to_str().unwrap(),
-        ],
-    );
+    // `berm attest key ARGS`'s public key, written to `file`.
+    let public_key = |file: &str, args: &[&str]| {
+        let key = berm(source.root(), &[&["attest", "key"], args].concat());
+        assert!(key.status.success(), "{}", stderr(&key));
+        let public = tmp.path().join(file);
+        std::fs::write(&public, &key.stdout).unwrap();
+        public
+    };
+    let verify_with = |public: &Path| {
+        let (public, envelope) = (public.to_str().unwrap(), envelope.to_str().unwrap());
+        berm(
+            source.root(),
+            &["attest", "verify", "--key", public, envelope],
+        )
+    };
+    let signed = verify_with(&public_key("host.pub", &[]));
     let said = String::from_utf8_lossy(&signed.stdout).into_owned();
     assert!(signed.status.success(), "{said}");
     assert!(said.contains("signed by the given key"), "{said}");
     let other_key = tmp.path().join("other-key.pem");
-    let other = berm(
-        source.root(),
-        &["attest", "key", "--key", other_key.to_str().unwrap()],
-    );
-    let other_public = tmp.path().join("other.pub");
-    std::fs::write(&other_public, &other.stdout).unwrap();
-    let refused = berm(
-        source.root(),
-        &[
-            "attest",
-            "verify",
-            "--key",
-            other_public.to_str().unwrap(),
-            envelope.to_str().unwrap(),
-        ],
-    );
+    let other_public = public_key("other.pub", &["--key", other_key.to_str().unwrap()]);
+    let refused = verify_with(&other_public);
     assert_eq!(refused.status.code(), Some(1));
     assert!(
         String::from_utf8_lossy(&refused.stdout).starts_with("signature_invalid:"),

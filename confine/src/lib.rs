@@ -28,10 +28,15 @@
 //! instead of killing a VM that is serving a user. What must never happen (x32, foreign arch)
 //! kills.
 
+#[cfg(target_os = "linux")]
 use sha2::{Digest, Sha256};
 
+// The tables name Linux syscall numbers: on other systems (berm-vmm on macOS, which has no
+// seccomp) only the roles' names exist, and berm-vmm reports that it runs unconfined.
+#[cfg(target_os = "linux")]
 mod table;
 
+#[cfg(target_os = "linux")]
 pub use table::{Args, Syscall};
 
 /// A compiled filter, ready to load.
@@ -123,17 +128,20 @@ impl Role {
         }
     }
 
+    #[cfg(target_os = "linux")]
     /// The syscalls the role may make, with their argument rules.
     pub fn allowed(self) -> &'static [Syscall] {
         table::allowed(self)
     }
 
+    #[cfg(target_os = "linux")]
     /// The allow list as reported: one entry per syscall, argument rules in parentheses
     /// (`clone(no CLONE_NEW*)`, `socket(AF_UNIX|AF_VSOCK)`).
     pub fn describe(self) -> Vec<String> {
         self.allowed().iter().map(Syscall::describe).collect()
     }
 
+    #[cfg(target_os = "linux")]
     /// The whole syscall policy as text, one line each: what [`Role::policy_sha256`] hashes
     /// and what a reader can diff between two builds.
     pub fn policy_text(self) -> String {
@@ -155,6 +163,7 @@ impl Role {
         text
     }
 
+    #[cfg(target_os = "linux")]
     /// sha256 of [`Role::policy_text`].
     pub fn policy_sha256(self) -> String {
         hex::encode(Sha256::digest(self.policy_text().as_bytes()))
@@ -288,7 +297,7 @@ mod filter {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, target_os = "linux"))]
 mod tests {
     use super::*;
 
@@ -383,6 +392,25 @@ mod tests {
         }
     }
 
+    /// The child under the filter ran every call as expected and exited 0.
+    #[cfg(target_os = "linux")]
+    fn assert_exited_cleanly(status: libc::c_int) {
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "{status:#x}"
+        );
+    }
+
+    /// The errno of a stream `socket(domain)` (0 when it was allowed).
+    ///
+    /// # Safety
+    /// Integer arguments only; a socket it makes is left open, for the child to exit with.
+    #[cfg(target_os = "linux")]
+    unsafe fn socket_errno(domain: libc::c_int) -> i32 {
+        // SAFETY: integer arguments only.
+        errno_of(unsafe { libc::syscall(libc::SYS_socket, domain, libc::SOCK_STREAM, 0) })
+    }
+
     #[cfg(target_os = "linux")]
     fn errno_of(ret: libc::c_long) -> i32 {
         if ret >= 0 {
@@ -402,19 +430,9 @@ mod tests {
                     && errno_of(libc::syscall(libc::SYS_unshare, libc::CLONE_NEWUSER))
                         == libc::EPERM
                     && errno_of(libc::syscall(libc::SYS_clone3, 0, 0)) == libc::ENOSYS
-                    && errno_of(libc::syscall(
-                        libc::SYS_socket,
-                        libc::AF_INET,
-                        libc::SOCK_STREAM,
-                        0,
-                    )) == libc::EPERM
+                    && socket_errno(libc::AF_INET) == libc::EPERM
                     // berm-vmm makes no socket and connects nowhere (its connector does).
-                    && errno_of(libc::syscall(
-                        libc::SYS_socket,
-                        libc::AF_UNIX,
-                        libc::SOCK_STREAM,
-                        0,
-                    )) == libc::EPERM
+                    && socket_errno(libc::AF_UNIX) == libc::EPERM
                     && errno_of(libc::syscall(libc::SYS_connect, -1, 0, 0)) == libc::EPERM
                     && errno_of(libc::syscall(
                         libc::SYS_mmap,
@@ -430,10 +448,7 @@ mod tests {
                     && errno_of(libc::syscall(libc::SYS_kill, libc::getppid(), 0)) == libc::EPERM
             }
         });
-        assert!(
-            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
-            "{status:#x}"
-        );
+        assert_exited_cleanly(status);
 
         // x32: the same call with the x32 bit kills the process, whatever the call.
         for role in Role::ALL {
@@ -454,12 +469,7 @@ mod tests {
             // SAFETY: integer arguments and a constant C string.
             unsafe {
                 errno_of(libc::syscall(libc::SYS_memfd_create, c"x".as_ptr(), 0)) == libc::ENOSYS
-                    && errno_of(libc::syscall(
-                        libc::SYS_socket,
-                        libc::AF_UNIX,
-                        libc::SOCK_STREAM,
-                        0,
-                    )) == libc::EPERM
+                    && socket_errno(libc::AF_UNIX) == libc::EPERM
                     && errno_of(libc::syscall(
                         libc::SYS_clone,
                         libc::CLONE_NEWUSER,
@@ -470,10 +480,7 @@ mod tests {
                     )) == libc::EPERM
             }
         });
-        assert!(
-            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
-            "{status:#x}"
-        );
+        assert_exited_cleanly(status);
     }
 
     #[cfg(target_os = "linux")]
@@ -483,12 +490,7 @@ mod tests {
             // SAFETY: integer arguments and null pointers only.
             unsafe {
                 libc::syscall(libc::SYS_socket, libc::AF_UNIX, libc::SOCK_STREAM, 0) >= 0
-                    && errno_of(libc::syscall(
-                        libc::SYS_socket,
-                        libc::AF_INET,
-                        libc::SOCK_STREAM,
-                        0,
-                    )) == libc::EPERM
+                    && socket_errno(libc::AF_INET) == libc::EPERM
                     && errno_of(libc::syscall(libc::SYS_getpid)) == libc::EPERM
                     && errno_of(libc::syscall(
                         libc::SYS_mmap,
@@ -502,10 +504,7 @@ mod tests {
                     && errno_of(libc::syscall(libc::SYS_kill, 1, 0)) == libc::EPERM
             }
         });
-        assert!(
-            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
-            "{status:#x}"
-        );
+        assert_exited_cleanly(status);
     }
 
     #[test]

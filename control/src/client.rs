@@ -102,12 +102,7 @@ impl Client {
         name: &str,
         request: &DeployRequest,
     ) -> Result<DeployResponse, ClientError> {
-        let body = serde_json::to_vec(request).map_err(|e| ClientError::Decode {
-            uri: format!("/programs/{name}"),
-            message: e.to_string(),
-        })?;
-        self.request(Method::PUT, format!("/programs/{name}"), Some(body))
-            .await
+        self.put_json(format!("/programs/{name}"), request).await
     }
 
     /// `DELETE /programs/{name}`.
@@ -129,12 +124,8 @@ impl Client {
         name: &str,
         value: &SecretValue,
     ) -> Result<SecretList, ClientError> {
-        let uri = format!("/secrets/{program}/{name}");
-        let body = serde_json::to_vec(value).map_err(|e| ClientError::Decode {
-            uri: uri.clone(),
-            message: e.to_string(),
-        })?;
-        self.request(Method::PUT, uri, Some(body)).await
+        self.put_json(format!("/secrets/{program}/{name}"), value)
+            .await
     }
 
     /// `DELETE /secrets/{program}/{name}`.
@@ -152,6 +143,19 @@ impl Client {
     pub async fn call(&self, tool: &str, args: Vec<u8>) -> Result<CallResponse, ClientError> {
         self.request(Method::POST, format!("/tools/{tool}"), Some(args))
             .await
+    }
+
+    /// `PUT uri` with `body` as JSON.
+    async fn put_json<T: DeserializeOwned>(
+        &self,
+        uri: String,
+        body: &impl serde::Serialize,
+    ) -> Result<T, ClientError> {
+        let body = serde_json::to_vec(body).map_err(|e| ClientError::Decode {
+            uri: uri.clone(),
+            message: e.to_string(),
+        })?;
+        self.request(Method::PUT, uri, Some(body)).await
     }
 
     async fn request<T: DeserializeOwned>(

@@ -231,18 +231,7 @@ impl fmt::Display for Grant {
     }
 }
 
-impl serde::Serialize for Grant {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(self)
-    }
-}
-
-impl<'de> serde::Deserialize<'de> for Grant {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Grant, D::Error> {
-        let text = String::deserialize(d)?;
-        text.parse().map_err(serde::de::Error::custom)
-    }
-}
+berm_manifest::serde_as_text!(Grant);
 
 #[cfg(test)]
 mod tests {
@@ -306,14 +295,19 @@ mod tests {
 
     #[test]
     fn bad_grants_are_refused_with_the_reason() {
-        assert_eq!(
-            "web".parse::<Grant>(),
-            Err(GrantParseError::Unknown("web".into()))
-        );
-        assert_eq!(
-            "fs".parse::<Grant>(),
-            Err(GrantParseError::FsWithoutDir("fs".into()))
-        );
+        for (text, error) in [
+            (
+                "web",
+                GrantParseError::Unknown as fn(String) -> GrantParseError,
+            ),
+            ("fs", GrantParseError::FsWithoutDir),
+            ("secret:a b=x.com", GrantParseError::SecretName),
+            ("secret:tok", GrantParseError::SecretName),
+            ("fs=:ro", GrantParseError::FsWithoutDir),
+            ("kv=1", GrantParseError::UnexpectedValue),
+        ] {
+            assert_eq!(text.parse::<Grant>(), Err(error(text.into())), "{text}");
+        }
         assert_eq!(
             "net=127.0.0.1".parse::<Grant>().unwrap_err().to_string(),
             "grant `net=127.0.0.1`: `127.0.0.1`: 127.0.0.1 is a loopback (127.0.0.0/8) address: \
@@ -327,39 +321,21 @@ mod tests {
                 .to_string()
                 .contains("the host is empty")
         );
-        assert_eq!(
-            "secret:a b=x.com".parse::<Grant>(),
-            Err(GrantParseError::SecretName("secret:a b=x.com".into()))
-        );
-        assert_eq!(
-            "secret:tok".parse::<Grant>(),
-            Err(GrantParseError::SecretName("secret:tok".into()))
-        );
-        assert_eq!(
-            "fs=:ro".parse::<Grant>(),
-            Err(GrantParseError::FsWithoutDir("fs=:ro".into()))
-        );
-        assert_eq!(
-            "kv=1".parse::<Grant>(),
-            Err(GrantParseError::UnexpectedValue("kv=1".into()))
-        );
-        assert_eq!(
-            "fs=/a:bytes=1:bytes=2"
-                .parse::<Grant>()
-                .unwrap_err()
-                .to_string(),
-            "grant `fs=/a:bytes=1:bytes=2`: bytes= is given twice"
-        );
-        assert_eq!(
-            "fs=/a:ro:rw".parse::<Grant>().unwrap_err().to_string(),
-            "grant `fs=/a:ro:rw`: give at most one of :ro and :rw"
-        );
-        assert_eq!(
-            "fs=/a:bytes=99999999999999999999"
-                .parse::<Grant>()
-                .unwrap_err()
-                .to_string(),
-            "grant `fs=/a:bytes=99999999999999999999`: bytes=99999999999999999999 does not fit in 64 bits"
-        );
+        for (text, message) in [
+            (
+                "fs=/a:bytes=1:bytes=2",
+                "grant `fs=/a:bytes=1:bytes=2`: bytes= is given twice",
+            ),
+            (
+                "fs=/a:ro:rw",
+                "grant `fs=/a:ro:rw`: give at most one of :ro and :rw",
+            ),
+            (
+                "fs=/a:bytes=99999999999999999999",
+                "grant `fs=/a:bytes=99999999999999999999`: bytes=99999999999999999999 does not fit in 64 bits",
+            ),
+        ] {
+            assert_eq!(text.parse::<Grant>().unwrap_err().to_string(), message);
+        }
     }
 }

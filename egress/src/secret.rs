@@ -15,6 +15,8 @@
 //! ([`SecretStore`]); `berm secret set|ls|rm` manages them through bermd.
 
 use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::io::Read as _;
 use std::path::{Path, PathBuf};
 
 use berm_abi::net::{NetRule, SECRET_CLOSE, SECRET_OPEN, Target, is_valid_secret_name};
@@ -55,6 +57,20 @@ pub enum SecretError {
     /// No such secret.
     #[error("no secret `{0}` is set")]
     NotSet(String),
+    /// A value file others may read: refused, as ssh refuses an open key.
+    #[error(
+        "secret `{name}`: {} has mode {mode:03o}, readable by others: run `chmod 600 {}`",
+        path.display(),
+        path.display()
+    )]
+    OpenFile {
+        /// The secret.
+        name: String,
+        /// Its value file.
+        path: PathBuf,
+        /// The file's permission bits.
+        mode: u32,
+    },
     /// The store could not be read or written.
     #[error("secret store {}: {source}", path.display())]
     Io {
@@ -66,16 +82,30 @@ pub enum SecretError {
 }
 
 /// One program's secret values: `DIR/NAME`, mode 0600, in a directory of
-/// mode 0700.
+/// mode 0700, and any value files an app's `[secrets]` names, which take
+/// precedence.
 #[derive(Debug, Clone)]
 pub struct SecretStore {
     dir: PathBuf,
+    files: BTreeMap<String, PathBuf>,
 }
 
 impl SecretStore {
     /// The store in `dir` (created on the first `set`).
     pub fn new(dir: impl Into<PathBuf>) -> SecretStore {
-        SecretStore { dir: dir.into() }
+        SecretStore {
+            dir: dir.into(),
+            files: BTreeMap::new(),
+        }
+    }
+
+    /// The store in `dir`, with `files` read for their names instead (an
+    /// app's `[secrets]`: the user keeps each value in a file of their own).
+    pub fn with_files(dir: impl Into<PathBuf>, files: BTreeMap<String, PathBuf>) -> SecretStore {
+        SecretStore {
+            dir: dir.into(),
+            files,
+        }
     }
 
     /// The directory.
@@ -127,9 +157,14 @@ impl SecretStore {
         berm_durable::remove_durably(&path).map_err(|source| SecretError::Io { path, source })
     }
 
-    /// The value of `name`, if set.
+    /// The value of `name`, if set. A value file an app names is read
+    /// now (so a rotated file takes effect on the next request), must not
+    /// be readable by group or others, and loses one trailing line break.
     pub fn get(&self, name: &str) -> Result<Option<Vec<u8>>, SecretError> {
         check_name(name)?;
+        if let Some(path) = self.files.get(name) {
+            return read_value_file(name, path).map(Some);
+        }
         let path = self.dir.join(name);
         match std::fs::read(&path) {
             Ok(value) => Ok(Some(value)),
@@ -137,6 +172,38 @@ impl SecretStore {
             Err(source) => Err(SecretError::Io { path, source }),
         }
     }
+}
+
+/// The value in `path`, a file an app's `[secrets]` names for `name`:
+/// refused when group or others may read it, or when it is not one line of
+/// at most [`MAX_SECRET_BYTES`]; one trailing line break is dropped.
+pub fn read_value_file(name: &str, path: &Path) -> Result<Vec<u8>, SecretError> {
+    use std::os::unix::fs::PermissionsExt;
+    let io = |source| SecretError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mode = std::fs::metadata(path).map_err(io)?.permissions().mode();
+    if mode & 0o077 != 0 {
+        return Err(SecretError::OpenFile {
+            name: name.to_string(),
+            path: path.to_path_buf(),
+            mode: mode & 0o777,
+        });
+    }
+    // One byte past the cap (and a line break) is enough to refuse a wrong
+    // file, such as a device, without reading it whole.
+    let mut value = Vec::new();
+    std::fs::File::open(path)
+        .and_then(|f| f.take(MAX_SECRET_BYTES as u64 + 3).read_to_end(&mut value))
+        .map_err(io)?;
+    for end in [b"\n".as_slice(), b"\r"] {
+        if value.ends_with(end) {
+            value.pop();
+        }
+    }
+    check_value(name, &value)?;
+    Ok(value)
 }
 
 fn create_private_dir(dir: &Path) -> std::io::Result<()> {
@@ -246,7 +313,15 @@ pub fn values_for<'a>(
         let value = store
             .map(|store| store.get(name))
             .transpose()
-            .map_err(|e| FetchError::new(ErrorCode::Io, e.to_string()))?
+            .map_err(|e| {
+                // The operator's log gets the path and the reason; the
+                // program only learns that the host could not read it.
+                tracing::warn!(secret = *name, error = %e, "secret value unreadable");
+                FetchError::new(
+                    ErrorCode::Io,
+                    format!("secret `{name}` could not be read on the host (see its log)"),
+                )
+            })?
             .flatten()
             .ok_or_else(|| {
                 FetchError::new(
@@ -344,6 +419,58 @@ mod tests {
         assert!(store.set("../x", b"v").is_err());
         store.remove("tok").unwrap();
         assert!(matches!(store.remove("tok"), Err(SecretError::NotSet(_))));
+    }
+
+    #[test]
+    fn an_apps_value_files_are_read_private_and_first() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("token");
+        let chmod =
+            |mode| std::fs::set_permissions(&file, std::fs::Permissions::from_mode(mode)).unwrap();
+        let store = SecretStore::with_files(
+            dir.path().join("store"),
+            BTreeMap::from([("tok".to_string(), file.clone())]),
+        );
+        store.set("tok", b"from-the-store").unwrap();
+        store.set("other", b"kept").unwrap();
+        // A missing file is an error naming it, not a fall-back to the store.
+        let err = store.get("tok").unwrap_err().to_string();
+        assert!(err.contains(&file.display().to_string()), "{err}");
+        // `echo value > file` leaves a line break; it is not part of the value.
+        std::fs::write(&file, "from-the-file\n").unwrap();
+        chmod(0o600);
+        assert_eq!(store.get("tok").unwrap(), Some(b"from-the-file".to_vec()));
+        assert_eq!(store.get("other").unwrap(), Some(b"kept".to_vec()));
+        // Rotated: read again on the next request.
+        std::fs::write(&file, "rotated\r\n").unwrap();
+        assert_eq!(store.get("tok").unwrap(), Some(b"rotated".to_vec()));
+        // Readable by others: refused, naming the fix and never the value.
+        chmod(0o644);
+        let err = store.get("tok").unwrap_err().to_string();
+        assert!(
+            err.contains("mode 644") && err.contains("chmod 600"),
+            "{err}"
+        );
+        assert!(!err.contains("rotated"), "{err}");
+        // A file that is not a value (too long, two lines) is refused.
+        chmod(0o600);
+        std::fs::write(&file, vec![b'x'; MAX_SECRET_BYTES * 4]).unwrap();
+        assert!(
+            store
+                .get("tok")
+                .unwrap_err()
+                .to_string()
+                .contains("too long")
+        );
+        std::fs::write(&file, "a\nb\n").unwrap();
+        assert!(
+            store
+                .get("tok")
+                .unwrap_err()
+                .to_string()
+                .contains("line break")
+        );
     }
 
     #[test]

@@ -44,40 +44,49 @@ macro_rules! safe_stubs {
 }
 berm_abi::for_each_syscall!(safe_stubs);
 
-/// `berm.args`: copies the arguments into `buf` if they fit; returns their length.
-pub fn args(buf: &mut [u8]) -> i64 {
-    // SAFETY: `buf` is live and exclusively borrowed; the host writes at most
-    // `buf.len()` bytes into it.
-    unsafe { raw::args(buf.as_mut_ptr(), buf.len()) }
+/// The calling-convention imports the host only writes into: a safe function each that lends
+/// it an exclusively borrowed buffer.
+macro_rules! writes_into {
+    ($($(#[$doc:meta])* $ident:ident;)*) => {
+        $(
+            $(#[$doc])*
+            pub fn $ident(buf: &mut [u8]) -> i64 {
+                // SAFETY: `buf` is live and exclusively borrowed; the host writes at most
+                // `buf.len()` bytes into it.
+                unsafe { raw::$ident(buf.as_mut_ptr(), buf.len()) }
+            }
+        )*
+    };
 }
 
-/// `berm.done`: the result.
-pub fn done(bytes: &[u8]) -> i64 {
-    // SAFETY: the host only reads `bytes.len()` bytes of a live slice.
-    unsafe { raw::done(bytes.as_ptr(), bytes.len()) }
+/// The calling-convention imports the host only reads: a safe function each that lends it a
+/// live slice.
+macro_rules! reads_from {
+    ($($(#[$doc:meta])* $ident:ident;)*) => {
+        $(
+            $(#[$doc])*
+            pub fn $ident(bytes: &[u8]) -> i64 {
+                // SAFETY: the host only reads `bytes.len()` bytes of a live slice.
+                unsafe { raw::$ident(bytes.as_ptr(), bytes.len()) }
+            }
+        )*
+    };
 }
 
-/// `berm.fail`: the failure message.
-pub fn fail(bytes: &[u8]) -> i64 {
-    // SAFETY: the host only reads `bytes.len()` bytes of a live slice.
-    unsafe { raw::fail(bytes.as_ptr(), bytes.len()) }
+writes_into! {
+    /// `berm.args`: copies the arguments into `buf` if they fit; returns their length.
+    args;
+    /// `berm.reply`: copies the staged reply into `buf` if it fits.
+    reply;
 }
 
-/// `berm.reply`: copies the staged reply into `buf` if it fits.
-pub fn reply(buf: &mut [u8]) -> i64 {
-    // SAFETY: `buf` is live and exclusively borrowed; the host writes at most
-    // `buf.len()` bytes into it.
-    unsafe { raw::reply(buf.as_mut_ptr(), buf.len()) }
-}
-
-/// `berm.panic`: records a panic message.
-pub fn panic(bytes: &[u8]) -> i64 {
-    // SAFETY: the host only reads `bytes.len()` bytes of a live slice.
-    unsafe { raw::panic(bytes.as_ptr(), bytes.len()) }
-}
-
-/// `berm.call`: calls another program; request frames `[program, tool, args]`.
-pub fn call(request: &[u8]) -> i64 {
-    // SAFETY: the host only reads `request.len()` bytes of a live slice.
-    unsafe { raw::call(request.as_ptr(), request.len()) }
+reads_from! {
+    /// `berm.done`: the result.
+    done;
+    /// `berm.fail`: the failure message.
+    fail;
+    /// `berm.panic`: records a panic message.
+    panic;
+    /// `berm.call`: calls another program; request frames `[program, tool, args]`.
+    call;
 }

@@ -192,25 +192,18 @@ mod tests {
     #[test]
     fn bad_entries_are_refused_with_a_reason() {
         let e = entry("echo");
-        assert!(
-            Entry::parse(&e.to_toml(), "other")
-                .unwrap_err()
-                .contains("other.toml")
-        );
         let mut bad = e.clone();
         bad.name = "../x".into();
-        assert!(
-            Entry::parse(&bad.to_toml(), "../x")
-                .unwrap_err()
-                .contains("valid program name")
-        );
         let mut unpinned = e.clone();
         unpinned.reference = "r.example/echo:v1".into();
-        assert!(
-            Entry::parse(&unpinned.to_toml(), "echo")
-                .unwrap_err()
-                .contains("pinned")
-        );
+        for (entry, file, why) in [
+            (&e, "other", "other.toml"),
+            (&bad, "../x", "valid program name"),
+            (&unpinned, "echo", "pinned"),
+        ] {
+            let err = Entry::parse(&entry.to_toml(), file).unwrap_err();
+            assert!(err.contains(why), "{file}: {err}");
+        }
         assert!(Entry::parse("name = 1", "echo").is_err());
         assert!(Entry::parse(&format!("{}\nextra = 1\n", e.to_toml()), "echo").is_err());
     }

@@ -161,10 +161,8 @@ fn clone_update_and_rank() {
 
 #[test]
 fn update_failures_are_explained() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = berm_fixtures::tree(&[("occupied/file", "x")]);
     let occupied = tmp.path().join("occupied");
-    std::fs::create_dir(&occupied).unwrap();
-    std::fs::write(occupied.join("file"), "x").unwrap();
     let err = berm_index::update("/nowhere", &occupied).unwrap_err();
     assert!(matches!(err, UpdateError::NotAClone { .. }), "{err:?}");
 

@@ -29,20 +29,22 @@ use berm_vm_protocol::{
 
 use hub::{Command, Hub};
 
-/// berm-init's exit codes, carried by `power_off` (documented in docs/vm.md).
-mod exit {
-    /// Requested shutdown, everything stopped and unmounted.
-    pub const CLEAN: i32 = 0;
-    /// A pseudo filesystem could not be mounted.
-    pub const MOUNT: i32 = 2;
-    /// A guest setting was unknown or malformed.
-    pub const SETTINGS: i32 = 3;
-    /// The state disk could not be mounted.
-    pub const STATE: i32 = 4;
-    /// Shutdown finished but something could not be unmounted.
-    pub const UNMOUNT: i32 = 6;
-    /// berm-init itself panicked.
-    pub const PANIC: i32 = 70;
+berm_abi::codes! {
+    /// berm-init's exit codes, carried by `power_off` (documented in docs/vm.md).
+    enum Exit: i32 {
+        /// Requested shutdown, everything stopped and unmounted.
+        Clean = 0,
+        /// A pseudo filesystem could not be mounted.
+        Mount = 2,
+        /// A guest setting was unknown or malformed.
+        Settings = 3,
+        /// The state disk could not be mounted.
+        State = 4,
+        /// Shutdown finished but something could not be unmounted.
+        Unmount = 6,
+        /// berm-init itself panicked.
+        Panic = 70,
+    }
 }
 
 /// How long to wait for hosts to close their control connections after `power_off`.
@@ -133,7 +135,7 @@ fn main() {
     if let Err(e) = listen(&hub) {
         // Without the control port nothing can be reported except on the console.
         eprintln!("berm-init: cannot listen on vsock: {e}; resetting");
-        power_off(&hub, "listen_failed", exit::MOUNT, 0, Vec::new());
+        power_off(&hub, "listen_failed", Exit::Mount.code(), 0, Vec::new());
     }
     // The QEMU backend waits for this console line before its first CONNECT: handshakes sent
     // while the guest's vsock device is still coming up can stall vhost-device-vsock 0.3.0.
@@ -164,12 +166,12 @@ fn main() {
         cgroup2,
     }));
     if let Some(message) = mount_error {
-        boot_failed(&hub, BootStep::Mount, message, exit::MOUNT);
+        boot_failed(&hub, BootStep::Mount, message, Exit::Mount.code());
     }
 
     let settings = match settings::parse(std::env::vars()) {
         Ok(settings) => settings,
-        Err(message) => boot_failed(&hub, BootStep::Settings, message, exit::SETTINGS),
+        Err(message) => boot_failed(&hub, BootStep::Settings, message, Exit::Settings.code()),
     };
     hub.set_log_level(settings.log_level);
 
@@ -177,7 +179,7 @@ fn main() {
         None => false,
         Some(device) => match mount_state(device) {
             Ok(()) => true,
-            Err(message) => boot_failed(&hub, BootStep::State, message, exit::STATE),
+            Err(message) => boot_failed(&hub, BootStep::State, message, Exit::State.code()),
         },
     };
 
@@ -207,7 +209,7 @@ fn main() {
     shutdown(
         &hub,
         "requested",
-        exit::CLEAN,
+        Exit::Clean.code(),
         settings.stop_grace,
         state_mounted,
     );
@@ -389,8 +391,8 @@ fn shutdown(hub: &Hub, reason: &str, exit_code: i32, grace: Duration, state_moun
         }
     }
     sys::sync();
-    let exit_code = if exit_code == exit::CLEAN && !unmount_failed.is_empty() {
-        exit::UNMOUNT
+    let exit_code = if exit_code == Exit::Clean.code() && !unmount_failed.is_empty() {
+        Exit::Unmount.code()
     } else {
         exit_code
     };
@@ -454,7 +456,7 @@ fn report_panic_and_reset(info: &std::panic::PanicHookInfo<'_>) {
                 ),
                 1024,
             ),
-            exit_code: exit::PANIC,
+            exit_code: Exit::Panic.code(),
             killed: 0,
             unmount_failed: Vec::new(),
         }));

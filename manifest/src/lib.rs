@@ -12,6 +12,7 @@
 //! must print a program's identity from one definition.
 
 mod digest;
+mod text;
 
 use std::collections::BTreeSet;
 

@@ -39,5 +39,5 @@ pub use berm_manifest::{Digest, Manifest};
 pub use error::{PullError, PushError, RegistryError};
 pub use files::{is_reference, pull_to, push_file};
 pub use pull::{Described, Pulled, describe, pull};
-pub use push::{Pushed, push};
+pub use push::{Published, Pushed, push};
 pub use registry::{RegistryOptions, is_loopback_host, parse_reference};

@@ -23,22 +23,8 @@ use crate::{
 };
 
 /// What a registry says about a program, read from its OCI manifest and
-/// config without downloading the module (`berm pull --json` prints it as is).
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct Described {
-    /// The reference as given, normalized (`host/repo:tag` or `@digest`).
-    pub reference: String,
-    /// `host/repo@<manifest digest>`: the pinned form for an index entry.
-    pub pinned: String,
-    /// The OCI manifest's digest (verified when the reference named one).
-    pub manifest_digest: String,
-    /// The program's digest: the layer's, what `berm ls` prints.
-    pub digest: Digest,
-    /// The module's size, as the manifest announces it.
-    pub size: u64,
-    /// berm's manifest, from the config blob (digest-verified).
-    pub manifest: Manifest,
-}
+/// config without downloading the module.
+pub type Described = crate::push::Published;
 
 /// A pulled program whose bytes were verified against the layer digest and
 /// whose manifest would deploy.

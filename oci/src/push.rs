@@ -11,25 +11,32 @@ use crate::error::{PushError, RegistryError};
 use crate::registry::{RegistryOptions, Remote};
 use crate::{CONFIG_MEDIA_TYPE, LAYER_MEDIA_TYPE, MANIFEST_MEDIA_TYPE, MAX_PROGRAM_BYTES};
 
-/// What a push left on the registry (`berm push --json` prints it as is).
+/// A berm program as it stands on a registry: what a push left there ([`Pushed`]) and what
+/// [`describe`](crate::describe) reads back from the OCI manifest and config without
+/// downloading the module ([`Described`](crate::Described)). `berm push --json` and
+/// `berm pull --json` print it as is.
 #[derive(Debug, Clone, serde::Serialize)]
-pub struct Pushed {
-    /// The reference as pushed (`host/repo:tag`).
+pub struct Published {
+    /// The reference as given, normalized (`host/repo:tag` or `@digest`).
     pub reference: String,
     /// The same, pinned: `host/repo@<manifest digest>`, the form an index
     /// entry and `berm deploy` should use.
     pub pinned: String,
-    /// The OCI manifest's digest.
+    /// The OCI manifest's digest (verified when the reference named one).
     pub manifest_digest: String,
     /// The program's digest: the layer's, and what `berm ls` prints.
     pub digest: Digest,
-    /// The module's size in bytes.
+    /// The module's size in bytes, as the manifest announces it.
     pub size: u64,
-    /// The module's manifest, as carried in the config.
+    /// berm's manifest, as carried in the config blob (digest-verified).
     pub manifest: Manifest,
 }
 
-impl fmt::Display for Pushed {
+/// What a push left on the registry.
+pub type Pushed = Published;
+
+/// `berm push`'s human output.
+impl fmt::Display for Published {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "pushed   {}", self.reference)?;
         writeln!(f, "pinned   {}", self.pinned)?;

@@ -4,6 +4,8 @@
 #[path = "support/registry.rs"]
 mod support;
 
+use std::path::Path;
+
 use base64::Engine as _;
 use berm_oci::{CredentialSource, Digest, PullError, PushError, RegistryError, RegistryOptions};
 use oci_client::client::{ClientConfig, ClientProtocol};
@@ -66,21 +68,11 @@ async fn round_trip_by_tag_and_by_digest() {
 #[tokio::test]
 async fn pull_writes_the_file_atomically() {
     let registry = TestRegistry::start();
-    let (_, bytes) = program("echo");
-    let reference = registry.reference("berm/echo:v1");
-    berm_oci::push(&reference, &bytes, "echo.wasm", &anonymous())
-        .await
-        .unwrap();
+    let (reference, bytes, _) = push_echo(&registry).await;
     let dir = tempfile::tempdir().unwrap();
     let output = dir.path().join("echo.wasm");
     std::fs::write(&output, b"previous").unwrap();
-    let pulled = berm_oci::pull_to(
-        &reference,
-        &output,
-        &RegistryOptions::from_environment(false),
-    )
-    .await
-    .unwrap();
+    let pulled = pull_to(&reference, &output).await.unwrap();
     assert_eq!(std::fs::read(&output).unwrap(), bytes);
     assert!(pulled.to_string().contains(&Digest::of(&bytes).to_string()));
     assert_eq!(
@@ -93,11 +85,7 @@ async fn pull_writes_the_file_atomically() {
 #[tokio::test]
 async fn tampered_layer_is_refused_and_nothing_is_written() {
     let registry = TestRegistry::start();
-    let (_, bytes) = program("echo");
-    let reference = registry.reference("berm/echo:v1");
-    let pushed = berm_oci::push(&reference, &bytes, "echo.wasm", &anonymous())
-        .await
-        .unwrap();
+    let (reference, _, pushed) = push_echo(&registry).await;
 
     // Corrupt the stored layer on disk, keeping its size.
     let blob = registry.blob_path(&pushed.digest.to_string());
@@ -109,13 +97,7 @@ async fn tampered_layer_is_refused_and_nothing_is_written() {
     let dir = tempfile::tempdir().unwrap();
     let output = dir.path().join("echo.wasm");
     for reference in [reference.clone(), pushed.pinned.clone()] {
-        let err = berm_oci::pull_to(
-            &reference,
-            &output,
-            &RegistryOptions::from_environment(false),
-        )
-        .await
-        .unwrap_err();
+        let err = pull_to(&reference, &output).await.unwrap_err();
         match &err {
             PullError::DigestMismatch {
                 what,
@@ -141,15 +123,7 @@ async fn tampered_layer_is_refused_and_nothing_is_written() {
 #[tokio::test]
 async fn missing_tag_repository_and_digest_are_not_found() {
     let registry = TestRegistry::start();
-    let (_, bytes) = program("echo");
-    berm_oci::push(
-        &registry.reference("berm/echo:v1"),
-        &bytes,
-        "echo.wasm",
-        &anonymous(),
-    )
-    .await
-    .unwrap();
+    push_echo(&registry).await;
     let absent_digest = format!("sha256:{}", "0".repeat(64));
     for reference in [
         registry.reference("berm/echo:nope"),
@@ -207,23 +181,19 @@ async fn basic_auth_success_and_failure() {
     let (_, bytes) = program("echo");
     let reference = registry.reference("berm/echo:v1");
 
-    let err = berm_oci::push(&reference, &bytes, "echo.wasm", &anonymous())
-        .await
-        .unwrap_err();
-    match &err {
-        PushError::Registry(RegistryError::Unauthorized { hint, .. }) => {
-            assert!(hint.contains("needs credentials"), "{err}")
+    for (options, hint_says) in [
+        (anonymous(), "needs credentials"),
+        (with("alice", "wrong"), "check the user and password"),
+    ] {
+        let err = berm_oci::push(&reference, &bytes, "echo.wasm", &options)
+            .await
+            .unwrap_err();
+        match &err {
+            PushError::Registry(RegistryError::Unauthorized { hint, .. }) => {
+                assert!(hint.contains(hint_says), "{err}")
+            }
+            other => panic!("expected unauthorized, got {other:?}"),
         }
-        other => panic!("expected unauthorized, got {other:?}"),
-    }
-    let err = berm_oci::push(&reference, &bytes, "echo.wasm", &with("alice", "wrong"))
-        .await
-        .unwrap_err();
-    match &err {
-        PushError::Registry(RegistryError::Unauthorized { hint, .. }) => {
-            assert!(hint.contains("check the user and password"), "{err}")
-        }
-        other => panic!("expected unauthorized, got {other:?}"),
     }
 
     let pushed = berm_oci::push(
@@ -236,18 +206,13 @@ async fn basic_auth_success_and_failure() {
     .unwrap();
     assert_eq!(pushed.digest, Digest::of(&bytes));
 
-    let err = berm_oci::pull(&reference, &anonymous()).await.unwrap_err();
-    assert!(
-        matches!(err, PullError::Registry(RegistryError::Unauthorized { .. })),
-        "{err:?}"
-    );
-    let err = berm_oci::pull(&reference, &with("mallory", "correct horse"))
-        .await
-        .unwrap_err();
-    assert!(
-        matches!(err, PullError::Registry(RegistryError::Unauthorized { .. })),
-        "{err:?}"
-    );
+    for options in [anonymous(), with("mallory", "correct horse")] {
+        let err = berm_oci::pull(&reference, &options).await.unwrap_err();
+        assert!(
+            matches!(err, PullError::Registry(RegistryError::Unauthorized { .. })),
+            "{err:?}"
+        );
+    }
     assert_eq!(
         berm_oci::pull(&reference, &with("alice", "correct horse"))
             .await
@@ -296,6 +261,22 @@ async fn push_refuses_a_module_that_would_not_deploy_before_sending_anything() {
 
 /// A raw oci-client against the test registry, to push manifests berm
 /// itself would never write.
+/// Pushes the echo example anonymously as `berm/echo:v1`: its reference, bytes, and what the
+/// push left.
+async fn push_echo(registry: &TestRegistry) -> (String, Vec<u8>, berm_oci::Pushed) {
+    let (_, bytes) = program("echo");
+    let reference = registry.reference("berm/echo:v1");
+    let pushed = berm_oci::push(&reference, &bytes, "echo.wasm", &anonymous())
+        .await
+        .unwrap();
+    (reference, bytes, pushed)
+}
+
+/// `berm_oci::pull_to` with the options `berm pull` takes from its environment.
+async fn pull_to(reference: &str, output: &Path) -> Result<berm_oci::Pulled, PullError> {
+    berm_oci::pull_to(reference, output, &RegistryOptions::from_environment(false)).await
+}
+
 struct Raw {
     client: oci_client::Client,
     registry: String,
@@ -341,6 +322,24 @@ impl Raw {
             layers,
         )
         .await
+    }
+
+    /// Pushes `name`: one wasm layer with a berm config, its descriptor announcing `delta`
+    /// more bytes than it has; returns why `berm_oci::pull` refuses it.
+    async fn pull_refused(
+        &self,
+        registry: &TestRegistry,
+        name: &str,
+        config: &[u8],
+        wasm: &[u8],
+        delta: i64,
+    ) -> PullError {
+        let layers = [("application/wasm", wasm)];
+        self.image_with_sizes(name, berm_oci::CONFIG_MEDIA_TYPE, config, &layers, delta)
+            .await;
+        berm_oci::pull(&registry.reference(name), &anonymous())
+            .await
+            .unwrap_err()
     }
 
     async fn image_with_config(
@@ -516,61 +515,61 @@ async fn a_config_that_misdescribes_the_module_is_refused() {
     };
     let compose_manifest = berm_oci::Manifest::from_image(&compose).unwrap();
     let echo_manifest = berm_oci::Manifest::from_image(&echo).unwrap();
-
-    // The config claims compose's tools for echo's bytes.
-    raw.image_with_config(
-        "lie/tools:v1",
-        berm_oci::CONFIG_MEDIA_TYPE,
-        &config(&compose_manifest, &echo_digest),
-        &[("application/wasm", &echo)],
-    )
-    .await;
-    let err = berm_oci::pull(&registry.reference("lie/tools:v1"), &anonymous())
-        .await
-        .unwrap_err();
-    assert!(matches!(err, PullError::ConfigDisagrees { .. }), "{err:?}");
-    assert!(err.to_string().contains("disagrees"), "{err}");
-
-    // The config names another layer.
     let other = format!("sha256:{}", "e".repeat(64));
-    raw.image_with_config(
-        "lie/layers:v1",
-        berm_oci::CONFIG_MEDIA_TYPE,
-        &config(&echo_manifest, &other),
-        &[("application/wasm", &echo)],
-    )
-    .await;
-    let err = berm_oci::pull(&registry.reference("lie/layers:v1"), &anonymous())
-        .await
-        .unwrap_err();
-    assert!(matches!(err, PullError::Config { .. }), "{err:?}");
-    assert!(err.to_string().contains("layerDigests"), "{err}");
-
-    // A descriptor that announces fewer bytes than the registry sends.
-    raw.image_with_sizes(
-        "lie/size:v1",
-        berm_oci::CONFIG_MEDIA_TYPE,
-        &config(&echo_manifest, &echo_digest),
-        &[("application/wasm", &echo)],
-        -1,
-    )
-    .await;
-    let err = berm_oci::pull(&registry.reference("lie/size:v1"), &anonymous())
-        .await
-        .unwrap_err();
-    assert!(matches!(err, PullError::Overlong { .. }), "{err:?}");
-
-    // A layer that is not a deployable module, correctly described by digest.
     let junk = b"\0asm\x01\0\0\0".to_vec();
-    raw.image_with_config(
-        "lie/junk:v1",
-        berm_oci::CONFIG_MEDIA_TYPE,
-        &config(&echo_manifest, &Digest::of(&junk).to_string()),
-        &[("application/wasm", &junk)],
-    )
-    .await;
-    let err = berm_oci::pull(&registry.reference("lie/junk:v1"), &anonymous())
-        .await
-        .unwrap_err();
-    assert!(matches!(err, PullError::WouldNotDeploy { .. }), "{err:?}");
+    // An image pull must refuse: its name, its config, its one layer, how many more bytes
+    // its descriptor announces, the refusal, and a part of the refusal's message.
+    type Lie<'a> = (
+        &'a str,
+        Vec<u8>,
+        &'a [u8],
+        i64,
+        fn(&PullError) -> bool,
+        &'a str,
+    );
+    let lies: [Lie; 4] = [
+        // The config claims compose's tools for echo's bytes.
+        (
+            "lie/tools:v1",
+            config(&compose_manifest, &echo_digest),
+            &echo,
+            0,
+            |e| matches!(e, PullError::ConfigDisagrees { .. }),
+            "disagrees",
+        ),
+        // The config names another layer.
+        (
+            "lie/layers:v1",
+            config(&echo_manifest, &other),
+            &echo,
+            0,
+            |e| matches!(e, PullError::Config { .. }),
+            "layerDigests",
+        ),
+        // A descriptor that announces fewer bytes than the registry sends.
+        (
+            "lie/size:v1",
+            config(&echo_manifest, &echo_digest),
+            &echo,
+            -1,
+            |e| matches!(e, PullError::Overlong { .. }),
+            "",
+        ),
+        // A layer that is not a deployable module, correctly described by digest.
+        (
+            "lie/junk:v1",
+            config(&echo_manifest, &Digest::of(&junk).to_string()),
+            &junk,
+            0,
+            |e| matches!(e, PullError::WouldNotDeploy { .. }),
+            "",
+        ),
+    ];
+    for (name, config, layer, delta, refusal, says) in lies {
+        let err = raw
+            .pull_refused(&registry, name, &config, layer, delta)
+            .await;
+        assert!(refusal(&err), "{name}: {err:?}");
+        assert!(err.to_string().contains(says), "{name}: {err}");
+    }
 }

@@ -261,21 +261,48 @@ fn sha(
     })
 }
 
-impl KernelPins {
-    /// Parses the pins of the host's own architecture ([`HOST_ARCH`]) from a kernel manifest.
-    pub fn parse(text: &str) -> Result<Self, ParsePinsError> {
-        Self::parse_for(text, HOST_ARCH)
-    }
+/// Reads a manifest's TOML into its file type.
+fn toml_file<F: serde::de::DeserializeOwned>(
+    manifest: &'static str,
+    text: &str,
+) -> Result<F, ParsePinsError> {
+    toml::from_str(text).map_err(|source| ParsePinsError::Toml { manifest, source })
+}
 
+/// What [`KernelPins`] and [`RootfsPins`] share besides `parse_for`: the host's own
+/// architecture, and the manifest compiled into this binary.
+macro_rules! pins_from_manifest {
+    ($pins:ident, $compiled:ident) => {
+        impl $pins {
+            /// Parses the pins of the host's own architecture ([`HOST_ARCH`]) from the
+            /// manifest's text.
+            pub fn parse(text: &str) -> Result<Self, ParsePinsError> {
+                Self::parse_for(text, HOST_ARCH)
+            }
+
+            /// The host architecture's pins compiled into this binary.
+            pub fn compiled_in() -> Result<Self, ParsePinsError> {
+                Self::parse($compiled)
+            }
+
+            /// `arch`'s pins compiled into this binary.
+            pub fn compiled_in_for(arch: &str) -> Result<Self, ParsePinsError> {
+                Self::parse_for($compiled, arch)
+            }
+        }
+    };
+}
+
+pins_from_manifest!(KernelPins, KERNEL_MANIFEST);
+pins_from_manifest!(RootfsPins, ROOTFS_MANIFEST);
+
+impl KernelPins {
     /// Parses `arch`'s pins from a kernel manifest; [`KernelPins::compiled_in_for`] is the
     /// one berm-vmm uses. Only `arch`'s tables are checked, so another architecture being
     /// re-pinned does not break this one.
     pub fn parse_for(text: &str, arch: &str) -> Result<Self, ParsePinsError> {
         const NAME: &str = "kernel/manifest.toml";
-        let file: KernelFile = toml::from_str(text).map_err(|source| ParsePinsError::Toml {
-            manifest: NAME,
-            source,
-        })?;
+        let file: KernelFile = toml_file(NAME, text)?;
         let table = arch_table(NAME, file.arches, arch)?;
         let file_name = match table.image.format.as_str() {
             "elf-vmlinux" => "vmlinux",
@@ -307,32 +334,14 @@ impl KernelPins {
             tcg_cmdline: table.boot.tcg_cmdline,
         })
     }
-
-    /// The host architecture's pins compiled into this binary.
-    pub fn compiled_in() -> Result<Self, ParsePinsError> {
-        Self::parse(KERNEL_MANIFEST)
-    }
-
-    /// `arch`'s pins compiled into this binary.
-    pub fn compiled_in_for(arch: &str) -> Result<Self, ParsePinsError> {
-        Self::parse_for(KERNEL_MANIFEST, arch)
-    }
 }
 
 impl RootfsPins {
-    /// Parses the pins of the host's own architecture ([`HOST_ARCH`]) from a rootfs manifest.
-    pub fn parse(text: &str) -> Result<Self, ParsePinsError> {
-        Self::parse_for(text, HOST_ARCH)
-    }
-
     /// Parses `arch`'s pins from a rootfs manifest; [`RootfsPins::compiled_in_for`] is the
     /// one berm-vmm uses. Only `arch`'s tables are checked.
     pub fn parse_for(text: &str, arch: &str) -> Result<Self, ParsePinsError> {
         const NAME: &str = "rootfs/manifest.toml";
-        let file: RootfsFile = toml::from_str(text).map_err(|source| ParsePinsError::Toml {
-            manifest: NAME,
-            source,
-        })?;
+        let file: RootfsFile = toml_file(NAME, text)?;
         let table = arch_table(NAME, file.arches, arch)?;
         let contents = &table.contents;
         Ok(Self {
@@ -356,16 +365,6 @@ impl RootfsPins {
                 &contents.app_policy_sha256,
             )?,
         })
-    }
-
-    /// The host architecture's pins compiled into this binary.
-    pub fn compiled_in() -> Result<Self, ParsePinsError> {
-        Self::parse(ROOTFS_MANIFEST)
-    }
-
-    /// `arch`'s pins compiled into this binary.
-    pub fn compiled_in_for(arch: &str) -> Result<Self, ParsePinsError> {
-        Self::parse_for(ROOTFS_MANIFEST, arch)
     }
 }
 

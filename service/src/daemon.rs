@@ -17,26 +17,26 @@ use crate::listen::{InheritedListener, ListenError};
 use crate::service::{OpenError, Service, ServiceConfig};
 use crate::transport;
 
-/// bermd's exit codes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(u8)]
-pub enum Exit {
-    /// Stopped by SIGINT or SIGTERM.
-    Clean = 0,
-    /// Could not start or keep running (data directory, sockets, engine, a
-    /// program of an app folder refused).
-    Failed = 1,
-    /// Bad command line or configuration (a refused HTTP address, an app
-    /// folder that does not load, an inherited descriptor that is not what
-    /// its flag needs).
-    Usage = 2,
-    /// Another bermd already serves this `$BERM_HOME`.
-    AlreadyRunning = 3,
+berm_abi::codes! {
+    /// bermd's exit codes.
+    pub enum Exit: u8 {
+        /// Stopped by SIGINT or SIGTERM.
+        Clean = 0,
+        /// Could not start or keep running (data directory, sockets, engine, a
+        /// program of an app folder refused).
+        Failed = 1,
+        /// Bad command line or configuration (a refused HTTP address, an app
+        /// folder that does not load, an inherited descriptor that is not what
+        /// its flag needs).
+        Usage = 2,
+        /// Another bermd already serves this `$BERM_HOME`.
+        AlreadyRunning = 3,
+    }
 }
 
 impl From<Exit> for ExitCode {
     fn from(exit: Exit) -> ExitCode {
-        ExitCode::from(exit as u8)
+        ExitCode::from(exit.code())
     }
 }
 

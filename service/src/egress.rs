@@ -6,6 +6,7 @@
 //! the state a program can reach) and to bermd's configuration
 //! (`--extra-ca`).
 
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
@@ -28,6 +29,9 @@ pub struct EgressSetup {
     /// roots takes milliseconds that a bermd without `http` programs (most
     /// microVM apps) should not spend at start.
     trust: Mutex<Option<Trust>>,
+    /// Value files named by an app's `[secrets]`, by program: they take
+    /// precedence over the values in `$BERM_HOME/secrets/<program>/`.
+    secret_files: Mutex<HashMap<String, BTreeMap<String, PathBuf>>>,
 }
 
 impl EgressSetup {
@@ -52,6 +56,7 @@ impl EgressSetup {
             caps,
             forward,
             trust: Mutex::new(trust),
+            secret_files: Mutex::new(HashMap::new()),
         })
     }
 
@@ -165,7 +170,22 @@ impl Service {
         Ok(())
     }
 
+    /// Reads `program`'s secrets from `files` (an app's `[secrets]`) from
+    /// now on, before its values in `$BERM_HOME`.
+    pub fn use_secret_files(&self, program: &str, files: BTreeMap<String, PathBuf>) {
+        let mut all = (self.egress.secret_files)
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        all.insert(program.to_string(), files);
+    }
+
     pub(crate) fn secret_store(&self, program: &str) -> SecretStore {
-        SecretStore::new(self.home().secrets(program))
+        let files = (self.egress.secret_files)
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(program)
+            .cloned()
+            .unwrap_or_default();
+        SecretStore::with_files(self.home().secrets(program), files)
     }
 }

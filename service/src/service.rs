@@ -374,7 +374,7 @@ pub struct Service {
     tools_page_size: usize,
     max_host_ops: usize,
     max_calls_per_program: usize,
-    egress: EgressSetup,
+    pub(crate) egress: EgressSetup,
     catalog: RwLock<Arc<Catalog>>,
     deployments: RwLock<HashMap<String, Deployment>>,
     keyspaces: Mutex<HashMap<String, Arc<KvStore>>>,

@@ -88,25 +88,19 @@ fn a_corrupt_record_is_reported_and_skipped() {
 fn eight_clients_times_a_thousand_calls_are_all_answered_correctly() {
     let bermd = Bermd::start(&[]);
     bermd.deploy("echo", "echo", &[], LimitsSpec::default());
-    let socket = bermd.home.join("mcp.sock");
-    let threads: Vec<_> = (0..8)
-        .map(|client| {
-            let socket = socket.clone();
-            std::thread::spawn(move || {
-                let mut session = Session::connect(&socket);
-                session.initialize();
-                for i in 0..1000 {
-                    let message = format!("client {client} call {i}");
-                    let (text, error) =
-                        result_text(&session.call("echo_reverse", json!({"message": message})));
-                    assert!(!error);
-                    assert_eq!(text, message.chars().rev().collect::<String>());
-                }
-                1000
-            })
+    let answered: usize = bermd
+        .concurrently(8, |client, session| {
+            for i in 0..1000 {
+                let message = format!("client {client} call {i}");
+                let (text, error) =
+                    result_text(&session.call("echo_reverse", json!({"message": message})));
+                assert!(!error);
+                assert_eq!(text, message.chars().rev().collect::<String>());
+            }
+            1000
         })
-        .collect();
-    let answered: usize = threads.into_iter().map(|t| t.join().unwrap()).sum();
+        .into_iter()
+        .sum();
     assert_eq!(answered, 8000);
 }
 
@@ -232,11 +226,8 @@ fn a_message_arriving_in_pieces_is_read_whole_while_answers_go_out() {
 
 #[test]
 fn fs_escapes_are_refused() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = berm_fixtures::tree(&[("granted/inside.txt", "inside"), ("secret.txt", "secret")]);
     let root = dir.path().join("granted");
-    std::fs::create_dir(&root).unwrap();
-    std::fs::write(root.join("inside.txt"), "inside").unwrap();
-    std::fs::write(dir.path().join("secret.txt"), "secret").unwrap();
     std::os::unix::fs::symlink(dir.path().join("secret.txt"), root.join("link")).unwrap();
     std::os::unix::fs::symlink(dir.path(), root.join("parent")).unwrap();
     let bermd = Bermd::start(&[]);
@@ -304,8 +295,9 @@ fn an_ungranted_syscall_traps_naming_the_grant() {
     let (message, error) = result_text(&session.call("files_read_file", json!({"path": "x"})));
     assert!(error);
     assert!(
-        message
-            .contains("called `fs.read`, which is not granted to `files` (grant `fs` to allow it)"),
+        message.contains(
+            "called `fs.read`, which is not granted to `files` (grant `fs=DIR` to allow it)"
+        ),
         "{message}"
     );
     let (message, error) = result_text(&session.call("notes_list", json!({})));
@@ -468,9 +460,8 @@ fn a_second_bermd_on_the_same_home_is_refused() {
 
 #[test]
 fn sockets_and_home_are_private() {
-    use std::os::unix::fs::PermissionsExt;
+    use berm_fixtures::mode;
     let bermd = Bermd::start(&[]);
-    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode(&bermd.home), 0o700);
     assert_eq!(mode(&bermd.home.join("mcp.sock")), 0o600);
     assert_eq!(mode(&bermd.home.join("control.sock")), 0o600);

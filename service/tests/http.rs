@@ -215,29 +215,29 @@ fn weak_tokens_and_unnamed_remote_hosts_are_refused_at_start() {
     );
 }
 
+/// bermd on HTTP with `cap_flag` set to 1, and two sessions initialized one after the other:
+/// the first is served, the second refused with `refused_status`. Returns bermd, its
+/// address (also the Host it is reached by) and both answers.
+fn second_session_refused(cap_flag: &str, refused_status: u16) -> (Bermd, String, Answer, Answer) {
+    let addr = format!("127.0.0.1:{}", free_port());
+    let bermd = Bermd::start(&["--http", &addr, cap_flag, "1"]);
+    let first = initialize(&addr, &addr, &[]);
+    assert_eq!(first.status, 200, "{}", first.head);
+    let second = initialize(&addr, &addr, &[]);
+    assert_eq!(second.status, refused_status, "{}", second.head);
+    (bermd, addr, first, second)
+}
+
 #[test]
 fn past_the_session_cap_an_http_client_gets_503() {
-    let port = free_port();
-    let addr = format!("127.0.0.1:{port}");
-    let bermd = Bermd::start(&["--http", &addr, "--max-connections", "1"]);
-    let host = format!("127.0.0.1:{port}");
-    let first = initialize(&addr, &host, &[]);
-    assert_eq!(first.status, 200, "{}", first.head);
-    let second = initialize(&addr, &host, &[]);
-    assert_eq!(second.status, 503, "{}", second.head);
+    let (bermd, ..) = second_session_refused("--max-connections", 503);
     drop(bermd);
 }
 
 #[test]
 fn past_the_session_rate_an_http_client_gets_429_and_sessions_go_on() {
-    let port = free_port();
-    let addr = format!("127.0.0.1:{port}");
-    let bermd = Bermd::start(&["--http", &addr, "--max-session-rate", "1"]);
-    let host = format!("127.0.0.1:{port}");
-    let first = initialize(&addr, &host, &[]);
-    assert_eq!(first.status, 200, "{}", first.head);
-    let second = initialize(&addr, &host, &[]);
-    assert_eq!(second.status, 429, "{}", second.head);
+    let (bermd, addr, first, second) = second_session_refused("--max-session-rate", 429);
+    let host = addr.clone();
     assert!(
         second.head.to_lowercase().contains("retry-after: 1"),
         "{}",

@@ -243,19 +243,10 @@ fn a_cancelled_call_stops_frees_its_instance_and_gets_no_answer() {
     std::thread::sleep(Duration::from_millis(50));
     // The pool is whole: four calls at once all start, and run to their
     // deadline rather than failing for want of an instance.
-    let socket = bermd.home.join("mcp.sock");
-    let spins: Vec<_> = (0..4)
-        .map(|_| {
-            let socket = socket.clone();
-            std::thread::spawn(move || {
-                let mut session = Session::connect(&socket);
-                session.initialize();
-                result_text(&session.call("brief_spin", json!({})))
-            })
-        })
-        .collect();
-    for spin in spins {
-        let (text, error) = spin.join().unwrap();
+    let spins = bermd.concurrently(4, |_, session| {
+        result_text(&session.call("brief_spin", json!({})))
+    });
+    for (text, error) in spins {
         assert!(error);
         assert!(text.contains("ran past its deadline of 300ms"), "{text}");
     }

@@ -97,7 +97,7 @@ fn every_syscall_is_served_when_granted_and_traps_when_not() {
         let expected = format!(
             "called `{}`, which is not granted to `bare` (grant `{}` to allow it)",
             spec.qualified(),
-            spec.module
+            berm_abi::grant_for(spec.module)
         );
         assert!(refused.contains(&expected), "{refused}");
     }

@@ -8,6 +8,8 @@
 //! berm-vmm's compiled-code cache). Each boot gets a fresh state disk.
 //! `BERM_BENCH_PREVIOUS_VMM=PATH` also measures another berm-vmm binary (a previous build, its
 //! pinned artifacts in the same store), booting in turn with this one.
+//! `BERM_BENCH_ARCHES=x86_64,aarch64` measures each guest architecture (default: the host's);
+//! a foreign one boots under QEMU/TCG only, with this build only.
 
 mod common;
 
@@ -36,6 +38,7 @@ struct Sample {
 fn boot_once(
     vmm: &Path,
     hypervisor: &str,
+    arch: Option<&str>,
     apps: &[PathBuf],
     work: &Path,
 ) -> Result<Sample, String> {
@@ -48,6 +51,9 @@ fn boot_once(
         .arg(&run_dir)
         .arg("--state")
         .arg(work.join("state.img"));
+    if let Some(arch) = arch {
+        command.args(["--arch", arch]);
+    }
     for app in apps {
         command.arg("--app").arg(app);
     }
@@ -116,77 +122,144 @@ fn boot_once(
     }
 }
 
+/// The table's columns.
+const COLUMNS: [&str; 10] = [
+    "hypervisor",
+    "apps",
+    "runs",
+    "spawn → first answered tools/call",
+    "guest boot_start",
+    "first app_started",
+    "last app_ready",
+    "boot_complete",
+    "guest memory in use",
+    "berm-vmm peak RSS",
+];
+
 fn main() {
     let runs = common::runs();
     let detection = Detection::probe();
-    let tmp = std::env::temp_dir().join(format!("berm-bench-apps-{}", std::process::id()));
-    let _ = std::fs::create_dir_all(&tmp);
+    let tmp = common::scratch_dir("berm-bench-apps");
     let notes = app_folder(&tmp, "notes", "notes", "\"kv\"");
     let echo = app_folder(&tmp, "echo", "echo", "");
-    println!(
-        "| hypervisor | apps | runs | spawn → first answered tools/call | guest boot_start | first app_started | last app_ready | boot_complete | guest memory in use | berm-vmm peak RSS |"
-    );
-    println!("|---|---|---|---|---|---|---|---|---|---|");
-    for hypervisor in ["qemu", "krun"] {
-        if hypervisor == "krun"
-            && let Some(why) = common::krun_unmeasurable(&detection)
-        {
-            println!(
-                "| krun | – | 0 | not measurable on this host: /dev/kvm is {why} | | | | | | |"
+    common::print_header(&COLUMNS);
+    let arches: Vec<String> = std::env::var("BERM_BENCH_ARCHES")
+        .unwrap_or_else(|_| std::env::consts::ARCH.to_string())
+        .split(',')
+        .map(str::to_string)
+        .collect();
+    for arch in &arches {
+        // The host's own architecture boots as before (no --arch, every hypervisor, the
+        // previous build too); a foreign one only under QEMU/TCG, this build only.
+        let foreign = (arch != std::env::consts::ARCH).then_some(arch.as_str());
+        for hypervisor in ["qemu", "krun"] {
+            if foreign.is_some() && hypervisor == "krun" {
+                continue;
+            }
+            measure(
+                &Row {
+                    hypervisor,
+                    foreign,
+                    detection: &detection,
+                    runs,
+                    tmp: &tmp,
+                },
+                &notes,
+                &echo,
             );
-            continue;
-        }
-        let accel = common::qemu_accel(&detection);
-        for (label, apps) in [
-            ("1 (notes)", vec![notes.clone()]),
-            ("2 (notes, echo)", vec![notes.clone(), echo.clone()]),
-        ] {
-            // The previous build, when given, boots in turn with this one, so both see the
-            // same machine.
-            let mut builds = vec![("this build", PathBuf::from(env!("CARGO_BIN_EXE_berm-vmm")))];
-            if let Some(previous) = std::env::var_os("BERM_BENCH_PREVIOUS_VMM") {
-                builds.insert(0, ("previous build", PathBuf::from(previous)));
-            }
-            let mut samples: Vec<Vec<Sample>> = builds.iter().map(|_| Vec::new()).collect();
-            let mut failures: Vec<Vec<String>> = builds.iter().map(|_| Vec::new()).collect();
-            for i in 0..runs {
-                for (b, (_, vmm)) in builds.iter().enumerate() {
-                    let work = tmp.join(format!("{hypervisor}-{}-{b}-{i}", apps.len()));
-                    let _ = std::fs::create_dir_all(&work);
-                    match boot_once(vmm, hypervisor, &apps, &work) {
-                        Ok(sample) if i > 0 => samples[b].push(sample),
-                        Ok(_) => {}
-                        Err(e) => {
-                            failures[b].push(format!("{e} (kept: {})", work.display()));
-                            continue;
-                        }
-                    }
-                    let _ = std::fs::remove_dir_all(&work);
-                }
-            }
-            for (b, (build, _)) in builds.iter().enumerate() {
-                let m = |f: fn(&Sample) -> f64| median(samples[b].iter().map(f).collect());
-                let mut name = common::hypervisor_label(hypervisor, accel);
-                if builds.len() > 1 {
-                    name = format!("{name}, {build}");
-                }
-                println!(
-                    "| {name} | {label} | {} (+1 warm-up{}) | {:.0} ms | {:.0} ms | {:.0} ms | {:.0} ms | {:.0} ms | {:.0} MiB of {:.0} | {:.1} MiB |",
-                    samples[b].len(),
-                    common::failed_note(&failures[b]),
-                    m(|s| s.first_call_ms),
-                    m(|s| s.boot_start_uptime),
-                    m(|s| s.first_app_started_uptime),
-                    m(|s| s.last_app_ready_uptime),
-                    m(|s| s.boot_complete_uptime),
-                    m(|s| s.guest_used_mib),
-                    m(|s| s.guest_memory_mib),
-                    m(|s| s.vmm_hwm_kib) / 1024.0,
-                );
-            }
         }
     }
     let _ = std::fs::remove_dir_all(tmp.join("notes"));
     let _ = std::fs::remove_dir_all(tmp.join("echo"));
     let _ = std::fs::remove_dir(&tmp);
+}
+
+/// One hypervisor and guest architecture of the table.
+struct Row<'a> {
+    hypervisor: &'a str,
+    /// The guest architecture when it is not the host's.
+    foreign: Option<&'a str>,
+    detection: &'a Detection,
+    runs: usize,
+    tmp: &'a Path,
+}
+
+/// Boots each layout `row.runs` times with each build and prints its rows.
+fn measure(row: &Row<'_>, notes: &Path, echo: &Path) {
+    let Row {
+        hypervisor,
+        foreign,
+        detection,
+        runs,
+        tmp,
+    } = *row;
+    if hypervisor == "krun"
+        && let Some(why) = common::krun_unmeasurable(detection)
+    {
+        println!(
+            "{}",
+            common::unmeasurable_row(COLUMNS.len(), &["–", "0"], why)
+        );
+        return;
+    }
+    // A foreign guest is emulated whatever the host has.
+    let accel = match foreign {
+        Some(_) => "tcg",
+        None => common::qemu_accel(detection),
+    };
+    for (label, apps) in [
+        ("1 (notes)", vec![notes.to_path_buf()]),
+        (
+            "2 (notes, echo)",
+            vec![notes.to_path_buf(), echo.to_path_buf()],
+        ),
+    ] {
+        // The previous build, when given, boots in turn with this one, so both see the
+        // same machine.
+        let mut builds = vec![("this build", PathBuf::from(env!("CARGO_BIN_EXE_berm-vmm")))];
+        if let Some(previous) = std::env::var_os("BERM_BENCH_PREVIOUS_VMM")
+            && foreign.is_none()
+        {
+            builds.insert(0, ("previous build", PathBuf::from(previous)));
+        }
+        let mut samples: Vec<Vec<Sample>> = builds.iter().map(|_| Vec::new()).collect();
+        let mut failures: Vec<Vec<String>> = builds.iter().map(|_| Vec::new()).collect();
+        for i in 0..runs {
+            for (b, (_, vmm)) in builds.iter().enumerate() {
+                let work = tmp.join(format!(
+                    "{hypervisor}-{}-{}-{b}-{i}",
+                    foreign.unwrap_or("host"),
+                    apps.len()
+                ));
+                let _ = std::fs::create_dir_all(&work);
+                let result = boot_once(vmm, hypervisor, foreign, &apps, &work);
+                if common::file_run(i, result, &work, &mut samples[b], &mut failures[b]) {
+                    let _ = std::fs::remove_dir_all(&work);
+                }
+            }
+        }
+        for (b, (build, _)) in builds.iter().enumerate() {
+            let m = |f: fn(&Sample) -> f64| median(samples[b].iter().map(f).collect());
+            let mut name = common::hypervisor_label(hypervisor, accel);
+            if let Some(arch) = foreign {
+                name = format!("{name}, {arch} guest");
+            }
+            if builds.len() > 1 {
+                name = format!("{name}, {build}");
+            }
+            println!(
+                "| {name} | {label} | {} (+1 warm-up{}) | {:.0} ms | {:.0} ms | {:.0} ms | {:.0} ms | {:.0} ms | {:.0} MiB of {:.0} | {:.1} MiB |",
+                samples[b].len(),
+                common::failed_note(&failures[b]),
+                m(|s| s.first_call_ms),
+                m(|s| s.boot_start_uptime),
+                m(|s| s.first_app_started_uptime),
+                m(|s| s.last_app_ready_uptime),
+                m(|s| s.boot_complete_uptime),
+                m(|s| s.guest_used_mib),
+                m(|s| s.guest_memory_mib),
+                m(|s| s.vmm_hwm_kib) / 1024.0,
+            );
+        }
+    }
 }

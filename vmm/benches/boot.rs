@@ -104,35 +104,30 @@ fn main() {
     // `cargo bench` passes --bench; nothing else is accepted.
     let runs = common::runs();
     let detection = Detection::probe();
-    let tmp = std::env::temp_dir().join(format!("berm-bench-{}", std::process::id()));
-    let _ = std::fs::create_dir_all(&tmp);
-    println!(
-        "| hypervisor | runs | spawn → greeting | spawn → exit (after shutdown) | shutdown request → exit | guest boot_start uptime | guest boot_complete uptime | shutdown in guest (status → power_off) | berm-vmm peak RSS | hypervisor peak RSS |"
-    );
-    println!("|---|---|---|---|---|---|---|---|---|---|");
-    for hypervisor in ["qemu", "krun"] {
-        if hypervisor == "krun"
-            && let Some(why) = common::krun_unmeasurable(&detection)
-        {
-            println!("| krun | 0 | not measurable on this host: /dev/kvm is {why} | | | | | | | |");
-            continue;
-        }
-        let accel = common::qemu_accel(&detection);
+    let tmp = common::scratch_dir("berm-bench");
+    let columns = [
+        "hypervisor",
+        "runs",
+        "spawn → greeting",
+        "spawn → exit (after shutdown)",
+        "shutdown request → exit",
+        "guest boot_start uptime",
+        "guest boot_complete uptime",
+        "shutdown in guest (status → power_off)",
+        "berm-vmm peak RSS",
+        "hypervisor peak RSS",
+    ];
+    common::each_backend(&detection, &columns, &["0"], |hypervisor, accel| {
         let mut samples = Vec::new();
         let mut failures = Vec::new();
         for i in 0..runs {
             let run_dir = tmp.join(format!("{hypervisor}-{i}"));
-            match boot_once(hypervisor, &run_dir) {
-                Ok(sample) if i > 0 => samples.push(sample),
-                Ok(_) => {}
-                Err(e) => {
-                    // Kept for a look: the run dir (console.log) and berm-vmm's stderr.
-                    failures.push(format!("{e} (kept: {})", run_dir.display()));
-                    continue;
-                }
+            let result = boot_once(hypervisor, &run_dir);
+            // A failed run's dir (console.log) and berm-vmm's stderr are kept for a look.
+            if common::file_run(i, result, &run_dir, &mut samples, &mut failures) {
+                let _ = std::fs::remove_dir_all(&run_dir);
+                let _ = std::fs::remove_file(run_dir.with_extension("stderr"));
             }
-            let _ = std::fs::remove_dir_all(&run_dir);
-            let _ = std::fs::remove_file(run_dir.with_extension("stderr"));
         }
         let m = |f: fn(&Sample) -> f64| median(samples.iter().map(f).collect());
         let name = common::hypervisor_label(hypervisor, accel);
@@ -149,7 +144,7 @@ fn main() {
             m(|s| s.vmm_hwm_kib) / 1024.0,
             m(|s| s.hypervisor_hwm_kib) / 1024.0,
         );
-    }
+    });
     // Empty unless a run failed (its files are kept there).
     let _ = std::fs::remove_dir(&tmp);
 }

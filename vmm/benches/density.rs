@@ -186,8 +186,7 @@ fn main() {
         .ok()
         .and_then(|m| m.parse().ok())
         .unwrap_or(DEFAULT_MEMORY_MIB);
-    let tmp = std::env::temp_dir().join(format!("berm-bench-density-{}", std::process::id()));
-    let _ = std::fs::create_dir_all(&tmp);
+    let tmp = common::scratch_dir("berm-bench-density");
     let app = app_folder(&tmp, "notes", "notes", "\"kv\"");
     println!(
         "Hypervisor: qemu ({}); guest memory: {} MiB.",

@@ -18,15 +18,20 @@
 //!
 //! With `--no-host-sandbox` nothing is confined and berm-vmm connects by path itself.
 
+#[cfg(target_os = "linux")]
 use std::ffi::CString;
 use std::io;
+#[cfg(target_os = "linux")]
 use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
+#[cfg(target_os = "linux")]
 use std::sync::Mutex;
 
 use crate::run_dir::RunDir;
-use crate::sandbox::{ChildReport, Policy, Role, SandboxError};
+use crate::sandbox::{ChildReport, SandboxError};
+#[cfg(target_os = "linux")]
+use crate::sandbox::{Policy, Role};
 
 /// A socket in the run dir that berm-vmm connects to after it is confined.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

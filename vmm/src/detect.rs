@@ -286,6 +286,19 @@ impl Detection {
 mod tests {
     use super::*;
 
+    /// What `detection` chooses for `requested` and the host's own guest; it must choose.
+    fn choice(detection: Detection, requested: Requested) -> Choice {
+        detection.choose(requested, GuestArch::HOST).unwrap()
+    }
+
+    /// Why `detection` refuses `requested` for the host's own guest.
+    fn refusal(detection: Detection, requested: Requested) -> String {
+        detection
+            .choose(requested, GuestArch::HOST)
+            .unwrap_err()
+            .to_string()
+    }
+
     fn host(kvm_usable: bool, kvm_pvm: bool, qemu: bool, vhost: bool) -> Detection {
         Detection {
             kvm_usable,
@@ -301,57 +314,34 @@ mod tests {
     #[test]
     fn auto_prefers_libkrun_only_on_hardware_kvm() {
         assert_eq!(
-            host(true, false, true, true)
-                .choose(Requested::Auto, GuestArch::HOST)
-                .unwrap()
-                .backend,
+            choice(host(true, false, true, true), Requested::Auto).backend,
             Backend::Krun
         );
-        let pvm = host(true, true, true, true)
-            .choose(Requested::Auto, GuestArch::HOST)
-            .unwrap();
+        let pvm = choice(host(true, true, true, true), Requested::Auto);
         assert_eq!((pvm.backend, pvm.accel), (Backend::Qemu, Some("tcg")));
         assert!(pvm.reason.contains("kvm_pvm"), "{}", pvm.reason);
-        let no_kvm = host(false, false, true, true)
-            .choose(Requested::Auto, GuestArch::HOST)
-            .unwrap();
+        let no_kvm = choice(host(false, false, true, true), Requested::Auto);
         assert_eq!((no_kvm.backend, no_kvm.accel), (Backend::Qemu, Some("tcg")));
-        let err = host(true, true, true, false)
-            .choose(Requested::Auto, GuestArch::HOST)
-            .unwrap_err()
-            .to_string();
+        let err = refusal(host(true, true, true, false), Requested::Auto);
         assert!(err.contains("vhost-device-vsock is not installed"), "{err}");
     }
 
     #[test]
     fn requests_are_honoured_or_refused_with_the_reason() {
         assert!(
-            host(false, false, true, true)
-                .choose(Requested::Krun, GuestArch::HOST)
-                .unwrap_err()
-                .to_string()
-                .contains("not accessible")
+            refusal(host(false, false, true, true), Requested::Krun).contains("not accessible")
         );
         assert!(
-            host(true, true, true, true)
-                .choose(Requested::Krun, GuestArch::HOST)
-                .unwrap()
+            choice(host(true, true, true, true), Requested::Krun)
                 .reason
                 .contains("not berm-init")
         );
         assert_eq!(
-            host(true, false, true, true)
-                .choose(Requested::Qemu, GuestArch::HOST)
-                .unwrap()
-                .accel,
+            choice(host(true, false, true, true), Requested::Qemu).accel,
             Some("kvm")
         );
         assert!(
-            host(true, false, false, true)
-                .choose(Requested::Qemu, GuestArch::HOST)
-                .unwrap_err()
-                .to_string()
-                .contains("qemu-system-x86_64")
+            refusal(host(true, false, false, true), Requested::Qemu).contains("qemu-system-x86_64")
         );
     }
 

@@ -161,6 +161,21 @@ fn truncate_with_marker(path: &Path, size: u64) -> std::io::Result<()> {
 mod tests {
     use super::*;
 
+    /// Checks that the log at `path` rotated into `<path>.1`, both within `cap`, the current
+    /// one starting with berm-vmm's truncation marker; returns the current one.
+    fn rotated_once(path: &Path, cap: usize) -> String {
+        let now = std::fs::read_to_string(path).unwrap();
+        let old = std::fs::read_to_string(path.with_extension("log.1")).unwrap();
+        assert!(
+            now.len() <= cap && old.len() <= cap,
+            "{} {}",
+            now.len(),
+            old.len()
+        );
+        assert!(now.starts_with("[berm-vmm] "), "{now}");
+        now
+    }
+
     #[test]
     fn a_capped_log_rotates_once_past_its_cap_and_keeps_the_newest_lines() {
         let tmp = tempfile::tempdir().unwrap();
@@ -170,15 +185,7 @@ mod tests {
             log.write(format!("line {i:04} {}\n", "x".repeat(40)).as_bytes())
                 .unwrap();
         }
-        let now = std::fs::read_to_string(&path).unwrap();
-        let old = std::fs::read_to_string(tmp.path().join("guest.log.1")).unwrap();
-        assert!(
-            now.len() <= 1000 && old.len() <= 1000,
-            "{} {}",
-            now.len(),
-            old.len()
-        );
-        assert!(now.starts_with("[berm-vmm] "), "{now}");
+        let now = rotated_once(&path, 1000);
         assert!(now.contains("line 0099"), "{now}");
         assert!(!now.contains("line 0000"));
     }
@@ -201,15 +208,7 @@ mod tests {
         assert!(status.success());
         drop(_err);
         relay.join().unwrap();
-        let now = std::fs::read_to_string(&path).unwrap();
-        let old = std::fs::read_to_string(tmp.path().join("hypervisor.log.1")).unwrap();
-        assert!(
-            now.len() <= 4096 && old.len() <= 4096,
-            "{} {}",
-            now.len(),
-            old.len()
-        );
-        assert!(now.starts_with("[berm-vmm] "), "{now}");
+        let now = rotated_once(&path, 4096);
         assert!(now.contains("line 1023 "), "{now}");
     }
 

@@ -116,17 +116,10 @@ const EXIT_CODES: &str = "Exit codes (docs/vm.md):
  12 crashed           the VM ended without power_off";
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
-        Ok(cli) => cli,
-        Err(e) => {
-            let _ = e.print();
-            return ExitCode::from(if e.use_stderr() {
-                ExitStatus::Usage.code()
-            } else {
-                0
-            });
-        }
-    };
+    // On bad arguments clap prints why and exits with 2, [`ExitStatus::Usage`]; after --help
+    // or --version it exits with 0.
+    const _: () = assert!(ExitStatus::Usage.code() == 2);
+    let cli = Cli::parse();
     match cli.command {
         Commands::Run {
             apps,

@@ -314,7 +314,7 @@ mod tests {
             std::fs::write(&disk, &bytes).unwrap();
             let started = std::time::Instant::now();
             let err = prepare(&disk).unwrap_err();
-            assert!(started.elapsed() < std::time::Duration::from_secs(1));
+            berm_fixtures::assert_within(started, std::time::Duration::from_secs(1));
             assert!(matches!(err, StateError::BadSuperblock { .. }), "{err}");
             assert!(err.to_string().contains("left as it is"), "{err}");
             assert_eq!(std::fs::metadata(&disk).unwrap().len(), size);

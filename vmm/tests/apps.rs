@@ -11,7 +11,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use berm::GuestArch;
-use common::{BOOT, Mcp, READY, Vmm, app_folder, bootable_for, pinned_for, probe_binary};
+use common::{BOOT, Mcp, READY, Vmm, app_folder, pinned_for, probe_binary, scratch_to_boot};
 use serde_json::{Value, json};
 
 /// `--arch ARCH` for berm-vmm.
@@ -37,22 +37,42 @@ fn notes_toml(name: &str) -> String {
     )
 }
 
-#[test]
-fn one_app_answers_mcp_and_its_notes_survive_a_reboot() {
-    notes_survive_a_reboot(GuestArch::HOST);
+/// Each test `$body(arch)` twice: on the host's own guest (`$host`), and the same on an
+/// aarch64 guest (the one a Mac boots), emulated by QEMU on an x86_64 host (`$aarch64`).
+macro_rules! on_host_and_aarch64 {
+    ($($(#[$doc:meta])* $host:ident, $aarch64:ident => $body:ident;)*) => {
+        $(
+            $(#[$doc])*
+            #[test]
+            fn $host() {
+                $body(GuestArch::HOST);
+            }
+
+            $(#[$doc])*
+            #[test]
+            fn $aarch64() {
+                $body(GuestArch::Aarch64);
+            }
+        )*
+    };
 }
 
-/// The same on an aarch64 guest (the one a Mac boots), emulated by QEMU on an x86_64 host.
-#[test]
-fn one_app_answers_mcp_and_its_notes_survive_a_reboot_on_aarch64() {
-    notes_survive_a_reboot(GuestArch::Aarch64);
+on_host_and_aarch64! {
+    /// One app answers MCP, and its notes survive a reboot on the state disk.
+    one_app_answers_mcp_and_its_notes_survive_a_reboot,
+    one_app_answers_mcp_and_its_notes_survive_a_reboot_on_aarch64 => notes_survive_a_reboot;
+    /// Three apps in one VM: a notes app with the probe (built for the guest's architecture)
+    /// under its confinement, a hostile app whose runaway calls fail while it keeps serving,
+    /// and an app whose bermd is killed by its own cgroup's memory limit — reported, while
+    /// the others keep answering.
+    apps_are_confined_apart_and_survive_each_other,
+    apps_are_confined_apart_and_survive_each_other_on_aarch64 => confined_apart;
 }
 
 fn notes_survive_a_reboot(arch: GuestArch) {
-    if pinned_for(arch).is_none() || !bootable_for(arch) {
+    let Some(tmp) = scratch_to_boot(arch) else {
         return;
-    }
-    let tmp = tempfile::tempdir().unwrap();
+    };
     let app = app_folder(tmp.path(), "notes", &["notes"], &notes_toml("notes"));
     let disk = tmp.path().join("state.img");
     let args = [
@@ -215,40 +235,32 @@ fn control_status(vmm: &Vmm) -> Value {
     serde_json::to_value(&line).unwrap()
 }
 
-/// Three apps in one VM: a notes app with the probe under its confinement, a hostile app
-/// whose runaway calls fail while it keeps serving, and an app whose bermd is killed by its
-/// own cgroup's memory limit — reported, while the others keep answering.
-#[test]
-fn apps_are_confined_apart_and_survive_each_other() {
-    confined_apart(GuestArch::HOST);
-}
-
-/// The same, with the probe built for aarch64, on an aarch64 guest under QEMU's emulation.
-#[test]
-fn apps_are_confined_apart_and_survive_each_other_on_aarch64() {
-    confined_apart(GuestArch::Aarch64);
-}
-
 fn confined_apart(arch: GuestArch) {
-    if pinned_for(arch).is_none() || !bootable_for(arch) {
+    let Some(tmp) = scratch_to_boot(arch) else {
         return;
-    }
-    let tmp = tempfile::tempdir().unwrap();
+    };
     let notes = app_folder(tmp.path(), "notes", &["notes"], &notes_toml("notes"));
-    let hostile = app_folder(
-        tmp.path(),
+    // An app `name` of the one program `hostile`: `app` goes before its limits, `limits`
+    // into them, `program` into its `[[program]]`.
+    let hostile_app = |name: &str, app: &str, limits: &str, program: &str| {
+        let toml = format!(
+            "name = \"{name}\"\n{app}\n[limits]\n{limits}\n\n\
+             [[program]]\nname = \"hostile\"\nwasm = \"hostile.wasm\"\n{program}"
+        );
+        app_folder(tmp.path(), name, &["hostile"], &toml)
+    };
+    let hostile = hostile_app(
         "hostile",
-        &["hostile"],
-        "name = \"hostile\"\ncall_deadline_ms = 2000\n[limits]\nmemory_mb = 96\npids = 16\n\n\
-         [[program]]\nname = \"hostile\"\nwasm = \"hostile.wasm\"\nmemory_mb = 16\n",
+        "call_deadline_ms = 2000",
+        "memory_mb = 96\npids = 16",
+        "memory_mb = 16\n",
     );
     // Its program may grow to 64 MiB of wasm memory, but its cgroup holds 40 MiB in all.
-    let fragile = app_folder(
-        tmp.path(),
+    let fragile = hostile_app(
         "fragile",
-        &["hostile"],
-        "name = \"fragile\"\ncall_deadline_ms = 20000\n[limits]\nmemory_mb = 40\npids = 16\n\n\
-         [[program]]\nname = \"hostile\"\nwasm = \"hostile.wasm\"\n",
+        "call_deadline_ms = 20000",
+        "memory_mb = 40\npids = 16",
+        "",
     );
     let probe = probe_binary(arch);
     let mut vmm = Vmm::start(
@@ -391,22 +403,16 @@ fn a_bad_app_folder_is_refused_before_boot() {
     let tmp = tempfile::tempdir().unwrap();
     let folder = tmp.path().join("empty");
     std::fs::create_dir(&folder).unwrap();
-    let mut vmm = Vmm::start(&["--app", folder.to_str().unwrap()], &[]);
-    assert_eq!(vmm.wait(Duration::from_secs(30)), 5, "{}", vmm.stderr());
+    let vmm = Vmm::refused(
+        &["--app", folder.to_str().unwrap()],
+        Duration::from_secs(30),
+    );
     assert!(vmm.stderr().contains("berm.toml"), "{}", vmm.stderr());
 
     let dup_a = app_folder(tmp.path(), "a", &["echo"], &echo_toml("same"));
     let dup_b = app_folder(tmp.path(), "b", &["echo"], &echo_toml("same"));
-    let mut vmm = Vmm::start(
-        &[
-            "--app",
-            dup_a.to_str().unwrap(),
-            "--app",
-            dup_b.to_str().unwrap(),
-        ],
-        &[],
-    );
-    assert_eq!(vmm.wait(Duration::from_secs(30)), 5, "{}", vmm.stderr());
+    let (a, b) = (dup_a.to_str().unwrap(), dup_b.to_str().unwrap());
+    let vmm = Vmm::refused(&["--app", a, "--app", b], Duration::from_secs(30));
     assert!(
         vmm.stderr().contains("two apps are named same"),
         "{}",
@@ -417,16 +423,11 @@ fn a_bad_app_folder_is_refused_before_boot() {
     // leaves no image, stage or socket in the run dir.
     let solo = app_folder(tmp.path(), "c", &["echo"], &echo_toml("solo"));
     let missing = tmp.path().join("no-such-probe");
-    let mut vmm = Vmm::start(
-        &[
-            "--app",
-            solo.to_str().unwrap(),
-            "--test-probe",
-            missing.to_str().unwrap(),
-        ],
-        &[],
+    let (solo, missing) = (solo.to_str().unwrap(), missing.to_str().unwrap());
+    let vmm = Vmm::refused(
+        &["--app", solo, "--test-probe", missing],
+        Duration::from_secs(120),
     );
-    assert_eq!(vmm.wait(Duration::from_secs(120)), 5, "{}", vmm.stderr());
     assert!(vmm.stderr().contains("no-such-probe"), "{}", vmm.stderr());
     let left: Vec<String> = std::fs::read_dir(&vmm.run_dir)
         .unwrap()

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use berm::GuestArch;
 use berm_egress::testing::{Reply, TestServer};
-use common::{BOOT, Mcp, READY, Vmm, app_folder, bootable_for, pinned_for, probe_binary};
+use common::{BOOT, Mcp, READY, Vmm, app_folder, probe_binary, scratch_to_boot};
 use serde_json::{Value, json};
 
 #[test]
@@ -22,12 +22,11 @@ fn fetch_in_the_vm_reaches_the_granted_port_through_the_host_dialer_and_nothing_
 }
 
 fn fetch_through_the_dialer(arch: GuestArch) {
-    if pinned_for(arch).is_none() || !bootable_for(arch) {
+    let Some(tmp) = scratch_to_boot(arch) else {
         return;
-    }
+    };
     let page = TestServer::http(|seen| Reply::ok(format!("the page at {}", seen.path)));
     let other = TestServer::http(|_| Reply::ok("must not be reached"));
-    let tmp = tempfile::tempdir().unwrap();
     let grant = format!("net=127.0.0.1:{}", page.port());
     let toml = format!(
         "name = \"fetch\"\n[limits]\ncpu = 0.5\nmemory_mb = 128\npids = 64\n\n\
@@ -131,10 +130,9 @@ fn fetch_through_the_dialer(arch: GuestArch) {
 #[test]
 fn a_guest_program_cannot_open_a_network_socket_of_its_own() {
     let arch = GuestArch::HOST;
-    if pinned_for(arch).is_none() || !bootable_for(arch) {
+    let Some(tmp) = scratch_to_boot(arch) else {
         return;
-    }
-    let tmp = tempfile::tempdir().unwrap();
+    };
     let toml = "name = \"fetch\"\n[[program]]\nname = \"fetch\"\nwasm = \"fetch.wasm\"\n\
                 grants = [\"net=127.0.0.1:9\"]\n";
     let app = app_folder(tmp.path(), "fetch", &["fetch"], toml);

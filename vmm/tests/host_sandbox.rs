@@ -6,20 +6,29 @@
 //! the kernel shows the process filtered (`Seccomp: 2`, `NoNewPrivs: 1`), that the guest still
 //! boots and shuts down cleanly, and that the run's record (`vmm.jsonl`) attests.
 //! Like vm.rs, a test that cannot boot prints `SKIPPED: <why>` (fails with BERM_VM_REQUIRE=1).
+//! Linux only: the host sandbox is Landlock and seccomp (macOS runs unconfined, docs/macos.md).
+#![cfg(target_os = "linux")]
 
 mod common;
 
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::UnixListener;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use berm::GuestArch;
 use berm_attest::{Code, Pins, Record, verify};
 use berm_vm_protocol::client::GuestConnection;
 use berm_vm_protocol::{Event, Request, Service};
-use common::{BOOT, Vmm, bootable, pinned};
+use common::{BOOT, Vmm, scratch_to_boot};
 use serde_json::Value;
 
-fn can_boot() -> bool {
-    pinned().is_some() && bootable()
+/// The host file `--sandbox-probe` reaches for (`dir/name`, holding `content`), and a
+/// pathname socket listening beside it (`.sock`), outside the run dir.
+fn probe_target(dir: &Path, name: &str, content: &str) -> (PathBuf, UnixListener) {
+    let outside = dir.join(name);
+    std::fs::write(&outside, content).unwrap();
+    let listener = UnixListener::bind(outside.with_extension("sock")).unwrap();
+    (outside, listener)
 }
 
 /// Every stderr line berm-vmm has written so far.
@@ -77,15 +86,12 @@ fn proc_status(pid: u32, field: &str) -> Option<String> {
 
 #[test]
 fn berm_vmm_confines_itself_and_the_vm_still_works() {
-    if !can_boot() {
+    let Some(tmp) = scratch_to_boot(GuestArch::HOST) else {
         return;
-    }
-    let tmp = tempfile::tempdir().unwrap();
-    let outside = tmp.path().join("users-secret.txt");
-    std::fs::write(&outside, "secret\n").unwrap();
+    };
     // What an escaped VMM would reach for: a pathname socket outside its run dir (a session
     // bus) and an abstract one. Both listen for real.
-    let _pathname = std::os::unix::net::UnixListener::bind(outside.with_extension("sock")).unwrap();
+    let (outside, _pathname) = probe_target(tmp.path(), "users-secret.txt", "secret\n");
     let _abstract = {
         use std::os::linux::net::SocketAddrExt;
         let name = format!("berm-probe:{}", outside.display());
@@ -227,12 +233,7 @@ fn berm_vmm_confines_itself_and_the_vm_still_works() {
 
     // The run's record: every JSON line berm-vmm printed, in order, mode 0600.
     let record_path = run_dir.join("vmm.jsonl");
-    let mode = std::fs::metadata(&record_path)
-        .unwrap()
-        .permissions()
-        .mode()
-        & 0o777;
-    assert_eq!(mode, 0o600);
+    assert_eq!(berm_fixtures::mode(&record_path), 0o600);
     let printed: Vec<Value> = run
         .seen
         .iter()
@@ -294,13 +295,10 @@ fn berm_vmm_confines_itself_and_the_vm_still_works() {
 
 #[test]
 fn no_host_sandbox_runs_unconfined_and_says_so() {
-    if !can_boot() {
+    let Some(tmp) = scratch_to_boot(GuestArch::HOST) else {
         return;
-    }
-    let tmp = tempfile::tempdir().unwrap();
-    let outside = tmp.path().join("users-file.txt");
-    std::fs::write(&outside, "x").unwrap();
-    let _pathname = std::os::unix::net::UnixListener::bind(outside.with_extension("sock")).unwrap();
+    };
+    let (outside, _pathname) = probe_target(tmp.path(), "users-file.txt", "x");
     let run_dir = tmp.path().join("run");
     let mut run = Vmm::start_in(
         tmp,

@@ -15,7 +15,7 @@ use berm_pins::{ArtifactStore, KernelPins, RootfsPins};
 use berm_vm_protocol::client::GuestConnection;
 use berm_vm_protocol::{Event, Phase, Request, Service};
 use berm_vmm::detect::Detection;
-use common::{BOOT, Vmm, bootable, pinned, require_or_skip};
+use common::{BOOT, Vmm, bootable, can_boot, pinned, require_or_skip};
 use serde_json::Value;
 
 /// Boots, checks the greeting, the replayed boot events and `status` on control, the logs
@@ -89,7 +89,7 @@ fn boot_and_shut_down(args: &[&str], envs: &[(&str, &Path)]) -> Vmm {
 #[test]
 fn the_aarch64_guest_boots_greets_and_shuts_down_cleanly() {
     let arch = berm::GuestArch::Aarch64;
-    if common::pinned_for(arch).is_none() || !common::bootable_for(arch) {
+    if !common::can_boot_for(arch) {
         return;
     }
     let vmm = boot_and_shut_down(&["--arch", "aarch64"], &[]);
@@ -116,7 +116,7 @@ fn the_aarch64_guest_boots_greets_and_shuts_down_cleanly() {
 
 #[test]
 fn boots_greets_answers_status_and_shuts_down_cleanly() {
-    if pinned().is_none() || !bootable() {
+    if !can_boot() {
         return;
     }
     let vmm = boot_and_shut_down(&[], &[]);
@@ -173,7 +173,7 @@ fn boots_greets_answers_status_and_shuts_down_cleanly() {
 
 #[test]
 fn a_bad_guest_setting_fails_the_boot_with_exit_10() {
-    if pinned().is_none() || !bootable() {
+    if !can_boot() {
         return;
     }
     let mut vmm = Vmm::start(&["--env", "BERM_LOG=loud"], &[]);
@@ -211,7 +211,7 @@ fn an_unpinned_rootfs_override_boots_and_is_reported_unpinned() {
 
 #[test]
 fn a_state_disk_is_created_formatted_measured_and_mounted() {
-    if pinned().is_none() || !bootable() {
+    if !can_boot() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
@@ -359,17 +359,7 @@ fn guest_setting_injection_is_refused_before_boot() {
         ("lsm=capability,yama", "not an uppercase identifier"),
         ("BERM_STATE=vda", "set by berm-vmm itself"),
     ] {
-        let mut vmm = Vmm::start(&["--env", arg], &[]);
-        assert_eq!(
-            vmm.wait(Duration::from_secs(30)),
-            5,
-            "{arg:?}: {}",
-            vmm.stderr()
-        );
-        let message = vmm.events("exit")[0]["message"]
-            .as_str()
-            .unwrap()
-            .to_owned();
+        let (vmm, message) = refused_before_boot(&["--env", arg]);
         assert!(message.contains(why), "{arg:?}: {message}");
         assert!(
             vmm.events("endpoints").is_empty(),
@@ -380,27 +370,22 @@ fn guest_setting_injection_is_refused_before_boot() {
         .flat_map(|i| ["--env".to_owned(), format!("S{i}=1")])
         .collect();
     let many: Vec<&str> = many.iter().map(String::as_str).collect();
-    let mut vmm = Vmm::start(&many, &[]);
-    assert_eq!(vmm.wait(Duration::from_secs(30)), 5);
-    assert!(
-        vmm.events("exit")[0]["message"]
-            .as_str()
-            .unwrap()
-            .contains("at most 20"),
-        "{}",
-        vmm.stderr()
-    );
+    let (_, message) = refused_before_boot(&many);
+    assert!(message.contains("at most 20"), "{message}");
     let long = format!("X={}", "v".repeat(1500));
-    let mut vmm = Vmm::start(&["--env", &long], &[]);
-    assert_eq!(vmm.wait(Duration::from_secs(30)), 5);
-    assert!(
-        vmm.events("exit")[0]["message"]
-            .as_str()
-            .unwrap()
-            .contains("2048"),
-        "{}",
-        vmm.stderr()
-    );
+    let (_, message) = refused_before_boot(&["--env", &long]);
+    assert!(message.contains("2048"), "{message}");
+}
+
+/// Runs berm-vmm with `args`, which it must refuse with exit code 5 (`refused`), and
+/// returns the run and its `exit` line's message.
+fn refused_before_boot(args: &[&str]) -> (Vmm, String) {
+    let vmm = Vmm::refused(args, Duration::from_secs(30));
+    let message = vmm.events("exit")[0]["message"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    (vmm, message)
 }
 
 /// libkrun on this host: on hardware KVM the full boot/shutdown contract; on kvm_pvm as far
@@ -476,7 +461,7 @@ fn libkrun_smoke() {
 
 #[test]
 fn sigterm_stops_the_guest_in_order() {
-    if pinned().is_none() || !bootable() {
+    if !can_boot() {
         return;
     }
     let mut vmm = Vmm::start(&[], &[]);

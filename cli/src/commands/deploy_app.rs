@@ -10,7 +10,7 @@ use std::path::Path;
 use std::str::FromStr;
 
 use anyhow::Context;
-use berm_control::{DeployRequest, Grant, LimitsSpec};
+use berm_control::{DeployRequest, Grant, LimitsSpec, SecretValue};
 
 use crate::Exit;
 
@@ -28,36 +28,7 @@ pub async fn run(home: &Path, dir: &Path, json: bool) -> anyhow::Result<Exit> {
     let app = berm_app::load(dir)?;
     // Where bermd keeps an app's files: `fs=DIR` means `$BERM_HOME/data/DIR`,
     // as under `bermd --app`.
-    let data = home.join("data");
-    let mut prepared = Vec::with_capacity(app.programs.len());
-    for program in &app.programs {
-        let image = program.read()?;
-        berm_manifest::Manifest::from_image(&image)
-            .and_then(|m| m.check())
-            .with_context(|| {
-                format!(
-                    "app `{}`: program `{}` ({}) cannot be deployed; nothing was deployed",
-                    app.name,
-                    program.name,
-                    program.wasm.display()
-                )
-            })?;
-        let mut grants = Vec::new();
-        for text in program.resolve_grants(&data) {
-            let grant = Grant::from_str(&text)
-                .with_context(|| format!("app `{}`: program `{}`", app.name, program.name))?;
-            grants.push(grant);
-        }
-        prepared.push(Prepared {
-            name: program.name.clone(),
-            image,
-            grants,
-            limits: LimitsSpec {
-                deadline_ms: app.call_deadline_ms,
-                memory_bytes: program.memory_mb.map(|mb| mb << 20),
-            },
-        });
-    }
+    let prepared = prepare(&app, &home.join("data"))?;
     // bermd wants fs directories to exist; create them only once the whole
     // folder has been checked.
     for program in &prepared {
@@ -70,7 +41,18 @@ pub async fn run(home: &Path, dir: &Path, json: bool) -> anyhow::Result<Exit> {
         }
     }
 
+    let secrets = secret_values(&app)?;
+
     let client = super::client(home);
+    for (program, name, value) in secrets {
+        client
+            .set_secret(&program, &name, &SecretValue { value })
+            .await
+            .with_context(|| format!("app `{}`: setting secret {name} of {program}", app.name))?;
+        if !json {
+            println!("set secret {name} of {program} from [secrets]");
+        }
+    }
     let mut added = Vec::new();
     let mut replaced = Vec::new();
     let mut responses = Vec::new();
@@ -139,4 +121,65 @@ pub async fn run(home: &Path, dir: &Path, json: bool) -> anyhow::Result<Exit> {
         app.dir.display()
     );
     Ok(Exit::Ok)
+}
+
+/// Reads and checks every program of `app` and resolves its grants against `data`, before
+/// anything is deployed.
+fn prepare(app: &berm_app::App, data: &Path) -> anyhow::Result<Vec<Prepared>> {
+    let mut prepared = Vec::with_capacity(app.programs.len());
+    for program in &app.programs {
+        let image = program.read()?;
+        berm_manifest::Manifest::from_image(&image)
+            .and_then(|m| m.check())
+            .with_context(|| {
+                format!(
+                    "app `{}`: program `{}` ({}) cannot be deployed; nothing was deployed",
+                    app.name,
+                    program.name,
+                    program.wasm.display()
+                )
+            })?;
+        let mut grants = Vec::new();
+        for text in program.resolve_grants(data) {
+            let grant = Grant::from_str(&text)
+                .with_context(|| format!("app `{}`: program `{}`", app.name, program.name))?;
+            grants.push(grant);
+        }
+        prepared.push(Prepared {
+            name: program.name.clone(),
+            image,
+            grants,
+            limits: LimitsSpec {
+                deadline_ms: app.call_deadline_ms,
+                memory_bytes: program.memory_mb.map(|mb| mb << 20),
+            },
+        });
+    }
+    Ok(prepared)
+}
+
+/// The values of the folder's `[secrets]`, read from the files it names
+/// (checked as bermd checks them) before anything is deployed, once for
+/// each program that binds the secret: `(program, name, value)`.
+fn secret_values(app: &berm_app::App) -> anyhow::Result<Vec<(String, String, String)>> {
+    let mut values = Vec::new();
+    for (name, path) in &app.secret_files {
+        let value = berm_egress::secret::read_value_file(name, path).with_context(|| {
+            format!("app `{}`: [secrets] {name}; nothing was deployed", app.name)
+        })?;
+        let value = String::from_utf8(value).map_err(|_| {
+            anyhow::anyhow!(
+                "app `{}`: [secrets] {name}: {} is not UTF-8 text; nothing was deployed",
+                app.name,
+                path.display()
+            )
+        })?;
+        let binding = format!("secret:{name}=");
+        for program in &app.programs {
+            if program.grants.iter().any(|g| g.starts_with(&binding)) {
+                values.push((program.name.clone(), name.clone(), value.clone()));
+            }
+        }
+    }
+    Ok(values)
 }

@@ -88,15 +88,20 @@ pub async fn run(home: &Path, args: Args) -> anyhow::Result<Exit> {
     })
 }
 
-/// macOS: libkrun runs the guest on Apple's Hypervisor framework, which must be present
-/// (`sysctl kern.hv_support` is 1) on Apple silicon (the guest is aarch64).
-fn hvf() -> Check {
-    let support = std::process::Command::new("/usr/sbin/sysctl")
-        .args(["-n", "kern.hv_support"])
+/// What `program args` printed, trimmed, when it ran and succeeded.
+fn stdout_of(program: &str, args: &[&str]) -> Option<String> {
+    std::process::Command::new(program)
+        .args(args)
         .output()
         .ok()
         .filter(|out| out.status.success())
-        .map(|out| String::from_utf8_lossy(&out.stdout).trim().to_owned());
+        .map(|out| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+}
+
+/// macOS: libkrun runs the guest on Apple's Hypervisor framework, which must be present
+/// (`sysctl kern.hv_support` is 1) on Apple silicon (the guest is aarch64).
+fn hvf() -> Check {
+    let support = stdout_of("/usr/sbin/sysctl", &["-n", "kern.hv_support"]);
     match support.as_deref() {
         Some("1") if std::env::consts::ARCH == "aarch64" => check(
             "hvf",
@@ -352,12 +357,7 @@ fn qemu() -> Check {
 }
 
 fn wasm_target() -> Check {
-    let sysroot = std::process::Command::new("rustc")
-        .args(["--print", "sysroot"])
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .map(|o| PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()));
+    let sysroot = stdout_of("rustc", &["--print", "sysroot"]).map(PathBuf::from);
     match sysroot {
         None => check(
             "wasm32",

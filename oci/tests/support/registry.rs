@@ -9,7 +9,7 @@ use std::io::Write;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// A running `docker-registry` serving `addr`.
 pub struct TestRegistry {
@@ -80,26 +80,27 @@ impl TestRegistry {
 
     fn wait_ready(&mut self, ip: &str, port: u16) {
         let target = SocketAddr::new(ip.parse().expect("ip"), port);
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                panic!("docker-registry exited with {status}:\n{}", self.log());
-            }
-            if let Ok(mut s) = TcpStream::connect_timeout(&target, Duration::from_millis(200)) {
+        let log = self.dir.path().join("registry.log");
+        let log = || std::fs::read_to_string(&log).unwrap_or_default();
+        let child = &mut self.child;
+        berm_fixtures::wait_until(
+            Duration::from_secs(20),
+            Duration::from_millis(25),
+            || {
+                if let Ok(Some(status)) = child.try_wait() {
+                    panic!("docker-registry exited with {status}:\n{}", log());
+                }
+                let Ok(mut s) = TcpStream::connect_timeout(&target, Duration::from_millis(200))
+                else {
+                    return false;
+                };
                 // A full HTTP exchange, so the server is really serving.
                 let _ = s.write_all(b"GET /v2/ HTTP/1.0\r\n\r\n");
                 let mut buf = [0u8; 12];
-                if std::io::Read::read(&mut s, &mut buf).is_ok_and(|n| n > 0) {
-                    return;
-                }
-            }
-            assert!(
-                Instant::now() < deadline,
-                "docker-registry did not start:\n{}",
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(25));
-        }
+                std::io::Read::read(&mut s, &mut buf).is_ok_and(|n| n > 0)
+            },
+            || format!("docker-registry did not start:\n{}", log()),
+        );
     }
 
     /// What the registry wrote to stdout and stderr.

@@ -134,17 +134,10 @@ fn main() -> ExitCode {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_env_filter(log_filter())
         .init();
-    let args = match Args::try_parse() {
-        Ok(args) => args,
-        Err(e) => {
-            let _ = e.print();
-            return if e.use_stderr() {
-                Exit::Usage.into()
-            } else {
-                Exit::Clean.into()
-            };
-        }
-    };
+    // On bad arguments clap prints why and exits with 2, [`Exit::Usage`]; after --help or
+    // --version it exits with 0, [`Exit::Clean`].
+    const _: () = assert!(Exit::Usage.code() == 2 && Exit::Clean.code() == 0);
+    let args = Args::parse();
     match start(args, started) {
         Ok(()) => Exit::Clean.into(),
         Err((exit, error)) => {

@@ -4,14 +4,27 @@ fn caps() -> KvCaps {
     KvCaps::default()
 }
 
-#[test]
-fn writes_survive_reopen_and_a_torn_tail_is_cut() {
+/// A new store at `kv.log` in a temporary directory, with default caps: the directory (kept
+/// alive by the caller), the log's path and the store.
+fn fresh() -> (tempfile::TempDir, std::path::PathBuf, KvStore) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("kv.log");
     let kv = KvStore::open(&path, caps()).unwrap();
-    kv.put(b"a", b"1").unwrap();
-    kv.put(b"b", b"2").unwrap();
-    kv.put(b"a", b"3").unwrap();
+    (dir, path, kv)
+}
+
+/// [`fresh`], with `puts` written in order.
+fn holding(puts: &[(&str, &str)]) -> (tempfile::TempDir, std::path::PathBuf, KvStore) {
+    let (dir, path, kv) = fresh();
+    for (key, value) in puts {
+        kv.put(key.as_bytes(), value.as_bytes()).unwrap();
+    }
+    (dir, path, kv)
+}
+
+#[test]
+fn writes_survive_reopen_and_a_torn_tail_is_cut() {
+    let (_dir, path, kv) = holding(&[("a", "1"), ("b", "2"), ("a", "3")]);
     assert!(kv.delete(b"b").unwrap());
     assert!(!kv.delete(b"b").unwrap());
     drop(kv);
@@ -32,10 +45,7 @@ fn writes_survive_reopen_and_a_torn_tail_is_cut() {
 
 #[test]
 fn a_last_record_of_full_length_with_a_bad_checksum_is_a_torn_tail() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("kv.log");
-    let kv = KvStore::open(&path, caps()).unwrap();
-    kv.put(b"a", b"1").unwrap();
+    let (_dir, path, kv) = holding(&[("a", "1")]);
     drop(kv);
     // The length reached the disk, the data did not (zeros).
     let mut torn = encode(OP_PUT, b"b", b"never acknowledged");
@@ -57,12 +67,7 @@ fn a_last_record_of_full_length_with_a_bad_checksum_is_a_torn_tail() {
 
 #[test]
 fn corruption_in_the_middle_keeps_the_file_and_says_how_to_recover() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("kv.log");
-    let kv = KvStore::open(&path, caps()).unwrap();
-    kv.put(b"first", b"1").unwrap();
-    kv.put(b"second", b"2").unwrap();
-    kv.put(b"third", b"3").unwrap();
+    let (_dir, path, kv) = holding(&[("first", "1"), ("second", "2"), ("third", "3")]);
     drop(kv);
     let first = encode(OP_PUT, b"first", b"1").len();
     let mut bytes = std::fs::read(&path).unwrap();
@@ -157,9 +162,7 @@ fn caps_count_keys_values_and_the_per_key_overhead() {
 
 #[test]
 fn a_new_log_is_private() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("kv.log");
-    let kv = KvStore::open(&path, caps()).unwrap();
+    let (_dir, path, kv) = fresh();
     let mode =
         std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&path).unwrap().permissions());
     assert_eq!(mode & 0o777, 0o600);
@@ -168,9 +171,7 @@ fn a_new_log_is_private() {
 
 #[test]
 fn compaction_keeps_the_live_data() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("kv.log");
-    let kv = KvStore::open(&path, caps()).unwrap();
+    let (dir, path, kv) = fresh();
     for i in 0..300u32 {
         kv.put(b"same", &vec![i as u8; 8 << 10]).unwrap();
     }
@@ -229,9 +230,7 @@ fn acknowledged_writes_survive_running_out_of_descriptors() {
     )
     .unwrap();
     for free in 0..5 {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("kv.log");
-        let kv = KvStore::open(&path, caps()).unwrap();
+        let (_dir, path, kv) = fresh();
         // Just under the point where compaction starts.
         for _ in 0..127 {
             kv.put(b"same", &[7; 8 << 10]).unwrap();

@@ -59,20 +59,15 @@ impl Bermd {
     }
 
     fn wait_ready(&self) {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            if UnixStream::connect(self.home.join("mcp.sock")).is_ok()
-                && UnixStream::connect(self.home.join("control.sock")).is_ok()
-            {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "bermd did not come up: {}",
-                self.log_text()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        berm_fixtures::wait_until(
+            Duration::from_secs(60),
+            Duration::from_millis(20),
+            || {
+                UnixStream::connect(self.home.join("mcp.sock")).is_ok()
+                    && UnixStream::connect(self.home.join("control.sock")).is_ok()
+            },
+            || format!("bermd did not come up: {}", self.log_text()),
+        );
     }
 
     pub fn log_text(&self) -> String {
@@ -124,6 +119,27 @@ impl Bermd {
         let mut session = Session::connect(&self.home.join("mcp.sock"));
         session.initialize();
         session
+    }
+
+    /// `clients` sessions at once, each on its own thread and initialized, each running
+    /// `work(client index, session)`; returns what each returned, in client order.
+    pub fn concurrently<T: Send + 'static>(
+        &self,
+        clients: usize,
+        work: impl Fn(usize, &mut Session) -> T + Send + Clone + 'static,
+    ) -> Vec<T> {
+        let socket = self.home.join("mcp.sock");
+        let threads: Vec<_> = (0..clients)
+            .map(|client| {
+                let (socket, work) = (socket.clone(), work.clone());
+                std::thread::spawn(move || {
+                    let mut session = Session::connect(&socket);
+                    session.initialize();
+                    work(client, &mut session)
+                })
+            })
+            .collect();
+        threads.into_iter().map(|t| t.join().unwrap()).collect()
     }
 }
 

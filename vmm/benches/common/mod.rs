@@ -68,6 +68,46 @@ pub fn krun_unmeasurable(detection: &berm_vmm::detect::Detection) -> Option<&'st
     }
 }
 
+/// Prints the header of a bench's Markdown table with `columns`.
+pub fn print_header(columns: &[&str]) {
+    println!("| {} |", columns.join(" | "));
+    println!("|{}", "---|".repeat(columns.len()));
+}
+
+/// The row of krun in a table of `columns` columns on a host where it cannot be measured
+/// (`why`): `krun`, then `lead` (the cells before the reason), the reason, and empty cells
+/// to the end.
+pub fn unmeasurable_row(columns: usize, lead: &[&str], why: &str) -> String {
+    let cells: String = lead.iter().map(|cell| format!("{cell} | ")).collect();
+    let empty = " |".repeat(columns - 2 - lead.len());
+    format!("| krun | {cells}not measurable on this host: /dev/kvm is {why} |{empty}")
+}
+
+/// Prints the header of a bench's Markdown table with `columns`, then measures each backend
+/// in turn, QEMU then krun, with [`qemu_accel`] for the table; on a host where krun cannot be
+/// measured, prints its [`unmeasurable_row`] instead.
+pub fn each_backend(
+    detection: &berm_vmm::detect::Detection,
+    columns: &[&str],
+    lead: &[&str],
+    mut measure: impl FnMut(&'static str, &'static str),
+) {
+    print_header(columns);
+    let accel = qemu_accel(detection);
+    measure("qemu", accel);
+    match krun_unmeasurable(detection) {
+        Some(why) => println!("{}", unmeasurable_row(columns.len(), lead, why)),
+        None => measure("krun", accel),
+    }
+}
+
+/// A scratch directory for one bench: `<temp dir>/<prefix>-<pid>`, created.
+pub fn scratch_dir(prefix: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("{prefix}-{}", std::process::id()));
+    let _ = std::fs::create_dir_all(&dir);
+    dir
+}
+
 /// The accelerator QEMU would use here, for the table's hypervisor column.
 pub fn qemu_accel(detection: &berm_vmm::detect::Detection) -> &'static str {
     detection
@@ -84,6 +124,27 @@ pub fn hypervisor_label(hypervisor: &str, accel: &str) -> String {
     } else {
         "krun".into()
     }
+}
+
+/// Files run `i`'s result: its sample unless it is the warm-up (run 0), or a failure note
+/// naming `kept`, the run's directory, which is left for a look. True when the run succeeded
+/// and its files can go.
+pub fn file_run<S>(
+    i: usize,
+    result: Result<S, String>,
+    kept: &Path,
+    samples: &mut Vec<S>,
+    failures: &mut Vec<String>,
+) -> bool {
+    match result {
+        Ok(sample) if i > 0 => samples.push(sample),
+        Ok(_) => {}
+        Err(e) => {
+            failures.push(format!("{e} (kept: {})", kept.display()));
+            return false;
+        }
+    }
+    true
 }
 
 /// The runs column's note: nothing, or how many runs failed and why.

@@ -76,6 +76,22 @@ pub fn bootable() -> bool {
     require_or_skip("neither hardware KVM nor QEMU + vhost-device-vsock is available")
 }
 
+/// The pinned artifacts are installed and this host can boot the host's own guest.
+pub fn can_boot() -> bool {
+    can_boot_for(GuestArch::HOST)
+}
+
+/// A temporary directory for a test that boots an `arch` guest, or `None` (the test is
+/// skipped, see [`require_or_skip`]) when this host cannot.
+pub fn scratch_to_boot(arch: GuestArch) -> Option<tempfile::TempDir> {
+    can_boot_for(arch).then(|| tempfile::tempdir().unwrap())
+}
+
+/// The pinned artifacts for `arch` are installed and this host can boot an `arch` guest.
+pub fn can_boot_for(arch: GuestArch) -> bool {
+    pinned_for(arch).is_some() && bootable_for(arch)
+}
+
 /// A host that can boot an `arch` guest: the host's own as [`bootable`] says, another
 /// architecture under QEMU's emulation.
 pub fn bootable_for(arch: GuestArch) -> bool {
@@ -104,6 +120,14 @@ impl Vmm {
     pub fn start(args: &[&str], envs: &[(&str, &Path)]) -> Self {
         let args: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_ref()).collect();
         Self::start_in(tempfile::tempdir().unwrap(), &args, envs)
+    }
+
+    /// Runs berm-vmm with `args`, which it must refuse before boot: exit code 5 (`refused`)
+    /// within `timeout`.
+    pub fn refused(args: &[&str], timeout: Duration) -> Self {
+        let mut vmm = Self::start(args, &[]);
+        assert_eq!(vmm.wait(timeout), 5, "{args:?}: {}", vmm.stderr());
+        vmm
     }
 
     /// Starts `berm-vmm run` with its run dir at `tmp/run` (so a test can put files of its
