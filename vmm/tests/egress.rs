@@ -21,6 +21,12 @@ fn fetch_in_the_vm_reaches_the_granted_port_through_the_host_dialer_and_nothing_
     fetch_through_the_dialer(GuestArch::HOST);
 }
 
+/// The same on an aarch64 guest (the one a Mac boots), emulated by QEMU on an x86_64 host.
+#[test]
+fn fetch_in_the_vm_reaches_the_granted_port_through_the_host_dialer_on_aarch64() {
+    fetch_through_the_dialer(GuestArch::Aarch64);
+}
+
 fn fetch_through_the_dialer(arch: GuestArch) {
     let Some(tmp) = scratch_to_boot(arch) else {
         return;
