@@ -196,7 +196,9 @@ async fn read_request<S: AsyncRead + Unpin>(
     Ok((request, Duration::from_millis(u64::from(ms))))
 }
 
-async fn reply<S: AsyncWrite + Unpin>(
+/// Writes the one reply for `outcome` and closes the host's side, within [`WRITE_TIMEOUT`]
+/// (also how the dialer turns away a connection over its cap).
+pub async fn reply<S: AsyncWrite + Unpin>(
     stream: &mut S,
     outcome: &Result<Response, FetchError>,
 ) -> std::io::Result<()> {

@@ -308,17 +308,13 @@ async fn serve_app(app: AppEgress, listener: tokio::net::UnixListener, egress: A
         let Ok(permit) = Arc::clone(&open).try_acquire_owned() else {
             tokio::spawn(async move {
                 let mut stream = stream;
-                let message = format!(
-                    "the app already has {MAX_CONNECTIONS_PER_APP} requests open at the host dialer"
-                );
-                let mut out = vec![berm_egress::ErrorCode::Io as u8];
-                out.extend_from_slice(&(message.len() as u32).to_be_bytes());
-                out.extend_from_slice(message.as_bytes());
-                let _ = tokio::time::timeout(
-                    berm_egress::remote::WRITE_TIMEOUT,
-                    tokio::io::AsyncWriteExt::write_all(&mut stream, &out),
-                )
-                .await;
+                let busy = berm_egress::FetchError {
+                    code: berm_egress::ErrorCode::Io,
+                    message: format!(
+                        "the app already has {MAX_CONNECTIONS_PER_APP} requests open at the host dialer"
+                    ),
+                };
+                let _ = berm_egress::remote::reply(&mut stream, &Err(busy)).await;
             });
             continue;
         };

@@ -246,13 +246,16 @@ fn the_dialer_serves_each_socket_with_its_own_apps_grants_only() {
         ],
         sandbox: true,
     };
-    let mut child = Command::new(env!("CARGO_BIN_EXE_berm-vmm"))
-        .arg("dial")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
+    let mut dialer = Dialer(
+        Command::new(env!("CARGO_BIN_EXE_berm-vmm"))
+            .arg("dial")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let child = &mut dialer.0;
     child
         .stdin
         .take()
@@ -306,15 +309,40 @@ fn the_dialer_serves_each_socket_with_its_own_apps_grants_only() {
     let mut reply = Vec::new();
     stream.read_to_end(&mut reply).unwrap();
     assert_eq!(reply[0], berm_egress::ErrorCode::TooLarge as u8);
-    // Confined: a loopback port nobody granted is refused by the grants, never dialed, and
-    // the dialer itself may not write a file (no Landlock write right) — it is still serving.
+    // A guest holding the app's connections open (saying nothing) gets the next one turned
+    // away at once, not queued.
+    let idle: Vec<_> = (0..berm_vmm::dialer::MAX_CONNECTIONS_PER_APP)
+        .map(|_| std::os::unix::net::UnixStream::connect(app0).unwrap())
+        .collect();
+    std::thread::sleep(Duration::from_millis(200));
+    let (kind, message) = ask_dialer(app0, &format!("{}/", page.origin(false)));
+    assert_eq!(kind, berm_egress::ErrorCode::Io as u8);
+    assert!(
+        String::from_utf8_lossy(&message).contains("requests open at the host dialer"),
+        "{}",
+        String::from_utf8_lossy(&message)
+    );
+    // The other app is not affected.
+    let (kind, _) = ask_dialer(app1, &format!("{}/", other.origin(false)));
+    assert_eq!(kind, 0);
+    drop(idle);
+    std::thread::sleep(Duration::from_millis(200));
+    // Still serving after all that.
     let (kind, _) = ask_dialer(app0, &format!("{}/y", page.origin(false)));
     assert_eq!(kind, 0);
     assert_eq!(
         other.connections(),
-        1,
-        "only app 1's own request reached it"
+        2,
+        "only app 1's own requests reached it"
     );
-    child.kill().unwrap();
-    child.wait().unwrap();
+}
+
+/// The dialer, killed when the test ends (also when it fails).
+struct Dialer(std::process::Child);
+
+impl Drop for Dialer {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
