@@ -108,6 +108,15 @@ impl SecretStore {
         }
     }
 
+    /// Only `files`: a name without a file has no value (berm-vmm's dialer, which has no
+    /// store of its own).
+    pub fn files_only(files: BTreeMap<String, PathBuf>) -> SecretStore {
+        SecretStore {
+            dir: PathBuf::new(),
+            files,
+        }
+    }
+
     /// The directory.
     pub fn dir(&self) -> &Path {
         &self.dir
@@ -164,6 +173,9 @@ impl SecretStore {
         check_name(name)?;
         if let Some(path) = self.files.get(name) {
             return read_value_file(name, path).map(Some);
+        }
+        if self.dir.as_os_str().is_empty() {
+            return Ok(None);
         }
         let path = self.dir.join(name);
         match std::fs::read(&path) {

@@ -108,6 +108,9 @@ pub struct App {
     pub measured: AppMeasurement,
     /// Its disk image in the run dir.
     pub image: PathBuf,
+    /// Its `[secrets]`: host files the egress dialer reads values from (never packed, never
+    /// sent to the guest).
+    pub secret_files: std::collections::BTreeMap<String, PathBuf>,
 }
 
 impl App {
@@ -250,6 +253,7 @@ fn pack(
             uid: berm_vm_protocol::APP_UID_BASE + index as u32,
         },
         image: image.path,
+        secret_files: app.secret_files.clone(),
     })
 }
 

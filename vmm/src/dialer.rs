@@ -16,6 +16,7 @@
 //! `socket` for AF_INET/AF_INET6 only) before it accepts anything. No app with net or secret
 //! grants, no dialer.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
@@ -27,8 +28,7 @@ use berm_egress::secret::{Binding, SecretStore};
 use berm_egress::{Caps, Egress, EgressConfig, Trust};
 use serde::{Deserialize, Serialize};
 
-use berm_vm_protocol::host::AppMeasurement;
-
+use crate::apps::App;
 use crate::run_dir::RunDir;
 use crate::sandbox::{ChildReport, Policy, Role};
 
@@ -63,8 +63,9 @@ pub struct AppEgress {
     pub rules: Vec<String>,
     /// The `secret:NAME=HOST` bindings of its programs, as (name, host rule).
     pub secrets: Vec<(String, String)>,
-    /// Where the secret values are (one file each), if the app has secret grants.
-    pub secrets_dir: Option<PathBuf>,
+    /// Each bound secret's value file on the host: the one the app's `[secrets]` names, else
+    /// `$BERM_HOME/secrets/<program>/<NAME>` (what `berm secret set PROGRAM NAME` writes).
+    pub secret_files: BTreeMap<String, PathBuf>,
 }
 
 /// Everything the dialer is told (as JSON on its stdin).
@@ -86,13 +87,13 @@ pub fn socket_path(run: &RunDir, index: u32) -> PathBuf {
 }
 
 /// The egress of `app` (as measured: its programs' net and secret grants), or `None` without
-/// any. Secret values are read from `$BERM_HOME/secrets/<program>/` on the host, the store
-/// `berm secret set PROGRAM NAME` writes.
-pub fn app_egress(run: &RunDir, app: &AppMeasurement, berm_home: &Path) -> Option<AppEgress> {
+/// any. A secret's value is read on the host from the file the app's `[secrets]` names, else
+/// from `$BERM_HOME/secrets/<program>/<NAME>`, the store `berm secret set PROGRAM NAME` writes.
+pub fn app_egress(run: &RunDir, app: &App, berm_home: &Path) -> Option<AppEgress> {
     let mut rules = Vec::new();
     let mut secrets = Vec::new();
-    let mut secrets_dir = None;
-    for program in &app.programs {
+    let mut secret_files = BTreeMap::new();
+    for program in &app.measured.programs {
         for grant in &program.grants {
             if let Some(rule) = grant.strip_prefix("net=") {
                 rules.push(rule.to_owned());
@@ -101,7 +102,12 @@ pub fn app_egress(run: &RunDir, app: &AppMeasurement, berm_home: &Path) -> Optio
                 .and_then(|rest| rest.split_once('='))
             {
                 secrets.push((name.to_owned(), host.to_owned()));
-                secrets_dir = Some(berm_home.join("secrets").join(&program.name));
+                secret_files.entry(name.to_owned()).or_insert_with(|| {
+                    app.secret_files
+                        .get(name)
+                        .cloned()
+                        .unwrap_or_else(|| berm_home.join("secrets").join(&program.name).join(name))
+                });
             }
         }
     }
@@ -109,18 +115,18 @@ pub fn app_egress(run: &RunDir, app: &AppMeasurement, berm_home: &Path) -> Optio
         return None;
     }
     Some(AppEgress {
-        index: app.index,
-        name: app.name.clone(),
-        socket: socket_path(run, app.index),
+        index: app.measured.index,
+        name: app.measured.name.clone(),
+        socket: socket_path(run, app.measured.index),
         rules,
         secrets,
-        secrets_dir,
+        secret_files,
     })
 }
 
 /// The dialer's plan for `apps`, or `None` when no app has net or secret grants (then no
 /// dialer runs).
-pub fn plan(run: &RunDir, apps: &[AppMeasurement], sandbox: bool) -> Option<DialerPlan> {
+pub fn plan(run: &RunDir, apps: &[App], sandbox: bool) -> Option<DialerPlan> {
     let home = berm_control::home::berm_home();
     let apps: Vec<AppEgress> = apps
         .iter()
@@ -129,8 +135,9 @@ pub fn plan(run: &RunDir, apps: &[AppMeasurement], sandbox: bool) -> Option<Dial
     (!apps.is_empty()).then_some(DialerPlan { apps, sandbox })
 }
 
-/// The dialer's Landlock policy: read what resolving a name reads and the secret directories;
-/// TCP connect allowed; nothing written.
+/// The dialer's Landlock policy: read what resolving a name reads and the directories of the
+/// secret value files (directories, so a file replaced by rename stays readable); TCP connect
+/// allowed; nothing written.
 pub fn policy(plan: &DialerPlan) -> Policy {
     Policy {
         read: RESOLVER_FILES
@@ -140,8 +147,10 @@ pub fn policy(plan: &DialerPlan) -> Policy {
             .chain(
                 plan.apps
                     .iter()
-                    .filter_map(|a| a.secrets_dir.clone())
-                    .filter(|d| d.exists()),
+                    .flat_map(|a| a.secret_files.values())
+                    .filter_map(|f| f.parent().map(Path::to_path_buf))
+                    .filter(|d| d.exists())
+                    .collect::<BTreeSet<_>>(),
             )
             .collect(),
         connect_tcp: true,
@@ -260,7 +269,8 @@ pub fn run(plan_json: &[u8]) -> anyhow::Result<std::convert::Infallible> {
                 })
                 .collect::<Result<_, _>>()
                 .map_err(|e| anyhow::anyhow!("app {}: a secret's host: {e}", app.name))?,
-            store: app.secrets_dir.clone().map(SecretStore::new),
+            store: (!app.secret_files.is_empty())
+                .then(|| SecretStore::files_only(app.secret_files.clone())),
             caps: Caps::default(),
             trust: trust.clone(),
             forward: None,

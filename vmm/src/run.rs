@@ -429,8 +429,7 @@ impl Prepared {
                 return Err(e);
             }
         };
-        let measured: Vec<_> = apps.iter().map(|a| a.measured.clone()).collect();
-        let dialer = dialer::plan(&run, &measured, config.host_sandbox);
+        let dialer = dialer::plan(&run, &apps, config.host_sandbox);
         Ok(Self {
             run,
             state,

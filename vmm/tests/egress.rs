@@ -232,14 +232,14 @@ fn the_dialer_serves_each_socket_with_its_own_apps_grants_only() {
         socket: tmp.path().join(format!("vsock.sock_{}", 6000 + index)),
         rules,
         secrets: Vec::new(),
-        secrets_dir: None,
+        secret_files: Default::default(),
     };
     let page_rule = format!("127.0.0.1:{}", page.port());
     let plan = berm_vmm::dialer::DialerPlan {
         apps: vec![
             berm_vmm::dialer::AppEgress {
                 secrets: vec![("tok".into(), page_rule.clone())],
-                secrets_dir: Some(secrets.clone()),
+                secret_files: [("tok".to_string(), secrets.join("tok"))].into(),
                 ..app(0, vec![page_rule.clone()])
             },
             app(1, vec![format!("127.0.0.1:{}", other.port())]),
