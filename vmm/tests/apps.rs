@@ -265,19 +265,13 @@ fn confined_apart(arch: GuestArch) {
     let probe = probe_binary(arch);
     let mut vmm = Vmm::start(
         &[
-            arch_args(arch)[0],
-            arch_args(arch)[1],
-            "--app",
-            notes.to_str().unwrap(),
-            "--app",
-            hostile.to_str().unwrap(),
-            "--app",
-            fragile.to_str().unwrap(),
-            "--test-probe",
-            probe.to_str().unwrap(),
-            "--test-probe-app",
-            "0",
-        ],
+            &arch_args(arch)[..],
+            &["--app", notes.to_str().unwrap()],
+            &["--app", hostile.to_str().unwrap()],
+            &["--app", fragile.to_str().unwrap()],
+            &common::probe_in_app0(&probe),
+        ]
+        .concat(),
         &[],
     );
     for app in ["notes", "hostile", "fragile"] {

@@ -59,12 +59,7 @@ fn fetch_through_the_dialer(arch: GuestArch) {
     let socket = PathBuf::from(endpoints["egress"][0]["socket"].as_str().unwrap());
     assert_eq!(socket, vmm.run_dir.join("vsock.sock_6000"));
     let sandbox = &vmm.events("host_sandbox")[0];
-    let dialer = sandbox["children"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["program"] == "berm-vmm dial")
-        .unwrap_or_else(|| panic!("no dialer in {sandbox}"));
+    let dialer = common::child_named(sandbox, "berm-vmm dial");
     assert_eq!(dialer["seccomp"], "allow_list berm-vmm-dialer");
     // The vsock device may connect (to the dialer) only in a run like this one.
     assert!(
@@ -145,13 +140,10 @@ fn a_guest_program_cannot_open_a_network_socket_of_its_own() {
     let probe = probe_binary(arch);
     let mut vmm = Vmm::start(
         &[
-            "--app",
-            app.to_str().unwrap(),
-            "--test-probe",
-            probe.to_str().unwrap(),
-            "--test-probe-app",
-            "0",
-        ],
+            &["--app", app.to_str().unwrap()][..],
+            &common::probe_in_app0(&probe),
+        ]
+        .concat(),
         &[],
     );
     let report = vmm.wait_event("berm-init", "probe_report", READY, |_| true);
@@ -179,6 +171,13 @@ fn a_guest_program_cannot_open_a_network_socket_of_its_own() {
 
 /// Sends one request on the dialer's socket the way a guest's bermd does and returns the
 /// reply's kind byte and payload.
+/// A dialer reply that refused with `code`, its message holding `part`.
+fn assert_refused((kind, message): (u8, Vec<u8>), code: berm_egress::ErrorCode, part: &str) {
+    let message = String::from_utf8_lossy(&message);
+    assert_eq!(kind, code as u8, "{message}");
+    assert!(message.contains(part), "{message}");
+}
+
 fn ask_dialer(socket: &Path, url: &str) -> (u8, Vec<u8>) {
     ask_dialer_with(socket, url, Vec::new())
 }
@@ -285,20 +284,16 @@ fn the_dialer_serves_each_socket_with_its_own_apps_grants_only() {
         (0, "the page at /s for Bearer s3cret-value")
     );
     // App 1 has no such secret: its socket refuses the placeholder.
-    let (kind, message) = ask_dialer_with(app1, &format!("{}/", other.origin(false)), bearer);
-    assert_eq!(kind, berm_egress::ErrorCode::Denied as u8);
-    assert!(
-        String::from_utf8_lossy(&message).contains("no secret `tok` is bound"),
-        "{}",
-        String::from_utf8_lossy(&message)
+    assert_refused(
+        ask_dialer_with(app1, &format!("{}/", other.origin(false)), bearer),
+        berm_egress::ErrorCode::Denied,
+        "no secret `tok` is bound",
     );
     // App 0's socket does not carry app 1's grant, whatever the guest writes.
-    let (kind, message) = ask_dialer(app0, &format!("{}/", other.origin(false)));
-    assert_eq!(kind, berm_egress::ErrorCode::Denied as u8);
-    assert!(
-        String::from_utf8_lossy(&message).contains("not in this program's net grants"),
-        "{}",
-        String::from_utf8_lossy(&message)
+    assert_refused(
+        ask_dialer(app0, &format!("{}/", other.origin(false))),
+        berm_egress::ErrorCode::Denied,
+        "not in this program's net grants",
     );
     assert_eq!(other.connections(), 0);
     let (kind, _) = ask_dialer(app1, &format!("{}/", other.origin(false)));
@@ -315,12 +310,10 @@ fn the_dialer_serves_each_socket_with_its_own_apps_grants_only() {
         .map(|_| std::os::unix::net::UnixStream::connect(app0).unwrap())
         .collect();
     std::thread::sleep(Duration::from_millis(200));
-    let (kind, message) = ask_dialer(app0, &format!("{}/", page.origin(false)));
-    assert_eq!(kind, berm_egress::ErrorCode::Io as u8);
-    assert!(
-        String::from_utf8_lossy(&message).contains("requests open at the host dialer"),
-        "{}",
-        String::from_utf8_lossy(&message)
+    assert_refused(
+        ask_dialer(app0, &format!("{}/", page.origin(false))),
+        berm_egress::ErrorCode::Io,
+        "requests open at the host dialer",
     );
     // The other app is not affected.
     let (kind, _) = ask_dialer(app1, &format!("{}/", other.origin(false)));

@@ -195,12 +195,7 @@ fn berm_vmm_confines_itself_and_the_vm_still_works() {
         assert_eq!(child["landlock"], "fully_enforced", "{child}");
     }
     // The connector is one of them: its own allow list, and no file granted.
-    let connector = sandbox["children"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["program"] == "berm-vmm connector")
-        .unwrap_or_else(|| panic!("no connector reported: {sandbox}"));
+    let connector = common::child_named(&sandbox, "berm-vmm connector");
     assert_eq!(
         connector["seccomp"], "allow_list berm-vmm-connector",
         "{connector}"

@@ -401,3 +401,23 @@ pub fn app_folder(dir: &Path, name: &str, programs: &[&str], toml: &str) -> Path
     std::fs::write(folder.join("berm.toml"), toml).unwrap();
     folder
 }
+
+/// The hypervisor child `program` in a `host_sandbox` line (`children`), or a panic naming
+/// the line.
+pub fn child_named<'a>(sandbox: &'a Value, program: &str) -> &'a Value {
+    sandbox["children"]
+        .as_array()
+        .and_then(|children| children.iter().find(|c| c["program"] == program))
+        .unwrap_or_else(|| panic!("no {program} in {sandbox}"))
+}
+
+/// `--test-probe PROBE --test-probe-app 0`: the enforcement probe runs in place of app 0's
+/// bermd.
+pub fn probe_in_app0(probe: &Path) -> [&str; 4] {
+    [
+        "--test-probe",
+        probe.to_str().unwrap(),
+        "--test-probe-app",
+        "0",
+    ]
+}
