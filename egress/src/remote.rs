@@ -82,15 +82,20 @@ pub fn send<S: Read + Write>(
     let mut head = [0u8; 8];
     head[..4].copy_from_slice(&len.to_be_bytes());
     head[4..].copy_from_slice(&ms.to_be_bytes());
-    stream
+    let sent = stream
         .write_all(&head)
         .and_then(|()| stream.write_all(&bytes))
-        .and_then(|()| stream.flush())
-        .map_err(|e| broke("sending the request", e))?;
+        .and_then(|()| stream.flush());
     let mut head = [0u8; 5];
-    stream
-        .read_exact(&mut head)
-        .map_err(|e| broke("reading the reply", e))?;
+    let read = stream.read_exact(&mut head);
+    match (sent, read) {
+        (_, Ok(())) => {}
+        // The host may answer before it reads the request (a connection over the app's cap
+        // is turned away at once) and close: its reply says why, so it wins over the broken
+        // pipe the rest of the request met.
+        (Err(e), Err(_)) => return Err(broke("sending the request", e)),
+        (Ok(()), Err(e)) => return Err(broke("reading the reply", e)),
+    }
     let len = u32::from_be_bytes([head[1], head[2], head[3], head[4]]) as usize;
     let cap = if head[0] == 0 {
         max_reply(caps)
