@@ -29,6 +29,7 @@ pub async fn run(home: &Path, dir: &Path, json: bool) -> anyhow::Result<Exit> {
     // Where bermd keeps an app's files: `fs=DIR` means `$BERM_HOME/data/DIR`,
     // as under `bermd --app`.
     let prepared = prepare(&app, &home.join("data"))?;
+    let secrets = secret_values(&app)?;
     // bermd wants fs directories to exist; create them only once the whole
     // folder has been checked.
     for program in &prepared {
@@ -40,8 +41,6 @@ pub async fn run(home: &Path, dir: &Path, json: bool) -> anyhow::Result<Exit> {
             }
         }
     }
-
-    let secrets = secret_values(&app)?;
 
     let client = super::client(home);
     for (program, name, value) in secrets {
