@@ -556,11 +556,7 @@ fn secret_files(
                 "a secret's name is 1 to 64 of A-Z, a-z, 0-9, `_`, `-`".into(),
             ));
         }
-        let prefix = format!("secret:{name}=");
-        if !programs
-            .iter()
-            .any(|p| p.grants.iter().any(|g| g.starts_with(&prefix)))
-        {
+        if !programs.iter().any(|p| p.binds_secret(name)) {
             return Err(fail(format!(
                 "no program binds it: add `secret:{name}=HOST` to the grants of the program that uses it"
             )));
@@ -597,6 +593,15 @@ fn secret_files(
 }
 
 impl Program {
+    /// Whether one of its grants is `secret:NAME=HOST`: the program may send secret `name`.
+    pub fn binds_secret(&self, name: &str) -> bool {
+        self.grants.iter().any(|g| {
+            g.strip_prefix("secret:")
+                .and_then(|rest| rest.split_once('='))
+                .is_some_and(|(bound, _)| bound == name)
+        })
+    }
+
     /// The grants with every `fs=DIR` made absolute under `root` (bermd
     /// passes a directory of its data directory), so the same folder grants
     /// the same files on the host and inside the VM.

@@ -24,6 +24,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use berm_control::Grant;
 use berm_egress::secret::{Binding, SecretStore};
 use berm_egress::{Caps, Egress, EgressConfig, Trust};
 use serde::{Deserialize, Serialize};
@@ -94,20 +95,22 @@ pub fn app_egress(run: &RunDir, app: &App, berm_home: &Path) -> Option<AppEgress
     let mut secrets = Vec::new();
     let mut secret_files = BTreeMap::new();
     for program in &app.measured.programs {
-        for grant in &program.grants {
-            if let Some(rule) = grant.strip_prefix("net=") {
-                rules.push(rule.to_owned());
-            } else if let Some((name, host)) = grant
-                .strip_prefix("secret:")
-                .and_then(|rest| rest.split_once('='))
-            {
-                secrets.push((name.to_owned(), host.to_owned()));
-                secret_files.entry(name.to_owned()).or_insert_with(|| {
-                    app.secret_files
-                        .get(name)
-                        .cloned()
-                        .unwrap_or_else(|| berm_home.join("secrets").join(&program.name).join(name))
-                });
+        // Checked when the folder was loaded; parsed here by the one grant parser.
+        let grants = program
+            .grants
+            .iter()
+            .filter_map(|g| g.parse::<Grant>().ok());
+        for grant in grants {
+            match grant {
+                Grant::Net(rule) => rules.push(rule.to_string()),
+                Grant::Secret { name, rule } => {
+                    let file = app.secret_files.get(&name).cloned().unwrap_or_else(|| {
+                        berm_home.join("secrets").join(&program.name).join(&name)
+                    });
+                    secret_files.entry(name.clone()).or_insert(file);
+                    secrets.push((name, rule.to_string()));
+                }
+                _ => {}
             }
         }
     }

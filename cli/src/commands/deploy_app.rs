@@ -173,11 +173,8 @@ fn secret_values(app: &berm_app::App) -> anyhow::Result<Vec<(String, String, Str
                 path.display()
             )
         })?;
-        let binding = format!("secret:{name}=");
-        for program in &app.programs {
-            if program.grants.iter().any(|g| g.starts_with(&binding)) {
-                values.push((program.name.clone(), name.clone(), value.clone()));
-            }
+        for program in app.programs.iter().filter(|p| p.binds_secret(name)) {
+            values.push((program.name.clone(), name.clone(), value.clone()));
         }
     }
     Ok(values)
