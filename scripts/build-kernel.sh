@@ -47,13 +47,22 @@ if [ "$arch" != x86_64 ]; then
   recipe="$arch ${make_args[*]} $target_file, gcc $cross; $recipe"
 fi
 
-# 1. The inputs must be exactly the pinned ones.
-installed="$(dpkg-query -W -f='${Version}' "$package" 2>/dev/null || true)"
-[ -n "$installed" ] || die "Debian package $package is not installed (apt-get install $package=$version)"
-[ "$installed" = "$version" ] || die "Debian's $package is now $installed but kernel/manifest.toml pins $version.
-  The pinned kernel cannot be rebuilt from this source. Either install the pinned version
-  (apt-get install $package=$version) or move the pin: set [source] version and tarball_sha256
-  to the new package, rebuild with BERM_UPDATE_PINS=1 scripts/build-kernel.sh, and commit."
+# 1. The inputs must be exactly the pinned ones. When apt cannot give them (Debian's
+# security archive keeps only recent versions), say which versions it can give, and the two
+# ways on: install the artifacts instead of building them, or move the pin.
+installed="$(dpkg-query -W -f='${Status} ${Version}' "$package" 2>/dev/null | sed -n 's/^install ok installed //p' || true)"
+if [ "$installed" != "$version" ]; then
+  installable="$(apt-cache madison "$package" 2>/dev/null | awk '{print $3}' | paste -sd " " - || true)"
+  case " $installable " in
+    *" $version "*) how="install it: apt-get install $package=$version" ;;
+    *) how="apt can no longer install it (apt-get update first if you have not)" ;;
+  esac
+  die "kernel/manifest.toml pins Debian's $package $version; ${installed:+this machine has $installed, and }$how.
+  Installable here: ${installable:-none (no apt source offers $package)}.
+  Without building: berm vm install (fetches the pinned kernel and rootfs by digest; see docs/install.md).
+  To move the pin to an installable version: set [source] version and tarball_sha256 in
+  $manifest, install that version, run BERM_UPDATE_PINS=1 scripts/build-kernel.sh --arch $arch, and commit."
+fi
 [ -f "$tarball" ] || die "$tarball is missing although $package $version is installed"
 actual_tarball="$(sha256_of "$tarball")"
 [ "$actual_tarball" = "$tarball_sha" ] || die "$tarball has sha256 $actual_tarball but the pin is $tarball_sha
