@@ -12,7 +12,9 @@
 
 pub mod codes;
 pub mod frame;
+pub mod grant;
 pub mod net;
+mod text;
 pub mod word;
 
 /// Version of the ABI a program was built against; a manifest with another

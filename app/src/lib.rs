@@ -20,6 +20,8 @@ use std::fs;
 use std::io::Read;
 use std::path::{Component, Path, PathBuf};
 
+/// The one grant type, re-exported: a folder's grants are [`Grant`]s.
+pub use berm_abi::grant::{Grant, GrantParseError};
 use serde::Deserialize;
 use sha2::{Digest as _, Sha256};
 
@@ -95,10 +97,9 @@ pub struct Program {
     pub wasm: PathBuf,
     /// The wasm file as `berm.toml` names it, relative to the folder.
     pub wasm_relative: String,
-    /// berm's grant syntax (`log`, `clock`, `random`, `kv`,
-    /// `fs=DIR[:ro|:rw][:bytes=N][:entries=N]` with DIR relative); see
-    /// [`Program::resolve_grants`].
-    pub grants: Vec<String>,
+    /// Its grants, read by berm's one grant parser (`fs=DIR` with DIR relative to the
+    /// directory bermd chooses; see [`Program::resolve_grants`]).
+    pub grants: Vec<Grant>,
     /// This program's memory cap in MiB, when set.
     pub memory_mb: Option<u64>,
 }
@@ -270,18 +271,16 @@ pub enum AppError {
         /// The app's memory limit.
         app: u64,
     },
-    /// A grant is not one of berm's.
-    #[error(
-        "{}: program `{program}`: unknown grant {grant:?}: use log, clock, random, kv, fs=DIR[:ro|:rw][:bytes=N][:entries=N], net=HOST[:PORT] or secret:NAME=HOST[:PORT]",
-        file.display()
-    )]
-    UnknownGrant {
+    /// A grant that berm's one grant parser ([`Grant`]) refuses.
+    #[error("{}: program `{program}`: {source}", file.display())]
+    Grant {
         /// The manifest.
         file: PathBuf,
         /// The program.
         program: String,
-        /// The grant.
-        grant: String,
+        /// What the parser said.
+        #[source]
+        source: GrantParseError,
     },
     /// A `[secrets]` entry that cannot be used.
     #[error("{}: [secrets] {name}: {problem}", file.display())]
@@ -291,17 +290,6 @@ pub enum AppError {
         /// The secret's name as written.
         name: String,
         /// What is wrong and what to write instead.
-        problem: String,
-    },
-    /// A `net=` or `secret:` grant that does not parse.
-    #[error("{}: program `{program}`: {problem}", file.display())]
-    NetGrant {
-        /// The manifest.
-        file: PathBuf,
-        /// The program.
-        program: String,
-        /// The grant, quoted, and what is wrong with it (one string, so
-        /// that the error stays small).
         problem: String,
     },
     /// An `fs` grant's directory is not a plain relative path.
@@ -512,13 +500,13 @@ pub fn load(dir: &Path) -> Result<App, AppError> {
                 app: limits.memory_mb,
             });
         }
-        check_grants(&file, &program.name, &program.grants)?;
+        let grants = check_grants(&file, &program.name, &program.grants)?;
         let wasm = wasm_file(&file, &dir, &program.name, &program.wasm)?;
         programs.push(Program {
             name: program.name,
             wasm,
             wasm_relative: program.wasm,
-            grants: program.grants,
+            grants,
             memory_mb: program.memory_mb,
         });
     }
@@ -595,25 +583,28 @@ fn secret_files(
 impl Program {
     /// Whether one of its grants is `secret:NAME=HOST`: the program may send secret `name`.
     pub fn binds_secret(&self, name: &str) -> bool {
-        self.grants.iter().any(|g| {
-            g.strip_prefix("secret:")
-                .and_then(|rest| rest.split_once('='))
-                .is_some_and(|(bound, _)| bound == name)
-        })
+        self.grants
+            .iter()
+            .any(|g| matches!(g, Grant::Secret { name: bound, .. } if bound == name))
     }
 
     /// The grants with every `fs=DIR` made absolute under `root` (bermd
     /// passes a directory of its data directory), so the same folder grants
     /// the same files on the host and inside the VM.
-    pub fn resolve_grants(&self, root: &Path) -> Vec<String> {
+    pub fn resolve_grants(&self, root: &Path) -> Vec<Grant> {
         self.grants
             .iter()
-            .map(|grant| match grant.strip_prefix("fs=") {
-                Some(value) => {
-                    let (dir, mode) = split_fs_mode(value);
-                    format!("fs={}{mode}", root.join(dir).display())
-                }
-                None => grant.clone(),
+            .map(|grant| match grant {
+                Grant::Fs {
+                    dir,
+                    read_only,
+                    quota,
+                } => Grant::Fs {
+                    dir: root.join(dir),
+                    read_only: *read_only,
+                    quota: *quota,
+                },
+                other => other.clone(),
             })
             .collect()
     }
@@ -720,12 +711,6 @@ fn in_range(
     }
 }
 
-/// `DIR:ro` → (`DIR`, `:ro`); the mode suffix is kept as written.
-/// An `fs=` grant's directory and its options: [`berm_abi::split_fs_grant`].
-fn split_fs_mode(value: &str) -> (&str, &str) {
-    berm_abi::split_fs_grant(value)
-}
-
 /// Why a relative path from `berm.toml` is not plain, if it is not.
 fn relative_path_problem(path: &str) -> Option<&'static str> {
     if path.is_empty() {
@@ -744,71 +729,37 @@ fn relative_path_problem(path: &str) -> Option<&'static str> {
     None
 }
 
-fn check_grants(file: &Path, program: &str, grants: &[String]) -> Result<(), AppError> {
-    let mut fs_grants = 0;
-    for grant in grants {
-        match grant.as_str() {
-            "log" | "clock" | "random" | "kv" => {}
-            other if other.starts_with("net=") || other.starts_with("secret:") => {
-                if let Some(problem) = net_grant_problem(other) {
-                    return Err(AppError::NetGrant {
-                        file: file.to_path_buf(),
-                        program: program.to_string(),
-                        problem: format!("grant {grant:?}: {problem}"),
-                    });
-                }
+/// Reads every grant with berm's one parser, and checks what an app folder adds: an `fs`
+/// directory is a plain relative path, and there is at most one.
+fn check_grants(file: &Path, program: &str, grants: &[String]) -> Result<Vec<Grant>, AppError> {
+    let mut parsed = Vec::with_capacity(grants.len());
+    for text in grants {
+        let grant: Grant = text.parse().map_err(|source| AppError::Grant {
+            file: file.to_path_buf(),
+            program: program.to_string(),
+            source,
+        })?;
+        if let Grant::Fs { dir, .. } = &grant {
+            // Parsed from a string, so the path is UTF-8.
+            let dir = dir.to_string_lossy();
+            if let Some(problem) = relative_path_problem(&dir) {
+                return Err(AppError::FsGrant {
+                    file: file.to_path_buf(),
+                    program: program.to_string(),
+                    grant: text.clone(),
+                    problem,
+                });
             }
-            other => {
-                let Some(value) = other.strip_prefix("fs=") else {
-                    return Err(AppError::UnknownGrant {
-                        file: file.to_path_buf(),
-                        program: program.to_string(),
-                        grant: grant.clone(),
-                    });
-                };
-                let (dir, _) = split_fs_mode(value);
-                if let Some(problem) = relative_path_problem(dir) {
-                    return Err(AppError::FsGrant {
-                        file: file.to_path_buf(),
-                        program: program.to_string(),
-                        grant: grant.clone(),
-                        problem,
-                    });
-                }
-                fs_grants += 1;
-                if fs_grants > 1 {
-                    return Err(AppError::DuplicateFsGrant {
-                        file: file.to_path_buf(),
-                        program: program.to_string(),
-                    });
-                }
+            if parsed.iter().any(|g| matches!(g, Grant::Fs { .. })) {
+                return Err(AppError::DuplicateFsGrant {
+                    file: file.to_path_buf(),
+                    program: program.to_string(),
+                });
             }
         }
+        parsed.push(grant);
     }
-    Ok(())
-}
-
-/// What is wrong with a `net=HOST[:PORT]` or `secret:NAME=HOST[:PORT]`
-/// grant, if anything: the one rule of `berm_abi::net`.
-fn net_grant_problem(grant: &str) -> Option<String> {
-    let rule = match grant.strip_prefix("net=") {
-        Some(rule) => rule,
-        None => {
-            let binding = grant.strip_prefix("secret:").unwrap_or(grant);
-            match binding.split_once('=') {
-                Some((name, rule)) if berm_abi::net::is_valid_secret_name(name) => rule,
-                _ => {
-                    return Some(
-                        "write secret:NAME=HOST[:PORT], NAME being 1 to 64 of A-Z, a-z, 0-9, `_`, `-`"
-                            .into(),
-                    );
-                }
-            }
-        }
-    };
-    rule.parse::<berm_abi::net::NetRule>()
-        .err()
-        .map(|e| e.to_string())
+    Ok(parsed)
 }
 
 /// The absolute path of a program's wasm file, once it is known to be a

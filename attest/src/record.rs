@@ -140,10 +140,11 @@ pub struct MeasuredProgram {
     pub wasm: String,
     /// sha256 of the wasm file.
     pub sha256: String,
-    /// Its egress grants (`net=`, `secret:NAME=HOST`; never a value), which the host dialer
-    /// enforced; absent when it has none (and in records from before issue 15).
+    /// Its measured grants (egress, `net=` and `secret:NAME=HOST`, never a value, which the
+    /// host dialer enforced; and `call=`, the programs it may call), typed as bermd reads
+    /// them; absent when it has none (and in records from before issue 15).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub grants: Vec<String>,
+    pub grants: Vec<berm_abi::grant::Grant>,
 }
 
 /// An app's disk image.

@@ -22,12 +22,12 @@
 
 mod api;
 mod client;
-mod grant;
 pub mod home;
 
 pub use api::{
     CallOutcome, CallResponse, DeployRequest, DeployResponse, ErrorBody, LimitsSpec, ProgramView,
     RemoveResponse, SecretList, SecretValue,
 };
+/// Grants are typed in berm-abi; re-exported so clients of the control API need only this crate.
+pub use berm_abi::grant::{FsQuota, Grant, GrantParseError};
 pub use client::{Client, ClientError};
-pub use grant::{FsQuota, Grant, GrantParseError};

@@ -12,7 +12,6 @@
 //! must print a program's identity from one definition.
 
 mod digest;
-mod text;
 
 use std::collections::BTreeSet;
 
@@ -23,6 +22,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use wasmparser::{ExternalKind, Parser, Payload, TypeRef};
 
+/// Re-exported from berm-abi, where it lives so that grants can use it too.
+pub use berm_abi::serde_as_text;
 pub use digest::{Digest, DigestParseError};
 
 /// Largest manifest section accepted; a bigger one is refused, not parsed.

@@ -9,7 +9,6 @@
 
 use std::io::Write;
 use std::os::fd::OwnedFd;
-use std::str::FromStr;
 use std::time::Instant;
 
 use berm_app::App;
@@ -27,18 +26,6 @@ pub enum AppDeployError {
         app: String,
         /// Why (boxed: it is large and this path is cold).
         source: Box<berm_app::AppError>,
-    },
-    /// A grant did not parse once resolved.
-    #[error("app `{app}`: program `{program}`: grant `{grant}`: {message}")]
-    Grant {
-        /// The app.
-        app: String,
-        /// The program.
-        program: String,
-        /// The grant.
-        grant: String,
-        /// Why.
-        message: String,
     },
     /// The directory an `fs` grant points at could not be created.
     #[error("app `{app}`: program `{program}`: cannot create {}: {source}", dir.display())]
@@ -144,15 +131,9 @@ pub fn deploy(service: &Service, app: &App) -> Result<Vec<ProgramReady>, AppDepl
             app: app.name.clone(),
             source: Box::new(source),
         })?;
-        let mut grants = Vec::new();
-        for text in program.resolve_grants(&service.home().app_data()) {
-            let grant = Grant::from_str(&text).map_err(|e| AppDeployError::Grant {
-                app: app.name.clone(),
-                program: program.name.clone(),
-                grant: text.clone(),
-                message: e.to_string(),
-            })?;
-            if let Grant::Fs { dir, .. } = &grant {
+        let grants = program.resolve_grants(&service.home().app_data());
+        for grant in &grants {
+            if let Grant::Fs { dir, .. } = grant {
                 std::fs::create_dir_all(dir).map_err(|source| AppDeployError::FsDir {
                     app: app.name.clone(),
                     program: program.name.clone(),
@@ -160,7 +141,6 @@ pub fn deploy(service: &Service, app: &App) -> Result<Vec<ProgramReady>, AppDepl
                     source,
                 })?;
             }
-            grants.push(grant);
         }
         let limits = LimitsSpec {
             deadline_ms: app.call_deadline_ms,

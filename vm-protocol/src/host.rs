@@ -6,6 +6,7 @@
 
 use std::path::PathBuf;
 
+use berm_abi::grant::Grant;
 use serde::{Deserialize, Serialize};
 
 /// The source stamp of the lines berm-vmm writes about itself.
@@ -200,10 +201,13 @@ pub struct ProgramMeasurement {
     pub wasm: String,
     /// sha256 of the wasm.
     pub sha256: String,
-    /// Its egress grants (`net=HOST[:PORT]`, `secret:NAME=HOST`; never a secret's value),
-    /// which the host dialer enforces for it; absent when it has none.
+    /// The grants that reach past the program's own VM-local state
+    /// ([`Grant::is_measured`]): egress (`net=HOST[:PORT]`, `secret:NAME=HOST`; never a
+    /// secret's value), which the host dialer enforces for it, and the other programs it may
+    /// call (`call=PROGRAM[_TOOL]`); absent when it has none. Typed, so a grant that does not
+    /// parse is refused when the line is read, never dropped.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub grants: Vec<String>,
+    pub grants: Vec<Grant>,
 }
 
 /// One precompiled code file in an app image.

@@ -186,7 +186,7 @@ fn pack(
             grants: program
                 .grants
                 .iter()
-                .filter(|g| g.starts_with("net=") || g.starts_with("secret:"))
+                .filter(|g| g.is_measured())
                 .cloned()
                 .collect(),
         });

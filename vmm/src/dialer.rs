@@ -95,12 +95,8 @@ pub fn app_egress(run: &RunDir, app: &App, berm_home: &Path) -> Option<AppEgress
     let mut secrets = Vec::new();
     let mut secret_files = BTreeMap::new();
     for program in &app.measured.programs {
-        // Checked when the folder was loaded; parsed here by the one grant parser.
-        let grants = program
-            .grants
-            .iter()
-            .filter_map(|g| g.parse::<Grant>().ok());
-        for grant in grants {
+        // Typed since the folder was loaded: nothing here can fail to parse, or be dropped.
+        for grant in program.grants.iter().cloned() {
             match grant {
                 Grant::Net(rule) => rules.push(rule.to_string()),
                 Grant::Secret { name, rule } => {

@@ -7,7 +7,6 @@
 //! had newly deployed are removed again and the message names the program.
 
 use std::path::Path;
-use std::str::FromStr;
 
 use anyhow::Context;
 use berm_control::{DeployRequest, Grant, LimitsSpec, SecretValue};
@@ -138,12 +137,7 @@ fn prepare(app: &berm_app::App, data: &Path) -> anyhow::Result<Vec<Prepared>> {
                     program.wasm.display()
                 )
             })?;
-        let mut grants = Vec::new();
-        for text in program.resolve_grants(data) {
-            let grant = Grant::from_str(&text)
-                .with_context(|| format!("app `{}`: program `{}`", app.name, program.name))?;
-            grants.push(grant);
-        }
+        let grants = program.resolve_grants(data);
         prepared.push(Prepared {
             name: program.name.clone(),
             image,

@@ -1,6 +1,6 @@
 //! [`serde_as_text!`](crate::serde_as_text): for types whose JSON form is their text form
-//! ([`Digest`](crate::Digest), berm-control's `Grant`), so each does not carry its own pair of
-//! serde impls.
+//! ([`Grant`](crate::grant::Grant), berm-manifest's `Digest`), so each does not carry its own
+//! pair of serde impls. It lives here, the lowest crate, so every crate above can use it.
 
 /// Implements `Serialize` as the type's `Display` text and `Deserialize` as its `FromStr`
 /// parse of a string, the parse error's message becoming the serde error. The calling crate

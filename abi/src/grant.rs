@@ -1,4 +1,9 @@
-//! Grants: which of bermd's syscall modules a deployment may use.
+//! Grants: which of bermd's syscall modules a deployment may use, typed once.
+//!
+//! Every crate that reads a grant (the control API, `berm.toml`, bermd, the microVM's
+//! launch and measurement, the host dialer, the attestation record) uses this one type and
+//! its one parser, so the host's check and the guest's check accept exactly the same set.
+//! It lives in berm-abi, below all of them, beside [`NetRule`].
 //!
 //! Nothing is granted by default. The text form is what `berm deploy --grant`
 //! takes and what `berm ls` prints, and it is also the JSON form, so a record
@@ -8,7 +13,7 @@ use std::fmt;
 use std::path::PathBuf;
 use std::str::FromStr;
 
-use berm_abi::net::NetRule;
+use crate::net::NetRule;
 
 /// One grant.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -86,6 +91,13 @@ impl Grant {
             Grant::Net(_) | Grant::Secret { .. } => "http",
         }
     }
+
+    /// Whether the grant goes in an app's measurement line and attestation record: it
+    /// reaches past the program's own state inside the microVM (egress, which the host's
+    /// dialer enforces). `fs` and `kv` stay inside the VM's disk, which is measured whole.
+    pub fn is_measured(&self) -> bool {
+        matches!(self, Grant::Net(_) | Grant::Secret { .. })
+    }
 }
 
 /// Why a grant's text form could not be read.
@@ -102,7 +114,7 @@ pub enum GrantParseError {
         /// The grant.
         grant: String,
         /// What is wrong with its host.
-        problem: berm_abi::net::NetRuleError,
+        problem: crate::net::NetRuleError,
     },
     /// A `secret:` grant whose name breaks the rule.
     #[error(
@@ -139,7 +151,7 @@ impl FromStr for Grant {
         if let Some(binding) = text.strip_prefix("secret:") {
             let (name, rule) = binding
                 .split_once('=')
-                .filter(|(name, _)| berm_abi::net::is_valid_secret_name(name))
+                .filter(|(name, _)| crate::net::is_valid_secret_name(name))
                 .ok_or_else(|| GrantParseError::SecretName(text.to_string()))?;
             return Ok(Grant::Secret {
                 name: name.to_string(),
@@ -163,7 +175,7 @@ impl FromStr for Grant {
                 let value = value
                     .filter(|v| !v.is_empty())
                     .ok_or_else(|| GrantParseError::FsWithoutDir(text.to_string()))?;
-                let (dir, options) = berm_abi::split_fs_grant(value);
+                let (dir, options) = crate::split_fs_grant(value);
                 if dir.is_empty() {
                     return Err(GrantParseError::FsWithoutDir(text.to_string()));
                 }
@@ -231,7 +243,7 @@ impl fmt::Display for Grant {
     }
 }
 
-berm_manifest::serde_as_text!(Grant);
+crate::serde_as_text!(Grant);
 
 #[cfg(test)]
 mod tests {
@@ -336,6 +348,68 @@ mod tests {
             ),
         ] {
             assert_eq!(text.parse::<Grant>().unwrap_err().to_string(), message);
+        }
+    }
+
+    /// Text that looks like a grant: every grant's shape, with pieces that are sometimes
+    /// wrong (a bad host, a repeated option, a name that breaks the rule).
+    fn grant_like() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        let host = prop_oneof![
+            Just("api.github.com".to_string()),
+            Just("*.example.com".to_string()),
+            Just("127.0.0.1".to_string()),
+            Just("[::1]".to_string()),
+            Just("10.0.0.1".to_string()),
+            "[a-zA-Z0-9.*-]{0,12}",
+        ];
+        let port = prop_oneof![
+            Just(String::new()),
+            (0u32..70_000).prop_map(|p| format!(":{p}"))
+        ];
+        let rule = (host, port).prop_map(|(h, p)| format!("{h}{p}"));
+        let option = prop_oneof![
+            Just(":ro".to_string()),
+            Just(":rw".to_string()),
+            any::<u64>().prop_map(|n| format!(":bytes={n}")),
+            any::<u64>().prop_map(|n| format!(":entries={n}")),
+            Just(":bytes=99999999999999999999".to_string()),
+            "[:a-z=0-9]{0,6}",
+        ];
+        let fs = ("[/a-z.:]{0,10}", proptest::collection::vec(option, 0..4))
+            .prop_map(|(dir, options)| format!("fs={dir}{}", options.concat()));
+        prop_oneof![
+            Just("log".to_string()),
+            Just("clock".to_string()),
+            Just("random".to_string()),
+            Just("kv".to_string()),
+            "(log|clock|random|kv|net|fs|secret|call)[=:]?[a-z0-9_=.:]{0,8}",
+            fs,
+            rule.clone().prop_map(|r| format!("net={r}")),
+            ("[A-Za-z0-9_ -]{0,6}", rule).prop_map(|(n, r)| format!("secret:{n}={r}")),
+        ]
+    }
+
+    proptest::proptest! {
+        /// Every accepted string reads back as the same grant from its text form, and
+        /// that text form is a fixed point: what `berm ls` prints, `--grant` takes.
+        #[test]
+        fn every_accepted_grant_round_trips(text in grant_like()) {
+            if let Ok(grant) = text.parse::<Grant>() {
+                let shown = grant.to_string();
+                proptest::prop_assert_eq!(shown.parse::<Grant>(), Ok(grant.clone()));
+                let json = serde_json::to_string(&grant).unwrap();
+                proptest::prop_assert_eq!(serde_json::from_str::<Grant>(&json).unwrap(), grant);
+            }
+        }
+
+        /// Any text at all: the parser answers (never panics), and what it accepts
+        /// round-trips.
+        #[test]
+        fn any_text_is_refused_or_round_trips(text in ".{0,40}") {
+            if let Ok(grant) = text.parse::<Grant>() {
+                proptest::prop_assert_eq!(grant.to_string().parse::<Grant>(), Ok(grant));
+            }
         }
     }
 }
