@@ -369,7 +369,17 @@ fn doctor_names_each_gap_with_a_fix() {
         .collect();
     assert_eq!(
         names,
-        ["kvm", "sandbox", "artifacts", "qemu", "wasm32", "bermd"]
+        [
+            "kvm",
+            "sandbox",
+            "artifacts",
+            "artifacts",
+            "qemu",
+            "qemu",
+            "vhost",
+            "wasm32",
+            "bermd"
+        ]
     );
     for check in checks.as_array().unwrap() {
         if check["status"] != "ok" {
@@ -377,16 +387,36 @@ fn doctor_names_each_gap_with_a_fix() {
             assert!(!fix.is_empty() && !fix.contains('\n'), "{check}");
         }
     }
-    let artifacts = &checks[2];
-    assert_eq!(artifacts["status"], "fail", "{artifacts}");
+    // The host's guest architecture first: missing is a failure; the other's only a warning.
+    let host_arch = std::env::consts::ARCH;
+    for (artifacts, status) in [(&checks[2], "fail"), (&checks[3], "warn")] {
+        assert_eq!(artifacts["status"], status, "{artifacts}");
+        assert!(
+            artifacts["fix"]
+                .as_str()
+                .unwrap()
+                .contains("berm vm install --arch"),
+            "{artifacts}"
+        );
+    }
     assert!(
-        artifacts["fix"]
+        checks[2]["detail"]
             .as_str()
             .unwrap()
-            .contains("berm vm install")
+            .starts_with(&format!("{host_arch}: ")),
+        "{}",
+        checks[2]
     );
+    // Where QEMU is installed, its version and the suite it came from are named.
+    for qemu in [&checks[4], &checks[5]] {
+        let detail = qemu["detail"].as_str().unwrap();
+        if qemu["status"] == "ok" {
+            assert!(detail.contains("QEMU emulator version"), "{qemu}");
+            assert!(detail.contains("from "), "{qemu}");
+        }
+    }
     assert_eq!(
-        checks[5]["status"], "fail",
+        checks[8]["status"], "fail",
         "no bermd runs on this BERM_HOME"
     );
     let kvm = &checks[0];
