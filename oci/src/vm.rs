@@ -232,7 +232,7 @@ fn bare_repository(repository: &str) -> Result<String, RegistryError> {
 #[derive(Debug, thiserror::Error)]
 pub enum VmFetchError {
     /// The registry could not be used or refused the blob (not found, unreachable, denied).
-    #[error("cannot fetch the {what} sha256:{sha256} from {repository}: {source}")]
+    #[error("cannot fetch the {what} sha256:{sha256} from {repository}: {cause}")]
     Registry {
         /// The artifact (`x86_64 kernel`).
         what: String,
@@ -240,9 +240,9 @@ pub enum VmFetchError {
         sha256: String,
         /// `host/repo`.
         repository: String,
-        /// What the registry did.
-        #[source]
-        source: RegistryError,
+        /// What the registry did (boxed: it is large and this path is cold). In the message,
+        /// not a `source()`, so a printed chain does not repeat it.
+        cause: Box<RegistryError>,
     },
     /// The registry announced another size than the pin before sending anything.
     #[error(
@@ -335,7 +335,7 @@ pub async fn install_blob(
         what: what.to_string(),
         sha256: pin.sha256.to_string(),
         repository: repository.to_string(),
-        source,
+        cause: Box::new(source),
     };
     let repository = bare_repository(repository).map_err(registry_error)?;
     let remote = Remote::new(&format!("{repository}@sha256:{}", pin.sha256), options)
@@ -381,7 +381,7 @@ async fn fetch_into(
         what: what.to_string(),
         sha256: pin.sha256.to_string(),
         repository: repository.to_string(),
-        source: remote.error(e),
+        cause: Box::new(remote.error(e)),
     };
     let descriptor = OciDescriptor {
         media_type: "application/octet-stream".to_string(),
