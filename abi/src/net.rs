@@ -201,6 +201,63 @@ impl NetRule {
     }
 }
 
+/// The host part of a `secret:NAME=…` binding: where the value may go and over which scheme.
+///
+/// Without a scheme (`secret:NAME=HOST[:PORT]`, or `https://HOST[:PORT]`) the value goes
+/// over HTTPS only, so a binding written as a bare host never sends a secret in cleartext.
+/// `http://HOST[:PORT]` names cleartext HTTP explicitly (a local test server, a sidecar on
+/// loopback), and then only HTTP: the scheme written is the one allowed.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct SecretRule {
+    /// Which hosts and port.
+    pub rule: NetRule,
+    /// Written `http://`: the value may go over cleartext HTTP, and not over HTTPS.
+    pub cleartext: bool,
+}
+
+impl FromStr for SecretRule {
+    type Err = NetRuleError;
+
+    fn from_str(text: &str) -> Result<SecretRule, NetRuleError> {
+        let (cleartext, host) = match (text.strip_prefix("http://"), text.strip_prefix("https://"))
+        {
+            (Some(host), _) => (true, host),
+            (_, Some(host)) => (false, host),
+            _ if text.contains("://") => {
+                return Err(NetRuleError {
+                    rule: text.chars().take(300).collect(),
+                    problem: "a secret's host takes http:// (cleartext, named explicitly), \
+                              https:// or no scheme (HTTPS)"
+                        .into(),
+                });
+            }
+            _ => (false, text),
+        };
+        Ok(SecretRule {
+            rule: host.parse()?,
+            cleartext,
+        })
+    }
+}
+
+impl fmt::Display for SecretRule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.cleartext {
+            f.write_str("http://")?;
+        }
+        write!(f, "{}", self.rule)
+    }
+}
+
+impl SecretRule {
+    /// Whether the value may go to `target` on `port` over TLS (`tls`) or not, where
+    /// `default_port` is the URL scheme's: the host and port as [`NetRule::allows`] says,
+    /// and the scheme the binding names.
+    pub fn allows(&self, target: &Target<'_>, port: u16, default_port: u16, tls: bool) -> bool {
+        tls != self.cleartext && self.rule.allows(target, port, default_port)
+    }
+}
+
 /// An IPv4-mapped IPv6 address as the IPv4 address it is; others unchanged.
 fn canonical(ip: IpAddr) -> IpAddr {
     match ip {
@@ -397,6 +454,26 @@ mod tests {
             let ip: IpAddr = allowed.parse().unwrap();
             assert_eq!(refused_range(ip), None, "{allowed}");
         }
+    }
+
+    #[test]
+    fn a_secret_without_a_scheme_goes_over_https_only() {
+        let host = Target::Name("api.example.com");
+        let bare: SecretRule = "api.example.com".parse().unwrap();
+        assert!(!bare.cleartext);
+        assert!(bare.allows(&host, 443, 443, true));
+        assert!(!bare.allows(&host, 80, 80, false));
+        let https: SecretRule = "https://api.example.com".parse().unwrap();
+        assert_eq!(https, bare);
+        let clear: SecretRule = "http://api.example.com:8080".parse().unwrap();
+        assert!(clear.cleartext);
+        assert!(clear.allows(&host, 8080, 80, false));
+        assert!(!clear.allows(&host, 8080, 443, true));
+        for text in ["api.example.com", "http://127.0.0.1:8080", "http://[::1]:9"] {
+            assert_eq!(text.parse::<SecretRule>().unwrap().to_string(), text);
+        }
+        assert!("http://a.com/x".parse::<SecretRule>().is_err());
+        assert!("ftp://a.com".parse::<SecretRule>().is_err());
     }
 
     #[test]

@@ -73,6 +73,19 @@ struct Hop<'a> {
     tls: bool,
 }
 
+impl Hop<'_> {
+    /// This hop as the secret check sees it.
+    fn dest<'a>(&'a self, host_text: &'a str) -> secret::Dest<'a> {
+        secret::Dest {
+            target: self.target.clone(),
+            port: self.port,
+            default_port: self.default_port,
+            tls: self.tls,
+            host_text,
+        }
+    }
+}
+
 fn denied(message: impl Into<String>) -> FetchError {
     FetchError::new(ErrorCode::Denied, message)
 }
@@ -150,14 +163,7 @@ impl Egress {
             secret::placeholders(value, &mut names)?;
         }
         secret::placeholders(&request.body, &mut names)?;
-        secret::check_bound(
-            &names,
-            &self.config.secrets,
-            &hop.target,
-            hop.port,
-            hop.default_port,
-            &host_text(&hop),
-        )?;
+        secret::check_bound(&names, &self.config.secrets, &hop.dest(&host_text(&hop)))?;
         let forward = Arc::clone(forward);
         let left = until.saturating_duration_since(tokio::time::Instant::now());
         tokio::task::spawn_blocking(move || forward.forward(&request, left))
@@ -222,10 +228,7 @@ impl Egress {
             &names,
             &self.config.secrets,
             self.config.store.as_ref(),
-            &hop.target,
-            hop.port,
-            hop.default_port,
-            &host_text,
+            &hop.dest(&host_text),
         )?;
         let outgoing = build(request, &hop, &values)?;
         let addrs = self.resolve(&hop, &host_text).await?;
