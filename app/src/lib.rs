@@ -310,7 +310,7 @@ pub enum AppError {
         /// The secret's name as written.
         name: String,
         /// What is wrong and what to write instead.
-        problem: String,
+        problem: Box<str>,
     },
     /// A `[program.secrets]` file in one of berm's own directories.
     #[error("{}: program `{program}`: [program.secrets] {name}: {source}", file.display())]
@@ -322,7 +322,7 @@ pub enum AppError {
         /// The secret's name.
         name: String,
         /// Why the file is refused.
-        source: secret_file::SecretFileError,
+        source: Box<secret_file::SecretFileError>,
     },
     /// A `net=` or `secret:` grant that does not parse.
     #[error("{}: program `{program}`: {problem}", file.display())]
@@ -615,7 +615,7 @@ fn secret_files(
             file: file.to_path_buf(),
             program: program.name.clone(),
             name: name.clone(),
-            problem,
+            problem: problem.into_boxed_str(),
         };
         if !berm_abi::net::is_valid_secret_name(name) {
             return Err(fail(
@@ -657,7 +657,7 @@ fn secret_files(
             file: file.to_path_buf(),
             program: program.name.clone(),
             name: name.clone(),
-            source,
+            source: Box::new(source),
         })?;
         files.insert(name.clone(), path);
     }

@@ -153,7 +153,7 @@ pub fn app_egress(
                                     app: app.measured.name.clone(),
                                     program: program.name.clone(),
                                     name: name.clone(),
-                                    source,
+                                    source: Box::new(source),
                                 }
                             })?;
                         }
@@ -238,7 +238,7 @@ pub enum DialerError {
         /// The secret.
         name: String,
         /// Why, naming the file and what to run.
-        source: SecretFileError,
+        source: Box<SecretFileError>,
     },
 }
 
