@@ -342,15 +342,28 @@ fn two_programs_of_one_app_binding_one_name_each_send_their_own_value() {
             ..program(name, vec![rule.clone()])
         }
     };
+    // A third program's file appears only once the dialer is confined, beside the others:
+    // Landlock granted the files, not their directory, so it stays unreadable.
+    let late = tmp.path().join("late-token");
     let plan = berm_vmm::dialer::DialerPlan {
         apps: vec![dialer_app(
             tmp.path(),
             0,
-            vec![program_with_token("one"), program_with_token("two")],
+            vec![
+                program_with_token("one"),
+                program_with_token("two"),
+                berm_vmm::dialer::ProgramEgress {
+                    secret_files: [("TOKEN".to_string(), late.clone())].into(),
+                    ..program_with_token("late")
+                },
+            ],
         )],
         sandbox: true,
     };
+    std::fs::remove_file(tmp.path().join("late-token")).unwrap();
     let _dialer = Dialer::start(&plan);
+    std::fs::write(&late, "value-of-late\n").unwrap();
+    std::fs::set_permissions(&late, std::fs::Permissions::from_mode(0o600)).unwrap();
     let socket = &plan.apps[0].socket;
     let bearer = vec![("authorization".to_string(), b"{{secret:TOKEN}}".to_vec())];
     let url = format!("{}/", page.origin(false));
@@ -361,6 +374,11 @@ fn two_programs_of_one_app_binding_one_name_each_send_their_own_value() {
             (0, format!("value-of-{name}").as_str())
         );
     }
+    assert_refused(
+        ask_dialer_with(socket, "late", &url, bearer.clone()),
+        berm_egress::ErrorCode::Io,
+        "secret `TOKEN` could not be read on the host (see its log)",
+    );
     assert_refused(
         ask_dialer_with(socket, "three", &url, bearer),
         berm_egress::ErrorCode::Denied,
