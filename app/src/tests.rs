@@ -526,21 +526,15 @@ fn secret_files_are_named_per_program_outside_the_folder() {
             .is_empty()
     );
     // Two programs binding one name: each its own file.
-    let two = r#"name = "a"
-[[program]]
-name = "one"
-wasm = "notes.wasm"
-grants = ["secret:TOKEN=api.example.com"]
-[program.secrets]
-TOKEN = "/etc/berm/one"
-[[program]]
-name = "two"
-wasm = "notes.wasm"
-grants = ["secret:TOKEN=api.example.com"]
-[program.secrets]
-TOKEN = "/etc/berm/two"
-"#;
-    let app = load(folder(two, &["notes.wasm"]).path()).unwrap();
+    let mut two = String::from("name = \"a\"\n");
+    for name in ["one", "two"] {
+        two.push_str(&format!(
+            "[[program]]\nname = \"{name}\"\nwasm = \"notes.wasm\"\n\
+             grants = [\"secret:TOKEN=api.example.com\"]\n\
+             [program.secrets]\nTOKEN = \"/etc/berm/{name}\"\n"
+        ));
+    }
+    let app = load(folder(&two, &["notes.wasm"]).path()).unwrap();
     let files: Vec<&Path> = app
         .programs
         .iter()

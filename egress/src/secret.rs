@@ -515,30 +515,20 @@ mod tests {
             tls,
             host_text: host,
         };
-        let to =
-            |host: &'static str| values_for(&["tok"], &bindings, Some(&store), &dest(host, true));
+        let get = |names: &[&'static str], bindings: &[Binding], host, tls| {
+            values_for(names, bindings, Some(&store), &dest(host, tls))
+        };
+        let to = |host| get(&["tok"], &bindings, host, true);
         assert_eq!(to("api.example.com").unwrap(), [("tok", b"v".to_vec())]);
         let err = to("evil.example.com").unwrap_err();
         assert_eq!(err.code, ErrorCode::Denied);
         assert!(err.message.contains("only to api.example.com"), "{err}");
         assert!(!err.message.contains(" v "));
-        let err = values_for(
-            &["other"],
-            &bindings,
-            Some(&store),
-            &dest("api.example.com", true),
-        )
-        .unwrap_err();
+        let err = get(&["other"], &bindings, "api.example.com", true).unwrap_err();
         assert!(err.message.contains("no secret `other` is bound"), "{err}");
         // Bound without a scheme: HTTPS only; the same host over http:// is refused, naming
         // both ways out, and no value is read.
-        let err = values_for(
-            &["tok"],
-            &bindings,
-            Some(&store),
-            &dest("api.example.com", false),
-        )
-        .unwrap_err();
+        let err = get(&["tok"], &bindings, "api.example.com", false).unwrap_err();
         assert_eq!(err.code, ErrorCode::Denied);
         assert_eq!(
             err.message,
@@ -551,15 +541,8 @@ mod tests {
             name: "tok".into(),
             rule: "http://api.example.com".parse().unwrap(),
         }];
-        let http = dest("api.example.com", false);
-        assert!(values_for(&["tok"], &clear, Some(&store), &http).is_ok());
-        let err = values_for(
-            &["tok"],
-            &clear,
-            Some(&store),
-            &dest("api.example.com", true),
-        )
-        .unwrap_err();
+        assert!(get(&["tok"], &clear, "api.example.com", false).is_ok());
+        let err = get(&["tok"], &clear, "api.example.com", true).unwrap_err();
         assert!(
             err.message.contains("only to http://api.example.com"),
             "{err}"
