@@ -302,15 +302,9 @@ const fn v4(a: u8, b: u8, c: u8, d: u8, prefix: u8, name: &'static str) -> Speci
     }
 }
 
-const fn v6(
-    segments: [u16; 8],
-    prefix: u8,
-    name: &'static str,
-    judgement: Judgement,
-) -> SpecialPurpose {
-    let [a, b, c, d, e, f, g, h] = segments;
+const fn v6(network: u128, prefix: u8, name: &'static str, judgement: Judgement) -> SpecialPurpose {
     SpecialPurpose {
-        network: IpAddr::V6(Ipv6Addr::new(a, b, c, d, e, f, g, h)),
+        network: IpAddr::V6(Ipv6Addr::from_bits(network)),
         prefix,
         name,
         judgement,
@@ -318,6 +312,8 @@ const fn v6(
 }
 
 const REFUSED: Judgement = Judgement::Refused;
+/// The IPv4 address sits in the last four bytes (IPv4-mapped, NAT64).
+const V4_LAST: Judgement = Judgement::ByIpv4At(12);
 
 /// The special-purpose blocks berm refuses, first match wins (so a block precedes any larger
 /// one holding it): every block of IANA's registries that is not globally reachable, the
@@ -326,19 +322,13 @@ const REFUSED: Judgement = Judgement::Refused;
 /// 192.0.0.9/10, ORCHIDv2 and others inside 2001::/23 excepted: berm refuses that whole
 /// block, which also holds Teredo) are not here. The transition blocks that carry an IPv4
 /// address are judged by that address.
+#[rustfmt::skip]
 pub static SPECIAL_PURPOSE: &[SpecialPurpose] = &[
     v4(0, 0, 0, 0, 8, "this-network (0.0.0.0/8)"),
     v4(10, 0, 0, 0, 8, "private (10.0.0.0/8)"),
     v4(100, 64, 0, 0, 10, "carrier-grade NAT (100.64.0.0/10)"),
     v4(127, 0, 0, 0, 8, "loopback (127.0.0.0/8)"),
-    v4(
-        169,
-        254,
-        0,
-        0,
-        16,
-        "link-local and metadata (169.254.0.0/16)",
-    ),
+    v4(169, 254, 0, 0, 16, "link-local and metadata (169.254.0.0/16)"),
     v4(172, 16, 0, 0, 12, "private (172.16.0.0/12)"),
     v4(192, 0, 0, 0, 24, "IETF protocol assignments (192.0.0.0/24)"),
     v4(192, 0, 2, 0, 24, "documentation (192.0.2.0/24)"),
@@ -350,87 +340,22 @@ pub static SPECIAL_PURPOSE: &[SpecialPurpose] = &[
     v4(224, 0, 0, 0, 4, "multicast (224.0.0.0/4)"),
     v4(255, 255, 255, 255, 32, "broadcast (255.255.255.255/32)"),
     v4(240, 0, 0, 0, 4, "reserved (240.0.0.0/4)"),
-    v6([0; 8], 128, "unspecified (::)", REFUSED),
-    v6([0, 0, 0, 0, 0, 0, 0, 1], 128, "loopback (::1)", REFUSED),
-    v6(
-        [0, 0, 0, 0, 0, 0xffff, 0, 0],
-        96,
-        "IPv4-mapped (::ffff:0:0/96)",
-        Judgement::ByIpv4At(12),
-    ),
-    v6([0; 8], 96, "IPv4-compatible, deprecated (::/96)", REFUSED),
-    v6(
-        [0x64, 0xff9b, 0, 0, 0, 0, 0, 0],
-        96,
-        "NAT64 (64:ff9b::/96)",
-        Judgement::ByIpv4At(12),
-    ),
-    v6(
-        [0x64, 0xff9b, 1, 0, 0, 0, 0, 0],
-        48,
-        "local-use IPv4/IPv6 translation (64:ff9b:1::/48)",
-        REFUSED,
-    ),
-    v6(
-        [0x100, 0, 0, 0, 0, 0, 0, 0],
-        64,
-        "discard-only (100::/64)",
-        REFUSED,
-    ),
-    v6(
-        [0x2001, 0, 0, 0, 0, 0, 0, 0],
-        23,
-        "IETF protocol assignments and Teredo (2001::/23)",
-        REFUSED,
-    ),
-    v6(
-        [0x2001, 0xdb8, 0, 0, 0, 0, 0, 0],
-        32,
-        "documentation (2001:db8::/32)",
-        REFUSED,
-    ),
-    v6(
-        [0x2002, 0, 0, 0, 0, 0, 0, 0],
-        16,
-        "6to4 (2002::/16)",
-        Judgement::ByIpv4At(2),
-    ),
-    v6(
-        [0x3fff, 0, 0, 0, 0, 0, 0, 0],
-        20,
-        "documentation (3fff::/20)",
-        REFUSED,
-    ),
-    v6(
-        [0x5f00, 0, 0, 0, 0, 0, 0, 0],
-        16,
-        "segment routing SIDs (5f00::/16)",
-        REFUSED,
-    ),
-    v6(
-        [0xfc00, 0, 0, 0, 0, 0, 0, 0],
-        7,
-        "unique local (fc00::/7)",
-        REFUSED,
-    ),
-    v6(
-        [0xfe80, 0, 0, 0, 0, 0, 0, 0],
-        10,
-        "link-local (fe80::/10)",
-        REFUSED,
-    ),
-    v6(
-        [0xfec0, 0, 0, 0, 0, 0, 0, 0],
-        10,
-        "site-local, deprecated (fec0::/10)",
-        REFUSED,
-    ),
-    v6(
-        [0xff00, 0, 0, 0, 0, 0, 0, 0],
-        8,
-        "multicast (ff00::/8)",
-        REFUSED,
-    ),
+    v6(0, 128, "unspecified (::)", REFUSED),
+    v6(1, 128, "loopback (::1)", REFUSED),
+    v6(0xffff << 32, 96, "IPv4-mapped (::ffff:0:0/96)", V4_LAST),
+    v6(0, 96, "IPv4-compatible, deprecated (::/96)", REFUSED),
+    v6(0x64_ff9b << 96, 96, "NAT64 (64:ff9b::/96)", V4_LAST),
+    v6(0x64_ff9b_0001 << 80, 48, "local-use NAT64 (64:ff9b:1::/48)", REFUSED),
+    v6(0x0100 << 112, 64, "discard-only (100::/64)", REFUSED),
+    v6(0x2001 << 112, 23, "IETF protocol assignments, Teredo (2001::/23)", REFUSED),
+    v6(0x2001_0db8 << 96, 32, "documentation (2001:db8::/32)", REFUSED),
+    v6(0x2002 << 112, 16, "6to4 (2002::/16)", Judgement::ByIpv4At(2)),
+    v6(0x3fff << 112, 20, "documentation (3fff::/20)", REFUSED),
+    v6(0x5f00 << 112, 16, "segment routing SIDs (5f00::/16)", REFUSED),
+    v6(0xfc00 << 112, 7, "unique local (fc00::/7)", REFUSED),
+    v6(0xfe80 << 112, 10, "link-local (fe80::/10)", REFUSED),
+    v6(0xfec0 << 112, 10, "site-local, deprecated (fec0::/10)", REFUSED),
+    v6(0xff00 << 112, 8, "multicast (ff00::/8)", REFUSED),
 ];
 
 impl SpecialPurpose {
@@ -623,10 +548,7 @@ mod tests {
         for (ip, name) in [
             ("::10.0.0.1", "IPv4-compatible, deprecated (::/96)"),
             ("::8.8.8.8", "IPv4-compatible, deprecated (::/96)"),
-            (
-                "64:ff9b:1::a00:1",
-                "local-use IPv4/IPv6 translation (64:ff9b:1::/48)",
-            ),
+            ("64:ff9b:1::a00:1", "local-use NAT64 (64:ff9b:1::/48)"),
             ("2002:a00:1::1", "private (10.0.0.0/8)"),
             ("2002:7f00:1::", "loopback (127.0.0.0/8)"),
             (
@@ -638,10 +560,7 @@ mod tests {
             ("198.18.0.1", "benchmarking (198.18.0.0/15)"),
             ("198.19.255.255", "benchmarking (198.18.0.0/15)"),
             ("2001:db8::1", "documentation (2001:db8::/32)"),
-            (
-                "2001::1",
-                "IETF protocol assignments and Teredo (2001::/23)",
-            ),
+            ("2001::1", "IETF protocol assignments, Teredo (2001::/23)"),
             ("100::1", "discard-only (100::/64)"),
             ("3fff::1", "documentation (3fff::/20)"),
             ("5f00::1", "segment routing SIDs (5f00::/16)"),
