@@ -563,7 +563,7 @@ fn a_secret_reaches_only_its_host_and_is_never_shown() {
     assert_ne!(out.status.code(), Some(0));
 }
 
-/// An app folder's `[secrets]` names a value file outside the folder: under
+/// A program's `[program.secrets]` names a value file outside the folder: under
 /// `bermd --app` and through `berm deploy --app`, the issues reader gets
 /// the token to its host only, and a file others may read is refused.
 #[test]
@@ -591,8 +591,9 @@ fn an_app_reads_its_secret_from_the_file_its_manifest_names() {
     std::fs::write(
         folder.join("berm.toml"),
         format!(
-            "name = \"issues\"\n[secrets]\nGITHUB_TOKEN = {:?}\n[[program]]\nname = \"issues\"\n\
-             wasm = \"issues.wasm\"\ngrants = [\"net={api}\", \"secret:GITHUB_TOKEN={api}\"]\n",
+            "name = \"issues\"\n[[program]]\nname = \"issues\"\nwasm = \"issues.wasm\"\n\
+             grants = [\"net={api}\", \"secret:GITHUB_TOKEN={api}\"]\n\
+             [program.secrets]\nGITHUB_TOKEN = {:?}\n",
             token.display().to_string()
         ),
     )
