@@ -48,6 +48,6 @@ pub use push::{Published, Pushed, push};
 pub use registry::{RegistryOptions, is_loopback_host, parse_reference};
 pub use vm::{
     ANNOTATION_VM_ARCH, ANNOTATION_VM_KERNEL, ANNOTATION_VM_ROOTFS, BlobProgress, Fetched,
-    PushedVm, VM_ARTIFACT_TYPE, VM_CONFIG_MEDIA_TYPE, VM_KERNEL_MEDIA_TYPE, VM_ROOTFS_MEDIA_TYPE,
-    VmConfig, VmFetchError, VmFile, VmLayer, install_blob, push_vm, vm_tag,
+    PushedVm, RESUME_ATTEMPTS, VM_ARTIFACT_TYPE, VM_CONFIG_MEDIA_TYPE, VM_KERNEL_MEDIA_TYPE,
+    VM_ROOTFS_MEDIA_TYPE, VmConfig, VmFetchError, VmFile, VmLayer, install_blob, push_vm, vm_tag,
 };

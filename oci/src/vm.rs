@@ -13,7 +13,8 @@
 //! the pinned file is ever renamed into place.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use berm_pins::{ImagePin, InstallError, StoreWriter};
 use futures_util::StreamExt;
@@ -277,6 +278,28 @@ pub enum VmFetchError {
         /// The transport's message.
         cause: String,
     },
+    /// The connection broke off on every attempt; the bytes that arrived are kept for the
+    /// next install to resume from.
+    #[error(
+        "the download of the {what} from {repository} broke off {attempts} times, the last at {kept} of {pinned} bytes ({cause}); kept {kept} bytes in {}; run berm vm install again to resume",
+        partial.display()
+    )]
+    Kept {
+        /// The artifact.
+        what: String,
+        /// `host/repo`.
+        repository: String,
+        /// How many requests broke off.
+        attempts: u32,
+        /// Bytes in the kept partial file.
+        kept: u64,
+        /// The pinned size.
+        pinned: u64,
+        /// The kept partial file, in the store beside the artifact's final name.
+        partial: PathBuf,
+        /// The last transport message.
+        cause: String,
+    },
     /// The bytes were not the pinned ones, or the store could not be written.
     #[error(transparent)]
     Install(#[from] InstallError),
@@ -290,7 +313,25 @@ impl VmFetchError {
             _ => false,
         }
     }
+
+    /// The transport failed after bytes had started to flow (`got` of them are in the partial
+    /// file): worth resuming from there, unlike a refusal by the registry or of the bytes.
+    fn broke_off(&self, got: u64) -> bool {
+        match self {
+            VmFetchError::Interrupted { .. } => true,
+            VmFetchError::Registry { cause, .. } => {
+                got > 0 && matches!(**cause, RegistryError::Unreachable { .. })
+            }
+            _ => false,
+        }
+    }
 }
+
+/// How many times a download that broke off is resumed in-process (each an HTTP range from
+/// the bytes already written) before its partial file is kept for the next install.
+pub const RESUME_ATTEMPTS: u32 = 3;
+/// The wait before the first in-process resume; the n-th waits n times as long.
+const RESUME_BACKOFF: Duration = Duration::from_millis(200);
 
 /// What [`install_blob`] reports while it works, for a progress bar.
 #[derive(Debug, Clone)]
@@ -321,8 +362,13 @@ pub struct Fetched {
 /// the whole blob instead is read from the start. If a resumed download is refused for its
 /// bytes, it is tried once more from zero, since the kept prefix may be what was wrong.
 ///
+/// A transfer that breaks off midway (a reset connection, a stream error) is resumed from
+/// where it stopped, up to [`RESUME_ATTEMPTS`] times with a short backoff; if it still
+/// breaks off, the partial file is kept ([`VmFetchError::Kept`]) for the next install.
+///
 /// # Errors
-/// [`VmFetchError`]; on any error nothing is left at `dest` or beside it.
+/// [`VmFetchError`]; on any error but [`VmFetchError::Kept`] nothing is left at `dest` or
+/// beside it.
 pub async fn install_blob(
     repository: &str,
     what: &str,
@@ -347,11 +393,35 @@ pub async fn install_blob(
     let mut writer = StoreWriter::resume(what, pin, dest)?;
     let resumed_from = writer.written();
     let mut retried = false;
+    let mut broke_off = 0;
     loop {
         let offset = writer.written();
         let fetched = fetch_into(&remote, &repository, what, pin, &mut writer, progress).await;
         match fetched.and_then(|()| writer.verify().map_err(VmFetchError::from)) {
             Ok(()) => break,
+            Err(e) if e.broke_off(writer.written()) => {
+                broke_off += 1;
+                if broke_off <= RESUME_ATTEMPTS {
+                    tokio::time::sleep(RESUME_BACKOFF * broke_off).await;
+                    continue;
+                }
+                if writer.written() == 0 {
+                    return Err(e);
+                }
+                let (partial, kept) = writer.keep()?;
+                return Err(VmFetchError::Kept {
+                    what: what.to_string(),
+                    repository,
+                    attempts: broke_off,
+                    kept,
+                    pinned: pin.size,
+                    partial,
+                    cause: match e {
+                        VmFetchError::Interrupted { cause, .. } => cause,
+                        other => other.to_string(),
+                    },
+                });
+            }
             Err(e) if offset > 0 && !retried && e.is_content() => {
                 retried = true;
                 writer.restart()?;

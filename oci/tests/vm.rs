@@ -6,11 +6,16 @@
 #[path = "support/registry.rs"]
 mod support;
 
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use berm_oci::{
-    BlobProgress, RegistryOptions, VM_ARTIFACT_TYPE, VM_KERNEL_MEDIA_TYPE, VM_ROOTFS_MEDIA_TYPE,
-    VmFile, install_blob, push_vm, vm_tag,
+    BlobProgress, RESUME_ATTEMPTS, RegistryOptions, VM_ARTIFACT_TYPE, VM_KERNEL_MEDIA_TYPE,
+    VM_ROOTFS_MEDIA_TYPE, VmFile, install_blob, push_vm, vm_tag,
 };
 use berm_pins::{ArtifactKind, ArtifactStore, ImagePin, Sha256Hex};
 use oci_client::client::{ClientConfig, ClientProtocol};
@@ -387,4 +392,195 @@ async fn a_repository_with_a_tag_is_refused_before_anything_is_sent() {
     .unwrap_err()
     .to_string();
     assert!(err.contains("names a tag or digest"), "{err}");
+}
+
+/// A TCP proxy in front of a registry that cuts each of its next `cuts` connections after
+/// `after` bytes have gone from the registry to the client (headers included), as a
+/// connection reset midway would, and records every request the client sent.
+struct CuttingProxy {
+    addr: String,
+    cuts: Arc<AtomicUsize>,
+    requests: Arc<Mutex<Vec<u8>>>,
+}
+
+impl CuttingProxy {
+    fn start(upstream: &str, after: usize, cuts: usize) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let cuts = Arc::new(AtomicUsize::new(cuts));
+        let requests = Arc::new(Mutex::new(Vec::new()));
+        let (upstream, shared_cuts, shared_requests) =
+            (upstream.to_owned(), cuts.clone(), requests.clone());
+        std::thread::spawn(move || {
+            for client in listener.incoming().map_while(Result::ok) {
+                let cut = shared_cuts
+                    .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                    .is_ok();
+                let (upstream, requests) = (upstream.clone(), shared_requests.clone());
+                std::thread::spawn(move || {
+                    relay(client, &upstream, cut.then_some(after), requests)
+                });
+            }
+        });
+        Self {
+            addr,
+            cuts,
+            requests,
+        }
+    }
+
+    /// From now on every connection is relayed whole.
+    fn honest(&self) {
+        self.cuts.store(0, Ordering::SeqCst);
+    }
+
+    /// How many requests asked for a range, and the offsets they asked from.
+    fn ranges(&self) -> Vec<u64> {
+        let sent = String::from_utf8_lossy(&self.requests.lock().unwrap()).to_lowercase();
+        sent.split("range: bytes=")
+            .skip(1)
+            .map(|rest| rest.split('-').next().unwrap().parse().unwrap())
+            .collect()
+    }
+}
+
+/// One client connection relayed to `upstream`; with `cut_after`, both ends are shut after
+/// that many bytes towards the client.
+fn relay(
+    mut client: TcpStream,
+    upstream: &str,
+    cut_after: Option<usize>,
+    requests: Arc<Mutex<Vec<u8>>>,
+) {
+    let Ok(mut server) = TcpStream::connect(upstream) else {
+        return;
+    };
+    let (mut client_in, mut server_out) =
+        (client.try_clone().unwrap(), server.try_clone().unwrap());
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 16 << 10];
+        while let Ok(n) = client_in.read(&mut buf) {
+            if n == 0 || server_out.write_all(&buf[..n]).is_err() {
+                break;
+            }
+            requests.lock().unwrap().extend_from_slice(&buf[..n]);
+        }
+        let _ = server_out.shutdown(Shutdown::Write);
+    });
+    let mut left = cut_after.unwrap_or(usize::MAX);
+    let mut buf = [0u8; 16 << 10];
+    while left > 0 {
+        let Ok(n) = server.read(&mut buf) else { break };
+        let n = n.min(left);
+        if n == 0 || client.write_all(&buf[..n]).is_err() {
+            break;
+        }
+        left -= n;
+    }
+    let _ = client.shutdown(Shutdown::Both);
+    let _ = server.shutdown(Shutdown::Both);
+}
+
+/// The kernel's pin, its place in a fresh store under `tmp`, and the offsets of each request
+/// `install_blob` made for it through `repository`.
+async fn install_kernel_through(
+    repository: &str,
+    a: &Artifacts,
+    store: &Path,
+) -> (Result<berm_oci::Fetched, berm_oci::VmFetchError>, Vec<u64>) {
+    let pin = a.pin(ArtifactKind::Kernel);
+    let dest = ArtifactKind::Kernel.path_in(&ArtifactStore::at(store), &pin.sha256);
+    let mut offsets = Vec::new();
+    let fetched = install_blob(
+        repository,
+        "x86_64 kernel",
+        &pin,
+        &dest,
+        &anonymous(),
+        &mut |p| {
+            if let BlobProgress::Started { offset, .. } = p {
+                offsets.push(offset);
+            }
+        },
+    )
+    .await;
+    (fetched, offsets)
+}
+
+#[tokio::test]
+async fn a_connection_cut_midway_is_resumed_in_process_with_one_range() {
+    let registry = TestRegistry::start();
+    let a = Artifacts::new();
+    push(&registry, &a).await;
+    let proxy = CuttingProxy::start(&registry.addr, 1 << 20, 1);
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    let (fetched, offsets) =
+        install_kernel_through(&format!("{}/berm/vm", proxy.addr), &a, &store).await;
+    let fetched = fetched.unwrap();
+    assert_eq!(offsets.len(), 2, "{offsets:?}");
+    assert_eq!(offsets[0], 0);
+    assert!(
+        offsets[1] > 0 && offsets[1] < 1 << 20,
+        "resumed where the cut left it: {offsets:?}"
+    );
+    assert_eq!(
+        proxy.ranges(),
+        [offsets[1]],
+        "one Range request, from the cut"
+    );
+    assert_eq!(
+        fetched.resumed_from, 0,
+        "nothing came from an earlier install"
+    );
+    let pin = a.pin(ArtifactKind::Kernel);
+    let dest = ArtifactKind::Kernel.path_in(&ArtifactStore::at(&store), &pin.sha256);
+    assert_eq!(std::fs::read(&dest).unwrap(), a.kernel);
+    assert_eq!(entries(&store).len(), 3, "{:?}", entries(&store));
+}
+
+#[tokio::test]
+async fn a_connection_that_keeps_breaking_keeps_its_bytes_for_the_next_install() {
+    let registry = TestRegistry::start();
+    let a = Artifacts::new();
+    push(&registry, &a).await;
+    let proxy = CuttingProxy::start(&registry.addr, 512 << 10, usize::MAX);
+    let repository = format!("{}/berm/vm", proxy.addr);
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    let pin = a.pin(ArtifactKind::Kernel);
+    let dest = ArtifactKind::Kernel.path_in(&ArtifactStore::at(&store), &pin.sha256);
+    let partial = dest.with_extension("partial");
+
+    let (fetched, offsets) = install_kernel_through(&repository, &a, &store).await;
+    let err = fetched.unwrap_err().to_string();
+    eprintln!("every attempt broke off: {err}");
+    assert_eq!(offsets.len() as u32, 1 + RESUME_ATTEMPTS, "{offsets:?}");
+    let kept = std::fs::metadata(&partial).unwrap();
+    assert!(kept.len() > *offsets.last().unwrap(), "{err}");
+    assert_eq!(kept.permissions().mode() & 0o777, 0o600);
+    assert_eq!(
+        std::fs::read(&partial).unwrap(),
+        a.kernel[..kept.len() as usize],
+        "the kept bytes are the kernel's prefix"
+    );
+    for needle in [
+        "x86_64 kernel".to_owned(),
+        format!("broke off {} times", 1 + RESUME_ATTEMPTS),
+        format!("kept {} bytes in {}", kept.len(), partial.display()),
+        "run berm vm install again to resume".to_owned(),
+    ] {
+        assert!(err.contains(&needle), "{needle}: {err}");
+    }
+    assert!(!dest.exists(), "{err}");
+
+    // The next install, the connection honest now: one range from the kept bytes.
+    proxy.honest();
+    let (fetched, offsets) = install_kernel_through(&repository, &a, &store).await;
+    let fetched = fetched.unwrap();
+    assert_eq!(offsets, [kept.len()]);
+    assert_eq!(fetched.resumed_from, kept.len());
+    assert_eq!(fetched.downloaded, pin.size - kept.len());
+    assert_eq!(std::fs::read(&dest).unwrap(), a.kernel);
+    assert!(!partial.exists());
 }

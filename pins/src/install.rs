@@ -7,10 +7,13 @@
 //! the bytes behind it are the pinned ones, and a refused artifact leaves nothing behind — no
 //! partial file, no directory this install created. A process that is killed (a power cut,
 //! Ctrl-C) leaves only the `.partial` file, which [`StoreWriter::resume`] re-hashes and
-//! continues.
+//! continues; so does a download whose connection kept breaking off, which
+//! [`StoreWriter::keep`] leaves on purpose. The partial file is the owner's only (mode 0600):
+//! its bytes are not verified yet.
 
-use std::fs::{File, OpenOptions};
+use std::fs::{File, OpenOptions, Permissions};
 use std::io::{Read, Write};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
@@ -83,8 +86,14 @@ pub struct StoreWriter {
     hasher: Sha256,
     written: u64,
     created: Vec<PathBuf>,
+    /// Committed or kept: nothing for Drop to delete.
     committed: bool,
 }
+
+/// The partial file's mode: unverified bytes are the owner's only.
+const PARTIAL_MODE: u32 = 0o600;
+/// An installed artifact's mode: verified, readable by whoever runs berm-vmm's hypervisor.
+const INSTALLED_MODE: u32 = 0o644;
 
 impl StoreWriter {
     /// Starts `dest`'s partial file afresh (truncating one an interrupted install left).
@@ -120,6 +129,7 @@ impl StoreWriter {
             .write(true)
             .create(true)
             .truncate(false)
+            .mode(PARTIAL_MODE)
             .open(&writer.partial)
             .map_err(io("opening"))?;
         let len = file.metadata().map_err(io("reading"))?.len();
@@ -204,11 +214,17 @@ impl StoreWriter {
     /// [`InstallError::Io`] when the file cannot be truncated.
     pub fn restart(&mut self) -> Result<(), InstallError> {
         self.file = None;
-        let file = File::create(&self.partial).map_err(|source| InstallError::Io {
-            action: "creating",
-            path: self.partial.clone(),
-            source,
-        })?;
+        let file = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(PARTIAL_MODE)
+            .open(&self.partial)
+            .map_err(|source| InstallError::Io {
+                action: "creating",
+                path: self.partial.clone(),
+                source,
+            })?;
         self.file = Some(file);
         self.hasher = Sha256::new();
         self.written = 0;
@@ -280,6 +296,8 @@ impl StoreWriter {
             }
         };
         if let Some(file) = self.file.take() {
+            file.set_permissions(Permissions::from_mode(INSTALLED_MODE))
+                .map_err(io("setting the mode of", &self.partial))?;
             file.sync_all().map_err(io("syncing", &self.partial))?;
         }
         std::fs::rename(&self.partial, &self.dest)
@@ -292,6 +310,32 @@ impl StoreWriter {
                 .map_err(io("syncing", dir))?;
         }
         Ok(self.dest.clone())
+    }
+}
+
+impl StoreWriter {
+    /// Leaves the partial file (and its directories) in place for the next install to
+    /// [`StoreWriter::resume`]: the source broke off, not the bytes. Synced and mode 0600;
+    /// nothing is renamed. Returns the partial file and how many bytes it holds.
+    ///
+    /// # Errors
+    /// [`InstallError::Io`] when the file cannot be synced; the writer then deletes it.
+    pub fn keep(mut self) -> Result<(PathBuf, u64), InstallError> {
+        if let Some(file) = self.file.take() {
+            let io = |action| {
+                let path = self.partial.clone();
+                move |source| InstallError::Io {
+                    action,
+                    path,
+                    source,
+                }
+            };
+            file.set_permissions(Permissions::from_mode(PARTIAL_MODE))
+                .map_err(io("setting the mode of"))?;
+            file.sync_all().map_err(io("syncing"))?;
+        }
+        self.committed = true;
+        Ok((self.partial.clone(), self.written))
     }
 }
 
@@ -394,5 +438,29 @@ mod tests {
         assert_eq!(w.written(), 0, "longer than the pin: started over");
         drop(w);
         assert!(!dest.parent().unwrap().exists());
+    }
+
+    #[test]
+    fn a_kept_partial_file_is_the_owners_and_resumes() {
+        let tmp = tempfile::tempdir().unwrap();
+        let bytes: Vec<u8> = (0..5000u32).map(|i| (i * 3) as u8).collect();
+        let pin = pin_of(&bytes);
+        let dest = tmp.path().join("store/kernel/z/vmlinux");
+        let mut w = StoreWriter::create("kernel", &pin, &dest).unwrap();
+        w.write(&bytes[..1234]).unwrap();
+        let (partial, kept) = w.keep().unwrap();
+        assert_eq!(
+            (partial.as_path(), kept),
+            (dest.with_extension("partial").as_path(), 1234)
+        );
+        let mode = std::fs::metadata(&partial).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        let mut w = StoreWriter::resume("kernel", &pin, &dest).unwrap();
+        assert_eq!(w.written(), 1234);
+        w.write(&bytes[1234..]).unwrap();
+        w.commit().unwrap();
+        let mode = std::fs::metadata(&dest).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o644);
+        assert_eq!(std::fs::read(&dest).unwrap(), bytes);
     }
 }

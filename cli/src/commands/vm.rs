@@ -1,13 +1,3 @@
-//! `berm vm install`: the pinned kernel and rootfs into the artifact store berm-vmm reads.
-//!
-//! Each artifact is fetched by its sha256 (from a URL template, a base URL or a directory),
-//! streamed into `<store>/<kind>/<sha256>/<file>.partial` while it is hashed, and renamed into
-//! place only once its size and sha256 equal the pins compiled in from the same crate berm-vmm
-//! uses (`berm-pins`), so the two cannot disagree. Anything else — a tampered byte, a short or
-//! long download, an HTTP error — deletes the partial file: nothing half-written is left, and
-//! berm-vmm never sees a name it would read. A download interrupted by a crash leaves only the
-//! `.partial` file, which the next install truncates and writes from the start.
-
 //! `berm vm install` and `berm vm push`: the pinned kernel and rootfs into the artifact store
 //! berm-vmm reads, and from it to an OCI registry.
 //!
@@ -18,9 +8,10 @@
 //! is hashed, and renamed into place only once its size and sha256 equal the pins compiled in
 //! from the same crate berm-vmm uses, so the two cannot disagree. Anything else — a tampered
 //! byte, a short or long download, an HTTP or registry error — deletes the partial file and
-//! the directories made for it. A download killed midway leaves only the `.partial` file;
-//! from a registry the next install re-hashes it and asks for the rest (an HTTP range), from a
-//! URL or directory it starts over.
+//! the directories made for it. From a registry, a connection that breaks off midway is
+//! resumed in-process with an HTTP range (berm-oci's `install_blob`); if it keeps breaking,
+//! or the process is killed, only the `.partial` file is left, and the next install re-hashes
+//! it and asks for the rest. From a URL or directory the next install starts over.
 //!
 //! `berm vm push REF` sends one architecture's pinned pair from the store, checked against
 //! the pins first, as one OCI artifact (berm-oci's `push_vm`; docs/vm.md has its media types
