@@ -13,7 +13,7 @@ use std::fmt;
 use std::path::PathBuf;
 use std::str::FromStr;
 
-use crate::net::NetRule;
+use crate::net::{NetRule, SecretRule};
 
 /// One grant.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -41,13 +41,14 @@ pub enum Grant {
     Net(NetRule),
     /// `secret:NAME=HOST[:PORT]`: the program's secret `NAME` is written
     /// into requests to this host where the program puts `{{secret:NAME}}`,
-    /// and requests holding it to any other host are refused. Repeatable;
-    /// the value is set apart (`berm secret set`) and never shown.
+    /// and requests holding it to any other host are refused. Over HTTPS
+    /// only, unless written `secret:NAME=http://HOST[:PORT]` ([`SecretRule`]).
+    /// Repeatable; the value is set apart (`berm secret set`) and never shown.
     Secret {
         /// The secret's name.
         name: String,
-        /// A host it may be sent to.
-        rule: NetRule,
+        /// A host it may be sent to, and the scheme.
+        rule: SecretRule,
     },
 }
 
@@ -155,7 +156,10 @@ impl FromStr for Grant {
                 .ok_or_else(|| GrantParseError::SecretName(text.to_string()))?;
             return Ok(Grant::Secret {
                 name: name.to_string(),
-                rule: net(rule)?,
+                rule: rule.parse().map_err(|problem| GrantParseError::Net {
+                    grant: text.to_string(),
+                    problem,
+                })?,
             });
         }
         let (name, value) = match text.split_once('=') {
@@ -267,6 +271,7 @@ mod tests {
             "net=[::1]:9",
             "secret:GITHUB_TOKEN=api.github.com",
             "secret:t=127.0.0.1:8443",
+            "secret:t=http://127.0.0.1:8080",
         ] {
             let grant: Grant = text.parse().unwrap();
             assert_eq!(grant.to_string(), text);

@@ -201,6 +201,63 @@ impl NetRule {
     }
 }
 
+/// The host part of a `secret:NAME=…` binding: where the value may go and over which scheme.
+///
+/// Without a scheme (`secret:NAME=HOST[:PORT]`, or `https://HOST[:PORT]`) the value goes
+/// over HTTPS only, so a binding written as a bare host never sends a secret in cleartext.
+/// `http://HOST[:PORT]` names cleartext HTTP explicitly (a local test server, a sidecar on
+/// loopback), and then only HTTP: the scheme written is the one allowed.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct SecretRule {
+    /// Which hosts and port.
+    pub rule: NetRule,
+    /// Written `http://`: the value may go over cleartext HTTP, and not over HTTPS.
+    pub cleartext: bool,
+}
+
+impl FromStr for SecretRule {
+    type Err = NetRuleError;
+
+    fn from_str(text: &str) -> Result<SecretRule, NetRuleError> {
+        let (cleartext, host) = match (text.strip_prefix("http://"), text.strip_prefix("https://"))
+        {
+            (Some(host), _) => (true, host),
+            (_, Some(host)) => (false, host),
+            _ if text.contains("://") => {
+                return Err(NetRuleError {
+                    rule: text.chars().take(300).collect(),
+                    problem: "a secret's host takes http:// (cleartext, named explicitly), \
+                              https:// or no scheme (HTTPS)"
+                        .into(),
+                });
+            }
+            _ => (false, text),
+        };
+        Ok(SecretRule {
+            rule: host.parse()?,
+            cleartext,
+        })
+    }
+}
+
+impl fmt::Display for SecretRule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.cleartext {
+            f.write_str("http://")?;
+        }
+        write!(f, "{}", self.rule)
+    }
+}
+
+impl SecretRule {
+    /// Whether the value may go to `target` on `port` over TLS (`tls`) or not, where
+    /// `default_port` is the URL scheme's: the host and port as [`NetRule::allows`] says,
+    /// and the scheme the binding names.
+    pub fn allows(&self, target: &Target<'_>, port: u16, default_port: u16, tls: bool) -> bool {
+        tls != self.cleartext && self.rule.allows(target, port, default_port)
+    }
+}
+
 /// An IPv4-mapped IPv6 address as the IPv4 address it is; others unchanged.
 fn canonical(ip: IpAddr) -> IpAddr {
     match ip {
@@ -212,52 +269,134 @@ fn canonical(ip: IpAddr) -> IpAddr {
     }
 }
 
-/// The refused range `ip` is in, by name, or `None` for an address a name
-/// may lead to. No resolved name may connect to these (private networks,
-/// this host, link-local, cloud metadata, carrier-grade NAT, multicast);
-/// a grant reaches one only by naming the literal address and port.
-/// IPv4-mapped and NAT64 (`64:ff9b::/96`) IPv6 addresses are judged by the
-/// IPv4 address inside them.
-pub fn refused_range(ip: IpAddr) -> Option<&'static str> {
-    match canonical(ip) {
-        IpAddr::V4(v4) => refused_v4(v4),
-        IpAddr::V6(v6) => {
-            let s = v6.segments();
-            if s[0] == 0x64 && s[1] == 0xff9b && s[2..6] == [0, 0, 0, 0] {
-                let [a, b] = s[6].to_be_bytes();
-                let [c, d] = s[7].to_be_bytes();
-                return refused_v4(Ipv4Addr::new(a, b, c, d));
-            }
-            if v6.is_loopback() {
-                Some("loopback (::1)")
-            } else if v6.is_unspecified() {
-                Some("unspecified (::)")
-            } else if s[0] & 0xfe00 == 0xfc00 {
-                Some("unique local (fc00::/7)")
-            } else if s[0] & 0xffc0 == 0xfe80 {
-                Some("link-local (fe80::/10)")
-            } else if s[0] & 0xff00 == 0xff00 {
-                Some("multicast (ff00::/8)")
-            } else {
-                None
-            }
-        }
+/// What a row of [`SPECIAL_PURPOSE`] says of the addresses in it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Judgement {
+    /// Refused: no resolved name may lead there.
+    Refused,
+    /// Judged by the IPv4 address the IPv6 one carries at this byte offset (IPv4-mapped,
+    /// NAT64, 6to4): refused when that address is.
+    ByIpv4At(usize),
+}
+
+/// One block of IANA's IPv4 or IPv6 special-purpose address registry (RFC 6890 and its
+/// updates) that berm refuses, or judges by the IPv4 address inside.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SpecialPurpose {
+    /// The block's first address.
+    pub network: IpAddr,
+    /// Its prefix length.
+    pub prefix: u8,
+    /// Its name, as refusals print it.
+    pub name: &'static str,
+    /// What it means for an address in it.
+    pub judgement: Judgement,
+}
+
+const fn v4(a: u8, b: u8, c: u8, d: u8, prefix: u8, name: &'static str) -> SpecialPurpose {
+    SpecialPurpose {
+        network: IpAddr::V4(Ipv4Addr::new(a, b, c, d)),
+        prefix,
+        name,
+        judgement: Judgement::Refused,
     }
 }
 
-fn refused_v4(ip: Ipv4Addr) -> Option<&'static str> {
-    let [a, b, _, _] = ip.octets();
-    match (a, b) {
-        (0, _) => Some("this-network (0.0.0.0/8)"),
-        (10, _) => Some("private (10.0.0.0/8)"),
-        (100, 64..=127) => Some("carrier-grade NAT (100.64.0.0/10)"),
-        (127, _) => Some("loopback (127.0.0.0/8)"),
-        (169, 254) => Some("link-local and metadata (169.254.0.0/16)"),
-        (172, 16..=31) => Some("private (172.16.0.0/12)"),
-        (192, 168) => Some("private (192.168.0.0/16)"),
-        (224..=239, _) => Some("multicast (224.0.0.0/4)"),
-        (240..=255, _) => Some("reserved and broadcast (240.0.0.0/4)"),
-        _ => None,
+const fn v6(network: u128, prefix: u8, name: &'static str, judgement: Judgement) -> SpecialPurpose {
+    SpecialPurpose {
+        network: IpAddr::V6(Ipv6Addr::from_bits(network)),
+        prefix,
+        name,
+        judgement,
+    }
+}
+
+const REFUSED: Judgement = Judgement::Refused;
+/// The IPv4 address sits in the last four bytes (IPv4-mapped, NAT64).
+const V4_LAST: Judgement = Judgement::ByIpv4At(12);
+
+/// The special-purpose blocks berm refuses, first match wins (so a block precedes any larger
+/// one holding it): every block of IANA's registries that is not globally reachable, the
+/// documentation and benchmarking blocks, multicast, and the deprecated IPv4-compatible,
+/// site-local and 6to4-relay blocks. Blocks IANA lists as globally reachable (AS112, AMT,
+/// 192.0.0.9/10, ORCHIDv2 and others inside 2001::/23 excepted: berm refuses that whole
+/// block, which also holds Teredo) are not here. The transition blocks that carry an IPv4
+/// address are judged by that address.
+#[rustfmt::skip]
+pub static SPECIAL_PURPOSE: &[SpecialPurpose] = &[
+    v4(0, 0, 0, 0, 8, "this-network (0.0.0.0/8)"),
+    v4(10, 0, 0, 0, 8, "private (10.0.0.0/8)"),
+    v4(100, 64, 0, 0, 10, "carrier-grade NAT (100.64.0.0/10)"),
+    v4(127, 0, 0, 0, 8, "loopback (127.0.0.0/8)"),
+    v4(169, 254, 0, 0, 16, "link-local and metadata (169.254.0.0/16)"),
+    v4(172, 16, 0, 0, 12, "private (172.16.0.0/12)"),
+    v4(192, 0, 0, 0, 24, "IETF protocol assignments (192.0.0.0/24)"),
+    v4(192, 0, 2, 0, 24, "documentation (192.0.2.0/24)"),
+    v4(192, 88, 99, 0, 24, "6to4 relay anycast (192.88.99.0/24)"),
+    v4(192, 168, 0, 0, 16, "private (192.168.0.0/16)"),
+    v4(198, 18, 0, 0, 15, "benchmarking (198.18.0.0/15)"),
+    v4(198, 51, 100, 0, 24, "documentation (198.51.100.0/24)"),
+    v4(203, 0, 113, 0, 24, "documentation (203.0.113.0/24)"),
+    v4(224, 0, 0, 0, 4, "multicast (224.0.0.0/4)"),
+    v4(255, 255, 255, 255, 32, "broadcast (255.255.255.255/32)"),
+    v4(240, 0, 0, 0, 4, "reserved (240.0.0.0/4)"),
+    v6(0, 128, "unspecified (::)", REFUSED),
+    v6(1, 128, "loopback (::1)", REFUSED),
+    v6(0xffff << 32, 96, "IPv4-mapped (::ffff:0:0/96)", V4_LAST),
+    v6(0, 96, "IPv4-compatible, deprecated (::/96)", REFUSED),
+    v6(0x64_ff9b << 96, 96, "NAT64 (64:ff9b::/96)", V4_LAST),
+    v6(0x64_ff9b_0001 << 80, 48, "local-use NAT64 (64:ff9b:1::/48)", REFUSED),
+    v6(0x0100 << 112, 64, "discard-only (100::/64)", REFUSED),
+    v6(0x2001 << 112, 23, "IETF protocol assignments, Teredo (2001::/23)", REFUSED),
+    v6(0x2001_0db8 << 96, 32, "documentation (2001:db8::/32)", REFUSED),
+    v6(0x2002 << 112, 16, "6to4 (2002::/16)", Judgement::ByIpv4At(2)),
+    v6(0x3fff << 112, 20, "documentation (3fff::/20)", REFUSED),
+    v6(0x5f00 << 112, 16, "segment routing SIDs (5f00::/16)", REFUSED),
+    v6(0xfc00 << 112, 7, "unique local (fc00::/7)", REFUSED),
+    v6(0xfe80 << 112, 10, "link-local (fe80::/10)", REFUSED),
+    v6(0xfec0 << 112, 10, "site-local, deprecated (fec0::/10)", REFUSED),
+    v6(0xff00 << 112, 8, "multicast (ff00::/8)", REFUSED),
+];
+
+impl SpecialPurpose {
+    /// Whether `ip` is in this block.
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        let bits = |ip: IpAddr| match ip {
+            IpAddr::V4(v4) => (u128::from(u32::from(v4)), 32u32),
+            IpAddr::V6(v6) => (u128::from(v6), 128u32),
+        };
+        let ((net, width), (addr, other)) = (bits(self.network), bits(ip));
+        let shift = width - u32::from(self.prefix);
+        width == other && (shift == 128 || net >> shift == addr >> shift)
+    }
+}
+
+/// The block of [`SPECIAL_PURPOSE`] `ip` is first found in, if any.
+pub fn special_purpose(ip: IpAddr) -> Option<&'static SpecialPurpose> {
+    SPECIAL_PURPOSE.iter().find(|row| row.contains(ip))
+}
+
+/// The refused range `ip` is in, by name, or `None` for an address a name
+/// may lead to. No resolved name may connect to these ([`SPECIAL_PURPOSE`]:
+/// private networks, this host, link-local, cloud metadata, carrier-grade
+/// NAT, documentation, benchmarking, multicast, …); a grant reaches one only
+/// by naming the literal address and port. IPv4-mapped, NAT64
+/// (`64:ff9b::/96`) and 6to4 (`2002::/16`) IPv6 addresses are judged by the
+/// IPv4 address inside them.
+pub fn refused_range(ip: IpAddr) -> Option<&'static str> {
+    let row = special_purpose(ip)?;
+    match (row.judgement, ip) {
+        (Judgement::Refused, _) => Some(row.name),
+        (Judgement::ByIpv4At(at), IpAddr::V6(v6)) => {
+            let o = v6.octets();
+            refused_range(IpAddr::V4(Ipv4Addr::new(
+                o[at],
+                o[at + 1],
+                o[at + 2],
+                o[at + 3],
+            )))
+        }
+        (Judgement::ByIpv4At(_), IpAddr::V4(_)) => None,
     }
 }
 
@@ -299,7 +438,7 @@ mod tests {
             "127.0.0.1:8080",
             "93.184.215.14",
             "[::1]:8080",
-            "[2001:db8::1]",
+            "[2606:4700::1111]",
         ] {
             assert_eq!(rule(text).to_string(), text);
         }
@@ -391,12 +530,120 @@ mod tests {
             "172.32.0.1",
             "100.128.0.1",
             "8.8.8.8",
-            "2001:db8::1",
+            "192.0.1.255",
+            "198.20.0.1",
+            "2606:4700::1111",
+            "2001:200::1",
             "64:ff9b::808:808",
+            "2002:808:808::1",
         ] {
             let ip: IpAddr = allowed.parse().unwrap();
             assert_eq!(refused_range(ip), None, "{allowed}");
         }
+    }
+
+    /// The blocks the issue found missing, each by name.
+    #[test]
+    fn the_special_purpose_blocks_once_missed_are_refused() {
+        for (ip, name) in [
+            ("::10.0.0.1", "IPv4-compatible, deprecated (::/96)"),
+            ("::8.8.8.8", "IPv4-compatible, deprecated (::/96)"),
+            ("64:ff9b:1::a00:1", "local-use NAT64 (64:ff9b:1::/48)"),
+            ("2002:a00:1::1", "private (10.0.0.0/8)"),
+            ("2002:7f00:1::", "loopback (127.0.0.0/8)"),
+            (
+                "2002:a9fe:a9fe::",
+                "link-local and metadata (169.254.0.0/16)",
+            ),
+            ("fec0::1", "site-local, deprecated (fec0::/10)"),
+            ("192.0.0.170", "IETF protocol assignments (192.0.0.0/24)"),
+            ("198.18.0.1", "benchmarking (198.18.0.0/15)"),
+            ("198.19.255.255", "benchmarking (198.18.0.0/15)"),
+            ("2001:db8::1", "documentation (2001:db8::/32)"),
+            ("2001::1", "IETF protocol assignments, Teredo (2001::/23)"),
+            ("100::1", "discard-only (100::/64)"),
+            ("3fff::1", "documentation (3fff::/20)"),
+            ("5f00::1", "segment routing SIDs (5f00::/16)"),
+            ("::ffff:192.0.2.1", "documentation (192.0.2.0/24)"),
+        ] {
+            assert_eq!(refused_range(ip.parse().unwrap()), Some(name), "{ip}");
+        }
+    }
+
+    /// One check per row of the table: its first and last address are in it (or, for a
+    /// row a more specific one comes before, refused all the same), the addresses just
+    /// outside it are not in it, and a row judged by its IPv4 address refuses a private one
+    /// inside it and allows a public one.
+    #[test]
+    fn every_row_of_the_special_purpose_table_holds() {
+        let bits = |ip: IpAddr| match ip {
+            IpAddr::V4(v4) => (u128::from(u32::from(v4)), 32u32),
+            IpAddr::V6(v6) => (u128::from(v6), 128u32),
+        };
+        let at = |value: u128, width: u32| match width {
+            32 => IpAddr::V4(Ipv4Addr::from(value as u32)),
+            _ => IpAddr::V6(Ipv6Addr::from(value)),
+        };
+        for row in SPECIAL_PURPOSE {
+            let (first, width) = bits(row.network);
+            let size = 1u128 << (width - u32::from(row.prefix));
+            assert_eq!(first % size, 0, "{}: not aligned to its prefix", row.name);
+            let last = first + (size - 1);
+            for inside in [first, last, first + size / 2] {
+                let ip = at(inside, width);
+                assert!(row.contains(ip), "{}: {ip}", row.name);
+                let found = special_purpose(ip).unwrap();
+                assert!(
+                    found == row || found.prefix > row.prefix,
+                    "{}: {ip} is found in {}",
+                    row.name,
+                    found.name
+                );
+                if row.judgement == Judgement::Refused {
+                    assert!(refused_range(ip).is_some(), "{}: {ip}", row.name);
+                }
+            }
+            if first > 0 {
+                assert!(!row.contains(at(first - 1, width)), "{}", row.name);
+            }
+            if last < (u128::MAX >> (128 - width)) {
+                assert!(!row.contains(at(last + 1, width)), "{}", row.name);
+            }
+            if let Judgement::ByIpv4At(offset) = row.judgement {
+                let with = |v4: [u8; 4]| {
+                    let mut octets = Ipv6Addr::from(first).octets();
+                    octets[offset..offset + 4].copy_from_slice(&v4);
+                    IpAddr::V6(Ipv6Addr::from(octets))
+                };
+                assert_eq!(
+                    refused_range(with([10, 1, 2, 3])),
+                    Some("private (10.0.0.0/8)"),
+                    "{}",
+                    row.name
+                );
+                assert_eq!(refused_range(with([8, 8, 4, 4])), None, "{}", row.name);
+            }
+        }
+    }
+
+    #[test]
+    fn a_secret_without_a_scheme_goes_over_https_only() {
+        let host = Target::Name("api.example.com");
+        let bare: SecretRule = "api.example.com".parse().unwrap();
+        assert!(!bare.cleartext);
+        assert!(bare.allows(&host, 443, 443, true));
+        assert!(!bare.allows(&host, 80, 80, false));
+        let https: SecretRule = "https://api.example.com".parse().unwrap();
+        assert_eq!(https, bare);
+        let clear: SecretRule = "http://api.example.com:8080".parse().unwrap();
+        assert!(clear.cleartext);
+        assert!(clear.allows(&host, 8080, 80, false));
+        assert!(!clear.allows(&host, 8080, 443, true));
+        for text in ["api.example.com", "http://127.0.0.1:8080", "http://[::1]:9"] {
+            assert_eq!(text.parse::<SecretRule>().unwrap().to_string(), text);
+        }
+        assert!("http://a.com/x".parse::<SecretRule>().is_err());
+        assert!("ftp://a.com".parse::<SecretRule>().is_err());
     }
 
     #[test]

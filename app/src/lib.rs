@@ -15,6 +15,8 @@
 //! runtimes. The format is documented in `docs/apps.md`.
 #![forbid(unsafe_code)]
 
+pub mod secret_file;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::io::Read;
@@ -81,11 +83,6 @@ pub struct App {
     pub limits: Limits,
     /// The deadline of every call, when set; otherwise berm's default.
     pub call_deadline_ms: Option<u64>,
-    /// `[secrets]`: where the host reads each secret's value, by name. Host
-    /// paths, outside the folder, read only by the host side (bermd on the
-    /// host, berm-vmm's dialer for a VM): the value never enters the folder,
-    /// the guest or wasm memory.
-    pub secret_files: BTreeMap<String, PathBuf>,
 }
 
 /// One `[[program]]`.
@@ -102,6 +99,12 @@ pub struct Program {
     pub grants: Vec<Grant>,
     /// This program's memory cap in MiB, when set.
     pub memory_mb: Option<u64>,
+    /// `[program.secrets]`: where the host reads each of this program's secrets, by name.
+    /// Per program, so two programs that each bind `TOKEN` never share a value. Host paths,
+    /// outside the folder and berm's own directories ([`secret_file`]), read only by the
+    /// host side (bermd on the host, berm-vmm's dialer for a VM): the value never enters the
+    /// folder, the guest or wasm memory.
+    pub secret_files: BTreeMap<String, PathBuf>,
 }
 
 /// The app's resource limits, enforced by the cgroup berm-init creates for
@@ -282,15 +285,43 @@ pub enum AppError {
         #[source]
         source: GrantParseError,
     },
-    /// A `[secrets]` entry that cannot be used.
-    #[error("{}: [secrets] {name}: {problem}", file.display())]
+    /// The app-level `[secrets]` table, which named one file per name for every program.
+    #[error(
+        "{}: the app-level [secrets] table is refused: secret files are named per program, so \
+         that two programs that bind one name never share a value. Move each entry into a \
+         [program.secrets] table written after the keys of the [[program]] that binds it, \
+         then delete [secrets]: {moves}",
+        file.display()
+    )]
+    AppSecrets {
+        /// The manifest.
+        file: PathBuf,
+        /// Each entry and where it goes.
+        moves: String,
+    },
+    /// A `[program.secrets]` entry that cannot be used.
+    #[error("{}: program `{program}`: [program.secrets] {name}: {problem}", file.display())]
     Secret {
         /// The manifest.
         file: PathBuf,
+        /// The program.
+        program: String,
         /// The secret's name as written.
         name: String,
         /// What is wrong and what to write instead.
-        problem: String,
+        problem: Box<str>,
+    },
+    /// A `[program.secrets]` file in one of berm's own directories.
+    #[error("{}: program `{program}`: [program.secrets] {name}: {source}", file.display())]
+    SecretFile {
+        /// The manifest.
+        file: PathBuf,
+        /// The program.
+        program: String,
+        /// The secret's name.
+        name: String,
+        /// Why the file is refused.
+        source: Box<secret_file::SecretFileError>,
     },
     /// An `fs` grant's directory is not a plain relative path.
     #[error(
@@ -391,8 +422,8 @@ struct RawApp {
     limits: RawLimits,
     #[serde(default, rename = "program")]
     programs: Vec<RawProgram>,
-    #[serde(default)]
-    secrets: BTreeMap<String, String>,
+    /// Refused ([`AppError::AppSecrets`]), read only to say where each entry goes.
+    secrets: Option<BTreeMap<String, toml::Value>>,
 }
 
 #[derive(Deserialize, Default)]
@@ -429,6 +460,8 @@ struct RawProgram {
     #[serde(default)]
     grants: Vec<String>,
     memory_mb: Option<u64>,
+    #[serde(default)]
+    secrets: BTreeMap<String, String>,
 }
 
 /// Reads and checks the app folder `dir`: `berm.toml`, every value's range,
@@ -502,51 +535,84 @@ pub fn load(dir: &Path) -> Result<App, AppError> {
         }
         let grants = check_grants(&file, &program.name, &program.grants)?;
         let wasm = wasm_file(&file, &dir, &program.name, &program.wasm)?;
-        programs.push(Program {
+        let mut checked = Program {
             name: program.name,
             wasm,
             wasm_relative: program.wasm,
             grants,
             memory_mb: program.memory_mb,
+            secret_files: BTreeMap::new(),
+        };
+        checked.secret_files = secret_files(&file, &dir, &program.secrets, &checked)?;
+        programs.push(checked);
+    }
+    if let Some(secrets) = raw.secrets {
+        return Err(AppError::AppSecrets {
+            file,
+            moves: app_secrets_moves(&secrets, &programs),
         });
     }
-    let secret_files = secret_files(&file, &dir, &raw.secrets, &programs)?;
     Ok(App {
         dir,
         name: raw.name,
         programs,
         limits,
         call_deadline_ms: raw.call_deadline_ms,
-        secret_files,
     })
 }
 
-/// Checks `[secrets]`: each name is bound by some program's
-/// `secret:NAME=HOST` grant, and each value file is named absolute (or from
-/// `~/`) and lies outside the app folder, so packing or sharing the folder
-/// never carries a value. The files themselves are read when a request needs
-/// them (on the host only), so they need not exist yet.
+/// Where each entry of a refused app-level `[secrets]` goes: `NAME = "PATH"` into each
+/// program that binds it, or nowhere when none does.
+fn app_secrets_moves(secrets: &BTreeMap<String, toml::Value>, programs: &[Program]) -> String {
+    if secrets.is_empty() {
+        return "it is empty".into();
+    }
+    let moves: Vec<String> = secrets
+        .iter()
+        .map(|(name, value)| {
+            let binders: Vec<String> = programs
+                .iter()
+                .filter(|p| p.binds_secret(name))
+                .map(|p| format!("program `{}`", p.name))
+                .collect();
+            match binders.is_empty() {
+                true => format!("`{name} = {value}`: no program binds it, delete it"),
+                false => format!("`{name} = {value}` into {}", binders.join(", ")),
+            }
+        })
+        .collect();
+    moves.join("; ")
+}
+
+/// Checks one program's `[program.secrets]`: each name is bound by the
+/// program's own `secret:NAME=HOST` grant, and each value file is named
+/// absolute (or from `~/`) and lies outside the app folder, so packing or
+/// sharing the folder never carries a value, and outside berm's own
+/// directories ([`secret_file::check_path`]). The files themselves are read
+/// (and their owner and mode checked) when a value is needed, on the host
+/// only, so they need not exist yet.
 fn secret_files(
     file: &Path,
     dir: &Path,
     raw: &BTreeMap<String, String>,
-    programs: &[Program],
+    program: &Program,
 ) -> Result<BTreeMap<String, PathBuf>, AppError> {
     let mut files = BTreeMap::new();
     for (name, value) in raw {
         let fail = |problem: String| AppError::Secret {
             file: file.to_path_buf(),
+            program: program.name.clone(),
             name: name.clone(),
-            problem,
+            problem: problem.into_boxed_str(),
         };
         if !berm_abi::net::is_valid_secret_name(name) {
             return Err(fail(
                 "a secret's name is 1 to 64 of A-Z, a-z, 0-9, `_`, `-`".into(),
             ));
         }
-        if !programs.iter().any(|p| p.binds_secret(name)) {
+        if !program.binds_secret(name) {
             return Err(fail(format!(
-                "no program binds it: add `secret:{name}=HOST` to the grants of the program that uses it"
+                "the program does not bind it: add `secret:{name}=HOST` to its grants"
             )));
         }
         let path = match value.strip_prefix("~/") {
@@ -571,10 +637,16 @@ fn secret_files(
         if path.starts_with(dir) || real.starts_with(dir) {
             return Err(fail(format!(
                 "{} is inside the app folder: keep secret values outside it, \
-                 e.g. under ~/.config/berm/",
+                 e.g. in ~/.secrets/ (`mkdir -m 700 ~/.secrets`)",
                 path.display()
             )));
         }
+        secret_file::check_path(&path).map_err(|source| AppError::SecretFile {
+            file: file.to_path_buf(),
+            program: program.name.clone(),
+            name: name.clone(),
+            source: Box::new(source),
+        })?;
         files.insert(name.clone(), path);
     }
     Ok(files)

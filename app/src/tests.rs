@@ -539,45 +539,136 @@ fn the_shipped_examples_and_the_documented_one_load() {
 }
 
 /// A one-program app granting `secret:TOKEN=api.example.com`, with
-/// `secrets` as its `[secrets]` table.
+/// `secrets` as its `[program.secrets]` table.
 fn with_secrets(secrets: &str) -> String {
     format!(
-        "name = \"a\"\n[secrets]\n{secrets}\n[[program]]\nname = \"notes\"\nwasm = \"notes.wasm\"\n\
-         grants = [\"secret:TOKEN=api.example.com\"]\n"
+        "name = \"a\"\n[[program]]\nname = \"notes\"\nwasm = \"notes.wasm\"\n\
+         grants = [\"secret:TOKEN=api.example.com\"]\n[program.secrets]\n{secrets}\n"
     )
 }
 
 #[test]
-fn secret_files_are_named_outside_the_folder() {
+fn secret_files_are_named_per_program_outside_the_folder() {
     let dir = folder(
         &with_secrets(r#"TOKEN = "/etc/berm/token""#),
         &["notes.wasm"],
     );
     let app = load(dir.path()).unwrap();
     assert_eq!(
-        app.secret_files.get("TOKEN").map(PathBuf::as_path),
+        app.programs[0]
+            .secret_files
+            .get("TOKEN")
+            .map(PathBuf::as_path),
         Some(Path::new("/etc/berm/token"))
     );
     // From the home directory.
     let dir = folder(
-        &with_secrets(r#"TOKEN = "~/.config/berm/token""#),
+        &with_secrets(r#"TOKEN = "~/.secrets/token""#),
         &["notes.wasm"],
     );
     let home = PathBuf::from(std::env::var_os("HOME").unwrap());
     assert_eq!(
-        load(dir.path()).unwrap().secret_files["TOKEN"],
-        home.join(".config/berm/token")
+        load(dir.path()).unwrap().programs[0].secret_files["TOKEN"],
+        home.join(".secrets/token")
     );
-    // No [secrets]: nothing.
+    // No [program.secrets]: nothing.
     let dir = folder(&format!("name = \"a\"\n{ONE}"), &["notes.wasm"]);
-    assert!(load(dir.path()).unwrap().secret_files.is_empty());
+    assert!(
+        load(dir.path()).unwrap().programs[0]
+            .secret_files
+            .is_empty()
+    );
+    // Two programs binding one name: each its own file.
+    let mut two = String::from("name = \"a\"\n");
+    for name in ["one", "two"] {
+        two.push_str(&format!(
+            "[[program]]\nname = \"{name}\"\nwasm = \"notes.wasm\"\n\
+             grants = [\"secret:TOKEN=api.example.com\"]\n\
+             [program.secrets]\nTOKEN = \"/etc/berm/{name}\"\n"
+        ));
+    }
+    let app = load(folder(&two, &["notes.wasm"]).path()).unwrap();
+    let files: Vec<&Path> = app
+        .programs
+        .iter()
+        .map(|p| p.secret_files["TOKEN"].as_path())
+        .collect();
+    assert_eq!(
+        files,
+        [Path::new("/etc/berm/one"), Path::new("/etc/berm/two")]
+    );
+}
+
+#[test]
+fn the_app_level_secrets_table_is_refused_saying_where_each_entry_goes() {
+    let manifest = r#"name = "a"
+[secrets]
+TOKEN = "~/.secrets/token"
+STRAY = "/etc/stray"
+[[program]]
+name = "one"
+wasm = "notes.wasm"
+grants = ["secret:TOKEN=api.example.com"]
+[[program]]
+name = "two"
+wasm = "notes.wasm"
+grants = ["secret:TOKEN=http://127.0.0.1:8080"]
+"#;
+    let dir = folder(manifest, &["notes.wasm"]);
+    let file = fs::canonicalize(dir.path()).unwrap().join(MANIFEST);
+    assert_eq!(
+        load(dir.path()).unwrap_err().to_string(),
+        format!(
+            "{}: the app-level [secrets] table is refused: secret files are named per program, \
+             so that two programs that bind one name never share a value. Move each entry into \
+             a [program.secrets] table written after the keys of the [[program]] that binds \
+             it, then delete [secrets]: `STRAY = \"/etc/stray\"`: no program binds it, delete \
+             it; `TOKEN = \"~/.secrets/token\"` into program `one`, program `two`",
+            file.display()
+        )
+    );
+}
+
+#[test]
+fn a_secret_file_in_berms_own_directories_is_refused() {
+    let home = PathBuf::from(std::env::var_os("HOME").unwrap());
+    let dir = folder(
+        &with_secrets(r#"TOKEN = "~/.config/berm/token""#),
+        &["notes.wasm"],
+    );
+    let file = fs::canonicalize(dir.path()).unwrap().join(MANIFEST);
+    let key = home.join(".config/berm/token");
+    assert_eq!(
+        load(dir.path()).unwrap_err().to_string(),
+        format!(
+            "{}: program `notes`: [program.secrets] TOKEN: {} is inside {} (berm's \
+             configuration and the host's signing key): keep secret values out of berm's own \
+             directories, e.g. run `mkdir -m 700 ~/.secrets && mv {} ~/.secrets/` and name \
+             the file there",
+            file.display(),
+            key.display(),
+            home.join(".config/berm").display(),
+            key.display()
+        )
+    );
+    let dir = folder(
+        &with_secrets(r#"TOKEN = "~/.berm/secrets/x/TOKEN""#),
+        &["notes.wasm"],
+    );
+    assert_has(
+        &load(dir.path()).unwrap_err().to_string(),
+        &["is inside", "bermd's state and its secret store"],
+    );
 }
 
 #[test]
 fn refuses_secret_files_inside_the_folder_relative_or_unbound() {
     assert_has(
         &refusal(&with_secrets(r#"TOKEN = "token.txt""#), &["notes.wasm"]),
-        &["[secrets] TOKEN", "absolute path or from ~/"],
+        &[
+            "program `notes`: [program.secrets] TOKEN",
+            "absolute path or from ~/",
+        ],
     );
     assert_has(
         &refusal(
@@ -592,8 +683,8 @@ fn refuses_secret_files_inside_the_folder_relative_or_unbound() {
             &["notes.wasm"],
         ),
         &[
-            "[secrets] OTHER",
-            "no program binds it",
+            "[program.secrets] OTHER",
+            "the program does not bind it",
             "secret:OTHER=HOST",
         ],
     );
@@ -612,7 +703,7 @@ fn refuses_secret_files_inside_the_folder_relative_or_unbound() {
     fs::write(dir.path().join(MANIFEST), manifest).unwrap();
     assert_has(
         &load(dir.path()).unwrap_err().to_string(),
-        &["is inside the app folder", "~/.config/berm/"],
+        &["is inside the app folder", "~/.secrets/"],
     );
     let outside = tempfile::tempdir().unwrap();
     let link = outside.path().join("link");
@@ -623,5 +714,21 @@ fn refuses_secret_files_inside_the_folder_relative_or_unbound() {
     assert_has(
         &load(dir.path()).unwrap_err().to_string(),
         &["is inside the app folder"],
+    );
+}
+
+#[test]
+fn a_secret_bound_to_http_names_cleartext_and_other_schemes_are_refused() {
+    let manifest = |grant: &str| {
+        format!(
+            "name = \"a\"\n[[program]]\nname = \"notes\"\nwasm = \"notes.wasm\"\n\
+             grants = [\"{grant}\"]\n"
+        )
+    };
+    let dir = folder(&manifest("secret:T=http://127.0.0.1:8080"), &["notes.wasm"]);
+    assert!(load(dir.path()).is_ok());
+    assert_has(
+        &refusal(&manifest("secret:T=ftp://a.example.com"), &["notes.wasm"]),
+        &["http:// (cleartext, named explicitly), https:// or no scheme (HTTPS)"],
     );
 }

@@ -7,6 +7,7 @@ pub mod deploy;
 pub mod deploy_app;
 pub mod dist;
 pub mod doctor;
+pub mod http;
 pub mod inspect;
 pub mod ls;
 pub mod mcp;

@@ -61,6 +61,8 @@ enum Command {
     New(commands::new::Args),
     /// Bridge MCP on stdin/stdout to bermd (what an agent harness launches).
     Mcp(commands::mcp::Args),
+    /// How an MCP client reaches bermd over HTTP: the URL, the Authorization header, commands to paste.
+    Http(commands::http::Args),
     /// Push a program image to an OCI registry: one layer, the wasm file itself.
     Push(commands::dist::PushArgs),
     /// Pull a program from a registry into a file, verified against its digest.
@@ -108,6 +110,7 @@ fn main() -> ExitCode {
             Command::Inspect(args) => commands::inspect::run(&home, args).await,
             Command::New(args) => commands::new::run(args),
             Command::Mcp(args) => commands::mcp::run(&home, args).await,
+            Command::Http(args) => commands::http::run(&home, args),
             Command::Push(args) => commands::dist::push(args).await,
             Command::Pull(args) => commands::dist::pull(args).await,
             Command::Search(args) => commands::dist::search(args),

@@ -563,7 +563,7 @@ fn a_secret_reaches_only_its_host_and_is_never_shown() {
     assert_ne!(out.status.code(), Some(0));
 }
 
-/// An app folder's `[secrets]` names a value file outside the folder: under
+/// A program's `[program.secrets]` names a value file outside the folder: under
 /// `bermd --app` and through `berm deploy --app`, the issues reader gets
 /// the token to its host only, and a file others may read is refused.
 #[test]
@@ -591,8 +591,9 @@ fn an_app_reads_its_secret_from_the_file_its_manifest_names() {
     std::fs::write(
         folder.join("berm.toml"),
         format!(
-            "name = \"issues\"\n[secrets]\nGITHUB_TOKEN = {:?}\n[[program]]\nname = \"issues\"\n\
-             wasm = \"issues.wasm\"\ngrants = [\"net={api}\", \"secret:GITHUB_TOKEN={api}\"]\n",
+            "name = \"issues\"\n[[program]]\nname = \"issues\"\nwasm = \"issues.wasm\"\n\
+             grants = [\"net={api}\", \"secret:GITHUB_TOKEN={api}\"]\n\
+             [program.secrets]\nGITHUB_TOKEN = {:?}\n",
             token.display().to_string()
         ),
     )
@@ -667,4 +668,91 @@ fn search_json_lists_entries_best_first_with_scores() {
     );
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert_eq!(text(&out.stdout), "[]\n");
+}
+
+/// bermd serving `--http` on a free loopback port with `flags`, once it has
+/// recorded http.json; and its URL.
+fn bermd_on_http(flags: &[&str]) -> (Bermd, String) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let bermd = Bermd::start_with(&[&["--http", addr.as_str()], flags].concat(), Stdio::null());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !bermd.home.join("http.json").exists() {
+        assert!(Instant::now() < deadline, "bermd wrote no http.json");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    (bermd, format!("http://{addr}/mcp"))
+}
+
+#[test]
+fn berm_http_prints_the_url_the_header_and_commands_to_paste() {
+    let (bermd, url) = bermd_on_http(&[]);
+    let token_file = bermd.home.join("http-token");
+    let token = std::fs::read_to_string(&token_file).unwrap();
+    let header = format!("Authorization: Bearer {}", token.trim());
+    let out = bermd.berm(&["http"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stdout),
+        format!(
+            "URL:    {url}\n\
+             Header: {header}\n        (the token is in {})\n\n\
+             Claude Code:\n  claude mcp add --transport http berm {url} --header \"{header}\"\n\
+             MCP Inspector:\n  npx @modelcontextprotocol/inspector --cli {url} --transport http \
+             --header \"{header}\" --method tools/list\n",
+            token_file.display()
+        )
+    );
+    let out = bermd.berm(&["http", "--json"]);
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        json,
+        serde_json::json!({
+            "url": url,
+            "token_file": token_file.display().to_string(),
+            "headers": {"Authorization": format!("Bearer {}", token.trim())},
+        })
+    );
+    drop(bermd);
+
+    let (bermd, url) = bermd_on_http(&["--no-auth"]);
+    let out = bermd.berm(&["http"]);
+    assert!(
+        text(&out.stdout).starts_with(&format!(
+            "URL:    {url}\nHeader: none: bermd runs with --no-auth, so any local process gets in\n"
+        )),
+        "{}",
+        text(&out.stdout)
+    );
+    drop(bermd);
+}
+
+#[test]
+fn berm_http_says_when_bermd_serves_no_http() {
+    let bermd = Bermd::start();
+    let out = bermd.berm(&["http"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        text(&out.stderr),
+        format!(
+            "berm: bermd is not serving MCP over HTTP ({} does not exist): start it with \
+             `bermd --http 127.0.0.1:8765 &`\n",
+            bermd.home.join("http.json").display()
+        )
+    );
+    // A bermd killed with SIGKILL leaves its record behind; nothing answers there.
+    let (mut bermd, _) = bermd_on_http(&[]);
+    bermd.child.kill().unwrap();
+    bermd.child.wait().unwrap();
+    let out = bermd.berm(&["http"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("but nothing answers there: it is not running"),
+        "{}",
+        text(&out.stderr)
+    );
 }

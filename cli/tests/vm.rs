@@ -5,6 +5,15 @@
 //! starts — honest, tampered, truncated, oversized, missing. The attest test boots a real VM
 //! through the workspace's berm-vmm. A test that cannot run prints `SKIPPED: <why>`; with
 //! `BERM_VM_REQUIRE=1` it fails instead.
+//!
+//! `berm vm push` and `berm vm install --from oci://…` run against a real docker-registry on
+//! loopback (oci/tests/support/registry.rs). The refusals that need no artifacts (a missing
+//! blob, an unreachable registry, the default and `$BERM_VM_MIRROR`) always run; the same
+//! refusals with generated artifacts and test pins are berm-oci's (oci/tests/vm.rs), since
+//! this binary only knows the real pins.
+
+#[path = "../../oci/tests/support/registry.rs"]
+mod registry;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -46,13 +55,23 @@ fn source_store() -> Option<ArtifactStore> {
 }
 
 fn berm(store: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_berm"))
+    berm_with(store, args, None)
+}
+
+/// `berm ARGS` with the artifact store at `store` and `$BERM_VM_MIRROR` set to `mirror` (or
+/// unset, whatever the caller's environment says).
+fn berm_with(store: &Path, args: &[&str], mirror: Option<&str>) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_berm"));
+    command
         .args(args)
         .env("BERM_VM_ARTIFACTS", store)
         .env("BERM_HOME", store.join("no-bermd"))
-        .stdin(Stdio::null())
-        .output()
-        .unwrap()
+        .env_remove("BERM_VM_MIRROR")
+        .stdin(Stdio::null());
+    if let Some(mirror) = mirror {
+        command.env("BERM_VM_MIRROR", mirror);
+    }
+    command.output().unwrap()
 }
 
 fn stderr(output: &Output) -> String {
@@ -369,7 +388,17 @@ fn doctor_names_each_gap_with_a_fix() {
         .collect();
     assert_eq!(
         names,
-        ["kvm", "sandbox", "artifacts", "qemu", "wasm32", "bermd"]
+        [
+            "kvm",
+            "sandbox",
+            "artifacts",
+            "artifacts",
+            "qemu",
+            "qemu",
+            "vhost",
+            "wasm32",
+            "bermd"
+        ]
     );
     for check in checks.as_array().unwrap() {
         if check["status"] != "ok" {
@@ -377,16 +406,36 @@ fn doctor_names_each_gap_with_a_fix() {
             assert!(!fix.is_empty() && !fix.contains('\n'), "{check}");
         }
     }
-    let artifacts = &checks[2];
-    assert_eq!(artifacts["status"], "fail", "{artifacts}");
+    // The host's guest architecture first: missing is a failure; the other's only a warning.
+    let host_arch = std::env::consts::ARCH;
+    for (artifacts, status) in [(&checks[2], "fail"), (&checks[3], "warn")] {
+        assert_eq!(artifacts["status"], status, "{artifacts}");
+        assert!(
+            artifacts["fix"]
+                .as_str()
+                .unwrap()
+                .contains("berm vm install --arch"),
+            "{artifacts}"
+        );
+    }
     assert!(
-        artifacts["fix"]
+        checks[2]["detail"]
             .as_str()
             .unwrap()
-            .contains("berm vm install")
+            .starts_with(&format!("{host_arch}: ")),
+        "{}",
+        checks[2]
     );
+    // Where QEMU is installed, its version and the suite it came from are named.
+    for qemu in [&checks[4], &checks[5]] {
+        let detail = qemu["detail"].as_str().unwrap();
+        if qemu["status"] == "ok" {
+            assert!(detail.contains("QEMU emulator version"), "{qemu}");
+            assert!(detail.contains("from "), "{qemu}");
+        }
+    }
     assert_eq!(
-        checks[5]["status"], "fail",
+        checks[8]["status"], "fail",
         "no bermd runs on this BERM_HOME"
     );
     let kvm = &checks[0];
@@ -543,4 +592,208 @@ fn attest_a_real_run_and_verify_it_offline() {
         "{}",
         String::from_utf8_lossy(&edited.stdout)
     );
+}
+
+/// Every entry (files and directories) under `dir`; empty when `dir` does not exist.
+fn entries(dir: &Path) -> Vec<PathBuf> {
+    fn walk(root: &Path, dir: &Path, out: &mut Vec<PathBuf>) {
+        let Ok(read) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for entry in read.map_while(Result::ok) {
+            let path = entry.path();
+            out.push(path.strip_prefix(root).unwrap().to_owned());
+            if path.is_dir() {
+                walk(root, &path, out);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(dir, dir, &mut out);
+    out
+}
+
+/// The JSON lines `berm … --json` printed.
+fn json_lines(output: &Output) -> Vec<serde_json::Value> {
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect()
+}
+
+#[test]
+fn a_registry_without_the_blobs_is_refused_naming_the_digest_as_json() {
+    let registry = registry::TestRegistry::start();
+    let (tmp, store) = empty_store();
+    let from = format!("oci://{}/berm/vm", registry.addr);
+    let out = berm(&store, &["vm", "install", "--from", &from, "--json"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let lines = json_lines(&out);
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    let error = &lines[0];
+    let (sha, _) = pin(ArtifactKind::Kernel);
+    assert_eq!(error["kind"], "kernel", "{error}");
+    assert_eq!(error["arch"], berm_pins::HOST_ARCH);
+    assert_eq!(error["sha256"], sha.as_str());
+    assert_eq!(error["source"], from.as_str());
+    let message = error["error"].as_str().unwrap();
+    assert!(
+        message.contains("installing the kernel failed"),
+        "{message}"
+    );
+    assert!(message.contains(&format!("sha256:{sha}")), "{message}");
+    assert!(message.contains("was not found"), "{message}");
+    assert_eq!(entries(tmp.path()), Vec::<PathBuf>::new());
+}
+
+#[test]
+fn an_unreachable_registry_is_refused_and_leaves_nothing() {
+    let (tmp, store) = empty_store();
+    let port = registry::free_port("127.0.0.1");
+    let from = format!("oci://127.0.0.1:{port}/berm/vm");
+    let out = berm(&store, &["vm", "install", "--from", &from]);
+    let text = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{text}");
+    assert!(
+        text.contains(&format!("cannot reach registry `127.0.0.1:{port}`")),
+        "{text}"
+    );
+    assert!(text.contains("installing the kernel failed"), "{text}");
+    assert_eq!(entries(tmp.path()), Vec::<PathBuf>::new());
+}
+
+#[test]
+fn the_mirror_variable_replaces_the_default_and_from_wins_over_it() {
+    let (tmp, store) = empty_store();
+    let port = registry::free_port("127.0.0.1");
+    let mirror = format!("oci://127.0.0.1:{port}/mirror/vm");
+    let install = ["vm", "install", "--json"];
+    let out = berm_with(&store, &install, Some(&mirror));
+    let error = &json_lines(&out)[0];
+    assert_eq!(error["source"], mirror.as_str(), "{error}");
+    assert!(
+        error["error"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("127.0.0.1:{port}")),
+        "{error}"
+    );
+    // Without the variable, the default repository.
+    let out = berm_with(&store, &install, None);
+    assert_eq!(json_lines(&out)[0]["source"], berm_pins::DEFAULT_SOURCE);
+    // --from wins: an empty directory, named in the refusal.
+    let empty = tmp.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    let from = empty.to_str().unwrap();
+    let out = berm_with(
+        &store,
+        &["vm", "install", "--json", "--from", from],
+        Some(&mirror),
+    );
+    let error = &json_lines(&out)[0];
+    assert_eq!(error["source"], from, "{error}");
+    assert!(
+        error["error"].as_str().unwrap().contains("holds neither"),
+        "{error}"
+    );
+    assert!(!store.exists());
+}
+
+#[test]
+fn push_refuses_what_the_store_does_not_hold() {
+    let registry = registry::TestRegistry::start();
+    let (_tmp, store) = empty_store();
+    let out = berm(&store, &["vm", "push", &registry.reference("berm/vm")]);
+    let text = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{text}");
+    assert!(text.contains("is not in the artifact store"), "{text}");
+    assert!(text.contains("kernel"), "{text}");
+}
+
+/// The real pinned artifacts of every architecture the store holds (the host's at least):
+/// `berm vm push` each, then `berm vm install --from oci://…` into an empty store, timed, then
+/// a tampered kernel blob on the registry's disk refused.
+#[test]
+fn push_the_pinned_artifacts_and_install_them_from_a_loopback_registry() {
+    let Some(source) = source_store() else { return };
+    let arches: Vec<&str> = berm_pins::ARCHES
+        .into_iter()
+        .filter(|arch| {
+            let kernel = KernelPins::compiled_in_for(arch).unwrap();
+            let rootfs = RootfsPins::compiled_in_for(arch).unwrap();
+            source.kernel_for(&kernel).exists() && source.rootfs(&rootfs.image.sha256).exists()
+        })
+        .collect();
+    for arch in berm_pins::ARCHES {
+        if !arches.contains(&arch) {
+            eprintln!("only {arches:?} installed; {arch} is not pushed or installed here");
+        }
+    }
+    let registry = registry::TestRegistry::start();
+    let repository = registry.reference("berm/vm");
+    for arch in &arches {
+        let out = berm(
+            source.root(),
+            &["vm", "push", &repository, "--arch", arch, "--json"],
+        );
+        assert!(out.status.success(), "{}", stderr(&out));
+        let pushed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let kernel = KernelPins::compiled_in_for(arch).unwrap().image;
+        let rootfs = RootfsPins::compiled_in_for(arch).unwrap().image;
+        assert_eq!(pushed["kernel"]["sha256"], kernel.sha256.as_str());
+        assert_eq!(pushed["rootfs"]["sha256"], rootfs.sha256.as_str());
+        let tag = format!(
+            "{arch}-{}-{}",
+            &kernel.sha256.as_str()[..12],
+            &rootfs.sha256.as_str()[..12]
+        );
+        assert_eq!(pushed["reference"], format!("{repository}:{tag}"));
+    }
+
+    let (_tmp, store) = empty_store();
+    let from = format!("oci://{repository}");
+    let mut args = vec!["vm", "install", "--from", &from, "--json"];
+    for arch in &arches {
+        args.extend(["--arch", arch]);
+    }
+    let started = Instant::now();
+    let out = berm(&store, &args);
+    let took = started.elapsed();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let lines = json_lines(&out);
+    assert_eq!(lines.len(), 2 * arches.len() + 1, "{lines:?}");
+    let bytes: u64 = lines[..lines.len() - 1]
+        .iter()
+        .map(|l| {
+            assert_eq!(l["status"], "installed", "{l}");
+            l["size"].as_u64().unwrap()
+        })
+        .sum();
+    assert_eq!(lines.last().unwrap()["installed"], 2 * arches.len());
+    for line in &lines[..lines.len() - 1] {
+        let path = PathBuf::from(line["path"].as_str().unwrap());
+        let relative = path.strip_prefix(&store).unwrap();
+        assert_eq!(
+            std::fs::read(&path).unwrap(),
+            std::fs::read(source.root().join(relative)).unwrap()
+        );
+    }
+    assert_eq!(files(&store).len(), 2 * arches.len(), "{:?}", files(&store));
+    eprintln!(
+        "berm vm install --from oci://127.0.0.1 (loopback docker-registry, debug build): {took:?} for {arches:?}, {bytes} bytes"
+    );
+
+    // The kernel's blob tampered on the registry's disk: refused, nothing left.
+    let (sha, _) = pin(ArtifactKind::Kernel);
+    let blob = registry.blob_path(&format!("sha256:{sha}"));
+    let mut stored = std::fs::read(&blob).unwrap();
+    stored[4096] ^= 0x01;
+    std::fs::write(&blob, stored).unwrap();
+    let (tmp, store) = empty_store();
+    let out = berm(&store, &["vm", "install", "--from", &from]);
+    let text = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{text}");
+    assert!(text.contains("refused as tampered"), "{text}");
+    assert!(text.contains(&format!("berm is pinned to {sha}")), "{text}");
+    assert_eq!(entries(tmp.path()), Vec::<PathBuf>::new(), "{text}");
 }

@@ -21,3 +21,23 @@ pub fn berm_home() -> PathBuf {
         None => PathBuf::from(".berm"),
     }
 }
+
+/// The file in `$BERM_HOME` where bermd keeps the bearer token it generated
+/// for `--http` (mode 0600), reused across restarts so configured clients
+/// keep working.
+pub const HTTP_TOKEN: &str = "http-token";
+
+/// The file in `$BERM_HOME` where a bermd serving `--http` records how to
+/// reach it ([`HttpInfo`]), so `berm http` can tell a client; written at
+/// start, removed on a clean stop.
+pub const HTTP_INFO: &str = "http.json";
+
+/// What `$BERM_HOME/http.json` holds: where bermd serves MCP over HTTP and
+/// which file holds the token every request must carry.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct HttpInfo {
+    /// The endpoint, e.g. `http://127.0.0.1:8765/mcp`.
+    pub url: String,
+    /// The bearer token's file, or none when bermd runs with `--no-auth`.
+    pub token_file: Option<PathBuf>,
+}

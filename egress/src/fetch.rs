@@ -73,6 +73,19 @@ struct Hop<'a> {
     tls: bool,
 }
 
+impl Hop<'_> {
+    /// This hop as the secret check sees it.
+    fn dest<'a>(&'a self, host_text: &'a str) -> secret::Dest<'a> {
+        secret::Dest {
+            target: self.target.clone(),
+            port: self.port,
+            default_port: self.default_port,
+            tls: self.tls,
+            host_text,
+        }
+    }
+}
+
 fn denied(message: impl Into<String>) -> FetchError {
     FetchError::new(ErrorCode::Denied, message)
 }
@@ -150,14 +163,7 @@ impl Egress {
             secret::placeholders(value, &mut names)?;
         }
         secret::placeholders(&request.body, &mut names)?;
-        secret::check_bound(
-            &names,
-            &self.config.secrets,
-            &hop.target,
-            hop.port,
-            hop.default_port,
-            &host_text(&hop),
-        )?;
+        secret::check_bound(&names, &self.config.secrets, &hop.dest(&host_text(&hop)))?;
         let forward = Arc::clone(forward);
         let left = until.saturating_duration_since(tokio::time::Instant::now());
         tokio::task::spawn_blocking(move || forward.forward(&request, left))
@@ -191,6 +197,11 @@ impl Egress {
             redirects += 1;
             let location = std::str::from_utf8(&location)
                 .map_err(|_| io("a redirect's Location is not valid UTF-8"))?;
+            if let Some(c) = control_char(location) {
+                return Err(io(format!(
+                    "a redirect's Location holds the control character {c:?}; not followed"
+                )));
+            }
             let next = url
                 .join(location)
                 .map_err(|e| io(format!("a redirect's Location is not a URL: {e}")))?;
@@ -222,10 +233,7 @@ impl Egress {
             &names,
             &self.config.secrets,
             self.config.store.as_ref(),
-            &hop.target,
-            hop.port,
-            hop.default_port,
-            &host_text,
+            &hop.dest(&host_text),
         )?;
         let outgoing = build(request, &hop, &values)?;
         let addrs = self.resolve(&hop, &host_text).await?;
@@ -329,7 +337,19 @@ impl Egress {
     where
         IO: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
     {
-        let broke = |e: hyper::Error| io(format!("HTTP exchange with {host_text} failed: {e}"));
+        let head_too_large = |size: String| {
+            FetchError::new(
+                ErrorCode::TooLarge,
+                format!(
+                    "the response head from {host_text} is {size} bytes, over the cap of \
+                     {MAX_HEAD_BYTES} bytes"
+                ),
+            )
+        };
+        let broke = |e: hyper::Error| match e.is_parse_too_large() {
+            true => head_too_large(format!("more than {MAX_HEAD_BYTES}")),
+            false => io(format!("HTTP exchange with {host_text} failed: {e}")),
+        };
         let (mut sender, connection) = hyper::client::conn::http1::Builder::new()
             .max_buf_size(MAX_HEAD_BYTES)
             .handshake(io_stream)
@@ -337,6 +357,18 @@ impl Egress {
             .map_err(broke)?;
         let driver = AbortOnDrop(tokio::spawn(connection));
         let response = sender.send_request(request).await.map_err(broke)?;
+        // hyper bounds its read buffer only between reads, so a head that arrives in one
+        // read may pass its bound: the head is measured as received (status line, and
+        // `name: value\r\n` per header) and refused past the cap.
+        let head: usize = 16
+            + response
+                .headers()
+                .iter()
+                .map(|(name, value)| name.as_str().len() + value.len() + 4)
+                .sum::<usize>();
+        if head > MAX_HEAD_BYTES {
+            return Err(head_too_large(head.to_string()));
+        }
         let status = response.status().as_u16();
         let cap = self.config.caps.max_response_bytes;
         let too_large = |size: String| {
@@ -382,7 +414,8 @@ impl Egress {
     }
 }
 
-/// Largest response head (status line and headers) read.
+/// Largest response head (status line and headers) accepted, 64 KiB (`docs/design/abi.md`):
+/// a larger one is `too_large`.
 const MAX_HEAD_BYTES: usize = 64 << 10;
 
 /// The connection's task, stopped when the exchange ends or is dropped (at
@@ -402,7 +435,19 @@ fn invalid_url(problem: &str) -> FetchError {
     )
 }
 
+/// The control character `text` holds, if any. URL parsing would drop CR, LF and tab and
+/// percent-encode the rest, sending a request the program did not write; it is refused.
+fn control_char(text: &str) -> Option<char> {
+    text.chars().find(|c| c.is_control())
+}
+
 fn parse_url(text: &str) -> Result<Url, FetchError> {
+    if let Some(c) = control_char(text) {
+        return Err(invalid_url(&format!(
+            "it holds the control character {c:?}; a URL is sent as written or not at all \
+             (percent-encode it, e.g. %0D%0A)"
+        )));
+    }
     let url = Url::parse(text).map_err(|e| invalid_url(&e.to_string()))?;
     check_scheme(&url)?;
     if !url.username().is_empty() || url.password().is_some() {

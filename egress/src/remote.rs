@@ -6,6 +6,8 @@
 //! ```text
 //! u32 BE  request length N      (at most Caps::max_request_bytes + framing)
 //! u32 BE  milliseconds left     (before the call's deadline, as the guest sees it)
+//! u8      program name length P (1 to 64)
+//! P bytes the program's name    (whose grants and secrets apply, within the port's app)
 //! N bytes Request::encode
 //! ```
 //!
@@ -20,9 +22,14 @@
 //! The host reads nothing it has not bounded first: a length over the cap is answered
 //! `too_large` without reading the rest, garbage is `invalid`, and a guest that writes too
 //! slowly, or half a request and then nothing, is cut off at [`READ_TIMEOUT`]. The request
-//! is checked against the host's own [`crate::Egress`] (the app's grants as the host read
-//! them): nothing the guest writes widens them.
+//! is checked against the host's own [`crate::Egress`] of the program it names (that
+//! program's grants and secrets as the host read them from the app folder): the port decides
+//! the app, the name picks one of that app's programs, and nothing the guest writes widens
+//! them. Secrets are keyed by (program, name), so two programs that each bind `TOKEN` send
+//! their own values. A guest bermd that lies about the program gets only what another
+//! program of its own app could already ask for through it.
 
+use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::time::Duration;
 
@@ -43,6 +50,36 @@ const REQUEST_FRAMING: usize = 64 + 8 * (4 + 2 * crate::wire::MAX_HEADERS);
 /// 64 KiB of it) and the frames around it.
 const REPLY_HEAD: usize = 128 << 10;
 
+/// Longest program name on the wire (berm's program names are at most 64 bytes).
+pub const MAX_PROGRAM_BYTES: usize = 64;
+
+/// One app's egress at the host: each program's own [`Egress`], by name, which [`serve`]
+/// picks from by the name the guest writes. Every program's egress has the same caps.
+pub struct Programs {
+    caps: Caps,
+    by_name: BTreeMap<String, Egress>,
+}
+
+impl Programs {
+    /// No program yet; requests are bounded by `caps` before the program is known.
+    pub fn new(caps: Caps) -> Programs {
+        Programs {
+            caps,
+            by_name: BTreeMap::new(),
+        }
+    }
+
+    /// Serves `program`'s requests with `egress`.
+    pub fn insert(&mut self, program: impl Into<String>, egress: Egress) {
+        self.by_name.insert(program.into(), egress);
+    }
+
+    /// The caps a request is bounded by.
+    pub fn caps(&self) -> &Caps {
+        &self.caps
+    }
+}
+
 /// The largest request a guest may write under `caps`.
 pub fn max_request(caps: &Caps) -> usize {
     caps.max_request_bytes + REQUEST_FRAMING
@@ -57,14 +94,21 @@ fn io(message: impl Into<String>) -> FetchError {
     FetchError::new(ErrorCode::Io, message)
 }
 
-/// The guest's side: sends `request` on `stream` (blocking; the caller sets the stream's
-/// timeouts) with `left` to go, and reads the one reply, bounded by `caps`.
+/// The guest's side: sends `program`'s `request` on `stream` (blocking; the caller sets the
+/// stream's timeouts) with `left` to go, and reads the one reply, bounded by `caps`.
 pub fn send<S: Read + Write>(
     mut stream: S,
+    program: &str,
     request: &Request,
     left: Duration,
     caps: &Caps,
 ) -> Result<Response, FetchError> {
+    if program.is_empty() || program.len() > MAX_PROGRAM_BYTES {
+        return Err(io(format!(
+            "program name of {} bytes: 1 to {MAX_PROGRAM_BYTES} go to the host dialer",
+            program.len()
+        )));
+    }
     let bytes = request.encode();
     let broke = |what: &str, e: std::io::Error| {
         let code = if matches!(
@@ -79,9 +123,11 @@ pub fn send<S: Read + Write>(
     };
     let len = u32::try_from(bytes.len()).map_err(|_| io("the request is over 4 GiB"))?;
     let ms = u32::try_from(left.as_millis()).unwrap_or(u32::MAX);
-    let mut head = [0u8; 8];
-    head[..4].copy_from_slice(&len.to_be_bytes());
-    head[4..].copy_from_slice(&ms.to_be_bytes());
+    let mut head = Vec::with_capacity(9 + program.len());
+    head.extend_from_slice(&len.to_be_bytes());
+    head.extend_from_slice(&ms.to_be_bytes());
+    head.push(program.len() as u8);
+    head.extend_from_slice(program.as_bytes());
     let sent = stream
         .write_all(&head)
         .and_then(|()| stream.write_all(&bytes))
@@ -138,17 +184,17 @@ pub enum ServeError {
 }
 
 /// The host's side of one connection: reads one request within [`READ_TIMEOUT`], fetches it
-/// through `egress` (the app's grants as the host holds them) and writes the reply.
+/// through the egress of the program it names (that program's grants and secrets as the host
+/// holds them, `programs`) and writes the reply.
 /// Returns the request's outcome code (`None` for a response) for the dialer's log.
 /// `read_timeout` is [`READ_TIMEOUT`] but in tests.
 pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
     mut stream: S,
-    egress: &Egress,
+    programs: &Programs,
     read_timeout: Duration,
 ) -> Result<Option<ErrorCode>, ServeError> {
-    let caps = *egress.caps();
-    let read = tokio::time::timeout(read_timeout, read_request(&mut stream, &caps)).await;
-    let (request, left) = match read {
+    let read = tokio::time::timeout(read_timeout, read_request(&mut stream, programs)).await;
+    let (egress, request, left) = match read {
         Ok(Ok(got)) => got,
         Ok(Err(ReadError::Refused(e))) => {
             let _ = reply(&mut stream, &Err(e.clone())).await;
@@ -178,12 +224,16 @@ enum ReadError {
     Io(std::io::Error),
 }
 
-async fn read_request<S: AsyncRead + Unpin>(
+async fn read_request<'p, S: AsyncRead + Unpin>(
     stream: &mut S,
-    caps: &Caps,
-) -> Result<(Request, Duration), ReadError> {
-    let mut head = [0u8; 8];
-    stream.read_exact(&mut head).await.map_err(ReadError::Io)?;
+    programs: &'p Programs,
+) -> Result<(&'p Egress, Request, Duration), ReadError> {
+    let caps = programs.caps();
+    let mut head = [0u8; 9];
+    stream
+        .read_exact(&mut head[..8])
+        .await
+        .map_err(ReadError::Io)?;
     let len = u32::from_be_bytes([head[0], head[1], head[2], head[3]]) as usize;
     let ms = u32::from_be_bytes([head[4], head[5], head[6], head[7]]);
     if len > max_request(caps) {
@@ -195,10 +245,33 @@ async fn read_request<S: AsyncRead + Unpin>(
             ),
         )));
     }
+    stream
+        .read_exact(&mut head[8..])
+        .await
+        .map_err(ReadError::Io)?;
+    let name_len = usize::from(head[8]);
+    if name_len == 0 || name_len > MAX_PROGRAM_BYTES {
+        return Err(ReadError::Refused(FetchError::new(
+            ErrorCode::Invalid,
+            format!("a program name of {name_len} bytes: 1 to {MAX_PROGRAM_BYTES}"),
+        )));
+    }
+    let mut name = vec![0u8; name_len];
+    stream.read_exact(&mut name).await.map_err(ReadError::Io)?;
+    let name = String::from_utf8_lossy(&name);
+    let egress = programs.by_name.get(name.as_ref()).ok_or_else(|| {
+        ReadError::Refused(FetchError::new(
+            ErrorCode::Denied,
+            format!(
+                "program `{}` of this app has no net or secret grants at the host dialer",
+                name.chars().filter(|c| !c.is_control()).collect::<String>()
+            ),
+        ))
+    })?;
     let mut bytes = vec![0u8; len];
     stream.read_exact(&mut bytes).await.map_err(ReadError::Io)?;
     let request = Request::decode(&bytes, caps).map_err(ReadError::Refused)?;
-    Ok((request, Duration::from_millis(u64::from(ms))))
+    Ok((egress, request, Duration::from_millis(u64::from(ms))))
 }
 
 /// Writes the one reply for `outcome` and closes the host's side, within [`WRITE_TIMEOUT`]
@@ -234,19 +307,28 @@ mod tests {
     use super::*;
     use crate::{EgressConfig, Trust};
 
-    fn egress(rules: &[&str]) -> Egress {
-        Egress::new(EgressConfig {
-            rules: rules.iter().map(|r| r.parse().unwrap()).collect(),
-            secrets: Vec::new(),
-            store: None,
-            caps: Caps::default(),
-            trust: Trust::new(&[]).unwrap(),
-            forward: None,
-        })
+    /// One app whose one program `p` may reach `rules`.
+    fn egress(rules: &[&str]) -> Programs {
+        let mut programs = Programs::new(Caps::default());
+        programs.insert(
+            "p",
+            Egress::new(EgressConfig {
+                rules: rules.iter().map(|r| r.parse().unwrap()).collect(),
+                secrets: Vec::new(),
+                store: None,
+                caps: Caps::default(),
+                trust: Trust::new(&[]).unwrap(),
+                forward: None,
+            }),
+        );
+        programs
     }
 
     /// The host's answer to raw bytes a hostile guest writes, then closes its side.
-    async fn answer(egress: &Egress, bytes: &[u8]) -> (Vec<u8>, Result<Option<ErrorCode>, String>) {
+    async fn answer(
+        egress: &Programs,
+        bytes: &[u8],
+    ) -> (Vec<u8>, Result<Option<ErrorCode>, String>) {
         let (mut guest, host) = tokio::io::duplex(1 << 20);
         guest.write_all(bytes).await.unwrap();
         guest.shutdown().await.unwrap();
@@ -272,9 +354,28 @@ mod tests {
         // Garbage of a fitting length: invalid.
         let mut garbage = 5u32.to_be_bytes().to_vec();
         garbage.extend_from_slice(&1000u32.to_be_bytes());
-        garbage.extend_from_slice(b"hello");
+        garbage.extend_from_slice(b"\x01phello");
         let (out, _) = answer(&egress, &garbage).await;
         assert_eq!(out[0], ErrorCode::Invalid as u8);
+        // No program name, or one too long: invalid, before the rest is read.
+        for name_len in [0u8, 65] {
+            let mut bad = 5u32.to_be_bytes().to_vec();
+            bad.extend_from_slice(&1000u32.to_be_bytes());
+            bad.push(name_len);
+            let (out, _) = answer(&egress, &bad).await;
+            assert_eq!(out[0], ErrorCode::Invalid as u8);
+            assert!(String::from_utf8_lossy(&out[5..]).contains("1 to 64"));
+        }
+        // A program the app does not hold (or holds without egress): denied, by name.
+        let mut other = 5u32.to_be_bytes().to_vec();
+        other.extend_from_slice(&1000u32.to_be_bytes());
+        other.extend_from_slice(b"\x01qhello");
+        let (out, _) = answer(&egress, &other).await;
+        assert_eq!(out[0], ErrorCode::Denied as u8);
+        assert_eq!(
+            String::from_utf8_lossy(&out[5..]),
+            "program `q` of this app has no net or secret grants at the host dialer"
+        );
         // Half a request, then the guest closes its side: no reply to wait for, no hang.
         let (out, served) = answer(&egress, &[0, 0, 0]).await;
         assert!(out.is_empty());
@@ -311,7 +412,13 @@ mod tests {
         let server = tokio::spawn(async move { serve(host, &egress, READ_TIMEOUT).await });
         let client = tokio::task::spawn_blocking(move || {
             let guest = tokio_util_bridge::Blocking(guest);
-            send(guest, &request, Duration::from_secs(5), &Caps::default())
+            send(
+                guest,
+                "p",
+                &request,
+                Duration::from_secs(5),
+                &Caps::default(),
+            )
         });
         let err = client.await.unwrap().unwrap_err();
         assert_eq!(err.code, ErrorCode::Denied, "{err}");
@@ -343,7 +450,7 @@ mod tests {
             rules: vec!["127.0.0.1:1".parse().unwrap()],
             secrets: vec![crate::secret::Binding {
                 name: "tok".into(),
-                rule: "127.0.0.1:1".parse().unwrap(),
+                rule: "http://127.0.0.1:1".parse().unwrap(),
             }],
             store: None,
             caps: Caps::default(),

@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
 
-use berm_abi::net::{NetRule, SECRET_CLOSE, SECRET_OPEN, Target, is_valid_secret_name};
+use berm_abi::net::{SECRET_CLOSE, SECRET_OPEN, SecretRule, Target, is_valid_secret_name};
 
 use crate::{ErrorCode, FetchError};
 
@@ -31,8 +31,23 @@ pub const MAX_SECRET_BYTES: usize = 8 << 10;
 pub struct Binding {
     /// The secret.
     pub name: String,
-    /// A host it may go to.
-    pub rule: NetRule,
+    /// A host it may go to, and over which scheme.
+    pub rule: SecretRule,
+}
+
+/// Where one hop of a request goes, as the secret check needs it.
+#[derive(Debug, Clone)]
+pub struct Dest<'a> {
+    /// The URL's host.
+    pub target: Target<'a>,
+    /// The port it connects to.
+    pub port: u16,
+    /// The scheme's default port (443 for https, 80 for http).
+    pub default_port: u16,
+    /// Whether it is HTTPS.
+    pub tls: bool,
+    /// The host as messages name it.
+    pub host_text: &'a str,
 }
 
 /// Why a secret could not be stored, listed or removed.
@@ -57,19 +72,14 @@ pub enum SecretError {
     /// No such secret.
     #[error("no secret `{0}` is set")]
     NotSet(String),
-    /// A value file others may read: refused, as ssh refuses an open key.
-    #[error(
-        "secret `{name}`: {} has mode {mode:03o}, readable by others: run `chmod 600 {}`",
-        path.display(),
-        path.display()
-    )]
-    OpenFile {
+    /// A value file that is not the user's own and private, or lies in berm's own
+    /// directories: refused, as ssh refuses an open key ([`berm_app::secret_file`]).
+    #[error("secret `{name}`: {source}")]
+    File {
         /// The secret.
         name: String,
-        /// Its value file.
-        path: PathBuf,
-        /// The file's permission bits.
-        mode: u32,
+        /// Why the file is refused, naming it and what to run.
+        source: berm_app::secret_file::SecretFileError,
     },
     /// The store could not be read or written.
     #[error("secret store {}: {source}", path.display())]
@@ -82,7 +92,7 @@ pub enum SecretError {
 }
 
 /// One program's secret values: `DIR/NAME`, mode 0600, in a directory of
-/// mode 0700, and any value files an app's `[secrets]` names, which take
+/// mode 0700, and any value files the program's `[program.secrets]` names, which take
 /// precedence.
 #[derive(Debug, Clone)]
 pub struct SecretStore {
@@ -100,19 +110,10 @@ impl SecretStore {
     }
 
     /// The store in `dir`, with `files` read for their names instead (an
-    /// app's `[secrets]`: the user keeps each value in a file of their own).
+    /// program's `[program.secrets]`: the user keeps each value in a file of their own).
     pub fn with_files(dir: impl Into<PathBuf>, files: BTreeMap<String, PathBuf>) -> SecretStore {
         SecretStore {
             dir: dir.into(),
-            files,
-        }
-    }
-
-    /// Only `files`: a name without a file has no value (berm-vmm's dialer, which has no
-    /// store of its own).
-    pub fn files_only(files: BTreeMap<String, PathBuf>) -> SecretStore {
-        SecretStore {
-            dir: PathBuf::new(),
             files,
         }
     }
@@ -174,9 +175,6 @@ impl SecretStore {
         if let Some(path) = self.files.get(name) {
             return read_value_file(name, path).map(Some);
         }
-        if self.dir.as_os_str().is_empty() {
-            return Ok(None);
-        }
         let path = self.dir.join(name);
         match std::fs::read(&path) {
             Ok(value) => Ok(Some(value)),
@@ -186,29 +184,24 @@ impl SecretStore {
     }
 }
 
-/// The value in `path`, a file an app's `[secrets]` names for `name`:
-/// refused when group or others may read it, or when it is not one line of
-/// at most [`MAX_SECRET_BYTES`]; one trailing line break is dropped.
+/// The value in `path`, a file a program's `[program.secrets]` names for
+/// `name`: refused unless it is the user's own, private and outside berm's
+/// own directories ([`berm_app::secret_file::open`]), or when it is not one
+/// line of at most [`MAX_SECRET_BYTES`]; one trailing line break is dropped.
 pub fn read_value_file(name: &str, path: &Path) -> Result<Vec<u8>, SecretError> {
-    use std::os::unix::fs::PermissionsExt;
-    let io = |source| SecretError::Io {
-        path: path.to_path_buf(),
+    let file = berm_app::secret_file::open(path).map_err(|source| SecretError::File {
+        name: name.to_string(),
         source,
-    };
-    let mode = std::fs::metadata(path).map_err(io)?.permissions().mode();
-    if mode & 0o077 != 0 {
-        return Err(SecretError::OpenFile {
-            name: name.to_string(),
-            path: path.to_path_buf(),
-            mode: mode & 0o777,
-        });
-    }
+    })?;
     // One byte past the cap (and a line break) is enough to refuse a wrong
-    // file, such as a device, without reading it whole.
+    // file without reading it whole.
     let mut value = Vec::new();
-    std::fs::File::open(path)
-        .and_then(|f| f.take(MAX_SECRET_BYTES as u64 + 3).read_to_end(&mut value))
-        .map_err(io)?;
+    file.take(MAX_SECRET_BYTES as u64 + 3)
+        .read_to_end(&mut value)
+        .map_err(|source| SecretError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
     for end in [b"\n".as_slice(), b"\r"] {
         if value.ends_with(end) {
             value.pop();
@@ -314,12 +307,9 @@ pub fn values_for<'a>(
     names: &[&'a str],
     bindings: &[Binding],
     store: Option<&SecretStore>,
-    target: &Target<'_>,
-    port: u16,
-    default_port: u16,
-    host_text: &str,
+    dest: &Dest<'_>,
 ) -> Result<Vec<(&'a str, Vec<u8>)>, FetchError> {
-    check_bound(names, bindings, target, port, default_port, host_text)?;
+    check_bound(names, bindings, dest)?;
     let mut values = Vec::with_capacity(names.len());
     for name in names {
         let value = store
@@ -348,16 +338,23 @@ pub fn values_for<'a>(
     Ok(values)
 }
 
-/// Checks that every secret in `names` is bound to this program and may go to `target`,
+/// Checks that every secret in `names` is bound to this program and may go to `dest`,
 /// without reading a value: all a side that holds no secrets (a microVM's bermd) can check.
+/// A binding without a scheme allows HTTPS only: the same host over `http://` is refused,
+/// saying how to name cleartext.
 pub fn check_bound(
     names: &[&str],
     bindings: &[Binding],
-    target: &Target<'_>,
-    port: u16,
-    default_port: u16,
-    host_text: &str,
+    dest: &Dest<'_>,
 ) -> Result<(), FetchError> {
+    let Dest {
+        target,
+        port,
+        default_port,
+        tls,
+        host_text,
+    } = dest;
+    let (port, default_port, tls) = (*port, *default_port, *tls);
     for name in names {
         let hosts: Vec<&Binding> = bindings.iter().filter(|b| b.name == *name).collect();
         if hosts.is_empty() {
@@ -369,20 +366,36 @@ pub fn check_bound(
                 ),
             ));
         }
-        if !hosts
+        if hosts
             .iter()
-            .any(|b| b.rule.allows(target, port, default_port))
+            .any(|b| b.rule.allows(target, port, default_port, tls))
         {
-            let list: Vec<String> = hosts.iter().map(|b| b.rule.to_string()).collect();
+            continue;
+        }
+        if let Some(https_only) = hosts
+            .iter()
+            .find(|b| !tls && !b.rule.cleartext && b.rule.rule.allows(target, port, default_port))
+        {
             return Err(FetchError::new(
                 ErrorCode::Denied,
                 format!(
-                    "the request holds {{{{secret:{name}}}}}, which may be sent only to {}, \
-                     not to {host_text}",
-                    list.join(", ")
+                    "the request holds {{{{secret:{name}}}}} and goes to {host_text} over \
+                     cleartext http://; secret `{name}` is bound to {}, which means HTTPS \
+                     only: use https://, or bind it as secret:{name}=http://{} to send it \
+                     in cleartext",
+                    https_only.rule, https_only.rule.rule
                 ),
             ));
         }
+        let list: Vec<String> = hosts.iter().map(|b| b.rule.to_string()).collect();
+        return Err(FetchError::new(
+            ErrorCode::Denied,
+            format!(
+                "the request holds {{{{secret:{name}}}}}, which may be sent only to {}, \
+                 not to {host_text}",
+                list.join(", ")
+            ),
+        ));
     }
     Ok(())
 }
@@ -464,6 +477,7 @@ mod tests {
             err.contains("mode 644") && err.contains("chmod 600"),
             "{err}"
         );
+        assert!(err.starts_with("secret `tok`: "), "{err}");
         assert!(!err.contains("rotated"), "{err}");
         // A file that is not a value (too long, two lines) is refused.
         chmod(0o600);
@@ -494,32 +508,44 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = SecretStore::new(dir.path());
         store.set("tok", b"v").unwrap();
-        let to = |host: &str| {
-            values_for(
-                &["tok"],
-                &bindings,
-                Some(&store),
-                &Target::Name(host),
-                443,
-                443,
-                host,
-            )
+        let dest = |host: &'static str, tls: bool| Dest {
+            target: Target::Name(host),
+            port: if tls { 443 } else { 80 },
+            default_port: if tls { 443 } else { 80 },
+            tls,
+            host_text: host,
         };
+        let get = |names: &[&'static str], bindings: &[Binding], host, tls| {
+            values_for(names, bindings, Some(&store), &dest(host, tls))
+        };
+        let to = |host| get(&["tok"], &bindings, host, true);
         assert_eq!(to("api.example.com").unwrap(), [("tok", b"v".to_vec())]);
         let err = to("evil.example.com").unwrap_err();
         assert_eq!(err.code, ErrorCode::Denied);
         assert!(err.message.contains("only to api.example.com"), "{err}");
         assert!(!err.message.contains(" v "));
-        let err = values_for(
-            &["other"],
-            &bindings,
-            Some(&store),
-            &Target::Name("api.example.com"),
-            443,
-            443,
-            "api.example.com",
-        )
-        .unwrap_err();
+        let err = get(&["other"], &bindings, "api.example.com", true).unwrap_err();
         assert!(err.message.contains("no secret `other` is bound"), "{err}");
+        // Bound without a scheme: HTTPS only; the same host over http:// is refused, naming
+        // both ways out, and no value is read.
+        let err = get(&["tok"], &bindings, "api.example.com", false).unwrap_err();
+        assert_eq!(err.code, ErrorCode::Denied);
+        assert_eq!(
+            err.message,
+            "the request holds {{secret:tok}} and goes to api.example.com over cleartext \
+             http://; secret `tok` is bound to api.example.com, which means HTTPS only: use \
+             https://, or bind it as secret:tok=http://api.example.com to send it in cleartext"
+        );
+        // Named http://: cleartext only.
+        let clear = [Binding {
+            name: "tok".into(),
+            rule: "http://api.example.com".parse().unwrap(),
+        }];
+        assert!(get(&["tok"], &clear, "api.example.com", false).is_ok());
+        let err = get(&["tok"], &clear, "api.example.com", true).unwrap_err();
+        assert!(
+            err.message.contains("only to http://api.example.com"),
+            "{err}"
+        );
     }
 }

@@ -316,3 +316,107 @@ fn headers_the_host_sets_are_refused() {
     );
     assert_eq!(server.connections(), 0);
 }
+
+/// A secret bound without a scheme goes over HTTPS only: the same host over http:// is
+/// refused before anything is sent, saying how to name cleartext; bound as http:// it goes.
+#[test]
+fn a_secret_bound_without_a_scheme_is_refused_over_http() {
+    let api = TestServer::http(|seen| Reply::ok(seen.header("authorization").unwrap_or("-")));
+    let dir = tempfile::tempdir().unwrap();
+    let store = SecretStore::new(dir.path());
+    store.set("token", b"s3cret-value").unwrap();
+    let request = || Request {
+        headers: vec![("authorization".into(), b"{{secret:token}}".to_vec())],
+        ..get(&format!("{}/", api.origin(false)))
+    };
+    let bare = egress(
+        &[grant(&api)],
+        &[("token", grant(&api))],
+        Some(store.clone()),
+        Caps::default(),
+        Trust::none(),
+    );
+    let err = fetch(&bare, request()).unwrap_err();
+    assert_eq!(err.code, ErrorCode::Denied);
+    assert_eq!(
+        err.message,
+        format!(
+            "the request holds {{{{secret:token}}}} and goes to {host} over cleartext http://; \
+             secret `token` is bound to {host}, which means HTTPS only: use https://, or bind \
+             it as secret:token=http://{host} to send it in cleartext",
+            host = grant(&api)
+        )
+    );
+    assert_eq!(api.connections(), 0);
+    let cleartext = egress(
+        &[grant(&api)],
+        &[("token", format!("http://{}", grant(&api)))],
+        Some(store),
+        Caps::default(),
+        Trust::none(),
+    );
+    assert_eq!(fetch(&cleartext, request()).unwrap().body, b"s3cret-value");
+}
+
+/// A URL holding CR, LF, tab or another control character is refused as written, never
+/// rewritten and sent.
+#[test]
+fn a_url_with_a_control_character_is_refused_not_rewritten() {
+    let server = TestServer::http(|_| Reply::ok("must not be reached"));
+    let egress = egress(&[grant(&server)], &[], None, Caps::default(), Trust::none());
+    for (url, c) in [
+        (
+            format!("{}/a\r\nX-Injected: 1", server.origin(false)),
+            "'\\r'",
+        ),
+        (format!("{}/a\nb", server.origin(false)), "'\\n'"),
+        (format!("{}/a\tb", server.origin(false)), "'\\t'"),
+        (format!("{}/a\u{7f}", server.origin(false)), "'\\u{7f}'"),
+    ] {
+        let err = fetch(&egress, get(&url)).unwrap_err();
+        assert_eq!(err.code, ErrorCode::Invalid, "{url:?}");
+        assert_eq!(
+            err.message,
+            format!(
+                "the URL is not valid: it holds the control character {c}; a URL is sent as \
+                 written or not at all (percent-encode it, e.g. %0D%0A)"
+            )
+        );
+    }
+    assert_eq!(server.connections(), 0);
+}
+
+/// The response head (status line and headers) is capped at 64 KiB: a 100 KiB one is
+/// `too_large`, naming its size.
+#[test]
+fn a_response_head_over_its_cap_is_refused() {
+    let big = TestServer::http(|_| Reply {
+        headers: vec![("x-big".into(), "a".repeat(100 << 10))],
+        ..Reply::ok("body")
+    });
+    let fits = TestServer::http(|_| Reply {
+        headers: vec![("x-big".into(), "a".repeat(60 << 10))],
+        ..Reply::ok("body")
+    });
+    let egress = egress(
+        &[grant(&big), grant(&fits)],
+        &[],
+        None,
+        Caps::default(),
+        Trust::none(),
+    );
+    let err = fetch(&egress, get(&format!("{}/", big.origin(false)))).unwrap_err();
+    assert_eq!(err.code, ErrorCode::TooLarge, "{err}");
+    assert!(
+        err.message
+            .starts_with(&format!("the response head from {} is ", grant(&big)))
+            && err.message.ends_with(" bytes, over the cap of 65536 bytes"),
+        "{err}"
+    );
+    assert_eq!(
+        fetch(&egress, get(&format!("{}/", fits.origin(false))))
+            .unwrap()
+            .body,
+        b"body"
+    );
+}

@@ -20,6 +20,14 @@ pub enum RegistryError {
         /// Why it does not parse.
         message: String,
     },
+    /// A repository was wanted (`berm vm push`, `--from oci://`) but a tag or digest was given.
+    #[error(
+        "`{reference}` names a tag or digest; a VM repository is `host[:port]/repo` without either: the tag is derived from the pins and blobs are fetched by their pinned digests"
+    )]
+    NotARepository {
+        /// What was given.
+        reference: String,
+    },
     /// The credentials could not be read.
     #[error("credentials for `{registry}`: {message}")]
     Credentials {

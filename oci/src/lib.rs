@@ -19,6 +19,10 @@
 //! before it is returned, and the module must hold a manifest that would
 //! deploy. bermd never talks to a registry; the CLI pulls with this crate and
 //! hands bermd the verified bytes.
+//!
+//! The microVM's pinned kernel and rootfs travel the same way (the `vm` module): one artifact
+//! with two layers that are the files themselves, pushed by `berm vm push` and fetched back
+//! blob by blob by the pinned digests, never trusting a manifest.
 
 #![forbid(unsafe_code)]
 
@@ -29,6 +33,7 @@ mod files;
 mod pull;
 mod push;
 mod registry;
+mod vm;
 
 pub use artifact::{
     BERM_CONFIG_KEY, CONFIG_MEDIA_TYPE, LAYER_MEDIA_TYPE, MANIFEST_MEDIA_TYPE, MAX_CONFIG_BYTES,
@@ -41,3 +46,8 @@ pub use files::{is_reference, pull_to, push_file};
 pub use pull::{Described, Pulled, describe, pull};
 pub use push::{Published, Pushed, push};
 pub use registry::{RegistryOptions, is_loopback_host, parse_reference};
+pub use vm::{
+    ANNOTATION_VM_ARCH, ANNOTATION_VM_KERNEL, ANNOTATION_VM_ROOTFS, BlobProgress, Fetched,
+    PushedVm, RESUME_ATTEMPTS, VM_ARTIFACT_TYPE, VM_CONFIG_MEDIA_TYPE, VM_KERNEL_MEDIA_TYPE,
+    VM_ROOTFS_MEDIA_TYPE, VmConfig, VmFetchError, VmFile, VmLayer, install_blob, push_vm, vm_tag,
+};

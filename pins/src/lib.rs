@@ -7,9 +7,14 @@
 //! the binary) is updated. The build scripts read the same files.
 //!
 //! This crate also fixes the artifact cache layout (see [`ArtifactStore`]) that the build
-//! scripts and `berm vm install` install into and berm-vmm reads from, and where
-//! `berm vm install` fetches from by default ([`DEFAULT_URL_TEMPLATE`]).
+//! scripts and `berm vm install` install into and berm-vmm reads from, the one writer every
+//! install goes through ([`StoreWriter`]), and where `berm vm install` fetches from by default
+//! ([`DEFAULT_SOURCE`]).
 #![forbid(unsafe_code)]
+
+mod install;
+
+pub use install::{InstallError, StoreWriter};
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -432,11 +437,14 @@ impl ArtifactStore {
     }
 }
 
-/// Where `berm vm install` fetches the pinned artifacts by default: the public repository's
-/// `vm-artifacts` release, one asset per artifact named by its sha256 (see docs/vm.md).
-/// Placeholders: `{kind}` (`kernel`, `rootfs`), `{sha256}`, `{file}` (`vmlinux`, `rootfs.erofs`).
-pub const DEFAULT_URL_TEMPLATE: &str =
-    "https://github.com/berm-os/berm/releases/download/vm-artifacts/{kind}-{sha256}-{file}";
+/// Where `berm vm install` fetches the pinned artifacts when neither `--from` nor
+/// `$BERM_VM_MIRROR` says otherwise: the OCI repository the release pushes them to with
+/// `berm vm push` (docs/vm.md). Blobs are fetched by their pinned digests, so any registry or
+/// mirror holding them serves as well.
+pub const DEFAULT_SOURCE: &str = "oci://ghcr.io/berm-os/vm";
+
+/// The environment variable that replaces [`DEFAULT_SOURCE`] (any `--from` form).
+pub const MIRROR_VAR: &str = "BERM_VM_MIRROR";
 
 /// The two pinned artifacts, named the way the store, the URL template and messages name them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -564,13 +572,10 @@ mod tests {
     #[test]
     fn url_templates_fill_every_placeholder() {
         let digest = Sha256Hex::parse(&"1".repeat(64)).unwrap();
-        let url = ArtifactKind::Rootfs.url(DEFAULT_URL_TEMPLATE, &digest);
+        let url = ArtifactKind::Rootfs.url("https://example.org/{kind}-{sha256}-{file}", &digest);
         assert_eq!(
             url,
-            format!(
-                "https://github.com/berm-os/berm/releases/download/vm-artifacts/rootfs-{}-rootfs.erofs",
-                "1".repeat(64)
-            )
+            format!("https://example.org/rootfs-{}-rootfs.erofs", "1".repeat(64))
         );
         assert!(!url.contains('{'));
     }

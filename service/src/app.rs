@@ -146,7 +146,7 @@ pub fn deploy(service: &Service, app: &App) -> Result<Vec<ProgramReady>, AppDepl
             deadline_ms: app.call_deadline_ms,
             memory_bytes: program.memory_mb.map(|mb| mb << 20),
         };
-        service.use_secret_files(&program.name, app.secret_files.clone());
+        service.use_secret_files(&program.name, program.secret_files.clone());
         service
             .deploy_transient(&program.name, &image, grants, limits)
             .map_err(|source| AppDeployError::Deploy {
@@ -215,11 +215,11 @@ mod tests {
                     wasm_relative: format!("{p}.wasm"),
                     grants: Vec::new(),
                     memory_mb: None,
+                    secret_files: Default::default(),
                 })
                 .collect(),
             limits: berm_app::Limits::default(),
             call_deadline_ms: None,
-            secret_files: Default::default(),
         }
     }
 

@@ -138,6 +138,8 @@ impl RunError {
             RunError::Http(
                 HttpError::NotLoopback { .. }
                 | HttpError::NoAllowedHost { .. }
+                | HttpError::NoAuthRemote { .. }
+                | HttpError::InsecureTokenFile { .. }
                 | HttpError::WeakToken { .. },
             )
             | RunError::Listen(_) => Exit::Usage,
@@ -154,10 +156,18 @@ pub async fn run(config: DaemonConfig) -> Result<(), RunError> {
     let home = crate::home::Home::create(&config.service.home)
         .map_err(|e| RunError::Open(OpenError::Home(e)))?;
     let _lock = lock(&home.root().join("bermd.lock"))?;
-    if let Some(http) = &config.http {
-        // Refuse a bad HTTP address before restoring anything.
-        http.check()?;
-    }
+    // What an earlier bermd that did not stop cleanly recorded is stale.
+    let http_info = home.root().join(berm_control::home::HTTP_INFO);
+    // Best effort: an inherited-listener bermd may not write its home.
+    let _ = std::fs::remove_file(&http_info);
+    let http_auth = match &config.http {
+        // Refuse a bad HTTP address or token file before restoring anything.
+        Some(http) => {
+            http.check()?;
+            Some(HttpAuth::resolve(http, &home)?)
+        }
+        None => None,
+    };
     let (service, report) = Service::open(&config.service)?;
     tracing::info!(
         restored = report.restored.len(),
@@ -231,15 +241,32 @@ pub async fn run(config: DaemonConfig) -> Result<(), RunError> {
             Ok(())
         });
     }
-    if let Some(http_config) = &config.http {
-        let listener = http::bind(http_config).await?;
+    if let (Some(http_config), Some(auth)) = (&config.http, http_auth) {
+        let listener = http::bind(&auth.config).await?;
+        let local = listener.local_addr().unwrap_or(http_config.addr);
         let router = http::router(
             service.clone(),
-            http_config,
+            &auth.config,
             config.max_connections,
             config.max_session_rate,
         );
-        tracing::info!(addr = %http_config.addr, "serving MCP over Streamable HTTP at /mcp");
+        let info = berm_control::home::HttpInfo {
+            url: auth.config.url(local),
+            token_file: auth.token_file,
+        };
+        let json = serde_json::to_vec_pretty(&info).expect("HttpInfo serializes");
+        crate::home::write_atomic(&http_info, &json)
+            .map_err(|e| RunError::Open(OpenError::Home(e)))?;
+        match &info.token_file {
+            Some(file) => tracing::info!(
+                url = %info.url,
+                token_file = %file.display(),
+                "serving MCP over Streamable HTTP: every request needs `Authorization: Bearer <the token in token_file>` (`berm http` prints it)"
+            ),
+            None => {
+                tracing::warn!(url = %info.url, "serving MCP over Streamable HTTP with no token (--no-auth)")
+            }
+        }
         tasks.spawn(async move { axum::serve(listener, router).await });
     }
     tracing::info!(
@@ -251,10 +278,34 @@ pub async fn run(config: DaemonConfig) -> Result<(), RunError> {
 
     signals.wait().await;
     tasks.abort_all();
-    for path in [home.control_socket(), home.mcp_socket()] {
+    for path in [home.control_socket(), home.mcp_socket(), http_info] {
         let _ = std::fs::remove_file(path);
     }
     Ok(())
+}
+
+/// The HTTP config with its token settled, and the file that holds it.
+struct HttpAuth {
+    config: HttpConfig,
+    token_file: Option<PathBuf>,
+}
+
+impl HttpAuth {
+    /// `--http-token-file`'s token, else `$BERM_HOME/http-token`'s (made
+    /// when missing), else none with `--no-auth`.
+    fn resolve(http: &HttpConfig, home: &crate::home::Home) -> Result<HttpAuth, RunError> {
+        let mut config = http.clone();
+        let token_file = if config.no_auth {
+            None
+        } else if config.token.is_some() {
+            config.token_file.clone()
+        } else {
+            let path = home.root().join(berm_control::home::HTTP_TOKEN);
+            config.token = Some(http::home_token(&path)?);
+            Some(path)
+        };
+        Ok(HttpAuth { config, token_file })
+    }
 }
 
 fn lock(path: &std::path::Path) -> Result<std::fs::File, RunError> {

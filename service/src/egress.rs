@@ -24,12 +24,12 @@ pub struct EgressSetup {
     extra_ca: Vec<PathBuf>,
     caps: Caps,
     /// In the microVM: every fetch goes to the host dialer on this vsock port.
-    forward: Option<Arc<dyn Forward>>,
+    vsock_port: Option<u32>,
     /// Built on the first deployment that needs it: reading the system's
     /// roots takes milliseconds that a bermd without `http` programs (most
     /// microVM apps) should not spend at start.
     trust: Mutex<Option<Trust>>,
-    /// Value files named by an app's `[secrets]`, by program: they take
+    /// Value files named by a program's `[program.secrets]`, by program: they take
     /// precedence over the values in `$BERM_HOME/secrets/<program>/`.
     secret_files: Mutex<HashMap<String, BTreeMap<String, PathBuf>>>,
 }
@@ -49,19 +49,17 @@ impl EgressSetup {
         } else {
             Some(Trust::new(&extra_ca)?)
         };
-        let forward =
-            vsock_port.map(|port| Arc::new(HostDialer { port, caps }) as Arc<dyn Forward>);
         Ok(EgressSetup {
             extra_ca,
             caps,
-            forward,
+            vsock_port,
             trust: Mutex::new(trust),
             secret_files: Mutex::new(HashMap::new()),
         })
     }
 
     fn trust(&self) -> Result<Trust, TrustError> {
-        if self.forward.is_some() {
+        if self.vsock_port.is_some() {
             // The host dialer verifies HTTPS; this side never dials.
             return Ok(Trust::none());
         }
@@ -109,18 +107,27 @@ impl EgressSetup {
             store: Some(secrets),
             caps: self.caps,
             trust: self.trust()?,
-            forward: self.forward.clone(),
+            // The host dialer serves each program with its own grants and secrets: it is
+            // told whose request this is.
+            forward: self.vsock_port.map(|port| {
+                Arc::new(HostDialer {
+                    port,
+                    caps: self.caps,
+                    program: program.to_string(),
+                }) as Arc<dyn Forward>
+            }),
         }))))
     }
 }
 
-/// bermd in the microVM: the guest has no network device, so a checked request goes over
-/// vsock to the host dialer in berm-vmm, which holds this app's grants and secrets and dials
-/// (`berm_egress::remote`). One connection per request.
+/// bermd in the microVM: the guest has no network device, so a checked request of one
+/// program goes over vsock to the host dialer in berm-vmm, which holds that program's grants
+/// and secrets and dials (`berm_egress::remote`). One connection per request.
 #[derive(Debug)]
 pub struct HostDialer {
     port: u32,
     caps: Caps,
+    program: String,
 }
 
 impl Forward for HostDialer {
@@ -136,7 +143,13 @@ impl Forward for HostDialer {
                 self.port
             ),
         })?;
-        berm_egress::remote::send(std::fs::File::from(fd), request, left, &self.caps)
+        berm_egress::remote::send(
+            std::fs::File::from(fd),
+            &self.program,
+            request,
+            left,
+            &self.caps,
+        )
     }
 }
 
@@ -170,7 +183,7 @@ impl Service {
         Ok(())
     }
 
-    /// Reads `program`'s secrets from `files` (an app's `[secrets]`) from
+    /// Reads `program`'s secrets from `files` (its `[program.secrets]`) from
     /// now on, before its values in `$BERM_HOME`.
     pub fn use_secret_files(&self, program: &str, files: BTreeMap<String, PathBuf>) {
         let mut all = (self.egress.secret_files)

@@ -1,7 +1,13 @@
 //! MCP over Streamable HTTP: loopback by default; any other address only
-//! when explicitly allowed and guarded by a bearer token.
+//! when explicitly allowed. Every request carries a bearer token, even on
+//! loopback (any local process can reach a loopback port): the one given
+//! with `--http-token-file`, else one bermd generates into
+//! `$BERM_HOME/http-token`; only `--no-auth` turns it off, and only on
+//! loopback.
 
 use std::net::SocketAddr;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use axum::extract::Request;
@@ -71,8 +77,15 @@ pub struct HttpConfig {
     /// Allow an address other than loopback (requires `token` and
     /// `allowed_hosts`).
     pub allow_remote: bool,
-    /// A bearer token every request must carry.
+    /// The bearer token every request must carry (`--http-token-file`);
+    /// when none, [`home_token`] makes or reuses one, unless `no_auth`.
     pub token: Option<Token>,
+    /// The file `token` was read from, recorded in `$BERM_HOME/http.json`
+    /// for `berm http` (absolute, so it names the file from any directory).
+    pub token_file: Option<PathBuf>,
+    /// Serve without any token (`--no-auth`): loopback only, and every
+    /// local process can then call every tool.
+    pub no_auth: bool,
     /// The host names clients reach a non-loopback listener by
     /// (`--allowed-host`): a request whose `Host`, or whose browser
     /// `Origin`, names anything else is refused (DNS rebinding). A loopback
@@ -85,6 +98,9 @@ impl HttpConfig {
     /// explicitly allowed, guarded by a token, and given the names clients
     /// use to reach it.
     pub fn check(&self) -> Result<(), HttpError> {
+        if self.no_auth && !self.addr.ip().is_loopback() {
+            return Err(HttpError::NoAuthRemote { addr: self.addr });
+        }
         if self.addr.ip().is_loopback() {
             return Ok(());
         }
@@ -95,6 +111,18 @@ impl HttpConfig {
             return Err(HttpError::NoAllowedHost { addr: self.addr });
         }
         Ok(())
+    }
+
+    /// The URL clients use once bound to `local` (the actual port when
+    /// `addr` asked for port 0): a non-loopback listener by its first
+    /// allowed host name, since requests for any other `Host` are refused.
+    pub fn url(&self, local: SocketAddr) -> String {
+        match self.allowed_hosts.first() {
+            Some(host) if !local.ip().is_loopback() => {
+                format!("http://{host}:{}/mcp", local.port())
+            }
+            _ => format!("http://{local}/mcp"),
+        }
     }
 
     /// The `Host` names requests may carry.
@@ -117,6 +145,33 @@ pub enum HttpError {
     NotLoopback {
         /// The address.
         addr: SocketAddr,
+    },
+    /// `--no-auth` on an address other people's machines can reach.
+    #[error(
+        "refusing --no-auth on {addr}: it is not a loopback address; a listener other machines reach needs a bearer token (--http-token-file)"
+    )]
+    NoAuthRemote {
+        /// The address.
+        addr: SocketAddr,
+    },
+    /// The token file in `$BERM_HOME` is not one only this user can read.
+    #[error("refusing the token file {}: {problem}; {fix}", path.display())]
+    InsecureTokenFile {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        problem: String,
+        /// The command that fixes it.
+        fix: String,
+    },
+    /// The token file could not be read or written.
+    #[error("could not read or create the token file {}", path.display())]
+    TokenFile {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
     },
     /// A non-loopback address without a host name to answer to.
     #[error(
@@ -143,6 +198,59 @@ pub enum HttpError {
         #[source]
         source: std::io::Error,
     },
+}
+
+/// The token in `path` (bermd's `$BERM_HOME/http-token`), made when there
+/// is none: 32 random bytes, hex, written atomically with mode 0600. An
+/// existing file is reused so clients configured once keep working across
+/// restarts, but only if it is a regular file owned by this user and closed
+/// to group and others; anything else is refused with the command that
+/// fixes it, since a token others can read guards nothing.
+pub fn home_token(path: &Path) -> Result<Token, HttpError> {
+    let io = |source| HttpError::TokenFile {
+        path: path.to_path_buf(),
+        source,
+    };
+    let insecure = |problem: String, fix: String| HttpError::InsecureTokenFile {
+        path: path.to_path_buf(),
+        problem,
+        fix,
+    };
+    let remove = format!(
+        "remove it (`rm {}`) and bermd makes a new one",
+        path.display()
+    );
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) => {
+            if !meta.file_type().is_file() {
+                return Err(insecure("it is not a regular file".into(), remove));
+            }
+            let me = rustix::process::geteuid().as_raw();
+            if meta.uid() != me {
+                return Err(insecure(
+                    format!("it is owned by uid {}, not by you (uid {me})", meta.uid()),
+                    remove,
+                ));
+            }
+            let mode = meta.permissions().mode() & 0o777;
+            if mode & 0o077 != 0 {
+                return Err(insecure(
+                    format!("its mode is {mode:04o}, open to group or others"),
+                    format!("fix it with `chmod 600 {}`, or {remove}", path.display()),
+                ));
+            }
+            let contents = std::fs::read_to_string(path).map_err(io)?;
+            Token::parse(&contents)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let mut bytes = [0u8; MIN_TOKEN_BYTES];
+            getrandom::fill(&mut bytes).map_err(|e| io(std::io::Error::other(e.to_string())))?;
+            let token: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+            berm_durable::write_atomic(path, format!("{token}\n").as_bytes()).map_err(io)?;
+            Token::parse(&token)
+        }
+        Err(e) => Err(io(e)),
+    }
 }
 
 /// Checks the config and binds the listener.

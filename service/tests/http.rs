@@ -1,10 +1,12 @@
-//! MCP over Streamable HTTP against a real bermd: the bearer token, the
+//! MCP over Streamable HTTP against a real bermd: the bearer token (given,
+//! or generated into `$BERM_HOME/http-token`, or off with `--no-auth`), the
 //! `Host` and `Origin` checks, and the refusals at start.
 
 mod common;
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream, ToSocketAddrs};
+use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -215,17 +217,179 @@ fn weak_tokens_and_unnamed_remote_hosts_are_refused_at_start() {
     );
 }
 
+/// `Authorization: Bearer …` with the token bermd generated into its home.
+fn home_bearer(bermd: &Bermd) -> String {
+    let token = std::fs::read_to_string(bermd.home.join("http-token")).unwrap();
+    format!("Bearer {}", token.trim())
+}
+
+/// Stops bermd with SIGTERM, as a supervisor does, and waits for it.
+fn stop(mut bermd: Bermd) {
+    let pid = bermd.child.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    assert!(
+        bermd.child.wait().unwrap().success(),
+        "{}",
+        bermd.log_text()
+    );
+}
+
+#[test]
+fn without_a_token_file_bermd_makes_one_mode_0600_and_reuses_it_across_restarts() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let addr = format!("127.0.0.1:{}", free_port());
+    let bermd = Bermd::start_in(&home, &["--http", &addr]);
+    let token_file = home.join("http-token");
+    let mode = std::fs::metadata(&token_file).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+    let bearer = home_bearer(&bermd);
+    // 32 random bytes, hex.
+    assert_eq!(bearer.len(), "Bearer ".len() + 64, "{bearer}");
+    let url = format!("http://{addr}/mcp");
+    let info: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(home.join("http.json")).unwrap()).unwrap();
+    assert_eq!(
+        info,
+        serde_json::json!({"url": url, "token_file": token_file.display().to_string()})
+    );
+    let log = bermd.log_text();
+    assert!(
+        log.contains(&format!("url={url} token_file={}", token_file.display())),
+        "{log}"
+    );
+
+    for (case, headers) in [
+        ("no token", vec![]),
+        (
+            "wrong token",
+            vec![("Authorization", "Bearer not-the-token")],
+        ),
+    ] {
+        let answer = initialize(&addr, &addr, &headers);
+        assert_eq!(answer.status, 401, "{case}: {}", answer.head);
+        assert_eq!(answer.body, "missing or wrong bearer token", "{case}");
+    }
+    let right = initialize(&addr, &addr, &[("Authorization", &bearer)]);
+    assert_eq!(right.status, 200, "{}", right.head);
+
+    // A clean stop removes http.json; the token stays for the next start.
+    stop(bermd);
+    assert!(!home.join("http.json").exists());
+    let bermd = Bermd::start_in(&home, &["--http", &addr]);
+    assert_eq!(home_bearer(&bermd), bearer);
+    let again = initialize(&addr, &addr, &[("Authorization", &bearer)]);
+    assert_eq!(again.status, 200, "{}", again.head);
+    drop(bermd);
+}
+
+#[test]
+fn a_token_file_open_to_others_is_refused_with_the_fix() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    std::fs::create_dir(&home).unwrap();
+    let file = home.join("http-token");
+    std::fs::write(&file, "k".repeat(64)).unwrap();
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let run = Command::new(env!("CARGO_BIN_EXE_bermd"))
+        .args(["--http", &format!("127.0.0.1:{}", free_port())])
+        .env("BERM_HOME", &home)
+        .output()
+        .unwrap();
+    assert_eq!(run.status.code(), Some(2));
+    let path = file.display();
+    assert_eq!(
+        String::from_utf8_lossy(&run.stderr).lines().last().unwrap(),
+        format!(
+            "bermd: refusing the token file {path}: its mode is 0644, open to group or others; \
+             fix it with `chmod 600 {path}`, or remove it (`rm {path}`) and bermd makes a new one"
+        )
+    );
+}
+
+#[test]
+fn no_auth_warns_and_serves_without_a_token() {
+    let addr = format!("127.0.0.1:{}", free_port());
+    let bermd = Bermd::start(&["--http", &addr, "--no-auth"]);
+    let log = bermd.log_text();
+    assert!(
+        log.starts_with(
+            "bermd: WARNING: --no-auth: MCP over HTTP takes requests with no token; any process \
+             on this machine, of any user, can call every tool"
+        ),
+        "{log}"
+    );
+    let answer = initialize(&addr, &addr, &[]);
+    assert_eq!(answer.status, 200, "{}", answer.head);
+    let info: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(bermd.home.join("http.json")).unwrap()).unwrap();
+    assert_eq!(info["token_file"], serde_json::Value::Null);
+    assert!(!bermd.home.join("http-token").exists());
+    drop(bermd);
+}
+
+#[test]
+fn no_auth_is_refused_with_a_token_file_or_off_loopback() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let file = token_file(dir.path(), TOKEN);
+    let stderr = refused(&[
+        "--http",
+        &format!("127.0.0.1:{port}"),
+        "--no-auth",
+        "--http-token-file",
+        &file,
+    ]);
+    assert!(
+        stderr.starts_with(
+            "error: the argument '--no-auth' cannot be used with '--http-token-file <FILE>'"
+        ),
+        "{stderr}"
+    );
+    let stderr = refused(&["--no-auth"]);
+    assert!(
+        stderr.contains("the following required arguments were not provided:\n  --http <ADDR>"),
+        "{stderr}"
+    );
+    let stderr = refused(&[
+        "--http",
+        &format!("0.0.0.0:{port}"),
+        "--http-allow-remote",
+        "--allowed-host",
+        "example.org",
+        "--no-auth",
+    ]);
+    assert_eq!(
+        stderr.trim_end(),
+        format!(
+            "bermd: refusing --no-auth on 0.0.0.0:{port}: it is not a loopback address; a \
+             listener other machines reach needs a bearer token (--http-token-file)"
+        )
+    );
+}
+
 /// bermd on HTTP with `cap_flag` set to 1, and two sessions initialized one after the other:
 /// the first is served, the second refused with `refused_status`. Returns bermd, its
-/// address (also the Host it is reached by) and both answers.
-fn second_session_refused(cap_flag: &str, refused_status: u16) -> (Bermd, String, Answer, Answer) {
+/// address (also the Host it is reached by), its bearer and both answers.
+fn second_session_refused(
+    cap_flag: &str,
+    refused_status: u16,
+) -> (Bermd, String, String, Answer, Answer) {
     let addr = format!("127.0.0.1:{}", free_port());
     let bermd = Bermd::start(&["--http", &addr, cap_flag, "1"]);
-    let first = initialize(&addr, &addr, &[]);
+    let bearer = home_bearer(&bermd);
+    let auth = [("Authorization", bearer.as_str())];
+    let first = initialize(&addr, &addr, &auth);
     assert_eq!(first.status, 200, "{}", first.head);
-    let second = initialize(&addr, &addr, &[]);
+    let second = initialize(&addr, &addr, &auth);
     assert_eq!(second.status, refused_status, "{}", second.head);
-    (bermd, addr, first, second)
+    (bermd, addr, bearer, first, second)
 }
 
 #[test]
@@ -236,7 +400,7 @@ fn past_the_session_cap_an_http_client_gets_503() {
 
 #[test]
 fn past_the_session_rate_an_http_client_gets_429_and_sessions_go_on() {
-    let (bermd, addr, first, second) = second_session_refused("--max-session-rate", 429);
+    let (bermd, addr, bearer, first, second) = second_session_refused("--max-session-rate", 429);
     let host = addr.clone();
     assert!(
         second.head.to_lowercase().contains("retry-after: 1"),
@@ -258,7 +422,10 @@ fn past_the_session_rate_an_http_client_gets_429_and_sessions_go_on() {
                 .then(|| value.trim().to_string())
         })
         .unwrap_or_else(|| panic!("no session id: {}", first.head));
-    let headers = [("Mcp-Session-Id", session.as_str())];
+    let headers = [
+        ("Mcp-Session-Id", session.as_str()),
+        ("Authorization", bearer.as_str()),
+    ];
     let initialized = post(
         &addr,
         &host,
@@ -275,7 +442,7 @@ fn past_the_session_rate_an_http_client_gets_429_and_sessions_go_on() {
     assert_eq!(list.status, 200, "{}", list.head);
     // A second later the rate lets a new session in.
     std::thread::sleep(Duration::from_millis(1100));
-    let later = initialize(&addr, &host, &[]);
+    let later = initialize(&addr, &host, &[("Authorization", &bearer)]);
     assert_eq!(later.status, 200, "{}", later.head);
     drop(bermd);
 }

@@ -49,7 +49,12 @@ before(async () => {
   const port = await freePort();
   url = `http://127.0.0.1:${port}/mcp`;
   const home = join(dir, "home");
-  bermd = spawn(join(BIN, "bermd"), ["--http", `127.0.0.1:${port}`, "--app", join(APPS, "conformance")], {
+  // --no-auth: the suite's `server` command (0.1.16) takes only --url, with
+  // no way to send a header, and its auth scenarios speak OAuth, not a
+  // static bearer token. bermd's token itself is tested in
+  // service/tests/http.rs, and with real clients in inspector.test.mjs and
+  // test_python_client.py.
+  bermd = spawn(join(BIN, "bermd"), ["--http", `127.0.0.1:${port}`, "--no-auth", "--app", join(APPS, "conformance")], {
     env: { ...process.env, BERM_HOME: home, BERM_LOG: "warn,rmcp=error" },
     stdio: ["ignore", "ignore", "inherit"],
   });

@@ -1,6 +1,8 @@
 """Fixtures for the real-client tests: a bermd of our own on a temporary
-BERM_HOME, serving the Unix socket, `berm mcp` and Streamable HTTP."""
+BERM_HOME, serving the Unix socket, `berm mcp` and Streamable HTTP (with the
+token bermd makes into $BERM_HOME/http-token, as `berm http` prints it)."""
 
+import json
 import os
 import socket
 import subprocess
@@ -26,7 +28,6 @@ class Bermd:
     def __init__(self, home: Path, port: int):
         self.home = home
         self.port = port
-        self.url = f"http://127.0.0.1:{port}/mcp"
         self.env = {**os.environ, "BERM_HOME": str(home)}
         self.log = open(home.parent / "bermd.log", "wb")
         self.proc = subprocess.Popen(
@@ -36,10 +37,15 @@ class Bermd:
             stderr=subprocess.STDOUT,
         )
         deadline = time.monotonic() + 30
-        while not (home / "control.sock").exists() or not self._http_up():
+        # http.json comes once HTTP is bound, after control.sock.
+        while not (home / "http.json").exists() or not self._http_up():
             assert self.proc.poll() is None, "bermd exited early"
             assert time.monotonic() < deadline, "bermd did not come up"
             time.sleep(0.05)
+        http = json.loads(self.berm("http", "--json").stdout)
+        self.url = http["url"]
+        # {"Authorization": "Bearer …"}: HTTP needs it even on loopback.
+        self.headers = http["headers"]
 
     def _http_up(self) -> bool:
         try:

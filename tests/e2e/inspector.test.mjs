@@ -30,6 +30,8 @@ const home = join(mkdtempSync(join(tmpdir(), "berm-inspector-")), "home");
 // The Inspector keeps a catalog of servers; keep it out of $HOME.
 const env = { ...process.env, BERM_HOME: home, MCP_CATALOG_PATH: join(dirname(home), "inspector-catalog.json") };
 let port;
+// What `berm http --json` prints: {url, token_file, headers}.
+let http;
 let bermd;
 
 function berm(...args) {
@@ -40,7 +42,8 @@ function berm(...args) {
 
 const targets = () => ({
   stdio: [join(BIN, "berm"), "mcp", "-e", `BERM_HOME=${home}`],
-  http: [`http://127.0.0.1:${port}/mcp`, "--transport", "http"],
+  // bermd's token, as `berm http` prints it: HTTP needs it even on loopback.
+  http: [http.url, "--transport", "http", "--header", `Authorization: ${http.headers.Authorization}`],
 });
 
 function inspector(target, ...args) {
@@ -53,9 +56,11 @@ before(async () => {
   assert.equal(version, INSPECTOR_VERSION);
   port = await freePort();
   bermd = spawn(join(BIN, "bermd"), ["--http", `127.0.0.1:${port}`], { env: { ...env, BERM_LOG: "warn,rmcp=error" }, stdio: ["ignore", "ignore", "inherit"] });
-  for (let i = 0; i < 600 && !existsSync(join(home, "control.sock")); i++) {
+  // http.json comes after control.sock: once it is there, bermd serves both.
+  for (let i = 0; i < 600 && !existsSync(join(home, "http.json")); i++) {
     await new Promise((ok) => setTimeout(ok, 50));
   }
+  http = JSON.parse(berm("http", "--json"));
   berm("deploy", "echo", join(WASM, "echo.wasm"));
   berm("deploy", "test", join(WASM, "conformance.wasm"), "--grant", "log");
 });
@@ -132,7 +137,7 @@ for (const target of ["stdio", "http"]) {
       const { StdioClientTransport } = await import(join(CLIENT, "stdio.mjs"));
       transport = new StdioClientTransport({ command: join(BIN, "berm"), args: ["mcp"], env });
     } else {
-      transport = new StreamableHTTPClientTransport(new URL(`http://127.0.0.1:${port}/mcp`));
+      transport = new StreamableHTTPClientTransport(new URL(http.url), { requestInit: { headers: http.headers } });
     }
     const client = new Client({ name: "berm-e2e", version: "1.0.0" });
     let changed;

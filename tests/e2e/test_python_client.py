@@ -12,6 +12,7 @@ import anyio
 import mcp_types as types
 import pytest
 from mcp import Client, StdioServerParameters
+from mcp.client.streamable_http import create_mcp_http_client, streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from conftest import BIN, WASM
@@ -29,7 +30,8 @@ def server_for(bermd, transport):
     if transport == "stdio":
         return StdioServerParameters(command=str(BIN / "berm"), args=["mcp"], env={"BERM_HOME": str(bermd.home)})
     if transport == "http":
-        return bermd.url
+        # The SDK's own client with its timeouts, carrying bermd's token.
+        return streamable_http_client(bermd.url, http_client=create_mcp_http_client(headers=bermd.headers))
     # The Unix socket, through socat (newline-delimited JSON-RPC both ways).
     return StdioServerParameters(command="socat", args=["-", f"UNIX-CONNECT:{bermd.home / 'mcp.sock'}"])
 

@@ -147,6 +147,7 @@ fn main() {
         let stream = UnixStream::connect(&dialer_socket).expect("dialer");
         let response = berm_egress::remote::send(
             stream,
+            "fetch",
             &request,
             Duration::from_secs(10),
             &berm_egress::Caps::default(),

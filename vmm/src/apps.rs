@@ -108,9 +108,10 @@ pub struct App {
     pub measured: AppMeasurement,
     /// Its disk image in the run dir.
     pub image: PathBuf,
-    /// Its `[secrets]`: host files the egress dialer reads values from (never packed, never
-    /// sent to the guest).
-    pub secret_files: std::collections::BTreeMap<String, PathBuf>,
+    /// Each program's `[program.secrets]`, by program: host files the egress dialer reads
+    /// that program's values from (never packed, never sent to the guest).
+    pub secret_files:
+        std::collections::BTreeMap<String, std::collections::BTreeMap<String, PathBuf>>,
 }
 
 impl App {
@@ -253,7 +254,11 @@ fn pack(
             uid: berm_vm_protocol::APP_UID_BASE + index as u32,
         },
         image: image.path,
-        secret_files: app.secret_files.clone(),
+        secret_files: app
+            .programs
+            .iter()
+            .map(|p| (p.name.clone(), p.secret_files.clone()))
+            .collect(),
     })
 }
 

@@ -5,14 +5,16 @@
 //! turns that guest-initiated connection into a connection to a Unix socket in the run dir
 //! (libkrun: `krun_add_vsock_port2(…, listen = false)`; vhost-device-vsock: `<uds-path>_<port>`,
 //! i.e. `vsock.sock_6000`). The dialer listens there, one socket per app with net or secret
-//! grants, and serves each request with **that app's** [`Egress`], built from the app's
-//! `berm.toml` as berm-vmm read it on the host: the port decides whose grants apply, never
-//! what the guest writes, and the secret values stay on the host.
+//! grants, and serves each request with the [`Egress`] of **that app's** program the request
+//! names, built from the app's `berm.toml` as berm-vmm read it on the host: the port decides
+//! which app's grants apply, never what the guest writes; within the app, secrets are keyed
+//! by (program, name), so two programs that each bind `TOKEN` send their own values; and the
+//! secret values stay on the host.
 //!
 //! It is its own process (`berm-vmm dial`, started before berm-vmm confines itself), so that
 //! berm-vmm keeps its allow list without `socket`/`connect`. It binds its sockets, loads the
-//! CA roots, then confines itself (Landlock: read only what name resolution reads and the
-//! apps' secret directories, no writes, TCP connect allowed; seccomp: [`Role::VmmDialer`],
+//! CA roots, then confines itself (Landlock: read only what name resolution reads and each
+//! secret value file, no writes, TCP connect allowed; seccomp: [`Role::VmmDialer`],
 //! `socket` for AF_INET/AF_INET6 only) before it accepts anything. No app with net or secret
 //! grants, no dialer.
 
@@ -24,7 +26,9 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use berm_app::secret_file::SecretFileError;
 use berm_control::Grant;
+use berm_egress::remote::Programs;
 use berm_egress::secret::{Binding, SecretStore};
 use berm_egress::{Caps, Egress, EgressConfig, Trust};
 use serde::{Deserialize, Serialize};
@@ -60,13 +64,37 @@ pub struct AppEgress {
     pub name: String,
     /// The socket the hypervisor connects to for port 6000+i.
     pub socket: PathBuf,
-    /// The `net=` rules of its programs.
+    /// Its programs with net or secret grants, each served with its own.
+    pub programs: Vec<ProgramEgress>,
+}
+
+/// One program's egress, as the dialer serves it: nothing of another program's.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ProgramEgress {
+    /// The program's name, as the guest's bermd writes it on the wire.
+    pub name: String,
+    /// Its `net=` rules.
     pub rules: Vec<String>,
-    /// The `secret:NAME=HOST` bindings of its programs, as (name, host rule).
+    /// Its `secret:NAME=HOST` bindings, as (name, host rule).
     pub secrets: Vec<(String, String)>,
-    /// Each bound secret's value file on the host: the one the app's `[secrets]` names, else
-    /// `$BERM_HOME/secrets/<program>/<NAME>` (what `berm secret set PROGRAM NAME` writes).
+    /// The value files its `[program.secrets]` names, by secret: the user's own files,
+    /// checked ([`berm_app::secret_file`]).
     pub secret_files: BTreeMap<String, PathBuf>,
+    /// Its store, `$BERM_HOME/secrets/<program>` (what `berm secret set PROGRAM NAME`
+    /// writes): where a bound secret without a named file has its value.
+    pub store: PathBuf,
+}
+
+impl ProgramEgress {
+    /// Each bound secret's value file on the host: the named one, else the store's.
+    pub fn value_files(&self) -> impl Iterator<Item = PathBuf> + '_ {
+        self.secrets.iter().map(|(name, _)| {
+            self.secret_files
+                .get(name)
+                .cloned()
+                .unwrap_or_else(|| self.store.join(name))
+        })
+    }
 }
 
 /// Everything the dialer is told (as JSON on its stdin).
@@ -87,56 +115,85 @@ pub fn socket_path(run: &RunDir, index: u32) -> PathBuf {
     PathBuf::from(name)
 }
 
-/// The egress of `app` (as measured: its programs' net and secret grants), or `None` without
-/// any. A secret's value is read on the host from the file the app's `[secrets]` names, else
-/// from `$BERM_HOME/secrets/<program>/<NAME>`, the store `berm secret set PROGRAM NAME` writes.
-pub fn app_egress(run: &RunDir, app: &App, berm_home: &Path) -> Option<AppEgress> {
-    let mut rules = Vec::new();
-    let mut secrets = Vec::new();
-    let mut secret_files = BTreeMap::new();
+/// The egress of `app` (as measured: each program's net and secret grants), or `None` without
+/// any. A secret's value is read on the host from the file the program's `[program.secrets]`
+/// names, else from `$BERM_HOME/secrets/<program>/<NAME>`, the store `berm secret set PROGRAM
+/// NAME` writes. Every named value file that exists is checked now (the user's own, private,
+/// outside berm's own directories), so a run with a wrong one stops before it boots; one not
+/// there yet is not readable in this run (the dialer's Landlock grants only files that
+/// exist), which the program is told when it asks.
+pub fn app_egress(
+    run: &RunDir,
+    app: &App,
+    berm_home: &Path,
+) -> Result<Option<AppEgress>, DialerError> {
+    let mut programs = Vec::new();
     for program in &app.measured.programs {
+        let named = app.secret_files.get(&program.name);
+        let mut egress = ProgramEgress {
+            name: program.name.clone(),
+            rules: Vec::new(),
+            secrets: Vec::new(),
+            secret_files: BTreeMap::new(),
+            store: berm_home.join("secrets").join(&program.name),
+        };
         // Typed since the folder was loaded: nothing here can fail to parse, or be dropped.
         for grant in program.grants.iter().cloned() {
             match grant {
-                Grant::Net(rule) => rules.push(rule.to_string()),
+                Grant::Net(rule) => egress.rules.push(rule.to_string()),
                 Grant::Secret { name, rule } => {
-                    let file = app.secret_files.get(&name).cloned().unwrap_or_else(|| {
-                        berm_home.join("secrets").join(&program.name).join(&name)
-                    });
-                    secret_files.entry(name.clone()).or_insert(file);
-                    secrets.push((name, rule.to_string()));
+                    if let Some(file) = named.and_then(|files| files.get(&name)) {
+                        if file.exists() {
+                            berm_app::secret_file::open(file).map_err(|source| {
+                                DialerError::SecretFile {
+                                    app: app.measured.name.clone(),
+                                    program: program.name.clone(),
+                                    name: name.clone(),
+                                    source: Box::new(source),
+                                }
+                            })?;
+                        }
+                        egress.secret_files.insert(name.clone(), file.clone());
+                    }
+                    egress.secrets.push((name, rule.to_string()));
                 }
                 _ => {}
             }
         }
+        if !egress.rules.is_empty() || !egress.secrets.is_empty() {
+            programs.push(egress);
+        }
     }
-    if rules.is_empty() && secrets.is_empty() {
-        return None;
-    }
-    Some(AppEgress {
+    Ok((!programs.is_empty()).then(|| AppEgress {
         index: app.measured.index,
         name: app.measured.name.clone(),
         socket: socket_path(run, app.measured.index),
-        rules,
-        secrets,
-        secret_files,
-    })
+        programs,
+    }))
 }
 
 /// The dialer's plan for `apps`, or `None` when no app has net or secret grants (then no
 /// dialer runs).
-pub fn plan(run: &RunDir, apps: &[App], sandbox: bool) -> Option<DialerPlan> {
+///
+/// # Errors
+/// [`DialerError::SecretFile`] for a secret value file that may not be read.
+pub fn plan(run: &RunDir, apps: &[App], sandbox: bool) -> Result<Option<DialerPlan>, DialerError> {
     let home = berm_control::home::berm_home();
-    let apps: Vec<AppEgress> = apps
-        .iter()
-        .filter_map(|app| app_egress(run, app, &home))
-        .collect();
-    (!apps.is_empty()).then_some(DialerPlan { apps, sandbox })
+    let mut planned = Vec::new();
+    for app in apps {
+        planned.extend(app_egress(run, app, &home)?);
+    }
+    Ok((!planned.is_empty()).then_some(DialerPlan {
+        apps: planned,
+        sandbox,
+    }))
 }
 
-/// The dialer's Landlock policy: read what resolving a name reads and the directories of the
-/// secret value files (directories, so a file replaced by rename stays readable); TCP connect
-/// allowed; nothing written.
+/// The dialer's Landlock policy: read what resolving a name reads and each secret value
+/// file that exists, and nothing else (not the directory around it, which may hold other
+/// files of the user's); TCP connect allowed; nothing written. A value file is read in place
+/// on every request: a value rewritten in the same file takes effect at once, a file
+/// replaced by rename (or a Kubernetes Secret updated by kubelet) only in the next run.
 pub fn policy(plan: &DialerPlan) -> Policy {
     Policy {
         read: RESOLVER_FILES
@@ -146,9 +203,9 @@ pub fn policy(plan: &DialerPlan) -> Policy {
             .chain(
                 plan.apps
                     .iter()
-                    .flat_map(|a| a.secret_files.values())
-                    .filter_map(|f| f.parent().map(Path::to_path_buf))
-                    .filter(|d| d.exists())
+                    .flat_map(|a| &a.programs)
+                    .flat_map(ProgramEgress::value_files)
+                    .filter(|f| f.is_file())
                     .collect::<BTreeSet<_>>(),
             )
             .collect(),
@@ -166,6 +223,19 @@ pub enum DialerError {
     /// It did not say it was ready.
     #[error("the egress dialer did not start: {0}")]
     NotReady(String),
+    /// A secret's value file may not be read (someone else's, open to others, or in berm's
+    /// own directories).
+    #[error("app `{app}`: program `{program}`: secret `{name}`: {source}")]
+    SecretFile {
+        /// The app.
+        app: String,
+        /// The program that binds the secret.
+        program: String,
+        /// The secret.
+        name: String,
+        /// Why, naming the file and what to run.
+        source: Box<SecretFileError>,
+    },
 }
 
 /// Starts `berm-vmm dial` with `plan`, waits until it listens (confined when the plan says
@@ -250,31 +320,11 @@ pub fn run(plan_json: &[u8]) -> anyhow::Result<std::convert::Infallible> {
         let listener = UnixListener::bind(&app.socket)
             .with_context(|| format!("listening on {}", app.socket.display()))?;
         listener.set_nonblocking(true)?;
-        let egress = Egress::new(EgressConfig {
-            rules: app
-                .rules
-                .iter()
-                .map(|r| r.parse())
-                .collect::<Result<_, _>>()
-                .map_err(|e| anyhow::anyhow!("app {}: a net rule: {e}", app.name))?,
-            secrets: app
-                .secrets
-                .iter()
-                .map(|(name, host)| {
-                    host.parse().map(|rule| Binding {
-                        name: name.clone(),
-                        rule,
-                    })
-                })
-                .collect::<Result<_, _>>()
-                .map_err(|e| anyhow::anyhow!("app {}: a secret's host: {e}", app.name))?,
-            store: (!app.secret_files.is_empty())
-                .then(|| SecretStore::files_only(app.secret_files.clone())),
-            caps: Caps::default(),
-            trust: trust.clone(),
-            forward: None,
-        });
-        served.push((app.clone(), listener, Arc::new(egress)));
+        let mut programs = Programs::new(Caps::default());
+        for program in &app.programs {
+            programs.insert(&program.name, program_egress(&app.name, program, &trust)?);
+        }
+        served.push((app.clone(), listener, Arc::new(programs)));
     }
     if plan.sandbox {
         crate::sandbox::confine(&policy(&plan), Role::VmmDialer, &[])
@@ -302,8 +352,38 @@ pub fn run(plan_json: &[u8]) -> anyhow::Result<std::convert::Infallible> {
     anyhow::bail!("the dialer's listeners all ended")
 }
 
+/// The egress of one program of app `app`, from its plan entry: its own rules, bindings
+/// and value files only.
+fn program_egress(app: &str, program: &ProgramEgress, trust: &Trust) -> anyhow::Result<Egress> {
+    let fail = |what: &str, e: berm_abi::net::NetRuleError| {
+        anyhow::anyhow!("app {app}: program {}: {what}: {e}", program.name)
+    };
+    let rules = program.rules.iter().map(|r| r.parse());
+    let secrets = program.secrets.iter().map(|(name, host)| {
+        host.parse().map(|rule| Binding {
+            name: name.clone(),
+            rule,
+        })
+    });
+    Ok(Egress::new(EgressConfig {
+        rules: rules
+            .collect::<Result<_, _>>()
+            .map_err(|e| fail("a net rule", e))?,
+        secrets: secrets
+            .collect::<Result<_, _>>()
+            .map_err(|e| fail("a secret's host", e))?,
+        store: Some(SecretStore::with_files(
+            &program.store,
+            program.secret_files.clone(),
+        )),
+        caps: Caps::default(),
+        trust: trust.clone(),
+        forward: None,
+    }))
+}
+
 /// Accepts app `app`'s connections, at most [`MAX_CONNECTIONS_PER_APP`] at once.
-async fn serve_app(app: AppEgress, listener: tokio::net::UnixListener, egress: Arc<Egress>) {
+async fn serve_app(app: AppEgress, listener: tokio::net::UnixListener, egress: Arc<Programs>) {
     let open = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS_PER_APP));
     loop {
         let (stream, _) = match listener.accept().await {

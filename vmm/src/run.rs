@@ -429,7 +429,13 @@ impl Prepared {
                 return Err(e);
             }
         };
-        let dialer = dialer::plan(&run, &apps, config.host_sandbox);
+        let dialer = match dialer::plan(&run, &apps, config.host_sandbox) {
+            Ok(plan) => plan,
+            Err(e) => {
+                let _ = run.clean_up();
+                return Err(e.into());
+            }
+        };
         Ok(Self {
             run,
             state,

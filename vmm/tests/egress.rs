@@ -179,10 +179,16 @@ fn assert_refused((kind, message): (u8, Vec<u8>), code: berm_egress::ErrorCode, 
 }
 
 fn ask_dialer(socket: &Path, url: &str) -> (u8, Vec<u8>) {
-    ask_dialer_with(socket, url, Vec::new())
+    ask_dialer_with(socket, "p", url, Vec::new())
 }
 
-fn ask_dialer_with(socket: &Path, url: &str, headers: Vec<(String, Vec<u8>)>) -> (u8, Vec<u8>) {
+/// What the dialer on `socket` answers `program`'s GET of `url` with `headers`.
+fn ask_dialer_with(
+    socket: &Path,
+    program: &str,
+    url: &str,
+    headers: Vec<(String, Vec<u8>)>,
+) -> (u8, Vec<u8>) {
     let request = berm_egress::Request {
         method: "GET".into(),
         url: url.into(),
@@ -195,6 +201,7 @@ fn ask_dialer_with(socket: &Path, url: &str, headers: Vec<(String, Vec<u8>)>) ->
         .unwrap();
     let reply = berm_egress::remote::send(
         &mut stream,
+        program,
         &request,
         Duration::from_secs(10),
         &berm_egress::Caps::default(),
@@ -209,8 +216,6 @@ fn ask_dialer_with(socket: &Path, url: &str, headers: Vec<(String, Vec<u8>)>) ->
 /// app's grants only, and a hostile guest's garbage gets an error, not a hang.
 #[test]
 fn the_dialer_serves_each_socket_with_its_own_apps_grants_only() {
-    use std::io::BufRead;
-    use std::process::{Command, Stdio};
     let page = TestServer::http(|seen| {
         Reply::ok(format!(
             "the page at {} for {}",
@@ -225,47 +230,28 @@ fn the_dialer_serves_each_socket_with_its_own_apps_grants_only() {
     berm_egress::secret::SecretStore::new(&secrets)
         .set("tok", b"s3cret-value")
         .unwrap();
-    let app = |index: u32, rules: Vec<String>| berm_vmm::dialer::AppEgress {
-        index,
-        name: format!("app{index}"),
-        socket: tmp.path().join(format!("vsock.sock_{}", 6000 + index)),
-        rules,
-        secrets: Vec::new(),
-        secret_files: Default::default(),
-    };
     let page_rule = format!("127.0.0.1:{}", page.port());
     let plan = berm_vmm::dialer::DialerPlan {
         apps: vec![
-            berm_vmm::dialer::AppEgress {
-                secrets: vec![("tok".into(), page_rule.clone())],
-                secret_files: [("tok".to_string(), secrets.join("tok"))].into(),
-                ..app(0, vec![page_rule.clone()])
-            },
-            app(1, vec![format!("127.0.0.1:{}", other.port())]),
+            dialer_app(
+                tmp.path(),
+                0,
+                vec![berm_vmm::dialer::ProgramEgress {
+                    // Bound for cleartext explicitly: the test server speaks http.
+                    secrets: vec![("tok".into(), format!("http://{page_rule}"))],
+                    store: secrets.clone(),
+                    ..program("p", vec![page_rule.clone()])
+                }],
+            ),
+            dialer_app(
+                tmp.path(),
+                1,
+                vec![program("p", vec![format!("127.0.0.1:{}", other.port())])],
+            ),
         ],
         sandbox: true,
     };
-    let mut dialer = Dialer(
-        Command::new(env!("CARGO_BIN_EXE_berm-vmm"))
-            .arg("dial")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    let child = &mut dialer.0;
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(&serde_json::to_vec(&plan).unwrap())
-        .unwrap();
-    let mut line = String::new();
-    std::io::BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    assert_eq!(line.trim(), "ready");
+    let _dialer = Dialer::start(&plan);
     let (app0, app1) = (&plan.apps[0].socket, &plan.apps[1].socket);
 
     let (kind, body) = ask_dialer(app0, &format!("{}/x", page.origin(false)));
@@ -278,14 +264,19 @@ fn the_dialer_serves_each_socket_with_its_own_apps_grants_only() {
         "authorization".to_string(),
         b"Bearer {{secret:tok}}".to_vec(),
     )];
-    let (kind, body) = ask_dialer_with(app0, &format!("{}/s", page.origin(false)), bearer.clone());
+    let (kind, body) = ask_dialer_with(
+        app0,
+        "p",
+        &format!("{}/s", page.origin(false)),
+        bearer.clone(),
+    );
     assert_eq!(
         (kind, String::from_utf8_lossy(&body).as_ref()),
         (0, "the page at /s for Bearer s3cret-value")
     );
     // App 1 has no such secret: its socket refuses the placeholder.
     assert_refused(
-        ask_dialer_with(app1, &format!("{}/", other.origin(false)), bearer),
+        ask_dialer_with(app1, "p", &format!("{}/", other.origin(false)), bearer),
         berm_egress::ErrorCode::Denied,
         "no secret `tok` is bound",
     );
@@ -330,8 +321,129 @@ fn the_dialer_serves_each_socket_with_its_own_apps_grants_only() {
     );
 }
 
+/// Two programs of one app each bind `TOKEN` to the same host, each with its own value file:
+/// each program's requests carry its own value, never the other's, and a program the app
+/// does not hold is refused by name. The dialer on its own, confined as in a run (no VM).
+#[test]
+fn two_programs_of_one_app_binding_one_name_each_send_their_own_value() {
+    use std::os::unix::fs::PermissionsExt;
+    let page = TestServer::http(|seen| {
+        Reply::ok(seen.header("authorization").unwrap_or("nobody").to_string())
+    });
+    let tmp = tempfile::tempdir().unwrap();
+    let rule = format!("127.0.0.1:{}", page.port());
+    let program_with_token = |name: &str| {
+        let file = tmp.path().join(format!("{name}-token"));
+        std::fs::write(&file, format!("value-of-{name}\n")).unwrap();
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+        berm_vmm::dialer::ProgramEgress {
+            secrets: vec![("TOKEN".into(), format!("http://{rule}"))],
+            secret_files: [("TOKEN".to_string(), file)].into(),
+            ..program(name, vec![rule.clone()])
+        }
+    };
+    // A third program's file appears only once the dialer is confined, beside the others:
+    // Landlock granted the files, not their directory, so it stays unreadable.
+    let late = tmp.path().join("late-token");
+    let plan = berm_vmm::dialer::DialerPlan {
+        apps: vec![dialer_app(
+            tmp.path(),
+            0,
+            vec![
+                program_with_token("one"),
+                program_with_token("two"),
+                berm_vmm::dialer::ProgramEgress {
+                    secret_files: [("TOKEN".to_string(), late.clone())].into(),
+                    ..program_with_token("late")
+                },
+            ],
+        )],
+        sandbox: true,
+    };
+    std::fs::remove_file(tmp.path().join("late-token")).unwrap();
+    let _dialer = Dialer::start(&plan);
+    std::fs::write(&late, "value-of-late\n").unwrap();
+    std::fs::set_permissions(&late, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let socket = &plan.apps[0].socket;
+    let bearer = vec![("authorization".to_string(), b"{{secret:TOKEN}}".to_vec())];
+    let url = format!("{}/", page.origin(false));
+    for name in ["one", "two", "one"] {
+        let (kind, body) = ask_dialer_with(socket, name, &url, bearer.clone());
+        assert_eq!(
+            (kind, String::from_utf8_lossy(&body).as_ref()),
+            (0, format!("value-of-{name}").as_str())
+        );
+    }
+    assert_refused(
+        ask_dialer_with(socket, "late", &url, bearer.clone()),
+        berm_egress::ErrorCode::Io,
+        "secret `TOKEN` could not be read on the host (see its log)",
+    );
+    assert_refused(
+        ask_dialer_with(socket, "three", &url, bearer),
+        berm_egress::ErrorCode::Denied,
+        "program `three` of this app has no net or secret grants at the host dialer",
+    );
+}
+
+/// A program of the dialer's plan with `rules` and no secrets (its store in a place that
+/// holds nothing).
+fn program(name: &str, rules: Vec<String>) -> berm_vmm::dialer::ProgramEgress {
+    berm_vmm::dialer::ProgramEgress {
+        name: name.into(),
+        rules,
+        secrets: Vec::new(),
+        secret_files: Default::default(),
+        store: PathBuf::from("/nonexistent/berm-test-store"),
+    }
+}
+
+/// App `index` of the dialer's plan, its socket in `dir`.
+fn dialer_app(
+    dir: &Path,
+    index: u32,
+    programs: Vec<berm_vmm::dialer::ProgramEgress>,
+) -> berm_vmm::dialer::AppEgress {
+    berm_vmm::dialer::AppEgress {
+        index,
+        name: format!("app{index}"),
+        socket: dir.join(format!("vsock.sock_{}", 6000 + index)),
+        programs,
+    }
+}
+
 /// The dialer, killed when the test ends (also when it fails).
 struct Dialer(std::process::Child);
+
+impl Dialer {
+    /// `berm-vmm dial` with `plan`, once it says it is ready.
+    fn start(plan: &berm_vmm::dialer::DialerPlan) -> Dialer {
+        use std::io::BufRead;
+        use std::process::{Command, Stdio};
+        let mut dialer = Dialer(
+            Command::new(env!("CARGO_BIN_EXE_berm-vmm"))
+                .arg("dial")
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap(),
+        );
+        let child = &mut dialer.0;
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(&serde_json::to_vec(plan).unwrap())
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert_eq!(line.trim(), "ready");
+        dialer
+    }
+}
 
 impl Drop for Dialer {
     fn drop(&mut self) {

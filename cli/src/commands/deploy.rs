@@ -34,7 +34,8 @@ pub struct Args {
     grants: Vec<Grant>,
     /// Bind secret NAME to HOST[:PORT]: where the program writes
     /// `{{secret:NAME}}`, the value (set with `berm secret set`) is sent to
-    /// this host only. Repeat for several hosts or secrets.
+    /// this host only, over HTTPS only; NAME=http://HOST[:PORT] sends it over
+    /// cleartext HTTP instead. Repeat for several hosts or secrets.
     #[arg(long = "secret", value_name = "NAME=HOST", value_parser = secret_binding)]
     secrets: Vec<Grant>,
     /// Wall-clock deadline of one call, in milliseconds.

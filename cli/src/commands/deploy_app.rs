@@ -48,7 +48,7 @@ pub async fn run(home: &Path, dir: &Path, json: bool) -> anyhow::Result<Exit> {
             .await
             .with_context(|| format!("app `{}`: setting secret {name} of {program}", app.name))?;
         if !json {
-            println!("set secret {name} of {program} from [secrets]");
+            println!("set secret {name} of {program} from [program.secrets]");
         }
     }
     let mut added = Vec::new();
@@ -151,24 +151,29 @@ fn prepare(app: &berm_app::App, data: &Path) -> anyhow::Result<Vec<Prepared>> {
     Ok(prepared)
 }
 
-/// The values of the folder's `[secrets]`, read from the files it names
-/// (checked as bermd checks them) before anything is deployed, once for
-/// each program that binds the secret: `(program, name, value)`.
+/// The values each program's `[program.secrets]` names, read from their
+/// files (checked as bermd checks them) before anything is deployed:
+/// `(program, name, value)`, each program with its own.
 fn secret_values(app: &berm_app::App) -> anyhow::Result<Vec<(String, String, String)>> {
     let mut values = Vec::new();
-    for (name, path) in &app.secret_files {
-        let value = berm_egress::secret::read_value_file(name, path).with_context(|| {
-            format!("app `{}`: [secrets] {name}; nothing was deployed", app.name)
-        })?;
-        let value = String::from_utf8(value).map_err(|_| {
-            anyhow::anyhow!(
-                "app `{}`: [secrets] {name}: {} is not UTF-8 text; nothing was deployed",
-                app.name,
-                path.display()
-            )
-        })?;
-        for program in app.programs.iter().filter(|p| p.binds_secret(name)) {
-            values.push((program.name.clone(), name.clone(), value.clone()));
+    for program in &app.programs {
+        for (name, path) in &program.secret_files {
+            let value = berm_egress::secret::read_value_file(name, path).with_context(|| {
+                format!(
+                    "app `{}`: program `{}`: [program.secrets] {name}; nothing was deployed",
+                    app.name, program.name
+                )
+            })?;
+            let value = String::from_utf8(value).map_err(|_| {
+                anyhow::anyhow!(
+                    "app `{}`: program `{}`: [program.secrets] {name}: {} is not UTF-8 text; \
+                     nothing was deployed",
+                    app.name,
+                    program.name,
+                    path.display()
+                )
+            })?;
+            values.push((program.name.clone(), name.clone(), value));
         }
     }
     Ok(values)

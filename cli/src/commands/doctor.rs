@@ -58,13 +58,10 @@ pub async fn run(home: &Path, args: Args) -> anyhow::Result<Exit> {
     } else {
         kvm()
     };
-    let mut checks = vec![
-        hypervisor,
-        host_sandbox(),
-        artifacts(),
-        qemu(),
-        wasm_target(),
-    ];
+    let mut checks = vec![hypervisor, host_sandbox()];
+    checks.extend(artifacts());
+    checks.extend(qemu());
+    checks.push(wasm_target());
     checks.push(bermd(home).await);
     if args.json {
         println!("{}", serde_json::to_string_pretty(&checks)?);
@@ -247,35 +244,55 @@ fn sha256_of(path: &Path) -> std::io::Result<String> {
     }
 }
 
-fn artifacts() -> Check {
+/// One check per guest architecture: the host's own is the one `berm-vmm run` boots by default
+/// (missing is a failure); the other boots only when asked (`--arch`), so missing is a warning.
+fn artifacts() -> Vec<Check> {
     let Some(store) = ArtifactStore::from_env() else {
-        return check(
+        return vec![check(
             "artifacts",
             Status::Fail,
             "no artifact store: none of BERM_VM_ARTIFACTS, XDG_CACHE_HOME, HOME is set".into(),
             Some("set HOME (or BERM_VM_ARTIFACTS), then run berm vm install"),
-        );
+        )];
     };
-    let pins: Vec<(ArtifactKind, Option<ImagePin>)> = vec![
+    GUEST_ARCHES
+        .iter()
+        .map(|&arch| artifacts_for(&store, arch))
+        .collect()
+}
+
+/// The guest architectures berm has pins for, the host's own first.
+const GUEST_ARCHES: [&str; 2] = if cfg!(target_arch = "aarch64") {
+    ["aarch64", "x86_64"]
+} else {
+    ["x86_64", "aarch64"]
+};
+
+fn artifacts_for(store: &ArtifactStore, arch: &'static str) -> Check {
+    let pins: Vec<(ArtifactKind, Option<(ImagePin, &'static str)>)> = vec![
         (
             ArtifactKind::Kernel,
-            KernelPins::compiled_in().ok().map(|p| p.image),
+            KernelPins::compiled_in_for(arch)
+                .ok()
+                .map(|p| (p.image, p.file)),
         ),
         (
             ArtifactKind::Rootfs,
-            RootfsPins::compiled_in().ok().map(|p| p.image),
+            RootfsPins::compiled_in_for(arch)
+                .ok()
+                .map(|p| (p.image, ArtifactKind::Rootfs.file())),
         ),
     ];
     let mut problems = Vec::new();
     for (kind, pin) in pins {
-        let Some(pin) = pin else {
+        let Some((pin, file)) = pin else {
             problems.push(format!(
-                "the {} pins compiled into berm are broken",
+                "the {arch} {} pins compiled into berm are broken",
                 kind.name()
             ));
             continue;
         };
-        let path = kind.path_in(&store, &pin.sha256);
+        let path = kind.path_named(store, &pin.sha256, file);
         match sha256_of(&path) {
             Err(_) => problems.push(format!("{} missing ({})", kind.name(), path.display())),
             Ok(sha) if sha != pin.sha256.as_str() => problems.push(format!(
@@ -287,23 +304,35 @@ fn artifacts() -> Check {
             Ok(_) => {}
         }
     }
+    let host = arch == GUEST_ARCHES[0];
     if problems.is_empty() {
-        check(
+        let role = if host {
+            "the guest berm-vmm boots by default"
+        } else {
+            "booted with berm-vmm run --arch"
+        };
+        return check(
             "artifacts",
             Status::Ok,
             format!(
-                "the pinned kernel and rootfs are in {}",
+                "{arch}: the pinned kernel and rootfs are in {} ({role})",
                 store.root().display()
             ),
             None,
-        )
+        );
+    }
+    let (status, why) = if host {
+        (Status::Fail, "")
     } else {
-        check(
-            "artifacts",
-            Status::Fail,
-            problems.join("; "),
-            Some("berm vm install (or scripts/build-kernel.sh and scripts/build-rootfs.sh)"),
-        )
+        (Status::Warn, " (needed only to boot this guest)")
+    };
+    Check {
+        name: "artifacts",
+        status,
+        detail: format!("{arch}: {}{why}", problems.join("; ")),
+        fix: Some(format!(
+            "berm vm install --arch {arch} (or, in a clone of berm: scripts/setup-vm --arch {arch})"
+        )),
     }
 }
 
@@ -320,9 +349,11 @@ fn env_file(name: &str) -> Option<PathBuf> {
         .filter(|p| p.is_file())
 }
 
-/// The same search berm-vmm makes (vmm/src/detect.rs).
-fn qemu() -> Check {
-    let qemu = env_file("BERM_QEMU").or_else(|| in_path("qemu-system-x86_64"));
+/// The QEMU fallback for each guest architecture, as berm-vmm finds it (vmm/src/detect.rs:
+/// `$BERM_QEMU` / `$BERM_QEMU_AARCH64`, else the PATH), with its version and the Debian
+/// suite it came from: bookworm's 7.2 and bookworm-backports' 10.0 both work, and a machine
+/// that has one cannot take the other's packages (scripts/lib/apt.sh).
+fn qemu() -> Vec<Check> {
     let cache = std::env::var_os("BERM_CACHE")
         .map(PathBuf::from)
         .or_else(|| std::env::var_os("XDG_CACHE_HOME").map(|c| PathBuf::from(c).join("berm")))
@@ -334,26 +365,89 @@ fn qemu() -> Check {
                 .map(|c| c.join("tools/bin/vhost-device-vsock"))
                 .filter(|p| p.is_file())
         });
-    match (qemu, vhost) {
-        (Some(q), Some(v)) => check(
-            "qemu",
+    let codename = os_codename();
+    let mut checks: Vec<Check> = GUEST_ARCHES
+        .iter()
+        .map(|&arch| qemu_for(arch, codename.as_deref()))
+        .collect();
+    checks.push(match vhost {
+        Some(v) => check(
+            "vhost",
             Status::Ok,
-            format!("QEMU fallback available: {} + {}", q.display(), v.display()),
+            format!(
+                "vhost-device-vsock: {} (the QEMU backend's vsock)",
+                v.display()
+            ),
             None,
         ),
-        (None, _) => check(
-            "qemu",
-            Status::Warn,
-            "qemu-system-x86_64 not found: no fallback where libkrun cannot run".into(),
-            Some("apt-get install qemu-system-x86 (or set BERM_QEMU)"),
-        ),
-        (Some(_), None) => check(
-            "qemu",
+        None => check(
+            "vhost",
             Status::Warn,
             "vhost-device-vsock not found: QEMU cannot serve the guest's vsock".into(),
             Some("cargo install vhost-device-vsock --version 0.3.0 --locked"),
         ),
+    });
+    checks
+}
+
+fn qemu_for(arch: &'static str, codename: Option<&str>) -> Check {
+    let (binary, variable, package) = match arch {
+        "aarch64" => (
+            "qemu-system-aarch64",
+            "BERM_QEMU_AARCH64",
+            "qemu-system-arm",
+        ),
+        _ => ("qemu-system-x86_64", "BERM_QEMU", "qemu-system-x86"),
+    };
+    let Some(path) = env_file(variable).or_else(|| in_path(binary)) else {
+        let fix = match codename {
+            Some(_) => format!(
+                "in a clone of berm: scripts/setup-vm --arch {arch} (it picks the Debian suite your QEMU packages need), or apt-get install {package}; or set {variable}"
+            ),
+            None => format!("install QEMU ({binary}) with your package manager, or set {variable}"),
+        };
+        return Check {
+            name: "qemu",
+            status: Status::Warn,
+            detail: format!("{arch}: {binary} not found: no QEMU fallback for this guest"),
+            fix: Some(fix),
+        };
+    };
+    let path_text = path.display().to_string();
+    let version = stdout_of(&path_text, &["--version"])
+        .and_then(|out| out.lines().next().map(str::to_owned))
+        .unwrap_or_else(|| "version unknown (--version failed)".into());
+    let debian =
+        stdout_of("dpkg-query", &["-W", "-f=${Version}", package]).filter(|v| !v.is_empty());
+    check(
+        "qemu",
+        Status::Ok,
+        format!(
+            "{arch}: {path_text}, {version}, {}",
+            qemu_suite(debian.as_deref(), codename)
+        ),
+        None,
+    )
+}
+
+/// Where an installed QEMU package came from, from its Debian version: backports versions
+/// carry `~bpoNN`. `None` when dpkg does not know the package (built by hand, or not Debian).
+fn qemu_suite(debian_version: Option<&str>, codename: Option<&str>) -> String {
+    let codename = codename.unwrap_or("debian");
+    match debian_version {
+        None => "not from a Debian package".into(),
+        Some(v) if v.contains("~bpo") => format!("from {codename}-backports (Debian {v})"),
+        Some(v) => format!("from {codename} (Debian {v})"),
     }
+}
+
+/// `VERSION_CODENAME` of /etc/os-release (e.g. `bookworm`), where there is one.
+fn os_codename() -> Option<String> {
+    let text = std::fs::read_to_string("/etc/os-release").ok()?;
+    text.lines()
+        .find_map(|line| line.strip_prefix("VERSION_CODENAME="))
+        .map(|v| v.trim_matches('"').to_owned())
+        .filter(|v| !v.is_empty())
 }
 
 fn wasm_target() -> Check {
@@ -405,5 +499,26 @@ async fn bermd(home: &Path) -> Check {
             format!("bermd did not answer on {socket} within 3 s"),
             Some("restart bermd; if it is busy, try again"),
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::qemu_suite;
+
+    #[test]
+    fn qemu_suite_names_backports_from_the_version() {
+        assert_eq!(
+            qemu_suite(Some("1:10.0.2+ds-2+deb13u1~bpo12+1"), Some("bookworm")),
+            "from bookworm-backports (Debian 1:10.0.2+ds-2+deb13u1~bpo12+1)"
+        );
+        assert_eq!(
+            qemu_suite(Some("1:7.2+dfsg-7+deb12u18+b3"), Some("bookworm")),
+            "from bookworm (Debian 1:7.2+dfsg-7+deb12u18+b3)"
+        );
+        assert_eq!(
+            qemu_suite(None, Some("bookworm")),
+            "not from a Debian package"
+        );
     }
 }

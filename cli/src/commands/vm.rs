@@ -1,26 +1,38 @@
-//! `berm vm install`: the pinned kernel and rootfs into the artifact store berm-vmm reads.
+//! `berm vm install` and `berm vm push`: the pinned kernel and rootfs into the artifact store
+//! berm-vmm reads, and from it to an OCI registry.
 //!
-//! Each artifact is fetched by its sha256 (from a URL template, a base URL or a directory),
-//! streamed into `<store>/<kind>/<sha256>/<file>.partial` while it is hashed, and renamed into
-//! place only once its size and sha256 equal the pins compiled in from the same crate berm-vmm
-//! uses (`berm-pins`), so the two cannot disagree. Anything else — a tampered byte, a short or
-//! long download, an HTTP error — deletes the partial file: nothing half-written is left, and
-//! berm-vmm never sees a name it would read. A download interrupted by a crash leaves only the
-//! `.partial` file, which the next install truncates and writes from the start.
+//! Each artifact is fetched by its sha256 — from an OCI registry (`oci://REGISTRY/REPO`, the
+//! default `oci://ghcr.io/berm-os/vm` or `$BERM_VM_MIRROR`: `GET /v2/REPO/blobs/sha256:<pin>`,
+//! no manifest read), a URL template, a base URL or a directory — and written through
+//! `berm_pins::StoreWriter`: streamed into `<store>/<kind>/<sha256>/<file>.partial` while it
+//! is hashed, and renamed into place only once its size and sha256 equal the pins compiled in
+//! from the same crate berm-vmm uses, so the two cannot disagree. Anything else — a tampered
+//! byte, a short or long download, an HTTP or registry error — deletes the partial file and
+//! the directories made for it. From a registry, a connection that breaks off midway is
+//! resumed in-process with an HTTP range (berm-oci's `install_blob`); if it keeps breaking,
+//! or the process is killed, only the `.partial` file is left, and the next install re-hashes
+//! it and asks for the rest. From a URL or directory the next install starts over.
+//!
+//! `berm vm push REF` sends one architecture's pinned pair from the store, checked against
+//! the pins first, as one OCI artifact (berm-oci's `push_vm`; docs/vm.md has its media types
+//! and tag).
 
 use std::fs::File;
-use std::io::{IsTerminal, Read, Write};
+use std::io::{IsTerminal, Read};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{Context, bail};
+use berm_oci::{BlobProgress, VmFile};
 use berm_pins::{
-    ArtifactKind, ArtifactStore, DEFAULT_URL_TEMPLATE, ImagePin, KernelPins, RootfsPins,
+    ArtifactKind, ArtifactStore, DEFAULT_SOURCE, ImagePin, KernelPins, MIRROR_VAR, RootfsPins,
+    StoreWriter,
 };
 use futures_util::StreamExt;
 use indicatif::{ProgressBar, ProgressStyle};
 use sha2::{Digest, Sha256};
 
+use super::dist::RegistryArgs;
 use crate::Exit;
 
 /// `berm vm …`.
@@ -29,27 +41,59 @@ pub enum Command {
     /// Fetch the pinned kernel and rootfs, verify them against the pins and install them
     /// where berm-vmm looks ($BERM_VM_ARTIFACTS, else ~/.cache/berm/vm).
     Install(InstallArgs),
+    /// Push one architecture's pinned kernel and rootfs from the artifact store to an OCI
+    /// registry as one artifact, tagged from the pins (what the release publishes).
+    Push(PushArgs),
 }
 
 /// Arguments of `berm vm install`.
 #[derive(clap::Args)]
 pub struct InstallArgs {
-    /// Where from: a directory (the store layout `kernel/<sha256>/vmlinux`, or `vmlinux` and
-    /// `rootfs.erofs` side by side), a URL template with `{kind}`, `{sha256}` and `{file}`,
-    /// or a base URL holding the store layout. Default: the public release,
-    /// https://github.com/berm-os/berm/releases/download/vm-artifacts/{kind}-{sha256}-{file}
-    #[arg(long, value_name = "DIR|URL")]
+    /// Where from: `oci://REGISTRY/REPO` (blobs fetched by their pinned digests), a directory
+    /// (the store layout `kernel/<sha256>/vmlinux`, or `vmlinux` and `rootfs.erofs` side by
+    /// side), a URL template with `{kind}`, `{sha256}` and `{file}`, or a base URL holding the
+    /// store layout. Default: $BERM_VM_MIRROR, else oci://ghcr.io/berm-os/vm.
+    #[arg(long, value_name = "oci://REPO|DIR|URL")]
     from: Option<String>,
-    /// Which guest's artifacts: this host's architecture by default, or `aarch64` /
-    /// `x86_64` (an x86_64 host boots an aarch64 guest under QEMU's emulation).
+    /// Which guest's artifacts: this host's architecture by default; repeat for several
+    /// (`--arch x86_64 --arch aarch64`). An x86_64 host boots an aarch64 guest under QEMU's
+    /// emulation.
+    #[arg(long, value_name = "ARCH", value_parser = berm_pins::ARCHES)]
+    arch: Vec<String>,
+    /// Every architecture berm pins (x86_64 and aarch64).
+    #[arg(long, conflicts_with = "arch")]
+    all_arches: bool,
+    /// One JSON object per line on stdout: one per artifact, then a summary (or an error).
+    #[arg(long)]
+    json: bool,
+    /// Registry access (for `oci://` sources).
+    #[command(flatten)]
+    registry: RegistryArgs,
+}
+
+/// Arguments of `berm vm push`.
+#[derive(clap::Args)]
+pub struct PushArgs {
+    /// The repository, without tag: e.g. `ghcr.io/berm-os/vm` or `127.0.0.1:5000/berm/vm`.
+    /// The tag is `<arch>-<kernel sha256, 12 hex>-<rootfs sha256, 12 hex>`.
+    #[arg(value_name = "REF")]
+    reference: String,
+    /// Which architecture's pinned pair.
     #[arg(long, value_name = "ARCH", default_value = berm_pins::HOST_ARCH, value_parser = berm_pins::ARCHES)]
     arch: String,
+    /// Print what was pushed as one JSON object.
+    #[arg(long)]
+    json: bool,
+    /// Registry access.
+    #[command(flatten)]
+    registry: RegistryArgs,
 }
 
 /// Runs `berm vm …`.
 pub async fn run(command: Command) -> anyhow::Result<Exit> {
     match command {
         Command::Install(args) => install(args).await,
+        Command::Push(args) => push(args).await,
     }
 }
 
@@ -57,92 +101,264 @@ pub async fn run(command: Command) -> anyhow::Result<Exit> {
 enum Source {
     Dir(PathBuf),
     Url(String),
+    /// `host[:port]/repo`.
+    Oci(String),
 }
 
 impl Source {
-    fn parse(from: Option<&str>) -> Self {
-        match from {
-            None => Source::Url(DEFAULT_URL_TEMPLATE.to_owned()),
-            Some(url) if url.starts_with("http://") || url.starts_with("https://") => {
-                if url.contains('{') {
-                    Source::Url(url.to_owned())
-                } else {
-                    Source::Url(format!(
-                        "{}/{{kind}}/{{sha256}}/{{file}}",
-                        url.trim_end_matches('/')
-                    ))
-                }
+    /// `--from`, else `$BERM_VM_MIRROR`, else [`DEFAULT_SOURCE`]; also the text chosen.
+    fn choose(from: Option<&str>) -> (Self, String) {
+        let mirror = std::env::var(MIRROR_VAR).ok().filter(|m| !m.is_empty());
+        let text = from
+            .map(str::to_owned)
+            .or(mirror)
+            .unwrap_or_else(|| DEFAULT_SOURCE.to_owned());
+        (Self::parse(&text), text)
+    }
+
+    fn parse(from: &str) -> Self {
+        if let Some(repository) = from.strip_prefix("oci://") {
+            Source::Oci(repository.trim_end_matches('/').to_owned())
+        } else if from.starts_with("http://") || from.starts_with("https://") {
+            if from.contains('{') {
+                Source::Url(from.to_owned())
+            } else {
+                Source::Url(format!(
+                    "{}/{{kind}}/{{sha256}}/{{file}}",
+                    from.trim_end_matches('/')
+                ))
             }
-            Some(dir) => Source::Dir(PathBuf::from(dir)),
+        } else {
+            Source::Dir(PathBuf::from(from))
         }
     }
 }
 
-async fn install(args: InstallArgs) -> anyhow::Result<Exit> {
-    let store = ArtifactStore::from_env().context(
-        "no artifact store: set BERM_VM_ARTIFACTS, XDG_CACHE_HOME or HOME to say where berm-vmm's artifacts go",
-    )?;
-    let kernel = KernelPins::compiled_in_for(&args.arch)
+/// The pinned pair of `arch`: (kind, pin, file name in the store).
+fn pins_for(arch: &str) -> anyhow::Result<[(ArtifactKind, ImagePin, &'static str); 2]> {
+    let kernel = KernelPins::compiled_in_for(arch)
         .context("the kernel pins compiled into berm are broken")?;
-    let pins = [
+    let rootfs = RootfsPins::compiled_in_for(arch)
+        .context("the rootfs pins compiled into berm are broken")?;
+    Ok([
         (ArtifactKind::Kernel, kernel.image, kernel.file),
         (
             ArtifactKind::Rootfs,
-            RootfsPins::compiled_in_for(&args.arch)
-                .context("the rootfs pins compiled into berm are broken")?
-                .image,
+            rootfs.image,
             ArtifactKind::Rootfs.file(),
         ),
-    ];
-    let source = Source::parse(args.from.as_deref());
-    let progress = Progress::new();
+    ])
+}
+
+fn store_from_env() -> anyhow::Result<ArtifactStore> {
+    ArtifactStore::from_env().context(
+        "no artifact store: set BERM_VM_ARTIFACTS, XDG_CACHE_HOME or HOME to say where berm-vmm's artifacts go",
+    )
+}
+
+async fn install(args: InstallArgs) -> anyhow::Result<Exit> {
+    let arches: Vec<String> = if args.all_arches {
+        berm_pins::ARCHES.iter().map(|a| a.to_string()).collect()
+    } else if args.arch.is_empty() {
+        vec![berm_pins::HOST_ARCH.to_owned()]
+    } else {
+        let mut arches = args.arch.clone();
+        arches.dedup();
+        arches
+    };
+    let (source, source_text) = Source::choose(args.from.as_deref());
+    let progress = Progress::new(args.json);
+    let options = args.registry.options();
+    let store = match store_from_env() {
+        Ok(store) => store,
+        Err(e) => return progress.fail(e, None),
+    };
     let started = Instant::now();
-    for (kind, pin, file) in &pins {
-        let dest = kind.path_named(&store, &pin.sha256, file);
-        if already_installed(&dest, pin)? {
-            progress.line(&format!(
-                "{} {} is already installed at {}",
-                kind.name(),
-                pin.sha256,
-                dest.display()
-            ));
-            continue;
-        }
-        let one = Instant::now();
-        let mut sink = Sink::create(*kind, pin, &dest, &progress)?;
-        let fetched = match &source {
-            Source::Dir(dir) => copy_from_dir(dir, *kind, pin, file, &mut sink),
-            Source::Url(template) => {
-                download(&kind.url_named(template, &pin.sha256, file), &mut sink).await
-            }
+    let (mut installed, mut present) = (0, 0);
+    for arch in &arches {
+        let pins = match pins_for(arch) {
+            Ok(pins) => pins,
+            Err(e) => return progress.fail(e, None),
         };
-        // Whatever went wrong, the partial file goes: nothing half-written stays behind.
-        let installed = fetched.and_then(|()| sink.finish());
-        if let Err(e) = installed {
-            sink.abort();
-            return Err(e.context(format!("installing the {} failed", kind.name())));
+        for (kind, pin, file) in &pins {
+            let dest = kind.path_named(&store, &pin.sha256, file);
+            let report = Report {
+                kind: *kind,
+                arch,
+                pin,
+                source: &source_text,
+            };
+            match already_installed(&dest, pin) {
+                Ok(true) => {
+                    present += 1;
+                    progress.done(&report, &dest, "present", 0.0, 0);
+                    continue;
+                }
+                Ok(false) => {}
+                Err(e) => return progress.fail(e, Some(&report)),
+            }
+            let one = Instant::now();
+            let what = format!("{arch} {}", kind.name());
+            let fetched = match &source {
+                Source::Dir(dir) => {
+                    copy_from_dir(dir, *kind, pin, file, &what, &dest, &progress).map(|()| 0)
+                }
+                Source::Url(template) => {
+                    let url = kind.url_named(template, &pin.sha256, file);
+                    download(&url, *kind, &what, pin, &dest, &progress)
+                        .await
+                        .map(|()| 0)
+                }
+                Source::Oci(repository) => {
+                    let mut bar = None;
+                    let fetched =
+                        berm_oci::install_blob(repository, &what, pin, &dest, &options, &mut |p| {
+                            match p {
+                                BlobProgress::Started { url, offset } => {
+                                    if let Some(old) = bar.take() {
+                                        ProgressBar::finish_and_clear(&old);
+                                    }
+                                    bar = progress.bar(*kind, pin.size, &url, offset);
+                                }
+                                BlobProgress::Written(n) => {
+                                    if let Some(bar) = &bar {
+                                        bar.set_position(n);
+                                    }
+                                }
+                            }
+                        })
+                        .await;
+                    match bar.take() {
+                        Some(bar) if fetched.is_ok() => bar.finish_and_clear(),
+                        Some(bar) => bar.abandon(),
+                        None => {}
+                    }
+                    fetched.map(|f| f.resumed_from).map_err(anyhow::Error::from)
+                }
+            };
+            match fetched {
+                Ok(resumed_from) => {
+                    installed += 1;
+                    let seconds = one.elapsed().as_secs_f64();
+                    progress.done(&report, &dest, "installed", seconds, resumed_from);
+                }
+                Err(e) => {
+                    let e = e.context(format!("installing the {} failed", kind.name()));
+                    return progress.fail(e, Some(&report));
+                }
+            }
         }
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    if args.json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "summary": true,
+                "arches": arches,
+                "store": store.root(),
+                "source": source_text,
+                "installed": installed,
+                "present": present,
+                "seconds": seconds,
+            })
+        );
+    } else {
+        let boot = arches
+            .iter()
+            .map(|arch| {
+                if arch == berm_pins::HOST_ARCH {
+                    "berm-vmm run".to_owned()
+                } else {
+                    format!("berm-vmm run --arch {arch}")
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(" and ");
         progress.line(&format!(
-            "{} {} verified and installed at {} ({} bytes, {} ms)",
-            kind.name(),
-            pin.sha256,
-            dest.display(),
-            pin.size,
-            one.elapsed().as_millis()
+            "the pinned {} kernel and rootfs are installed in {} ({} ms); {boot} can boot them",
+            arches.join(" and "),
+            store.root().display(),
+            (seconds * 1000.0) as u64,
         ));
     }
-    progress.line(&format!(
-        "the pinned {} kernel and rootfs are installed in {} ({} ms); berm-vmm run{} can boot them",
-        args.arch,
-        store.root().display(),
-        started.elapsed().as_millis(),
-        if args.arch == berm_pins::HOST_ARCH {
-            String::new()
-        } else {
-            format!(" --arch {}", args.arch)
-        }
-    ));
     Ok(Exit::Ok)
+}
+
+/// Which artifact a progress line or JSON object is about.
+struct Report<'a> {
+    kind: ArtifactKind,
+    arch: &'a str,
+    pin: &'a ImagePin,
+    source: &'a str,
+}
+
+async fn push(args: PushArgs) -> anyhow::Result<Exit> {
+    let store = store_from_env()?;
+    let mut files = Vec::new();
+    for (kind, pin, file) in pins_for(&args.arch)? {
+        let path = kind.path_named(&store, &pin.sha256, file);
+        let what = format!("{} {}", args.arch, kind.name());
+        let bytes = read_pinned(&path, &pin, &what)?;
+        files.push(VmFile {
+            file: file.to_owned(),
+            bytes,
+        });
+    }
+    let rootfs = files.pop().context("two files")?;
+    let kernel = files.pop().context("two files")?;
+    let pushed = berm_oci::push_vm(
+        &args.reference,
+        &args.arch,
+        kernel,
+        rootfs,
+        &args.registry.options(),
+    )
+    .await?;
+    if args.json {
+        super::print_json(&pushed)?;
+    } else {
+        println!("pushed   {}", pushed.reference);
+        println!("pinned   {}", pushed.pinned);
+        for (kind, layer) in [
+            ("kernel", &pushed.config.kernel),
+            ("rootfs", &pushed.config.rootfs),
+        ] {
+            println!(
+                "{kind}   sha256:{} ({} bytes, {})",
+                layer.sha256, layer.size, layer.file
+            );
+        }
+    }
+    Ok(Exit::Ok)
+}
+
+/// The file at `path`, refused unless it has the pinned size and sha256: a push must never
+/// publish bytes under a tag that claims the pins.
+fn read_pinned(path: &Path, pin: &ImagePin, what: &str) -> anyhow::Result<Vec<u8>> {
+    let bytes = std::fs::read(path).with_context(|| {
+        format!(
+            "the {what} is not in the artifact store at {}: build it (scripts/build-kernel.sh, scripts/build-rootfs.sh) or berm vm install it first",
+            path.display()
+        )
+    })?;
+    if bytes.len() as u64 != pin.size {
+        bail!(
+            "the {what} at {} is {} bytes, but berm is pinned to {}: not pushed",
+            path.display(),
+            bytes.len(),
+            pin.size
+        );
+    }
+    let actual = hex::encode(Sha256::digest(&bytes));
+    if actual != pin.sha256.as_str() {
+        bail!(
+            "the {what} at {} has sha256 {actual}, but berm is pinned to {}: not pushed",
+            path.display(),
+            pin.sha256
+        );
+    }
+    Ok(bytes)
 }
 
 /// True when `dest` already holds exactly the pinned bytes.
@@ -159,25 +375,98 @@ fn already_installed(dest: &Path, pin: &ImagePin) -> anyhow::Result<bool> {
     Ok(hex::encode(hasher.finalize()) == pin.sha256.as_str())
 }
 
-/// Progress: a bar on a terminal, plain lines otherwise (logs, CI, pipes).
+/// Progress: a bar on a terminal, plain lines otherwise (logs, CI, pipes), JSON lines on
+/// stdout with `--json`.
 struct Progress {
     terminal: bool,
+    json: bool,
 }
 
 impl Progress {
-    fn new() -> Self {
+    fn new(json: bool) -> Self {
         Self {
-            terminal: std::io::stderr().is_terminal(),
+            terminal: !json && std::io::stderr().is_terminal(),
+            json,
         }
     }
 
     fn line(&self, text: &str) {
-        eprintln!("berm vm install: {text}");
+        if !self.json {
+            eprintln!("berm vm install: {text}");
+        }
     }
 
-    fn bar(&self, kind: ArtifactKind, size: u64, from: &str) -> Option<ProgressBar> {
+    /// One artifact done: `status` is `installed` or `present` (already there, not fetched).
+    fn done(&self, r: &Report<'_>, dest: &Path, status: &str, seconds: f64, resumed_from: u64) {
+        if self.json {
+            println!(
+                "{}",
+                serde_json::json!({
+                    "kind": r.kind.name(),
+                    "arch": r.arch,
+                    "sha256": r.pin.sha256.as_str(),
+                    "size": r.pin.size,
+                    "source": r.source,
+                    "status": status,
+                    "path": dest,
+                    "resumed_from": resumed_from,
+                    "seconds": seconds,
+                })
+            );
+        } else if status == "present" {
+            self.line(&format!(
+                "{} {} is already installed at {}",
+                r.kind.name(),
+                r.pin.sha256,
+                dest.display()
+            ));
+        } else {
+            self.line(&format!(
+                "{} {} verified and installed at {} ({} bytes{}, {} ms)",
+                r.kind.name(),
+                r.pin.sha256,
+                dest.display(),
+                r.pin.size,
+                if resumed_from > 0 {
+                    format!(", {resumed_from} of them kept from an interrupted install")
+                } else {
+                    String::new()
+                },
+                (seconds * 1000.0) as u64
+            ));
+        }
+    }
+
+    /// An install refused: with `--json`, one JSON object on stdout (and the message on
+    /// stderr too); otherwise the error goes to `main`, which prints it.
+    fn fail(&self, error: anyhow::Error, r: Option<&Report<'_>>) -> anyhow::Result<Exit> {
+        if !self.json {
+            return Err(error);
+        }
+        let message = format!("{error:#}");
+        let mut object = serde_json::json!({ "error": message });
+        if let Some(r) = r {
+            object["kind"] = r.kind.name().into();
+            object["arch"] = r.arch.into();
+            object["sha256"] = r.pin.sha256.as_str().into();
+            object["source"] = r.source.into();
+        }
+        println!("{object}");
+        eprintln!("berm: {message}");
+        Ok(Exit::Error)
+    }
+
+    fn bar(&self, kind: ArtifactKind, size: u64, from: &str, offset: u64) -> Option<ProgressBar> {
         if !self.terminal {
-            self.line(&format!("{} ({size} bytes) from {from}", kind.name()));
+            let resume = if offset > 0 {
+                format!(", resuming after {offset} bytes")
+            } else {
+                String::new()
+            };
+            self.line(&format!(
+                "{} ({size} bytes) from {from}{resume}",
+                kind.name()
+            ));
             return None;
         }
         let bar = ProgressBar::new(size);
@@ -188,19 +477,16 @@ impl Progress {
         .unwrap_or_else(|_| ProgressStyle::default_bar());
         bar.set_style(style);
         bar.set_prefix(kind.name());
+        bar.set_position(offset);
         Some(bar)
     }
 }
 
-/// The partial file being written and hashed.
+/// A [`StoreWriter`] with a progress bar beside it, for the directory and URL sources.
 struct Sink<'a> {
+    writer: Option<StoreWriter>,
     kind: ArtifactKind,
     pin: &'a ImagePin,
-    dest: PathBuf,
-    partial: PathBuf,
-    file: Option<File>,
-    hasher: Sha256,
-    written: u64,
     progress: &'a Progress,
     bar: Option<ProgressBar>,
 }
@@ -208,104 +494,52 @@ struct Sink<'a> {
 impl<'a> Sink<'a> {
     fn create(
         kind: ArtifactKind,
+        what: &str,
         pin: &'a ImagePin,
         dest: &Path,
         progress: &'a Progress,
     ) -> anyhow::Result<Self> {
-        let dir = dest.parent().context("the store path has no parent")?;
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-        let partial = dest.with_extension(match dest.extension() {
-            Some(ext) => format!("{}.partial", ext.to_string_lossy()),
-            None => "partial".into(),
-        });
-        // Truncated: a partial file left by an interrupted install is started over.
-        let file =
-            File::create(&partial).with_context(|| format!("creating {}", partial.display()))?;
+        // Started over: only registries resume (docs/vm.md).
         Ok(Self {
+            writer: Some(StoreWriter::create(what, pin, dest)?),
             kind,
             pin,
-            dest: dest.to_owned(),
-            partial,
-            file: Some(file),
-            hasher: Sha256::new(),
-            written: 0,
             progress,
             bar: None,
         })
     }
 
     fn start(&mut self, from: &str) {
-        self.bar = self.progress.bar(self.kind, self.pin.size, from);
+        self.bar = self.progress.bar(self.kind, self.pin.size, from, 0);
     }
 
     fn push(&mut self, chunk: &[u8]) -> anyhow::Result<()> {
-        self.written += chunk.len() as u64;
-        if self.written > self.pin.size {
-            bail!(
-                "the {} is longer than the pinned {} bytes: refused as tampered",
-                self.kind.name(),
-                self.pin.size
-            );
-        }
-        self.hasher.update(chunk);
-        let file = self.file.as_mut().context("the partial file is closed")?;
-        file.write_all(chunk)
-            .with_context(|| format!("writing {}", self.partial.display()))?;
+        let writer = self.writer.as_mut().context("the partial file is closed")?;
+        writer.write(chunk)?;
         if let Some(bar) = &self.bar {
-            bar.set_position(self.written);
+            bar.set_position(writer.written());
         }
         Ok(())
     }
 
-    /// Checks size and digest, then makes the file durable and renames it into place.
-    fn finish(&mut self) -> anyhow::Result<()> {
+    /// Checks size and digest, then makes the file durable and renames it into place; on
+    /// error the writer deletes the partial file.
+    fn finish(mut self) -> anyhow::Result<()> {
         if let Some(bar) = self.bar.take() {
             bar.finish_and_clear();
         }
-        if self.written < self.pin.size {
-            bail!(
-                "the {} is truncated: {} of the pinned {} bytes arrived",
-                self.kind.name(),
-                self.written,
-                self.pin.size
-            );
-        }
-        let actual = hex::encode(std::mem::take(&mut self.hasher).finalize());
-        if actual != self.pin.sha256.as_str() {
-            bail!(
-                "the {} has sha256 {actual}, but berm is pinned to {}: refused as tampered",
-                self.kind.name(),
-                self.pin.sha256
-            );
-        }
-        let file = self.file.take().context("the partial file is closed")?;
-        file.sync_all()
-            .with_context(|| format!("syncing {}", self.partial.display()))?;
-        drop(file);
-        std::fs::rename(&self.partial, &self.dest).with_context(|| {
-            format!(
-                "renaming {} to {}",
-                self.partial.display(),
-                self.dest.display()
-            )
-        })?;
-        if let Some(dir) = self.dest.parent() {
-            File::open(dir)
-                .and_then(|d| d.sync_all())
-                .with_context(|| format!("syncing {}", dir.display()))?;
-        }
+        self.writer
+            .take()
+            .context("the partial file is closed")?
+            .commit()?;
         Ok(())
     }
+}
 
-    fn abort(&mut self) {
+impl Drop for Sink<'_> {
+    fn drop(&mut self) {
         if let Some(bar) = self.bar.take() {
             bar.abandon();
-        }
-        self.file = None;
-        let _ = std::fs::remove_file(&self.partial);
-        // The digest's directory, if this install created it and it is now empty.
-        if let Some(dir) = self.dest.parent() {
-            let _ = std::fs::remove_dir(dir);
         }
     }
 }
@@ -315,7 +549,9 @@ fn copy_from_dir(
     kind: ArtifactKind,
     pin: &ImagePin,
     file: &str,
-    sink: &mut Sink<'_>,
+    what: &str,
+    dest: &Path,
+    progress: &Progress,
 ) -> anyhow::Result<()> {
     let in_store = kind.path_named(&ArtifactStore::at(dir), &pin.sha256, file);
     let side_by_side = dir.join(file);
@@ -332,6 +568,7 @@ fn copy_from_dir(
         );
     };
     let mut file = File::open(&path).with_context(|| format!("opening {}", path.display()))?;
+    let mut sink = Sink::create(kind, what, pin, dest, progress)?;
     sink.start(&path.display().to_string());
     let mut buf = vec![0u8; 1 << 20];
     loop {
@@ -339,13 +576,20 @@ fn copy_from_dir(
             .read(&mut buf)
             .with_context(|| format!("reading {}", path.display()))?;
         if n == 0 {
-            return Ok(());
+            return sink.finish();
         }
         sink.push(&buf[..n])?;
     }
 }
 
-async fn download(url: &str, sink: &mut Sink<'_>) -> anyhow::Result<()> {
+async fn download(
+    url: &str,
+    kind: ArtifactKind,
+    what: &str,
+    pin: &ImagePin,
+    dest: &Path,
+    progress: &Progress,
+) -> anyhow::Result<()> {
     let client = reqwest::Client::builder()
         .connect_timeout(std::time::Duration::from_secs(30))
         .read_timeout(std::time::Duration::from_secs(60))
@@ -361,19 +605,20 @@ async fn download(url: &str, sink: &mut Sink<'_>) -> anyhow::Result<()> {
         bail!("{url} answered {status}");
     }
     if let Some(length) = response.content_length()
-        && length != sink.pin.size
+        && length != pin.size
     {
         bail!(
             "{url} announces {length} bytes, but the pinned {} has {}: refused",
-            sink.kind.name(),
-            sink.pin.size
+            kind.name(),
+            pin.size
         );
     }
+    let mut sink = Sink::create(kind, what, pin, dest, progress)?;
     sink.start(url);
     let mut body = response.bytes_stream();
     while let Some(chunk) = body.next().await {
         let chunk = chunk.with_context(|| format!("downloading {url}"))?;
         sink.push(&chunk)?;
     }
-    Ok(())
+    sink.finish()
 }

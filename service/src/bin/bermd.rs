@@ -37,8 +37,14 @@ struct Args {
     http_allow_remote: bool,
     /// A file holding the bearer token HTTP clients must send (at least 32
     /// bytes; surrounding whitespace is ignored).
+    /// Without it, bermd makes one into $BERM_HOME/http-token (mode 0600) and
+    /// reuses it across restarts; `berm http` prints the URL and header.
     #[arg(long, requires = "http", value_name = "FILE")]
     http_token_file: Option<PathBuf>,
+    /// Serve --http with no bearer token at all: any process on this machine
+    /// can then call every tool. Loopback addresses only.
+    #[arg(long, requires = "http", conflicts_with = "http_token_file")]
+    no_auth: bool,
     /// A host name HTTP clients reach bermd by (checked against `Host` and a
     /// browser's `Origin`); required for a non-loopback --http. Repeat for
     /// several names.
@@ -179,7 +185,22 @@ fn start(args: Args, started: Instant) -> Result<(), (Exit, anyhow::Error)> {
         .map_err(|e| usage(e.into()))?;
     berm_service::app::check_distinct(&apps).map_err(|e| usage(e.into()))?;
     let home = args.home.unwrap_or_else(berm_control::home::berm_home);
-    let token = match &args.http_token_file {
+    // On any other address --no-auth is refused once the lock is taken.
+    if args.no_auth && args.http.is_some_and(|addr| addr.ip().is_loopback()) {
+        eprintln!(
+            "bermd: WARNING: --no-auth: MCP over HTTP takes requests with no token; any process \
+             on this machine, of any user, can call every tool and reach what their grants and \
+             secrets reach. Drop --no-auth to require the token in $BERM_HOME/http-token."
+        );
+    }
+    let token_file = args
+        .http_token_file
+        .as_deref()
+        .map(std::path::absolute)
+        .transpose()
+        .context("resolving --http-token-file")
+        .map_err(usage)?;
+    let token = match &token_file {
         Some(path) => {
             let contents = std::fs::read_to_string(path)
                 .with_context(|| format!("reading the token file {}", path.display()))
@@ -209,6 +230,8 @@ fn start(args: Args, started: Instant) -> Result<(), (Exit, anyhow::Error)> {
             addr,
             allow_remote: args.http_allow_remote,
             token,
+            token_file,
+            no_auth: args.no_auth,
             allowed_hosts: args.allowed_hosts,
         }),
         max_frame_bytes: args.max_frame_bytes,

@@ -1,0 +1,300 @@
+//! Where a secret's value may be kept on the host: the files `[program.secrets]` names.
+//!
+//! A value file must be the user's own (owned by the user who runs berm), private (no bit
+//! for group or others, as ssh wants of a key: 0600 and 0400 both pass) and outside berm's
+//! own directories, which hold the host's signing key (`$XDG_CONFIG_HOME/berm`, default
+//! `~/.config/berm`) and bermd's state and secret store (`$BERM_HOME`, default `~/.berm`):
+//! a `berm.toml` must not be able to send those, or another program's stored secret,
+//! to a host of its choosing. The owner and mode are those of the file a path finally leads
+//! to, so a Kubernetes Secret volume (`defaultMode: 0400`, files reached through kubelet's
+//! `..data` links) is admitted as it is mounted.
+//!
+//! [`check_path`] is what can be said of the path alone (at load, before the file exists);
+//! [`open`] checks the opened file itself, each time a value is read.
+
+use std::fs::File;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+/// Why a secret's value file is refused. Every message names the file and what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum SecretFileError {
+    /// The file lies in one of berm's own directories.
+    #[error(
+        "{}{via} is inside {dir} ({what}): keep secret values out of berm's own directories, \
+         e.g. run `mkdir -m 700 ~/.secrets && mv {} ~/.secrets/` and name the file there",
+        path.display(),
+        path.display(),
+        dir = dir.display()
+    )]
+    InsideBerm {
+        /// The file as named.
+        path: PathBuf,
+        /// ` (through links: TARGET)` when the path leads elsewhere, else empty.
+        via: String,
+        /// The berm directory it is in.
+        dir: PathBuf,
+        /// What that directory holds.
+        what: &'static str,
+    },
+    /// The file cannot be opened or examined.
+    #[error("{}: cannot read it: {source}", path.display())]
+    Io {
+        /// The file as named.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A directory or a special file.
+    #[error("{}{via}: not a regular file", path.display())]
+    NotFile {
+        /// The file as named.
+        path: PathBuf,
+        /// ` (through links: TARGET)` when the path leads elsewhere, else empty.
+        via: String,
+    },
+    /// Someone else's file.
+    #[error(
+        "{}{via} is owned by uid {owner}, not by uid {user}, who runs berm: run `chown {user} {}` \
+         (or keep the value in a file of your own)",
+        path.display(),
+        path.display()
+    )]
+    NotOwned {
+        /// The file as named.
+        path: PathBuf,
+        /// ` (through links: TARGET)` when the path leads elsewhere, else empty.
+        via: String,
+        /// Its owner.
+        owner: u32,
+        /// The user running berm.
+        user: u32,
+    },
+    /// Group or others may read (or write) it.
+    #[error(
+        "{}{via} has mode {mode:03o}, open to group or others: run `chmod 600 {}`",
+        path.display(),
+        path.display()
+    )]
+    Open {
+        /// The file as named.
+        path: PathBuf,
+        /// ` (through links: TARGET)` when the path leads elsewhere, else empty.
+        via: String,
+        /// Its permission bits.
+        mode: u32,
+    },
+}
+
+/// berm's own directories, each with what it holds: both the configured and the default
+/// place of each (`$XDG_CONFIG_HOME/berm` and `~/.config/berm`; `$BERM_HOME` and `~/.berm`),
+/// since berm run one way or another may keep its key or state in either.
+pub fn berm_dirs() -> Vec<(PathBuf, &'static str)> {
+    let var = |name| {
+        std::env::var_os(name)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+            .filter(|p| p.is_absolute())
+    };
+    let home = var("HOME");
+    const KEY: &str = "berm's configuration and the host's signing key";
+    const STATE: &str = "bermd's state and its secret store";
+    let mut dirs = Vec::new();
+    if let Some(config) = var("XDG_CONFIG_HOME") {
+        dirs.push((config.join("berm"), KEY));
+    }
+    if let Some(home) = &home {
+        dirs.push((home.join(".config").join("berm"), KEY));
+        dirs.push((home.join(".berm"), STATE));
+    }
+    if let Some(state) = var("BERM_HOME") {
+        dirs.push((state, STATE));
+    }
+    dirs
+}
+
+/// ` (through links: TARGET)` when `real` is not `path`.
+fn via(path: &Path, real: &Path) -> String {
+    if real == path {
+        String::new()
+    } else {
+        format!(" (through links: {})", real.display())
+    }
+}
+
+/// Refuses a `path` that is, or leads through links to, a file inside one of `dirs`
+/// ([`berm_dirs`]). A file that does not exist yet is judged by its path.
+pub fn check_path_in(path: &Path, dirs: &[(PathBuf, &'static str)]) -> Result<(), SecretFileError> {
+    let real = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+    for (dir, what) in dirs {
+        let real_dir = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.clone());
+        if path.starts_with(dir) || real.starts_with(&real_dir) || real.starts_with(dir) {
+            return Err(SecretFileError::InsideBerm {
+                path: path.to_path_buf(),
+                via: via(path, &real),
+                dir: dir.clone(),
+                what,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// [`check_path_in`] berm's own directories as the environment names them.
+pub fn check_path(path: &Path) -> Result<(), SecretFileError> {
+    check_path_in(path, &berm_dirs())
+}
+
+/// Opens the value file `path` for reading once it is known to be a regular file, outside
+/// berm's own directories, owned by the user who runs berm and with no bit for group or
+/// others. Owner and mode are read from the opened file, so what is checked is what is read.
+pub fn open(path: &Path) -> Result<File, SecretFileError> {
+    check_path(path)?;
+    let io = |source| SecretFileError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let file = File::open(path).map_err(io)?;
+    let meta = file.metadata().map_err(io)?;
+    let real = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+    let via = via(path, &real);
+    let path = path.to_path_buf();
+    if !meta.is_file() {
+        return Err(SecretFileError::NotFile { path, via });
+    }
+    let user = rustix::process::geteuid().as_raw();
+    if meta.uid() != user {
+        return Err(SecretFileError::NotOwned {
+            path,
+            via,
+            owner: meta.uid(),
+            user,
+        });
+    }
+    let mode = meta.mode() & 0o777;
+    if mode & 0o077 != 0 {
+        return Err(SecretFileError::Open { path, via, mode });
+    }
+    Ok(file)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::*;
+
+    fn write(path: &Path, mode: u32) {
+        std::fs::write(path, "value\n").unwrap();
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+
+    #[test]
+    fn a_private_file_of_the_user_is_admitted() {
+        let dir = tempfile::tempdir().unwrap();
+        for mode in [0o600, 0o400] {
+            let file = dir.path().join(format!("token-{mode:o}"));
+            write(&file, mode);
+            open(&file).unwrap();
+        }
+    }
+
+    #[test]
+    fn a_file_open_to_group_or_others_is_refused_saying_chmod() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("token");
+        for mode in [0o640, 0o604, 0o620] {
+            write(&file, mode);
+            assert_eq!(
+                open(&file).unwrap_err().to_string(),
+                format!(
+                    "{} has mode {mode:03o}, open to group or others: run `chmod 600 {}`",
+                    file.display(),
+                    file.display()
+                )
+            );
+        }
+    }
+
+    #[test]
+    fn a_file_of_another_user_is_refused_saying_chown() {
+        let user = rustix::process::geteuid().as_raw();
+        if user != 0 {
+            // Only root can give a file away; the rule is the same for everyone.
+            eprintln!("skipped: needs root to chown a file to another uid");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("token");
+        write(&file, 0o600);
+        std::os::unix::fs::chown(&file, Some(12345), None).unwrap();
+        assert_eq!(
+            open(&file).unwrap_err().to_string(),
+            format!(
+                "{} is owned by uid 12345, not by uid 0, who runs berm: run `chown 0 {}` (or keep \
+                 the value in a file of your own)",
+                file.display(),
+                file.display()
+            )
+        );
+    }
+
+    /// A Kubernetes Secret volume as kubelet lays it out: `NAME -> ..data/NAME`,
+    /// `..data -> ..<timestamp>`, the file of `defaultMode: 0400` owned by the pod's uid.
+    #[test]
+    fn a_kubernetes_secret_volume_of_mode_0400_is_admitted() {
+        use std::os::unix::fs::symlink;
+        let mount = tempfile::tempdir().unwrap();
+        let stamp = mount.path().join("..2026_01_01_00_00_00.123456789");
+        std::fs::create_dir(&stamp).unwrap();
+        write(&stamp.join("TOKEN"), 0o400);
+        symlink(
+            "..2026_01_01_00_00_00.123456789",
+            mount.path().join("..data"),
+        )
+        .unwrap();
+        let token = mount.path().join("TOKEN");
+        symlink("..data/TOKEN", &token).unwrap();
+        let mut value = String::new();
+        std::io::Read::read_to_string(&mut open(&token).unwrap(), &mut value).unwrap();
+        assert_eq!(value, "value\n");
+        // The target's mode decides, not the link's (0777): an open target is refused, named.
+        std::fs::set_permissions(stamp.join("TOKEN"), std::fs::Permissions::from_mode(0o440))
+            .unwrap();
+        let err = open(&token).unwrap_err().to_string();
+        assert!(
+            err.contains("(through links: ") && err.contains("has mode 440"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_file_in_berms_own_directories_is_refused_also_through_links() {
+        let home = tempfile::tempdir().unwrap();
+        let config = home.path().join(".config/berm");
+        std::fs::create_dir_all(&config).unwrap();
+        let key = config.join("host-key.pem");
+        write(&key, 0o600);
+        let dirs = [(
+            config.clone(),
+            "berm's configuration and the host's signing key",
+        )];
+        assert!(matches!(
+            check_path_in(&key, &dirs),
+            Err(SecretFileError::InsideBerm { .. })
+        ));
+        let link = home.path().join("innocent");
+        std::os::unix::fs::symlink(&key, &link).unwrap();
+        let err = check_path_in(&link, &dirs).unwrap_err().to_string();
+        assert!(
+            err.starts_with(&format!(
+                "{} (through links: {}) is inside {}",
+                link.display(),
+                key.display(),
+                config.display()
+            )),
+            "{err}"
+        );
+        check_path_in(&home.path().join("elsewhere"), &dirs).unwrap();
+    }
+}
