@@ -50,6 +50,17 @@ pub enum Grant {
         /// A host it may be sent to, and the scheme.
         rule: SecretRule,
     },
+    /// `call=PROGRAM` or `call=PROGRAM_TOOL`: `berm.call` may reach every tool of
+    /// `PROGRAM`, or only its tool `TOOL`. Repeatable. The names are the callee's own
+    /// (its deployed program name and the tool name in its manifest), never an MCP alias.
+    /// Without any, `berm.call` is not linked: the callee runs with its own grants, so a
+    /// call is a capability like every other syscall (see docs/threat-model.md).
+    Call {
+        /// The program that may be called.
+        program: String,
+        /// Its one tool that may be called; `None` allows all of them.
+        tool: Option<String>,
+    },
 }
 
 /// How much a program may keep beneath its `fs` directory. Unset fields
@@ -90,14 +101,30 @@ impl Grant {
             Grant::Kv => "kv",
             Grant::Fs { .. } => "fs",
             Grant::Net(_) | Grant::Secret { .. } => "http",
+            Grant::Call { .. } => crate::CONVENTION_MODULE,
+        }
+    }
+
+    /// Whether this grant lets a program call tool `tool` of program `program`.
+    pub fn allows_call(&self, program: &str, tool: &str) -> bool {
+        match self {
+            Grant::Call {
+                program: granted,
+                tool: only,
+            } => granted == program && only.as_deref().is_none_or(|only| only == tool),
+            _ => false,
         }
     }
 
     /// Whether the grant goes in an app's measurement line and attestation record: it
     /// reaches past the program's own state inside the microVM (egress, which the host's
-    /// dialer enforces). `fs` and `kv` stay inside the VM's disk, which is measured whole.
+    /// dialer enforces; calls to other programs, which run with their own grants). `fs` and
+    /// `kv` stay inside the VM's disk, which is measured whole.
     pub fn is_measured(&self) -> bool {
-        matches!(self, Grant::Net(_) | Grant::Secret { .. })
+        matches!(
+            self,
+            Grant::Net(_) | Grant::Secret { .. } | Grant::Call { .. }
+        )
     }
 }
 
@@ -106,9 +133,16 @@ impl Grant {
 pub enum GrantParseError {
     /// Not one of the grant names.
     #[error(
-        "unknown grant `{0}`: use log, clock, random, kv, fs=DIR[:ro|:rw][:bytes=N][:entries=N], net=HOST[:PORT] or secret:NAME=HOST[:PORT]"
+        "unknown grant `{0}`: use log, clock, random, kv, fs=DIR[:ro|:rw][:bytes=N][:entries=N], net=HOST[:PORT], secret:NAME=HOST[:PORT] or call=PROGRAM[_TOOL]"
     )]
     Unknown(String),
+    /// A `call=` grant whose names break the naming rules.
+    #[error(
+        "grant `{0}`: write call=PROGRAM or call=PROGRAM_TOOL with the callee's own names \
+         (its program name, [a-z0-9][a-z0-9-]{{0,63}}, and a tool name of its manifest), \
+         not an MCP alias"
+    )]
+    Call(String),
     /// A `net=` or `secret:` host that is not a valid rule.
     #[error("grant `{grant}`: {problem}")]
     Net {
@@ -217,6 +251,22 @@ impl FromStr for Grant {
                 })
             }
             "net" => Ok(Grant::Net(net(value.unwrap_or_default())?)),
+            "call" => {
+                let value = value.unwrap_or_default();
+                let (program, tool) = match value.split_once(crate::SERVED_NAME_SEPARATOR) {
+                    Some((program, tool)) => (program, Some(tool)),
+                    None => (value, None),
+                };
+                if !crate::is_valid_program_name(program)
+                    || tool.is_some_and(|tool| !crate::is_valid_name(tool))
+                {
+                    return Err(GrantParseError::Call(text.to_string()));
+                }
+                Ok(Grant::Call {
+                    program: program.to_string(),
+                    tool: tool.map(str::to_string),
+                })
+            }
             _ => Err(GrantParseError::Unknown(text.to_string())),
         }
     }
@@ -242,6 +292,10 @@ impl fmt::Display for Grant {
             }
             Grant::Net(rule) => write!(f, "net={rule}"),
             Grant::Secret { name, rule } => write!(f, "secret:{name}={rule}"),
+            Grant::Call { program, tool } => match tool {
+                Some(tool) => write!(f, "call={}", crate::served_name(program, tool)),
+                None => write!(f, "call={program}"),
+            },
             other => f.write_str(other.module()),
         }
     }
@@ -252,6 +306,18 @@ crate::serde_as_text!(Grant);
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn call_grants_allow_their_program_or_their_one_tool() {
+        let program: Grant = "call=echo".parse().unwrap();
+        let tool: Grant = "call=files_read".parse().unwrap();
+        assert!(program.allows_call("echo", "echo") && program.allows_call("echo", "other"));
+        assert!(!program.allows_call("files", "echo"));
+        assert!(tool.allows_call("files", "read"));
+        assert!(!tool.allows_call("files", "write") && !tool.allows_call("echo", "read"));
+        assert!(!Grant::Kv.allows_call("echo", "echo"));
+        assert_eq!(program.module(), "berm");
+    }
 
     #[test]
     fn grants_round_trip_through_text() {
@@ -272,10 +338,20 @@ mod tests {
             "secret:GITHUB_TOKEN=api.github.com",
             "secret:t=127.0.0.1:8443",
             "secret:t=http://127.0.0.1:8080",
+            "call=echo",
+            "call=echo_echo",
+            "call=files_read_all",
         ] {
             let grant: Grant = text.parse().unwrap();
             assert_eq!(grant.to_string(), text);
         }
+        assert_eq!(
+            "call=files_read_all".parse::<Grant>().unwrap(),
+            Grant::Call {
+                program: "files".into(),
+                tool: Some("read_all".into()),
+            }
+        );
         assert_eq!(
             "fs=/tmp/x".parse::<Grant>().unwrap(),
             Grant::Fs {
@@ -322,6 +398,12 @@ mod tests {
             ("secret:tok", GrantParseError::SecretName),
             ("fs=:ro", GrantParseError::FsWithoutDir),
             ("kv=1", GrantParseError::UnexpectedValue),
+            ("call", GrantParseError::Call),
+            ("call=", GrantParseError::Call),
+            ("call=Echo", GrantParseError::Call),
+            ("call=echo_", GrantParseError::Call),
+            ("call=_echo", GrantParseError::Call),
+            ("call=echo.echo", GrantParseError::Call),
         ] {
             assert_eq!(text.parse::<Grant>(), Err(error(text.into())), "{text}");
         }
@@ -389,6 +471,7 @@ mod tests {
             Just("random".to_string()),
             Just("kv".to_string()),
             "(log|clock|random|kv|net|fs|secret|call)[=:]?[a-z0-9_=.:]{0,8}",
+            "call=[a-zA-Z0-9_.-]{0,10}",
             fs,
             rule.clone().prop_map(|r| format!("net={r}")),
             ("[A-Za-z0-9_ -]{0,6}", rule).prop_map(|(n, r)| format!("secret:{n}={r}")),

@@ -53,7 +53,9 @@ pub mod convention {
     /// say what went wrong.
     pub const PANIC: &str = "panic";
     /// Calls another deployed program's tool by name: the one syscall berm
-    /// serves itself. Request: frames `[program, tool, args]`.
+    /// serves itself. Request: frames `[program, tool, args]`. Linked only for a
+    /// program with a `call=` grant, and a call reaches only what those grants and the
+    /// manifest's `calls` both name.
     pub const CALL: &str = "call";
 
     /// All calling-convention import names.
@@ -141,11 +143,13 @@ for_each_syscall!(syscall_table);
 
 /// The grant that allows `module`'s syscalls, as `berm deploy --grant` spells it, for
 /// messages that tell a user what to grant: the module's own name, except where the grant
-/// names what it reaches (`fs=DIR`, `net=HOST[:PORT]` for `http`).
+/// names what it reaches (`fs=DIR`, `net=HOST[:PORT]` for `http`, `call=PROGRAM` for
+/// `berm.call`).
 pub fn grant_for(module: &str) -> &str {
     match module {
         "fs" => "fs=DIR",
         "http" => "net=HOST[:PORT]",
+        CONVENTION_MODULE => "call=PROGRAM",
         other => other,
     }
 }

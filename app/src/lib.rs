@@ -281,9 +281,9 @@ pub enum AppError {
         file: PathBuf,
         /// The program.
         program: String,
-        /// What the parser said.
+        /// What the parser said (boxed: it is large, and this path is cold).
         #[source]
-        source: GrantParseError,
+        source: Box<GrantParseError>,
     },
     /// The app-level `[secrets]` table, which named one file per name for every program.
     #[error(
@@ -809,7 +809,7 @@ fn check_grants(file: &Path, program: &str, grants: &[String]) -> Result<Vec<Gra
         let grant: Grant = text.parse().map_err(|source| AppError::Grant {
             file: file.to_path_buf(),
             program: program.to_string(),
-            source,
+            source: Box::new(source),
         })?;
         if let Grant::Fs { dir, .. } = &grant {
             // Parsed from a string, so the path is UTF-8.

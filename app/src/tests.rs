@@ -373,7 +373,7 @@ proptest::proptest! {
             }
             (Err(AppError::FsGrant { .. }), Ok(Grant::Fs { .. })) => {}
             (Err(AppError::Grant { source, .. }), Err(error)) => {
-                proptest::prop_assert_eq!(source, error);
+                proptest::prop_assert_eq!(&**source, error);
             }
             _ => proptest::prop_assert!(false, "{text:?}: host {host:?}, parser {parsed:?}"),
         }

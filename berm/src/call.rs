@@ -1,9 +1,10 @@
 //! Calling programs: a fresh instance per call, bounded in time, memory,
 //! stack and size, and calls between programs by name.
 
+use std::any::Any;
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::{Duration, Instant};
 
 use std::future::Future;
@@ -27,6 +28,25 @@ pub struct CallOptions {
     /// The deadline for this call (and the calls it makes), instead of the
     /// program's own.
     pub deadline: Option<Duration>,
+}
+
+/// What a host checks before a call between programs starts, the same checks it makes
+/// before a call from outside (berm-service: the per-program call slots, the argument
+/// cap and the tool's input schema), so that no call reaches a program by a path with
+/// fewer checks. Installed with [`Berm::set_call_gate`]; the runtime has already checked
+/// depth, the caller's `call=` grants and manifest `calls`, and the argument cap.
+pub trait CallGate: Send + Sync {
+    /// Admits a call of `program.tool` with `args`, or refuses it with the error a call
+    /// from outside would get. What it returns is held until the call ends (a call slot).
+    ///
+    /// # Errors
+    /// The refusal ([`Error::InvalidArguments`], [`Error::Busy`], …); nothing runs.
+    fn admit(
+        &self,
+        program: &str,
+        tool: &str,
+        args: &[u8],
+    ) -> Result<Option<Box<dyn Any + Send>>, Error>;
 }
 
 /// Where a [`Berm`] looks for compiled code before compiling: first the
@@ -61,6 +81,7 @@ pub(crate) struct Inner {
     modules: Mutex<HashMap<Digest, Module>>,
     precompiled: Option<CodeCache>,
     cache: Option<CodeCache>,
+    gate: OnceLock<Arc<dyn CallGate>>,
 }
 
 impl Berm {
@@ -114,6 +135,7 @@ impl Berm {
                 cache: dirs
                     .cache
                     .map(|dir| CodeCache::writable(dir, engine.fingerprint())),
+                gate: OnceLock::new(),
             }),
         }
     }
@@ -170,6 +192,7 @@ impl Berm {
             &module,
             &self.inner.table,
             &options.grants,
+            &manifest.calls,
         )?;
         let pre = linker
             .instantiate_pre(&module)
@@ -311,6 +334,12 @@ impl Berm {
         invocation::invoke(&self.inner.engine, self.inner.clone(), invocation).await
     }
 
+    /// Installs the host's checks of every call between programs (see [`CallGate`]); the
+    /// first one installed stays. Without one, only the runtime's own checks apply.
+    pub fn set_call_gate(&self, gate: Arc<dyn CallGate>) {
+        let _ = self.inner.gate.set(gate);
+    }
+
     /// The engine this runtime runs on.
     pub fn engine(&self) -> &Engine {
         &self.inner.engine
@@ -395,6 +424,20 @@ impl Programs for Inner {
             let program = self
                 .program(&invocation.program)
                 .ok_or_else(|| Error::NoSuchProgram(invocation.program.clone()))?;
+            let _admitted = match self.gate.get() {
+                Some(gate) => {
+                    gate.admit(&invocation.program, &invocation.tool, &invocation.args)?
+                }
+                None => None,
+            };
+            // The callee's own deadline applies as it does to a call from outside, within
+            // what is left of the caller's.
+            let mut invocation = invocation;
+            let own = Instant::now() + program.info.limits.deadline;
+            if own < invocation.deadline {
+                invocation.deadline = own;
+                invocation.budget = program.info.limits.deadline;
+            }
             let engine = self.engine.clone();
             invocation::invoke(&engine, self, invocation.of(program)).await
         })

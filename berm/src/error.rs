@@ -63,6 +63,62 @@ pub enum Error {
         /// The cap.
         cap: usize,
     },
+    /// A program called a tool of another program that none of its `call=` grants names;
+    /// nothing ran. The callee would have run with its own grants, so reaching it is a
+    /// grant like any other syscall.
+    #[error(
+        "`{program}_{tool}` called `{callee}_{callee_tool}`, which is not granted to `{program}` \
+         (grant `call={callee}` or `call={callee}_{callee_tool}` to allow it)"
+    )]
+    CallNotGranted {
+        /// The calling program.
+        program: String,
+        /// Its tool that made the call.
+        tool: String,
+        /// The program it called.
+        callee: String,
+        /// The tool it called.
+        callee_tool: String,
+    },
+    /// A program called a program its manifest's `calls` does not declare; nothing ran.
+    /// What a program may call is part of what `berm inspect` shows before it runs.
+    #[error(
+        "`{program}_{tool}` called `{callee}`, which `{program}` does not declare in its \
+         manifest's `calls` ({declared}); a program calls only the programs it declares"
+    )]
+    CallNotDeclared {
+        /// The calling program.
+        program: String,
+        /// Its tool that made the call.
+        tool: String,
+        /// The program it called.
+        callee: String,
+        /// What the manifest declares, for the message (`declares none` or `declares a, b`).
+        declared: String,
+    },
+    /// The arguments do not match the tool's input schema; nothing ran. The same check,
+    /// and message, for a call from outside and a call between programs.
+    #[error("invalid arguments for `{program}_{tool}`: {message}")]
+    InvalidArguments {
+        /// The program.
+        program: String,
+        /// The tool.
+        tool: String,
+        /// Which field, and what is wrong with it.
+        message: String,
+    },
+    /// The program already runs as many calls as it may (from outside and from other
+    /// programs alike); nothing ran.
+    #[error(
+        "`{program}` already has {cap} calls running, its cap (bermd --max-calls-per-program); \
+         try again when one ends"
+    )]
+    Busy {
+        /// The program.
+        program: String,
+        /// The cap.
+        cap: usize,
+    },
     /// The result or failure message exceeds the program's cap.
     #[error("`{program}_{tool}` produced {size} bytes, over the result cap of {cap} bytes")]
     ResultTooLarge {
@@ -194,6 +250,10 @@ impl Error {
                 | Error::NoSuchTool { .. }
                 | Error::DepthExceeded { .. }
                 | Error::ArgsTooLarge { .. }
+                | Error::CallNotGranted { .. }
+                | Error::CallNotDeclared { .. }
+                | Error::InvalidArguments { .. }
+                | Error::Busy { .. }
         )
     }
 }

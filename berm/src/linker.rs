@@ -16,7 +16,7 @@ use wasmtime::{Caller, ExternType, Linker, Module, ValType};
 
 use crate::DeployError;
 use crate::error::Error;
-use crate::invocation::{CallState, Outcome, Programs, Violation};
+use crate::invocation::{CallState, Invocation, Outcome, Programs, Violation};
 use crate::program::Grants;
 use crate::syscall::{Kind, Reply, Syscall, SyscallContext, SyscallError};
 
@@ -26,7 +26,8 @@ pub(crate) type SyscallTable = HashMap<(String, String), Syscall>;
 /// Largest panic message kept; the rest is cut.
 const MAX_PANIC_MESSAGE: usize = 16 << 10;
 
-/// The calling convention and `berm.call`, shared by every program.
+/// The calling convention, shared by every program (`berm.call` is linked per program, by
+/// grant: [`program_linker`]).
 pub(crate) fn convention_linker(engine: &wasmtime::Engine) -> Linker<CallState> {
     let mut linker = Linker::new(engine);
     // Each name is defined once on a fresh linker, so defining cannot fail:
@@ -79,6 +80,12 @@ fn define_convention(linker: &mut Linker<CallState>) -> wasmtime::Result<()> {
         state.panic = Some(message);
         Ok(0)
     })?;
+    Ok(())
+}
+
+/// `berm.call`, for a program with a `call=` grant: each call is checked against the
+/// caller's grants and manifest ([`parse_call`]) before anything of the callee is looked up.
+fn define_call(linker: &mut Linker<CallState>) -> wasmtime::Result<()> {
     linker.func_wrap_async(
         CONVENTION_MODULE,
         convention::CALL,
@@ -86,7 +93,7 @@ fn define_convention(linker: &mut Linker<CallState>) -> wasmtime::Result<()> {
             Box::new(async move {
                 let (memory, state) = guest_memory(&mut caller)?;
                 let request = state.region(memory, ptr, len)?;
-                let invocation = match parse_call(request, state.programs.as_ref()) {
+                let invocation = match parse_call(request, &state.call, state.programs.as_ref()) {
                     Ok((program, tool, args)) => state.nested(program, tool, args),
                     Err((code, message)) => {
                         state.staged = message.into_bytes();
@@ -107,6 +114,10 @@ fn define_convention(linker: &mut Linker<CallState>) -> wasmtime::Result<()> {
                             }
                             Error::DepthExceeded { .. } => ErrorCode::Depth,
                             Error::ArgsTooLarge { .. } => ErrorCode::TooLarge,
+                            Error::InvalidArguments { .. } => ErrorCode::Invalid,
+                            Error::CallNotGranted { .. }
+                            | Error::CallNotDeclared { .. }
+                            | Error::Busy { .. } => ErrorCode::Denied,
                             _ => ErrorCode::Fault,
                         };
                         (code.word(), error.to_string())
@@ -123,9 +134,12 @@ fn define_convention(linker: &mut Linker<CallState>) -> wasmtime::Result<()> {
 /// Reads a `berm.call` request in place and copies only what the call
 /// keeps: two names (checked against the naming rule, so at most 64 bytes
 /// each) and the arguments, once they are known to fit the callee's cap. A
-/// region of any size costs the host no more than that.
+/// region of any size costs the host no more than that. A callee outside the caller's
+/// manifest `calls` or `call=` grants is refused before it is looked up, so an ungranted
+/// program cannot even learn which programs exist.
 fn parse_call(
     request: &[u8],
+    call: &Invocation,
     programs: &dyn Programs,
 ) -> Result<(String, String, Vec<u8>), (ErrorCode, String)> {
     let invalid = |message: String| (ErrorCode::Invalid, message);
@@ -141,6 +155,7 @@ fn parse_call(
         ))),
     };
     let (program, tool) = (name(program, "program")?, name(tool, "tool")?);
+    reachable(call, &program, &tool).map_err(|e| (ErrorCode::Denied, e.to_string()))?;
     let Some(cap) = programs.max_args_bytes(&program) else {
         return Err((
             ErrorCode::NotFound,
@@ -159,7 +174,33 @@ fn parse_call(
     Ok((program, tool, args.to_vec()))
 }
 
-/// The guest's memory and the call state, borrowed together.
+/// Whether the program making `call` may call `program.tool`: its manifest declares
+/// `program` in `calls`, and one of its `call=` grants names it (or that one tool).
+fn reachable(call: &Invocation, program: &str, tool: &str) -> Result<(), Error> {
+    let info = &call.program.info;
+    let declared = &info.manifest.calls;
+    if !declared.iter().any(|d| d == program) {
+        return Err(Error::CallNotDeclared {
+            program: info.name.clone(),
+            tool: call.tool.clone(),
+            callee: program.to_string(),
+            declared: match declared.is_empty() {
+                true => "it declares none".into(),
+                false => format!("it declares {}", declared.join(", ")),
+            },
+        });
+    }
+    if !info.grants.allows_call(program, tool) {
+        return Err(Error::CallNotGranted {
+            program: info.name.clone(),
+            tool: call.tool.clone(),
+            callee: program.to_string(),
+            callee_tool: tool.to_string(),
+        });
+    }
+    Ok(())
+}
+
 /// Defines the convention import `name` (`(ptr: i32, len: i32) -> i64`), whose handler gets
 /// the program's memory, the call's state and the `(ptr, len)` it passed.
 fn define_region(
@@ -214,12 +255,15 @@ fn guest_memory<'a>(
     Ok(memory.data_and_store_mut(caller))
 }
 
-/// Resolves every import of `module`: convention, granted syscall, or trap.
+/// Resolves every import of `module`: convention, granted syscall, or trap. `berm.call` is
+/// linked only with a `call=` grant; without one it is a trap naming the grant, `call=P`
+/// when the manifest's `calls` declares the one program `P`.
 pub(crate) fn program_linker(
     base: &Linker<CallState>,
     module: &Module,
     table: &SyscallTable,
     grants: &Grants,
+    calls: &[String],
 ) -> Result<Linker<CallState>, DeployError> {
     let mut linker = base.clone();
     for import in module.imports() {
@@ -256,12 +300,23 @@ pub(crate) fn program_linker(
             if !convention::ALL.contains(&import.name()) {
                 return Err(DeployError::UnknownConvention(import.name().to_string()));
             }
-            continue;
+            if import.name() != convention::CALL {
+                continue;
+            }
         }
         let key = (import.module().to_string(), import.name().to_string());
+        let missing_grant = Missing::Grant(match calls {
+            [only] if import.module() == CONVENTION_MODULE => format!("call={only}"),
+            _ => berm_abi::grant_for(import.module()).to_string(),
+        });
+        let granted = grants.allows(import.module());
         let defined = match table.get(&key) {
-            Some(syscall) if grants.allows(import.module()) => define_syscall(&mut linker, syscall),
-            Some(_) => define_trap(&mut linker, &key, Missing::Grant),
+            _ if import.module() == CONVENTION_MODULE && granted => define_call(&mut linker),
+            _ if import.module() == CONVENTION_MODULE => {
+                define_trap(&mut linker, &key, missing_grant)
+            }
+            Some(syscall) if granted => define_syscall(&mut linker, syscall),
+            Some(_) => define_trap(&mut linker, &key, missing_grant),
             None => define_trap(&mut linker, &key, Missing::Syscall),
         };
         defined.map_err(|e| DeployError::Compile(format!("could not link `{qualified}`: {e}")))?;
@@ -269,9 +324,10 @@ pub(crate) fn program_linker(
     Ok(linker)
 }
 
+/// Why an import is a trap: the host does not serve it, or the program lacks this grant.
 enum Missing {
     Syscall,
-    Grant,
+    Grant(String),
 }
 
 fn define_trap(
@@ -279,7 +335,6 @@ fn define_trap(
     (module, name): &(String, String),
     missing: Missing,
 ) -> wasmtime::Result<()> {
-    let grant = berm_abi::grant_for(module).to_string();
     let syscall = format!("{module}.{name}");
     linker.func_wrap(
         module,
@@ -289,13 +344,13 @@ fn define_trap(
             let program = state.call.program.name.to_string();
             let tool = state.call.tool.clone();
             let syscall = syscall.clone();
-            Err(state.fault(match missing {
+            Err(state.fault(match &missing {
                 Missing::Syscall => Error::MissingSyscall {
                     program,
                     tool,
                     syscall,
                 },
-                Missing::Grant => Error::NotGranted {
+                Missing::Grant(grant) => Error::NotGranted {
                     program,
                     tool,
                     syscall,

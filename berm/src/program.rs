@@ -6,32 +6,43 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use berm_abi::grant::Grant;
+
 use crate::{Digest, Limits, Manifest};
 
-/// Which syscall modules of the host's table a program may use. The rest of
-/// the table is still linked, as traps that name the missing grant.
+/// Which syscall modules of the host's table a program may use, and which other programs'
+/// tools it may call. The rest of the table is still linked, as traps that name the missing
+/// grant; so is `berm.call` without a `call=` grant.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub enum Grants {
-    /// Everything in the table (the library default: the table *is* the
-    /// host's decision).
+    /// Everything in the table, and calls to any program its manifest declares (the
+    /// library default: the table *is* the host's decision).
     #[default]
     All,
-    /// Only these import modules (e.g. `kv`, `fs`). `berm.call` is part of
-    /// the runtime and always available.
-    Only(BTreeSet<String>),
+    /// Only these grants: each opens its syscall module ([`Grant::module`]), and the
+    /// `call=` grants open `berm.call` to the programs and tools they name.
+    Only(BTreeSet<Grant>),
 }
 
 impl Grants {
-    /// No syscall at all.
+    /// No syscall at all, and no calls.
     pub fn none() -> Grants {
         Grants::Only(BTreeSet::new())
     }
 
-    /// Whether the module is granted.
+    /// Whether the module is granted (`berm` for `berm.call`: some `call=` grant).
     pub fn allows(&self, module: &str) -> bool {
         match self {
             Grants::All => true,
-            Grants::Only(set) => set.contains(module),
+            Grants::Only(set) => set.iter().any(|g| g.module() == module),
+        }
+    }
+
+    /// Whether a call to tool `tool` of `program` is granted.
+    pub fn allows_call(&self, program: &str, tool: &str) -> bool {
+        match self {
+            Grants::All => true,
+            Grants::Only(set) => set.iter().any(|g| g.allows_call(program, tool)),
         }
     }
 }

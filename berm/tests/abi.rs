@@ -72,7 +72,9 @@ async fn calls_between_programs_stage_their_reply() {
     let berm = berm();
     berm.deploy("raw", &wat_program(&manifest(&["raw"]), &raw_echo()))
         .unwrap();
-    berm.deploy("caller", &wat_program(&manifest(&["go"]), &body))
+    // It declares what it calls: the manifest's `calls` is enforced.
+    let declared = manifest(&["go"]).replacen(r#"{"abi":1,"#, r#"{"abi":1,"calls":["raw"],"#, 1);
+    berm.deploy("caller", &wat_program(&declared, &body))
         .unwrap();
     assert_eq!(
         berm.call(None, "caller", "go", vec![]).await.unwrap(),

@@ -246,11 +246,45 @@ fn deploy_ls_call_inspect_rm_with_their_exit_codes() {
     assert!(inspect.contains(r#""required":["path"]"#), "{inspect}");
     let out = bermd.berm(&["inspect", wasm("compose").to_str().unwrap()]);
     let inspect = text(&out.stdout);
-    assert!(inspect.contains("programs called: echo"), "{inspect}");
+    assert!(
+        inspect.contains(
+            "programs called: echo, compose, hostile, files (only these, and only as granted by call=)"
+        ),
+        "{inspect}"
+    );
     assert!(
         inspect.contains("syscalls imported: berm.call"),
         "{inspect}"
     );
+    // Deployed with a call grant: `ls` and `inspect` show it, and what it leaves out.
+    let compose = wasm("compose");
+    let out = bermd.berm(&[
+        "deploy",
+        "compose",
+        compose.to_str().unwrap(),
+        "--grant",
+        "call=echo_echo",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let ls = text(&bermd.berm(&["ls"]).stdout);
+    assert!(
+        ls.lines()
+            .any(|l| l.starts_with("compose ") && l.ends_with(" call=echo_echo")),
+        "{ls}"
+    );
+    let inspect = text(&bermd.berm(&["inspect", "compose"]).stdout);
+    assert!(
+        inspect.contains("grants (compose): call=echo_echo\n"),
+        "{inspect}"
+    );
+    assert!(
+        inspect.contains(
+            "imported but not granted (these trap when called): call=compose, call=hostile, call=files"
+        ),
+        "{inspect}"
+    );
+    let out = bermd.berm(&["call", "compose_shout", r#"{"message":"hi"}"#]);
+    assert_eq!(text(&out.stdout).trim(), "HI", "{}", text(&out.stderr));
     let out = bermd.berm(&["inspect", wasm("notes").to_str().unwrap(), "--json"]);
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(

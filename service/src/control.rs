@@ -150,10 +150,12 @@ async fn call(
             text: failed.message,
         }),
         Err(e @ CallError::NoSuchTool(_)) => failure(StatusCode::NOT_FOUND, e.to_string()),
-        Err(e @ CallError::InvalidArguments { .. }) => {
+        Err(e @ CallError::Host(berm::Error::InvalidArguments { .. })) => {
             failure(StatusCode::BAD_REQUEST, e.to_string())
         }
-        Err(e @ CallError::Busy { .. }) => failure(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
+        Err(e @ CallError::Host(berm::Error::Busy { .. })) => {
+            failure(StatusCode::SERVICE_UNAVAILABLE, e.to_string())
+        }
         Err(e @ (CallError::Host(_) | CallError::Lost(_) | CallError::InvalidOutput { .. })) => {
             failure(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
         }

@@ -218,12 +218,11 @@ fn call_result(
         Err(error @ CallError::NoSuchTool(_)) => {
             Err(McpError::invalid_params(error.to_string(), None))
         }
-        Err(error @ CallError::InvalidArguments { .. }) => error_result(error.to_string()),
+        Err(error @ CallError::Host(berm::Error::InvalidArguments { .. })) => {
+            error_result(error.to_string())
+        }
         Err(
-            error @ (CallError::Host(_)
-            | CallError::Lost(_)
-            | CallError::InvalidOutput { .. }
-            | CallError::Busy { .. }),
+            error @ (CallError::Host(_) | CallError::Lost(_) | CallError::InvalidOutput { .. }),
         ) => {
             tracing::warn!("tools/call: {error}");
             error_result(error.to_string())

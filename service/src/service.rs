@@ -165,14 +165,6 @@ pub enum CallError {
     /// No deployed program has that tool.
     #[error("no tool `{0}` is deployed (list them with tools/list or `berm ls`)")]
     NoSuchTool(String),
-    /// The arguments do not match the tool's input schema; nothing ran.
-    #[error("invalid arguments for `{tool}`: {message}")]
-    InvalidArguments {
-        /// The served name, `{program}_{tool}`.
-        tool: String,
-        /// Which field, and what is wrong with it.
-        message: String,
-    },
     /// The tool declares an output schema and its result does not match it.
     #[error("the result of `{tool}` does not match its output schema: {message}")]
     InvalidOutput {
@@ -181,24 +173,15 @@ pub enum CallError {
         /// Which field, and what is wrong with it.
         message: String,
     },
-    /// The runtime stopped or refused the call (trap, deadline, memory cap…).
+    /// The runtime stopped or refused the call (trap, deadline, memory cap…), or
+    /// [`Service::admit`] refused it (arguments, call slots): the same errors a call between
+    /// programs gets.
     #[error(transparent)]
     Host(#[from] berm::Error),
     /// The task running the call ended without an answer (bermd is
     /// shutting down, or the runtime panicked).
     #[error("the call was lost: {0}")]
     Lost(String),
-    /// The program already runs as many calls as it may; nothing ran.
-    #[error(
-        "`{program}` already has {cap} calls running, its cap (bermd --max-calls-per-program); \
-         try again when one ends"
-    )]
-    Busy {
-        /// The program.
-        program: String,
-        /// The cap.
-        cap: usize,
-    },
 }
 
 /// A tool's successful result.
@@ -428,6 +411,9 @@ impl Service {
             changing: Mutex::new(()),
             changes,
         });
+        service
+            .berm
+            .set_call_gate(Arc::new(NestedCalls(Arc::downgrade(&service))));
         let mut report = RestoreReport::default();
         let (records, problems) = service.store.load_all();
         for problem in problems {
@@ -630,19 +616,9 @@ impl Service {
         let entry = catalog
             .get(name)
             .ok_or_else(|| CallError::NoSuchTool(name.to_string()))?;
-        let (slot, max_args_bytes) = self.slot(&entry.program)?;
         // Serializing a Value cannot fail.
         let bytes = serde_json::to_vec(args).unwrap_or_default();
-        if bytes.len() > max_args_bytes {
-            // Refused before validation, so validating is bounded work.
-            return Err(CallError::Host(berm::Error::ArgsTooLarge {
-                program: entry.program.clone(),
-                tool: entry.tool.clone(),
-                size: bytes.len(),
-                cap: max_args_bytes,
-            }));
-        }
-        validate(name, entry, args)?;
+        let slot = self.admit(entry, &bytes, Some(args))?;
         let (berm, program, tool) = (self.berm.clone(), entry.program.clone(), entry.tool.clone());
         let run = async move {
             // Held until the call ends, even when its client has gone.
@@ -671,21 +647,64 @@ impl Service {
         checked(name, entry, outcome?)
     }
 
-    /// A running-call slot of `program`, and its argument cap.
-    fn slot(&self, program: &str) -> Result<(OwnedSemaphorePermit, usize), CallError> {
-        let deployments = self.deployments.read().unwrap_or_else(|p| p.into_inner());
-        let deployment = deployments
-            .get(program)
-            .ok_or_else(|| CallError::NoSuchTool(program.to_string()))?;
-        let permit = deployment
-            .slots
-            .clone()
-            .try_acquire_owned()
-            .map_err(|_| CallError::Busy {
-                program: program.to_string(),
-                cap: self.max_calls_per_program,
-            })?;
-        Ok((permit, deployment.max_args_bytes))
+    /// The one gate every call passes before its program runs, from outside
+    /// ([`Service::call`]) and from another program (`berm.call`, through [`NestedCalls`]):
+    /// a running-call slot of the program, the argument cap, then the tool's input schema
+    /// (`args` when the caller has the arguments parsed; else they are parsed from
+    /// `bytes`). The slot is held until the call ends.
+    ///
+    /// # Errors
+    /// [`berm::Error::Busy`], [`berm::Error::ArgsTooLarge`], [`berm::Error::InvalidArguments`];
+    /// [`berm::Error::NoSuchProgram`] when the program went away meanwhile.
+    pub(crate) fn admit(
+        &self,
+        entry: &catalog::ToolEntry,
+        bytes: &[u8],
+        args: Option<&serde_json::Value>,
+    ) -> Result<OwnedSemaphorePermit, berm::Error> {
+        let (program, tool) = (&entry.program, &entry.tool);
+        let (slot, max_args_bytes) =
+            {
+                let deployments = self.deployments.read().unwrap_or_else(|p| p.into_inner());
+                let deployment = deployments
+                    .get(program)
+                    .ok_or_else(|| berm::Error::NoSuchProgram(program.clone()))?;
+                let slot = deployment.slots.clone().try_acquire_owned().map_err(|_| {
+                    berm::Error::Busy {
+                        program: program.clone(),
+                        cap: self.max_calls_per_program,
+                    }
+                })?;
+                (slot, deployment.max_args_bytes)
+            };
+        if bytes.len() > max_args_bytes {
+            // Refused before validation, so validating is bounded work.
+            return Err(berm::Error::ArgsTooLarge {
+                program: program.clone(),
+                tool: tool.clone(),
+                size: bytes.len(),
+                cap: max_args_bytes,
+            });
+        }
+        let invalid = |message: String| berm::Error::InvalidArguments {
+            program: program.clone(),
+            tool: tool.clone(),
+            message,
+        };
+        let parsed;
+        let args = match args {
+            Some(args) => args,
+            None => {
+                parsed = serde_json::from_slice(bytes)
+                    .map_err(|e| invalid(format!("the arguments are not JSON ({e})")))?;
+                &parsed
+            }
+        };
+        let problems = schema_problems(&entry.validator, args);
+        if !problems.is_empty() {
+            return Err(invalid(problems));
+        }
+        Ok(slot)
     }
 
     fn write_deployments(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<String, Deployment>> {
@@ -701,9 +720,7 @@ impl Service {
     /// Opens what the grants reach and hands the image to the runtime.
     fn install(&self, record: Record, image: &[u8]) -> Result<CompileSource, DeployError> {
         let mut host = ProgramHost::new(self.max_host_ops);
-        let mut modules = std::collections::BTreeSet::new();
         for grant in &record.grants {
-            modules.insert(grant.module().to_string());
             match grant {
                 Grant::Kv => host.kv = Some(self.keyspace(&record.name)?),
                 Grant::Fs {
@@ -722,7 +739,8 @@ impl Service {
                 | Grant::Clock
                 | Grant::Random
                 | Grant::Net(_)
-                | Grant::Secret { .. } => {}
+                | Grant::Secret { .. }
+                | Grant::Call { .. } => {}
             }
         }
         host.net = self
@@ -748,7 +766,7 @@ impl Service {
             &record.name,
             image,
             DeployOptions {
-                grants: Grants::Only(modules),
+                grants: Grants::Only(record.grants.iter().cloned().collect()),
                 limits: Some(limits),
                 data: Some(Arc::new(host)),
             },
@@ -855,20 +873,28 @@ fn checked(
     }))
 }
 
-/// Checks `args` against the tool's schema; the message names the field.
-fn validate(
-    name: &str,
-    entry: &catalog::ToolEntry,
-    args: &serde_json::Value,
-) -> Result<(), CallError> {
-    let problems = schema_problems(&entry.validator, args);
-    if problems.is_empty() {
-        return Ok(());
+/// The service's checks of a call between programs ([`Service::admit`]), installed in its
+/// runtime: a weak reference, since the runtime is the service's own.
+struct NestedCalls(std::sync::Weak<Service>);
+
+impl berm::CallGate for NestedCalls {
+    fn admit(
+        &self,
+        program: &str,
+        tool: &str,
+        args: &[u8],
+    ) -> Result<Option<Box<dyn std::any::Any + Send>>, berm::Error> {
+        let Some(service) = self.0.upgrade() else {
+            return Ok(None);
+        };
+        let catalog = service.catalog();
+        // A tool that is not served is not deployed: the runtime names it as for any call.
+        let Some(entry) = catalog.get(&berm_abi::served_name(program, tool)) else {
+            return Ok(None);
+        };
+        let slot = service.admit(entry, args, None)?;
+        Ok(Some(Box::new(slot)))
     }
-    Err(CallError::InvalidArguments {
-        tool: name.to_string(),
-        message: problems,
-    })
 }
 
 /// What is wrong with `value` by `schema`, naming each field (at most five

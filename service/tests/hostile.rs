@@ -90,6 +90,9 @@ fn a_region_of_empty_frames_costs_the_host_nothing() {
             read_only: false,
             quota: berm_control::FsQuota::default(),
         },
+        // berm.call is linked only with a call grant; the frames are refused
+        // before any callee is checked.
+        "call=echo".parse().unwrap(),
     ];
     let limits = LimitsSpec {
         deadline_ms: Some(10_000),

@@ -4,8 +4,10 @@
 ///
 /// # Usage
 /// Reach for compose to see calls between programs: `shout` calls
-/// `echo_echo`, `relay` calls any tool and reports how it went.
-#[berm_guest::program(calls = ["echo"])]
+/// `echo_echo`, `relay` calls a tool of a program it declares and reports how
+/// it went. A call reaches only what its `call=` grants name: deploy it with
+/// `--grant call=echo` for `shout`.
+#[berm_guest::program(calls = ["echo", "compose", "hostile", "files"])]
 mod compose {
     use berm_guest::CallError;
 
@@ -18,7 +20,8 @@ mod compose {
         Ok(echoed.to_uppercase())
     }
 
-    /// Call `program.tool` with `args` and report what happened, as JSON:
+    /// Call `program.tool` (one of echo, compose, hostile, files, as granted)
+    /// with `args` and report what happened, as JSON:
     /// `{"outcome": "done" | "failed" | "refused" | "fault", "text": …}`.
     ///
     /// # Arguments

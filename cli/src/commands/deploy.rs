@@ -28,7 +28,9 @@ pub struct Args {
     registry: super::dist::RegistryArgs,
     /// What the program may reach: log, clock, random, kv,
     /// fs=DIR[:ro|:rw][:bytes=N][:entries=N], net=HOST[:PORT] (`*.example.com`
-    /// wildcards; without a port, 80 for http and 443 for https).
+    /// wildcards; without a port, 80 for http and 443 for https),
+    /// call=PROGRAM or call=PROGRAM_TOOL (the callee's own names: `berm.call`
+    /// reaches only these, among the programs the manifest declares).
     /// Repeat for several; nothing is granted by default.
     #[arg(long = "grant", value_name = "GRANT")]
     grants: Vec<Grant>,

@@ -87,12 +87,17 @@ pub async fn run(home: &Path, args: Args) -> anyhow::Result<Exit> {
             syscalls.join(", ")
         }
     );
+    // The manifest's `calls` is enforced: a call to any other program is refused, whatever
+    // the grants, so this is the most it can ever reach by `berm.call`.
     println!(
         "programs called: {}",
         if manifest.calls.is_empty() {
             "none".into()
         } else {
-            manifest.calls.join(", ")
+            format!(
+                "{} (only these, and only as granted by call=)",
+                manifest.calls.join(", ")
+            )
         }
     );
     if deployments.is_empty() {
@@ -127,6 +132,8 @@ pub async fn run(home: &Path, args: Args) -> anyhow::Result<Exit> {
     Ok(Exit::Ok)
 }
 
+/// What the image imports that `grants` does not open: syscall modules, and for `berm.call`
+/// each declared program no `call=` grant names (calls to it are refused).
 fn missing_grants(manifest: &Manifest, grants: &[Grant]) -> Vec<String> {
     let mut missing: Vec<String> = manifest
         .syscalls
@@ -135,5 +142,19 @@ fn missing_grants(manifest: &Manifest, grants: &[Grant]) -> Vec<String> {
         .map(|s| s.module.clone())
         .collect();
     missing.dedup();
+    if manifest.syscalls.iter().any(|s| s.module == "berm") {
+        let granted = |program: &str| {
+            grants
+                .iter()
+                .any(|g| matches!(g, Grant::Call { program: p, .. } if p == program))
+        };
+        missing.extend(
+            manifest
+                .calls
+                .iter()
+                .filter(|p| !granted(p))
+                .map(|p| format!("call={p}")),
+        );
+    }
     missing
 }
