@@ -594,25 +594,6 @@ fn attest_a_real_run_and_verify_it_offline() {
     );
 }
 
-/// Every entry (files and directories) under `dir`; empty when `dir` does not exist.
-fn entries(dir: &Path) -> Vec<PathBuf> {
-    fn walk(root: &Path, dir: &Path, out: &mut Vec<PathBuf>) {
-        let Ok(read) = std::fs::read_dir(dir) else {
-            return;
-        };
-        for entry in read.map_while(Result::ok) {
-            let path = entry.path();
-            out.push(path.strip_prefix(root).unwrap().to_owned());
-            if path.is_dir() {
-                walk(root, &path, out);
-            }
-        }
-    }
-    let mut out = Vec::new();
-    walk(dir, dir, &mut out);
-    out
-}
-
 /// The JSON lines `berm … --json` printed.
 fn json_lines(output: &Output) -> Vec<serde_json::Value> {
     String::from_utf8_lossy(&output.stdout)
@@ -643,7 +624,7 @@ fn a_registry_without_the_blobs_is_refused_naming_the_digest_as_json() {
     );
     assert!(message.contains(&format!("sha256:{sha}")), "{message}");
     assert!(message.contains("was not found"), "{message}");
-    assert_eq!(entries(tmp.path()), Vec::<PathBuf>::new());
+    assert_eq!(berm_fixtures::entries(tmp.path()), Vec::<PathBuf>::new());
 }
 
 #[test]
@@ -659,7 +640,7 @@ fn an_unreachable_registry_is_refused_and_leaves_nothing() {
         "{text}"
     );
     assert!(text.contains("installing the kernel failed"), "{text}");
-    assert_eq!(entries(tmp.path()), Vec::<PathBuf>::new());
+    assert_eq!(berm_fixtures::entries(tmp.path()), Vec::<PathBuf>::new());
 }
 
 #[test]
@@ -795,5 +776,9 @@ fn push_the_pinned_artifacts_and_install_them_from_a_loopback_registry() {
     assert_eq!(out.status.code(), Some(2), "{text}");
     assert!(text.contains("refused as tampered"), "{text}");
     assert!(text.contains(&format!("berm is pinned to {sha}")), "{text}");
-    assert_eq!(entries(tmp.path()), Vec::<PathBuf>::new(), "{text}");
+    assert_eq!(
+        berm_fixtures::entries(tmp.path()),
+        Vec::<PathBuf>::new(),
+        "{text}"
+    );
 }

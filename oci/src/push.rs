@@ -105,34 +105,12 @@ pub async fn push(
     let manifest_bytes =
         serde_json::to_vec(&image).map_err(|e| protocol(&remote, e.to_string()))?;
 
-    let client = &remote.client;
-    let target = &remote.reference;
-    client
-        .store_auth_if_needed(remote.registry(), &remote.auth)
-        .await;
-    let blobs = [
+    let blobs = vec![
         (wasm.to_vec(), image.layers[0].digest.clone()),
         (config_bytes, image.config.digest.clone()),
     ];
-    for (data, blob_digest) in blobs {
-        let present = client
-            .blob_exists(target, &blob_digest)
-            .await
-            .map_err(|e| remote.error(e))?;
-        if !present {
-            client
-                .push_blob(target, data, &blob_digest)
-                .await
-                .map_err(|e| remote.error(e))?;
-        }
-    }
-    let content_type = MANIFEST_MEDIA_TYPE
-        .parse()
-        .map_err(|_| protocol(&remote, "bad manifest media type header".into()))?;
-    client
-        .push_manifest_raw(target, manifest_bytes.clone(), content_type)
-        .await
-        .map_err(|e| remote.error(e))?;
+    upload(&remote, blobs, &manifest_bytes).await?;
+    let target = &remote.reference;
 
     let manifest_digest = artifact::oci_digest(&manifest_bytes);
     Ok(Pushed {
@@ -147,6 +125,40 @@ pub async fn push(
         size,
         manifest,
     })
+}
+
+/// What every berm push does once its manifest is built: sends each blob (bytes, digest) the
+/// registry does not hold yet, then the manifest, so the manifest never names a missing blob.
+pub(crate) async fn upload(
+    remote: &Remote,
+    blobs: Vec<(Vec<u8>, String)>,
+    manifest_bytes: &[u8],
+) -> Result<(), PushError> {
+    let client = &remote.client;
+    let target = &remote.reference;
+    client
+        .store_auth_if_needed(remote.registry(), &remote.auth)
+        .await;
+    for (data, digest) in blobs {
+        let present = client
+            .blob_exists(target, &digest)
+            .await
+            .map_err(|e| remote.error(e))?;
+        if !present {
+            client
+                .push_blob(target, data, &digest)
+                .await
+                .map_err(|e| remote.error(e))?;
+        }
+    }
+    let content_type = MANIFEST_MEDIA_TYPE
+        .parse()
+        .map_err(|_| protocol(remote, "bad manifest media type header".into()))?;
+    client
+        .push_manifest_raw(target, manifest_bytes.to_vec(), content_type)
+        .await
+        .map_err(|e| remote.error(e))?;
+    Ok(())
 }
 
 fn protocol(remote: &Remote, cause: String) -> PushError {

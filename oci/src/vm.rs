@@ -174,35 +174,13 @@ pub async fn push_vm(
     };
     let manifest_bytes = serde_json::to_vec(&image).map_err(|e| protocol(e.to_string()))?;
 
-    let client = &remote.client;
-    let target = &remote.reference;
-    client
-        .store_auth_if_needed(remote.registry(), &remote.auth)
-        .await;
-    let blobs = [
+    let blobs = vec![
         (kernel.bytes, image.layers[0].digest.clone()),
         (rootfs.bytes, image.layers[1].digest.clone()),
         (config_bytes, image.config.digest.clone()),
     ];
-    for (data, digest) in blobs {
-        let present = client
-            .blob_exists(target, &digest)
-            .await
-            .map_err(|e| remote.error(e))?;
-        if !present {
-            client
-                .push_blob(target, data, &digest)
-                .await
-                .map_err(|e| remote.error(e))?;
-        }
-    }
-    let content_type = MANIFEST_MEDIA_TYPE
-        .parse()
-        .map_err(|_| protocol("bad manifest media type header".into()))?;
-    client
-        .push_manifest_raw(target, manifest_bytes.clone(), content_type)
-        .await
-        .map_err(|e| remote.error(e))?;
+    crate::push::upload(&remote, blobs, &manifest_bytes).await?;
+    let target = &remote.reference;
     let manifest_digest = artifact::oci_digest(&manifest_bytes);
     Ok(PushedVm {
         reference: target.whole(),

@@ -106,26 +106,6 @@ async fn install(
     .await
 }
 
-/// Every file and directory under `dir`, relative (empty when `dir` does not exist).
-fn entries(dir: &Path) -> Vec<PathBuf> {
-    fn walk(root: &Path, dir: &Path, out: &mut Vec<PathBuf>) {
-        let Ok(read) = std::fs::read_dir(dir) else {
-            return;
-        };
-        for entry in read.map_while(Result::ok) {
-            let path = entry.path();
-            out.push(path.strip_prefix(root).unwrap().to_owned());
-            if path.is_dir() {
-                walk(root, &path, out);
-            }
-        }
-    }
-    let mut out = Vec::new();
-    walk(dir, dir, &mut out);
-    out.sort();
-    out
-}
-
 #[tokio::test]
 async fn pushed_as_one_artifact_and_installed_by_digest_into_an_empty_store() {
     let registry = TestRegistry::start();
@@ -289,7 +269,11 @@ async fn broken_blobs_are_refused_by_name_and_leave_nothing() {
         if case == "missing" {
             assert!(err.contains(kernel.sha256.as_str()), "{case}: {err}");
         }
-        assert_eq!(entries(tmp.path()), Vec::<PathBuf>::new(), "{case}: {err}");
+        assert_eq!(
+            berm_fixtures::entries(tmp.path()),
+            Vec::<PathBuf>::new(),
+            "{case}: {err}"
+        );
         // The rootfs, untouched on the registry, still installs.
         install(
             &registry.reference("berm/vm"),
@@ -314,7 +298,11 @@ async fn an_unreachable_registry_is_named_and_leaves_nothing() {
         .to_string();
     assert!(err.contains("cannot reach registry `127.0.0.1:"), "{err}");
     assert!(err.contains("x86_64 kernel"), "{err}");
-    assert_eq!(entries(tmp.path()), Vec::<PathBuf>::new(), "{err}");
+    assert_eq!(
+        berm_fixtures::entries(tmp.path()),
+        Vec::<PathBuf>::new(),
+        "{err}"
+    );
 }
 
 #[tokio::test]
@@ -364,10 +352,10 @@ async fn an_interrupted_download_resumes_from_its_partial_file() {
     assert_eq!(fetched.resumed_from, 0);
     assert_eq!(std::fs::read(&dest).unwrap(), a.kernel);
     assert_eq!(
-        entries(&store).len(),
+        berm_fixtures::entries(&store).len(),
         3,
         "kernel/<sha>/vmlinux: {:?}",
-        entries(&store)
+        berm_fixtures::entries(&store)
     );
 }
 
@@ -536,7 +524,12 @@ async fn a_connection_cut_midway_is_resumed_in_process_with_one_range() {
     let pin = a.pin(ArtifactKind::Kernel);
     let dest = ArtifactKind::Kernel.path_in(&ArtifactStore::at(&store), &pin.sha256);
     assert_eq!(std::fs::read(&dest).unwrap(), a.kernel);
-    assert_eq!(entries(&store).len(), 3, "{:?}", entries(&store));
+    assert_eq!(
+        berm_fixtures::entries(&store).len(),
+        3,
+        "{:?}",
+        berm_fixtures::entries(&store)
+    );
 }
 
 #[tokio::test]
