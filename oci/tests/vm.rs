@@ -86,6 +86,12 @@ async fn push(registry: &TestRegistry, a: &Artifacts) -> berm_oci::PushedVm {
     .unwrap()
 }
 
+/// The store holds `kernel/<sha256>/vmlinux` and nothing else: no `.partial`, no other file.
+fn assert_only_the_kernel(store: &Path) {
+    let entries = berm_fixtures::entries(store);
+    assert_eq!(entries.len(), 3, "kernel/<sha>/vmlinux: {entries:?}");
+}
+
 /// Installs `kind` from `repository` into `store`.
 async fn install(
     repository: &str,
@@ -351,12 +357,7 @@ async fn an_interrupted_download_resumes_from_its_partial_file() {
     assert_eq!(offsets, [third as u64, 0]);
     assert_eq!(fetched.resumed_from, 0);
     assert_eq!(std::fs::read(&dest).unwrap(), a.kernel);
-    assert_eq!(
-        berm_fixtures::entries(&store).len(),
-        3,
-        "kernel/<sha>/vmlinux: {:?}",
-        berm_fixtures::entries(&store)
-    );
+    assert_only_the_kernel(&store);
 }
 
 #[tokio::test]
@@ -524,12 +525,7 @@ async fn a_connection_cut_midway_is_resumed_in_process_with_one_range() {
     let pin = a.pin(ArtifactKind::Kernel);
     let dest = ArtifactKind::Kernel.path_in(&ArtifactStore::at(&store), &pin.sha256);
     assert_eq!(std::fs::read(&dest).unwrap(), a.kernel);
-    assert_eq!(
-        berm_fixtures::entries(&store).len(),
-        3,
-        "{:?}",
-        berm_fixtures::entries(&store)
-    );
+    assert_only_the_kernel(&store);
 }
 
 #[tokio::test]

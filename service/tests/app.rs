@@ -185,11 +185,7 @@ fn an_app_is_served_on_the_inherited_listener_and_announces_ready() {
 
     // SIGTERM is caught from before the ready line: a clean stop, exit 0.
     let mut bermd = bermd;
-    let status = Command::new("kill")
-        .args(["-TERM", &bermd.child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
+    berm_fixtures::terminate(&bermd.child);
     let status = bermd.child.wait().unwrap();
     assert_eq!(status.code(), Some(0), "{status:?}");
 }

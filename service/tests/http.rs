@@ -225,14 +225,7 @@ fn home_bearer(bermd: &Bermd) -> String {
 
 /// Stops bermd with SIGTERM, as a supervisor does, and waits for it.
 fn stop(mut bermd: Bermd) {
-    let pid = bermd.child.id().to_string();
-    assert!(
-        Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
+    berm_fixtures::terminate(&bermd.child);
     assert!(
         bermd.child.wait().unwrap().success(),
         "{}",

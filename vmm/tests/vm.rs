@@ -8,7 +8,6 @@
 mod common;
 
 use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use berm_pins::{ArtifactStore, KernelPins, RootfsPins};
@@ -476,14 +475,7 @@ fn sigterm_stops_the_guest_in_order() {
         .wait_for(deadline, |l| matches!(l.event, Event::BootComplete(_)))
         .unwrap();
     drop(control);
-    let pid = vmm.child.id().to_string();
-    assert!(
-        Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
+    berm_fixtures::terminate(&vmm.child);
     assert_eq!(vmm.wait(BOOT), 0, "{}", vmm.stderr());
     assert_eq!(vmm.events("stop_signal").len(), 1);
     let off = vmm.events("power_off");
