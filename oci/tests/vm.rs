@@ -69,8 +69,17 @@ fn anonymous() -> RegistryOptions {
 }
 
 async fn push(registry: &TestRegistry, a: &Artifacts) -> berm_oci::PushedVm {
+    push_to(registry, a, "berm/vm").await.unwrap()
+}
+
+/// Pushes the test artifacts as x86_64 to `repository` of `registry`.
+async fn push_to(
+    registry: &TestRegistry,
+    a: &Artifacts,
+    repository: &str,
+) -> Result<berm_oci::PushedVm, berm_oci::PushError> {
     push_vm(
-        &registry.reference("berm/vm"),
+        &registry.reference(repository),
         "x86_64",
         VmFile {
             file: "vmlinux".into(),
@@ -83,7 +92,6 @@ async fn push(registry: &TestRegistry, a: &Artifacts) -> berm_oci::PushedVm {
         &anonymous(),
     )
     .await
-    .unwrap()
 }
 
 /// The store holds `kernel/<sha256>/vmlinux` and nothing else: no `.partial`, no other file.
@@ -364,22 +372,10 @@ async fn an_interrupted_download_resumes_from_its_partial_file() {
 async fn a_repository_with_a_tag_is_refused_before_anything_is_sent() {
     let registry = TestRegistry::start();
     let a = Artifacts::new();
-    let err = push_vm(
-        &registry.reference("berm/vm:latest"),
-        "x86_64",
-        VmFile {
-            file: "vmlinux".into(),
-            bytes: a.kernel.clone(),
-        },
-        VmFile {
-            file: "rootfs.erofs".into(),
-            bytes: a.rootfs.clone(),
-        },
-        &anonymous(),
-    )
-    .await
-    .unwrap_err()
-    .to_string();
+    let err = push_to(&registry, &a, "berm/vm:latest")
+        .await
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("names a tag or digest"), "{err}");
 }
 
