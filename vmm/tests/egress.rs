@@ -102,23 +102,23 @@ fn fetch_through_the_dialer(arch: GuestArch) {
         headers: Vec::new(),
         body: Vec::new(),
     };
-    let bytes = request.encode();
-    let mut stream = std::os::unix::net::UnixStream::connect(&socket).unwrap();
+    let stream = std::os::unix::net::UnixStream::connect(&socket).unwrap();
     stream
         .set_read_timeout(Some(Duration::from_secs(30)))
         .unwrap();
-    stream
-        .write_all(&(bytes.len() as u32).to_be_bytes())
-        .unwrap();
-    stream.write_all(&10_000u32.to_be_bytes()).unwrap();
-    stream.write_all(&bytes).unwrap();
-    let mut reply = Vec::new();
-    stream.read_to_end(&mut reply).unwrap();
-    assert_eq!(reply[0], berm_egress::ErrorCode::Denied as u8, "{reply:?}");
-    let message = String::from_utf8_lossy(&reply[5..]);
+    let refused = berm_egress::remote::send(
+        &stream,
+        "fetch",
+        &request,
+        Duration::from_secs(10),
+        &berm_egress::Caps::default(),
+    )
+    .unwrap_err();
+    assert_eq!(refused.code, berm_egress::ErrorCode::Denied, "{refused:?}");
     assert!(
-        message.contains("not in this program's net grants"),
-        "{message}"
+        refused.message.contains("not in this program's net grants"),
+        "{}",
+        refused.message
     );
     assert_eq!(other.connections(), 0, "the other server was reached");
 
