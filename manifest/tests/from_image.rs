@@ -56,7 +56,7 @@ fn imports_are_reported_as_fact() {
 
     let compose = Manifest::from_image(&app("compose")).unwrap();
     assert_eq!(compose.syscalls, [import("berm", "call")]);
-    assert_eq!(compose.calls, ["echo"]);
+    assert_eq!(compose.calls, ["echo", "compose", "hostile", "files"]);
     let recurse = compose.tool("recurse").unwrap();
     assert_eq!(
         recurse.input_schema.get("required"),
