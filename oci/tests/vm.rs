@@ -94,6 +94,24 @@ async fn push_to(
     .await
 }
 
+/// Installs the kernel `pin` names from `repository` to `dest`, with the offset each request
+/// started at (a resume is a request from past 0).
+async fn install_noting_offsets(
+    repository: &str,
+    pin: &ImagePin,
+    dest: &Path,
+) -> (berm_oci::Fetched, Vec<u64>) {
+    let mut offsets = Vec::new();
+    let fetched = install_blob(repository, "kernel", pin, dest, &anonymous(), &mut |p| {
+        if let BlobProgress::Started { offset, .. } = p {
+            offsets.push(offset);
+        }
+    })
+    .await
+    .unwrap();
+    (fetched, offsets)
+}
+
 /// The store holds `kernel/<sha256>/vmlinux` and nothing else: no `.partial`, no other file.
 fn assert_only_the_kernel(store: &Path) {
     let entries = berm_fixtures::entries(store);
@@ -335,14 +353,7 @@ async fn an_interrupted_download_resumes_from_its_partial_file() {
     std::fs::create_dir_all(dest.parent().unwrap()).unwrap();
     let third = a.kernel.len() / 3;
     std::fs::write(&partial, &a.kernel[..third]).unwrap();
-    let mut offsets = Vec::new();
-    let fetched = install_blob(&repository, "kernel", &pin, &dest, &anonymous(), &mut |p| {
-        if let BlobProgress::Started { offset, .. } = p {
-            offsets.push(offset);
-        }
-    })
-    .await
-    .unwrap();
+    let (fetched, offsets) = install_noting_offsets(&repository, &pin, &dest).await;
     assert_eq!(fetched.resumed_from, third as u64);
     assert_eq!(fetched.downloaded, pin.size - third as u64);
     assert_eq!(offsets, [third as u64], "one ranged request");
@@ -354,14 +365,7 @@ async fn an_interrupted_download_resumes_from_its_partial_file() {
     std::fs::remove_dir_all(&store).unwrap();
     std::fs::create_dir_all(dest.parent().unwrap()).unwrap();
     std::fs::write(&partial, vec![0xee; third]).unwrap();
-    let mut offsets = Vec::new();
-    let fetched = install_blob(&repository, "kernel", &pin, &dest, &anonymous(), &mut |p| {
-        if let BlobProgress::Started { offset, .. } = p {
-            offsets.push(offset);
-        }
-    })
-    .await
-    .unwrap();
+    let (fetched, offsets) = install_noting_offsets(&repository, &pin, &dest).await;
     assert_eq!(offsets, [third as u64, 0]);
     assert_eq!(fetched.resumed_from, 0);
     assert_eq!(std::fs::read(&dest).unwrap(), a.kernel);
