@@ -261,11 +261,11 @@ fn artifacts() -> Vec<Check> {
         .collect()
 }
 
-/// The guest architectures berm has pins for, the host's own first.
+/// The guest architectures berm has pins for ([`berm_pins::ARCHES`]), the host's own first.
 const GUEST_ARCHES: [&str; 2] = if cfg!(target_arch = "aarch64") {
-    ["aarch64", "x86_64"]
+    [berm_pins::ARCHES[1], berm_pins::ARCHES[0]]
 } else {
-    ["x86_64", "aarch64"]
+    berm_pins::ARCHES
 };
 
 fn artifacts_for(store: &ArtifactStore, arch: &'static str) -> Check {
