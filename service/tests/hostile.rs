@@ -4,6 +4,7 @@
 
 mod common;
 
+use std::io::Write;
 use std::time::{Duration, Instant};
 
 use berm_control::{CallOutcome, DeployRequest, Grant, LimitsSpec};
@@ -258,8 +259,12 @@ fn past_the_session_cap_a_client_is_told_so_and_the_others_go_on() {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let mut again = common::Session::connect(&bermd.home.join("mcp.sock"));
-        again.send(&serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params":
-            {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}}));
+        let mut initialize = serde_json::to_vec(&serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params":
+            {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}})).unwrap();
+        initialize.push(b'\n');
+        // Until the slot frees, bermd refuses this connection and may close it
+        // before the request is written (EPIPE): its refusal is still there to read.
+        let _ = again.writer.write_all(&initialize);
         let response = again.read();
         if response["result"]["serverInfo"]["name"] == "bermd" {
             break;
