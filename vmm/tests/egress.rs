@@ -61,6 +61,11 @@ fn fetch_through_the_dialer(arch: GuestArch) {
     let sandbox = &vmm.events("host_sandbox")[0];
     let dialer = common::child_named(sandbox, "berm-vmm dial");
     assert_eq!(dialer["seccomp"], "allow_list berm-vmm-dialer");
+    // Measured by the dialer itself once confined, and sent after `ready`.
+    assert_eq!(dialer["measured_by"], "self_report", "{dialer}");
+    assert_eq!(dialer["landlock"], "fully_enforced", "{dialer}");
+    assert_eq!(dialer["no_new_privs"], true, "{dialer}");
+    assert_eq!(dialer["seccomp_mode"], "filter", "{dialer}");
     // The vsock device may connect (to the dialer) only in a run like this one.
     assert!(
         sandbox["children"]
