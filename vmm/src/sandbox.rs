@@ -27,7 +27,8 @@
 //! The hypervisor children (QEMU and vhost-device-vsock, or the libkrun child) get the same
 //! policy widened just enough to run (see [`Policy::for_program`] and [`ChildSandbox`]), both
 //! Landlock scopes (signals and abstract sockets), and their own role's allow list; the
-//! connector gets no file at all, both scopes and its own list.
+//! connector gets no file at all, both scopes and its own list. How each child ends up
+//! confined is measured, not assumed, and reported as a [`ChildReport`] (`measure.rs`).
 
 use std::path::{Path, PathBuf};
 

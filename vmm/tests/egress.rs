@@ -445,7 +445,27 @@ impl Dialer {
         std::io::BufReader::new(child.stdout.take().unwrap())
             .read_line(&mut line)
             .unwrap();
-        assert_eq!(line.trim(), "ready");
+        // Confined, it says how after `ready`: its own measurement, once in force.
+        let line = line.strip_suffix('\n').unwrap();
+        if plan.sandbox {
+            let said = line
+                .strip_prefix("ready ")
+                .unwrap_or_else(|| panic!("{line:?}"));
+            let report = berm_vmm::measure::SelfReport::decode(said.as_bytes()).unwrap();
+            assert_eq!(
+                report.landlock,
+                berm_vm_protocol::host::Landlock::FullyEnforced,
+                "{line}"
+            );
+            assert!(report.status.no_new_privs, "{line}");
+            assert_eq!(
+                report.status.seccomp,
+                berm_vmm::measure::SeccompMode::Filter,
+                "{line}"
+            );
+        } else {
+            assert_eq!(line, "ready");
+        }
         dialer
     }
 }
