@@ -205,6 +205,77 @@ pub struct HostSandbox {
     pub policy_sha256: String,
     /// Why it was off.
     pub reason: Option<String>,
+    /// berm-vmm's confined children (the connector, the egress dialer, QEMU and
+    /// vhost-device-vsock or the libkrun child), each as measured. Absent in records from
+    /// before berm measured them, which `berm attest verify` refuses for a confined run
+    /// (`host_child_unmeasured`).
+    #[serde(default)]
+    pub children: Vec<HostChild>,
+}
+
+/// One confined child of berm-vmm, as measured (vmm/src/measure.rs): by itself once confined
+/// (`self_report`: the connector, the dialer, krun-enter), or by berm-vmm from its
+/// `/proc/PID/status` and a probe of its ruleset (`proc_status+probe`: QEMU,
+/// vhost-device-vsock).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct HostChild {
+    /// The program (`berm-vmm connector`, `berm-vmm dial`, `berm-vmm krun-enter`, or the
+    /// path of QEMU or vhost-device-vsock).
+    pub program: String,
+    /// Its seccomp role.
+    pub role: String,
+    /// Landlock as measured: `fully_enforced`, `partially_enforced` or `not_enforced`.
+    pub landlock: String,
+    /// `NoNewPrivs` as measured.
+    pub no_new_privs: bool,
+    /// The filter berm-vmm installed (`allow_list ROLE`, for QEMU `… and -sandbox …`).
+    pub seccomp: String,
+    /// The seccomp mode as measured: `filter`, `strict` or `disabled`.
+    pub seccomp_mode: String,
+    /// How many seccomp filters the kernel showed.
+    pub seccomp_filters: u64,
+    /// sha256 of the child's policy.
+    pub policy_sha256: String,
+    /// `self_report` or `proc_status+probe`.
+    pub measured_by: String,
+    /// `proc_status+probe` only: what the probe's read outside the policy gave (`EACCES`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read_outside: Option<String>,
+}
+
+/// A child in the `host_sandbox` line, as berm-vmm writes it (vmm/src/sandbox.rs,
+/// `ChildReport`): the fields the record keeps, each required.
+#[derive(Deserialize)]
+struct ChildLine {
+    program: String,
+    role: String,
+    landlock: String,
+    no_new_privs: bool,
+    seccomp: String,
+    seccomp_mode: String,
+    seccomp_filters: u64,
+    policy_sha256: String,
+    measured_by: String,
+    #[serde(default)]
+    read_outside: Option<String>,
+}
+
+impl From<ChildLine> for HostChild {
+    fn from(c: ChildLine) -> Self {
+        HostChild {
+            program: c.program,
+            role: c.role,
+            landlock: c.landlock,
+            no_new_privs: c.no_new_privs,
+            seccomp: c.seccomp,
+            seccomp_mode: c.seccomp_mode,
+            seccomp_filters: c.seccomp_filters,
+            policy_sha256: c.policy_sha256,
+            measured_by: c.measured_by,
+            read_outside: c.read_outside,
+        }
+    }
 }
 
 /// What the guest reported, in order.
@@ -497,6 +568,11 @@ impl Record {
                 allowed: h.allowed,
                 policy_sha256: h.policy_sha256,
                 reason: h.reason,
+                children: lines
+                    .host_children
+                    .into_iter()
+                    .map(HostChild::from)
+                    .collect(),
             }),
             guest: Guest {
                 boot_id,
@@ -532,6 +608,7 @@ struct Lines {
     measurements: Option<MeasurementsLine>,
     hypervisor: Option<HypervisorLine>,
     host_sandbox: Option<HostSandboxLine>,
+    host_children: Vec<ChildLine>,
     greeted_boot_id: Option<String>,
     exit: Option<ExitLine>,
     events: Vec<GuestEvent>,
@@ -557,7 +634,16 @@ impl Lines {
                         self.measurements = Some(parse(fields).map_err(malformed)?);
                     }
                     "hypervisor" => self.hypervisor = Some(parse(fields).map_err(malformed)?),
-                    "host_sandbox" => self.host_sandbox = Some(parse(fields).map_err(malformed)?),
+                    "host_sandbox" => {
+                        // The children are berm-vmm's own addition to the line's shared
+                        // type; a line without them (an older berm-vmm) measured none.
+                        self.host_children = match fields.get("children") {
+                            None | Some(Value::Null) => Vec::new(),
+                            Some(children) => parse(children.clone())
+                                .map_err(|e| malformed(format!("children: {e}")))?,
+                        };
+                        self.host_sandbox = Some(parse(fields).map_err(malformed)?);
+                    }
                     "guest_greeted" => {
                         let greeted: GreetedLine = parse(fields).map_err(malformed)?;
                         self.greeted_boot_id = Some(greeted.boot_id);
@@ -699,6 +785,36 @@ impl GuestEvent {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_childs_measurement_is_kept_and_a_child_without_one_is_malformed() {
+        let measurements = r#"{"source":"berm-vmm","event":"measurements","kernel":{"sha256":"k","size":1,"pinned":true,"path":"/k","linux":"6.12","config_sha256":"c","cmdline":"x","hash_ms":0},"rootfs":{"sha256":"r","size":1,"pinned":true,"path":"/r","fstype":"erofs","read_only":true,"hash_ms":0},"state":null,"apps":[],"test_probe":null}"#;
+        let child = r#"{"program":"berm-vmm connector","pid":7,"role":"berm-vmm-connector","landlock":"fully_enforced","no_new_privs":true,"seccomp":"allow_list berm-vmm-connector","seccomp_mode":"filter","seccomp_filters":1,"policy_sha256":"p","measured_by":"self_report"}"#;
+        let sandbox = |children: &str| {
+            format!(
+                r#"{{"source":"berm-vmm","event":"host_sandbox","enabled":true,"landlock_abi":7,"landlock":"fully_enforced","no_new_privs":true,"seccomp":"allow_list","allowed":["read"],"policy_sha256":"p","reason":null,"children":{children}}}"#
+            )
+        };
+        let build = |children: &str| {
+            Record::from_lines(
+                Path::new("/run"),
+                Path::new("vmm.jsonl"),
+                &format!("{measurements}\n{}\n", sandbox(children)),
+            )
+        };
+        let record = build(&format!("[{child}]")).unwrap();
+        let kept = &record.host_sandbox.unwrap().children;
+        assert_eq!(kept.len(), 1);
+        assert_eq!(kept[0].measured_by, "self_report");
+        assert_eq!(kept[0].seccomp_filters, 1);
+        // A child as an older berm-vmm stated it, without a measurement, is not taken.
+        let stated = r#"[{"program":"berm-vmm connector","landlock":"fully_enforced","seccomp":"allow_list berm-vmm-connector","policy_sha256":"p"}]"#;
+        let err = build(stated).unwrap_err().to_string();
+        assert!(
+            err.contains("the host_sandbox line children: missing field `role`"),
+            "{err}"
+        );
+    }
 
     #[test]
     fn a_missing_field_in_a_kept_line_is_an_error_never_empty() {

@@ -39,6 +39,12 @@ pub enum Code {
     HostSandboxDisabled,
     /// berm-vmm's Landlock was not fully enforced, or seccomp was not its allow list.
     HostSandboxWeak,
+    /// A confined run's record lacks a measurement of a child berm-vmm starts, or names one
+    /// measured in a way that child cannot be.
+    HostChildUnmeasured,
+    /// A child of berm-vmm was measured running without fully enforced Landlock,
+    /// `no_new_privs` or its role's seccomp filter.
+    HostChildWeak,
     /// The guest reported nothing (no `boot_start`).
     GuestMissing,
     /// A guest event carries another boot id than the greeting's (or there is none).
@@ -93,7 +99,7 @@ pub enum Code {
 
 impl Code {
     /// Every code, in a fixed order (for documentation and tests).
-    pub const ALL: [Code; 34] = [
+    pub const ALL: [Code; 36] = [
         Code::RecordMalformed,
         Code::FormatUnsupported,
         Code::RecordHashMismatch,
@@ -104,6 +110,8 @@ impl Code {
         Code::HostSandboxMissing,
         Code::HostSandboxDisabled,
         Code::HostSandboxWeak,
+        Code::HostChildUnmeasured,
+        Code::HostChildWeak,
         Code::GuestMissing,
         Code::BootIdMismatch,
         Code::BootFailed,
@@ -149,6 +157,8 @@ impl Code {
             Code::HostSandboxMissing => "host_sandbox_missing",
             Code::HostSandboxDisabled => "host_sandbox_disabled",
             Code::HostSandboxWeak => "host_sandbox_weak",
+            Code::HostChildUnmeasured => "host_child_unmeasured",
+            Code::HostChildWeak => "host_child_weak",
             Code::GuestMissing => "guest_missing",
             Code::BootIdMismatch => "boot_id_mismatch",
             Code::BootFailed => "boot_failed",
@@ -513,6 +523,12 @@ fn check_digests(r: &Record, p: &mut Problems) {
             ));
         }
     }
+    for child in r.host_sandbox.iter().flat_map(|h| &h.children) {
+        digests.push((
+            format!("hostSandbox.children[{}].policySha256", child.program),
+            &child.policy_sha256,
+        ));
+    }
     for event in &r.guest.events {
         if let GuestEvent::AppReady {
             index, programs, ..
@@ -617,6 +633,109 @@ fn check_host_sandbox(r: &Record, p: &mut Problems) {
                 sandbox.allowed.len()
             ),
         );
+    }
+    check_host_children(r, &sandbox.children, p);
+}
+
+/// The children that run berm's code measure themselves; QEMU and vhost-device-vsock are
+/// measured by berm-vmm (vmm/src/measure.rs).
+const SELF_REPORTED: &[&str] = &[
+    "berm-vmm-connector",
+    "berm-vmm-dialer",
+    "krun-enter",
+    "krun-enter-egress",
+];
+const PROBED: &[&str] = &["qemu", "vhost-device-vsock", "vhost-device-vsock-egress"];
+
+/// Every child a confined run starts must be there, measured the way it can be, and measured
+/// confined as its policy requires: Landlock fully enforced (for a probed child, the probe's
+/// read outside refused), `no_new_privs`, and a seccomp filter, its role's allow list.
+fn check_host_children(r: &Record, children: &[crate::record::HostChild], p: &mut Problems) {
+    let has = |roles: &[&str]| children.iter().any(|c| roles.contains(&c.role.as_str()));
+    let egress = r.apps.iter().flat_map(|a| &a.programs).any(|program| {
+        program.grants.iter().any(|g| {
+            matches!(
+                g,
+                berm_abi::grant::Grant::Net(_) | berm_abi::grant::Grant::Secret { .. }
+            )
+        })
+    });
+    let mut expected: Vec<(&str, &[&str])> = vec![("the connector", &["berm-vmm-connector"])];
+    match r.hypervisor.as_ref().map(|h| h.chosen.as_str()) {
+        Some("qemu") => {
+            expected.push(("QEMU", &["qemu"]));
+            expected.push((
+                "vhost-device-vsock",
+                &["vhost-device-vsock", "vhost-device-vsock-egress"],
+            ));
+        }
+        Some("krun") => expected.push(("the libkrun child", &["krun-enter", "krun-enter-egress"])),
+        _ => {}
+    }
+    if egress {
+        expected.push(("the egress dialer", &["berm-vmm-dialer"]));
+    }
+    for (what, roles) in expected {
+        if !has(roles) {
+            p.add(
+                Code::HostChildUnmeasured,
+                format!(
+                    "the record has no measurement of {what} (role {}), which this run starts",
+                    roles.join(" or ")
+                ),
+            );
+        }
+    }
+    for c in children {
+        let how = match c.measured_by.as_str() {
+            "self_report" => SELF_REPORTED,
+            "proc_status+probe" => PROBED,
+            _ => &[],
+        };
+        if !how.contains(&c.role.as_str()) {
+            p.add(
+                Code::HostChildUnmeasured,
+                format!(
+                    "berm-vmm's child {} (role {}) is measured by {:?}, which is not how a child of that role is measured",
+                    c.program, c.role, c.measured_by
+                ),
+            );
+            continue;
+        }
+        let filter = format!("allow_list {}", c.role);
+        let own_filter = c.seccomp == filter || c.seccomp.starts_with(&format!("{filter} and "));
+        if c.landlock != "fully_enforced"
+            || !c.no_new_privs
+            || c.seccomp_mode != "filter"
+            || c.seccomp_filters == 0
+            || !own_filter
+        {
+            p.add(
+                Code::HostChildWeak,
+                format!(
+                    "berm-vmm's child {} (role {}, measured by {}) ran with Landlock {:?}, no_new_privs {}, seccomp mode {:?} ({} filters), filter {:?}",
+                    c.program,
+                    c.role,
+                    c.measured_by,
+                    c.landlock,
+                    c.no_new_privs,
+                    c.seccomp_mode,
+                    c.seccomp_filters,
+                    c.seccomp
+                ),
+            );
+        }
+        if c.measured_by == "proc_status+probe" && c.read_outside.as_deref() != Some("EACCES") {
+            p.add(
+                Code::HostChildWeak,
+                format!(
+                    "berm-vmm's child {} (role {}): the probe of its ruleset read outside it with {}, not EACCES",
+                    c.program,
+                    c.role,
+                    c.read_outside.as_deref().unwrap_or("no outcome")
+                ),
+            );
+        }
     }
 }
 

@@ -91,7 +91,8 @@ fn lines_with(wasm_sha: &str, code_sha: &str, engine: Value) -> Vec<Value> {
             "host_sandbox",
             json!({"enabled": true, "landlock_abi": 7, "landlock": "fully_enforced", "no_new_privs": true,
                    "seccomp": "allow_list", "allowed": ["read", "write", "clone(no CLONE_NEW*)"], "policy_sha256": POLICY_SHA,
-                   "grants": {"read": [], "read_write": [], "devices": []}, "reason": null}),
+                   "grants": {"read": [], "read_write": [], "devices": []}, "reason": null,
+                   "children": honest_children()}),
         ),
         vmm(
             "guest_greeted",
@@ -130,6 +131,37 @@ fn lines_with(wasm_sha: &str, code_sha: &str, engine: Value) -> Vec<Value> {
             json!({"status": "clean", "code": 0, "message": "the guest powered off (requested)"}),
         ),
     ]
+}
+
+/// berm-vmm's children in an honest QEMU run, each measured as berm-vmm measures it
+/// (vmm/src/measure.rs): the exec'd ones by `/proc/PID/status` and a probe, the connector by
+/// itself.
+fn honest_children() -> Value {
+    json!([
+        {"program": "/usr/bin/vhost-device-vsock", "pid": 41, "role": "vhost-device-vsock",
+         "landlock": "fully_enforced", "no_new_privs": true, "seccomp": "allow_list vhost-device-vsock",
+         "seccomp_mode": "filter", "seccomp_filters": 1, "policy_sha256": POLICY_SHA,
+         "measured_by": "proc_status+probe", "read_outside": "EACCES"},
+        {"program": "/usr/bin/qemu-system-x86_64", "pid": 42, "role": "qemu",
+         "landlock": "fully_enforced", "no_new_privs": true,
+         "seccomp": "allow_list qemu and -sandbox on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
+         "seccomp_mode": "filter", "seccomp_filters": 1, "policy_sha256": POLICY_SHA,
+         "measured_by": "proc_status+probe", "read_outside": "EACCES"},
+        {"program": "berm-vmm connector", "pid": 43, "role": "berm-vmm-connector",
+         "landlock": "fully_enforced", "no_new_privs": true, "seccomp": "allow_list berm-vmm-connector",
+         "seccomp_mode": "filter", "seccomp_filters": 1, "policy_sha256": POLICY_SHA,
+         "measured_by": "self_report"},
+    ])
+}
+
+/// The record's child of berm-vmm whose role is `role`, to forge a field of.
+fn child_mut<'a>(record: &'a mut Value, role: &str) -> &'a mut Value {
+    record["hostSandbox"]["children"]
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .find(|c| c["role"] == role)
+        .unwrap_or_else(|| panic!("no {role} child in the record"))
 }
 
 fn record_of(lines: &[Value]) -> Value {
@@ -206,6 +238,10 @@ const FORGED_FIELDS: &[(&str, &str)] = &[
         "policy",
     ),
     ("berm-vmm's Landlock partially enforced", "host sandbox"),
+    (
+        "the connector measured unconfined by Landlock",
+        "host child",
+    ),
 ];
 
 /// One tampered input per code.
@@ -372,6 +408,51 @@ fn corpus() -> Vec<Case> {
         "berm-vmm's Landlock partially enforced",
         &|r| r["hostSandbox"]["landlock"] = "partially_enforced".into(),
         Code::HostSandboxWeak,
+    );
+    add(
+        "the connector measured unconfined by Landlock",
+        &|r| child_mut(r, "berm-vmm-connector")["landlock"] = "not_enforced".into(),
+        Code::HostChildWeak,
+    );
+    add(
+        "QEMU measured without a seccomp filter",
+        &|r| {
+            let qemu = child_mut(r, "qemu");
+            qemu["seccompMode"] = "disabled".into();
+            qemu["seccompFilters"] = 0.into();
+        },
+        Code::HostChildWeak,
+    );
+    add(
+        "vhost-device-vsock's probe read outside its ruleset",
+        &|r| child_mut(r, "vhost-device-vsock")["readOutside"] = "allowed".into(),
+        Code::HostChildWeak,
+    );
+    add(
+        "QEMU's measurement taken out",
+        &|r| {
+            r["hostSandbox"]["children"]
+                .as_array_mut()
+                .unwrap()
+                .retain(|c| c["role"] != "qemu");
+        },
+        Code::HostChildUnmeasured,
+    );
+    add(
+        "QEMU claimed to have measured itself",
+        &|r| {
+            let qemu = child_mut(r, "qemu");
+            qemu["measuredBy"] = "self_report".into();
+            qemu.as_object_mut().unwrap().remove("readOutside");
+        },
+        Code::HostChildUnmeasured,
+    );
+    add(
+        "a record from before children were measured",
+        &|r| {
+            r["hostSandbox"].as_object_mut().unwrap().remove("children");
+        },
+        Code::HostChildUnmeasured,
     );
     add(
         "a digest that is not a sha256",
@@ -696,6 +777,7 @@ fn a_consistent_forgery_of_every_measured_field_is_refused_with_its_own_code() {
         "code",
         "policy",
         "host sandbox",
+        "host child",
     ];
     let cases = corpus();
     let mut seen = BTreeMap::new();
@@ -869,4 +951,47 @@ fn every_code_is_documented_in_docs_vm_md() {
         let row = format!("| `{code}` |");
         assert!(doc.contains(&row), "docs/vm.md lacks the row {row}");
     }
+}
+
+#[test]
+fn a_record_with_an_unconfined_child_is_refused_naming_the_child() {
+    let mut record = honest();
+    let qemu = child_mut(&mut record, "qemu");
+    qemu["landlock"] = "not_enforced".into();
+    qemu["noNewPrivs"] = false.into();
+    qemu["readOutside"] = "allowed".into();
+    let verdict = verify(&reseal(record), &pins());
+    let details: Vec<(Code, &str)> = verdict
+        .problems
+        .iter()
+        .map(|p| (p.code, p.detail.as_str()))
+        .collect();
+    assert_eq!(
+        details,
+        vec![
+            (
+                Code::HostChildWeak,
+                "berm-vmm's child /usr/bin/qemu-system-x86_64 (role qemu, measured by proc_status+probe) ran with Landlock \"not_enforced\", no_new_privs false, seccomp mode \"filter\" (1 filters), filter \"allow_list qemu and -sandbox on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny\""
+            ),
+            (
+                Code::HostChildWeak,
+                "berm-vmm's child /usr/bin/qemu-system-x86_64 (role qemu): the probe of its ruleset read outside it with allowed, not EACCES"
+            ),
+        ]
+    );
+    // A run whose apps may reach the network has a dialer, and it must be measured too.
+    let mut lines = honest_lines();
+    lines[1]["apps"][0]["programs"][0]["grants"] = json!(["net=example.com"]);
+    let verdict = verify(&record_of(&lines), &pins());
+    assert_eq!(
+        verdict
+            .problems
+            .iter()
+            .map(|p| (p.code, p.detail.as_str()))
+            .collect::<Vec<_>>(),
+        vec![(
+            Code::HostChildUnmeasured,
+            "the record has no measurement of the egress dialer (role berm-vmm-dialer), which this run starts"
+        )]
+    );
 }

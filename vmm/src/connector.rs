@@ -29,9 +29,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use crate::run_dir::RunDir;
-use crate::sandbox::{ChildReport, SandboxError};
 #[cfg(target_os = "linux")]
-use crate::sandbox::{Policy, Role};
+use crate::sandbox::{ChildPolicy, Policy, Role};
+use crate::sandbox::{ChildReport, SandboxError};
+
+/// How long the connector may take to report its confinement.
+#[cfg(target_os = "linux")]
+const REPORT_WITHIN: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// A socket in the run dir that berm-vmm connects to after it is confined.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -73,6 +77,9 @@ pub enum ConnectorError {
     /// Its sandbox could not be prepared.
     #[error("confining berm-vmm's connector failed")]
     Sandbox(#[source] SandboxError),
+    /// It did not report how it is confined, or its report was refused.
+    #[error("berm-vmm's connector did not report its confinement: {0}")]
+    Unmeasured(String),
 }
 
 /// Makes berm-vmm's connections to the run dir's sockets: through the connector once confined,
@@ -126,13 +133,16 @@ impl Connector {
         let sandbox = crate::sandbox::ChildSandbox::prepare(&policy, Role::VmmConnector)
             .map_err(ConnectorError::Sandbox)?;
         let (ours, theirs) = crate::sys::connector::channel().map_err(ConnectorError::Start)?;
-        crate::sys::connector::fork(theirs, dir, &names, sandbox).map_err(ConnectorError::Start)?;
-        let report = ChildReport {
-            program: PathBuf::from("berm-vmm connector"),
-            landlock: "fully_enforced",
-            seccomp: format!("allow_list {}", Role::VmmConnector.name()),
-            policy_sha256: policy.sha256(Role::VmmConnector),
-        };
+        let pid = crate::sys::connector::fork(theirs, dir, &names, sandbox)
+            .map_err(ConnectorError::Start)?;
+        // Its first message: how it measured itself once confined. Dropping `ours` on a
+        // refusal ends it (its read sees the channel closed).
+        let line = crate::sys::connector::receive_report(&ours, REPORT_WITHIN)
+            .map_err(|e| ConnectorError::Unmeasured(e.to_string()))?;
+        let measured = crate::measure::SelfReport::decode(&line)
+            .map_err(|e| ConnectorError::Unmeasured(e.to_string()))?;
+        let report = ChildPolicy::new("berm-vmm connector", &policy, Role::VmmConnector, "")
+            .self_reported(pid, &measured);
         Ok((
             Self {
                 inner: Inner::Forked(Mutex::new(ours)),
@@ -188,6 +198,16 @@ mod tests {
 
         let (connector, report) = Connector::fork(&run).unwrap();
         assert_eq!(report.seccomp, "allow_list berm-vmm-connector");
+        // Its own words, taken after it confined itself, and the kernel agrees.
+        assert_eq!(report.measured_by, "self_report");
+        assert_eq!(report.role, "berm-vmm-connector");
+        assert_eq!(report.seccomp_mode, "filter");
+        assert_eq!(report.seccomp_filters, 1);
+        assert!(report.no_new_privs);
+        assert_ne!(report.landlock, "not_enforced");
+        let status = crate::measure::ProcStatus::of_pid(report.pid).unwrap();
+        assert_eq!(status.seccomp, crate::measure::SeccompMode::Filter);
+        assert!(status.no_new_privs);
         // The real socket: connected, and the connection is the one the listener accepts.
         let mut stream = connector.connect(Target::Control).unwrap();
         let (mut accepted, _) = control.accept().unwrap();

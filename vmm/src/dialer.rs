@@ -34,8 +34,9 @@ use berm_egress::{Caps, Egress, EgressConfig, Trust};
 use serde::{Deserialize, Serialize};
 
 use crate::apps::App;
+use crate::measure::{OwnStatus, SelfReport, landlock_named};
 use crate::run_dir::RunDir;
-use crate::sandbox::{ChildReport, Policy, Role};
+use crate::sandbox::{ChildPolicy, ChildReport, Policy, Role};
 
 /// Most connections one app may have open to the dialer at once; past it a connection is
 /// answered `io` at once and closed.
@@ -264,23 +265,32 @@ pub fn start(
     let ready = sent
         .map_err(|e| e.to_string())
         .and_then(|()| wait_ready(&mut child));
-    if let Err(why) = ready {
-        let _ = child.kill();
-        let _ = child.wait();
-        return Err(DialerError::NotReady(why));
-    }
-    let report = plan.sandbox.then(|| ChildReport {
-        program: PathBuf::from("berm-vmm dial"),
-        landlock: "fully_enforced",
-        seccomp: format!("allow_list {}", Role::VmmDialer.name()),
-        policy_sha256: policy(plan).sha256(Role::VmmDialer),
+    // Confined, it says how, in its own words after `ready` (see measure.rs).
+    let report = ready.and_then(|said| match (plan.sandbox, said.as_str()) {
+        (false, "") => Ok(None),
+        (true, line) if !line.is_empty() => {
+            let measured = SelfReport::decode(line.as_bytes())
+                .map_err(|e| format!("its confinement report was refused: {e}"))?;
+            let dialer = ChildPolicy::new("berm-vmm dial", &policy(plan), Role::VmmDialer, "");
+            Ok(Some(dialer.self_reported(child.id(), &measured)))
+        }
+        (true, _) => Err("it did not report its confinement".into()),
+        (false, other) => Err(format!("it said {other:?} after ready")),
     });
-    Ok((child, report))
+    match report {
+        Ok(report) => Ok((child, report)),
+        Err(why) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            Err(DialerError::NotReady(why))
+        }
+    }
 }
 
 /// Reads the dialer's one `ready` line from its stdout, within [`START`], without starting a
-/// thread (berm-vmm confines itself next, which needs it single-threaded).
-fn wait_ready(child: &mut Child) -> Result<(), String> {
+/// thread (berm-vmm confines itself next, which needs it single-threaded), and returns what
+/// follows `ready ` on it (its confinement report; empty when it runs unconfined).
+fn wait_ready(child: &mut Child) -> Result<String, String> {
     use std::io::Read;
     let mut stdout = child.stdout.take().ok_or("no stdout")?;
     let deadline = Instant::now() + START;
@@ -300,9 +310,12 @@ fn wait_ready(child: &mut Child) -> Result<(), String> {
             return Err("it said too much".into());
         }
     }
-    match String::from_utf8_lossy(&line).trim() {
-        "ready" => Ok(()),
-        other => Err(format!("it said {other:?}")),
+    let line = String::from_utf8_lossy(&line);
+    let line = line.strip_suffix('\n').unwrap_or(&line);
+    match line.strip_prefix("ready") {
+        Some("") => Ok(String::new()),
+        Some(rest) if rest.starts_with(' ') => Ok(rest[1..].to_owned()),
+        _ => Err(format!("it said {line:?}")),
     }
 }
 
@@ -326,9 +339,21 @@ pub fn run(plan_json: &[u8]) -> anyhow::Result<std::convert::Infallible> {
         }
         served.push((app.clone(), listener, Arc::new(programs)));
     }
+    // Its own confinement, measured once in force: `/proc/self/status` is opened first
+    // (Landlock grants no /proc) and read after.
+    let mut ready = String::from("ready");
     if plan.sandbox {
-        crate::sandbox::confine(&policy(&plan), Role::VmmDialer, &[])
+        let status = OwnStatus::open().context("opening /proc/self/status")?;
+        let confined = crate::sandbox::confine(&policy(&plan), Role::VmmDialer, &[])
             .context("confining the egress dialer")?;
+        let landlock =
+            landlock_named(confined.landlock.as_bytes()).context("the dialer's Landlock status")?;
+        let measured = status
+            .measure(landlock)
+            .context("measuring the egress dialer's confinement")?;
+        let mut line = [0u8; crate::measure::MAX_REPORT];
+        ready.push(' ');
+        ready.push_str(&String::from_utf8_lossy(measured.encode(&mut line)));
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -342,7 +367,7 @@ pub fn run(plan_json: &[u8]) -> anyhow::Result<std::convert::Infallible> {
             let listener = tokio::net::UnixListener::from_std(listener)?;
             tasks.push(tokio::spawn(serve_app(app, listener, egress)));
         }
-        println!("ready");
+        println!("{ready}");
         let _ = std::io::stdout().flush();
         for task in tasks {
             let _ = task.await;

@@ -12,6 +12,8 @@ use std::process::{Child, Command, Stdio};
 use serde::{Deserialize, Serialize};
 
 use crate::log_cap::HypervisorOutput;
+use crate::measure::{OwnStatus, SelfReport};
+use crate::sandbox::{ChildPolicy, ChildReport, Role};
 use crate::spec::VmSpec;
 use crate::sys;
 
@@ -23,7 +25,14 @@ pub struct KrunConfig {
     /// The host sandbox the child applies to itself just before `krun_start_enter`
     /// (`None` with `--no-host-sandbox`).
     pub host_sandbox: Option<crate::sandbox::Policy>,
+    /// The inherited pipe the child writes its confinement report to, once confined, and
+    /// closes (set by [`spawn`] whenever there is a host sandbox).
+    #[serde(default)]
+    pub report_fd: Option<i32>,
 }
+
+/// How long the libkrun child may take to confine itself and report it.
+const REPORT_WITHIN: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Why the libkrun child could not be started.
 #[derive(Debug, thiserror::Error)]
@@ -34,14 +43,35 @@ pub enum SpawnKrunError {
     /// Its output could not be pointed at the hypervisor log's pipe.
     #[error("connecting the libkrun child's output to hypervisor.log failed")]
     Log(#[source] std::io::Error),
+    /// It did not report how it is confined, or its report was refused.
+    #[error("the libkrun child did not report its confinement: {0}")]
+    Unmeasured(String),
 }
 
-/// Starts `berm-vmm krun-enter` with its output into `output` (relayed into `hypervisor.log`).
-pub fn spawn(config: &KrunConfig, output: &HypervisorOutput) -> Result<Child, SpawnKrunError> {
+/// Starts `berm-vmm krun-enter` with its output into `output` (relayed into `hypervisor.log`)
+/// and, with a host sandbox, waits for the child's report of its own confinement (see
+/// `measure.rs`): a child that does not report is stopped, and the start fails.
+pub fn spawn(
+    config: &KrunConfig,
+    output: &HypervisorOutput,
+) -> Result<(Child, Option<ChildReport>), SpawnKrunError> {
     let (out, err) = output.stdio().map_err(SpawnKrunError::Log)?;
-    // Serializing paths and numbers cannot fail.
-    let json = serde_json::to_string(config).unwrap_or_default();
     let mut command = Command::new("/proc/self/exe");
+    let mut config = config.clone();
+    let report = match &config.host_sandbox {
+        Some(policy) => {
+            let (reader, writer) = std::io::pipe().map_err(SpawnKrunError::Spawn)?;
+            config.report_fd = Some(sys::pass_fd(&mut command, writer.into()));
+            let role = config.vm.vsock_role(Role::KrunEnter);
+            Some((
+                reader,
+                ChildPolicy::new("berm-vmm krun-enter", policy, role, ""),
+            ))
+        }
+        None => None,
+    };
+    // Serializing paths and numbers cannot fail.
+    let json = serde_json::to_string(&config).unwrap_or_default();
     command
         .arg("krun-enter")
         .arg(json)
@@ -49,7 +79,83 @@ pub fn spawn(config: &KrunConfig, output: &HypervisorOutput) -> Result<Child, Sp
         .stdout(out)
         .stderr(err);
     sys::kill_with_parent(&mut command);
-    command.spawn().map_err(SpawnKrunError::Spawn)
+    let mut child = command.spawn().map_err(SpawnKrunError::Spawn)?;
+    // The pipe's write end is the child's alone now.
+    drop(command);
+    let Some((reader, policy)) = report else {
+        return Ok((child, None));
+    };
+    match read_report(reader) {
+        Ok(measured) => {
+            let report = policy.self_reported(child.id(), &measured);
+            Ok((child, Some(report)))
+        }
+        Err(why) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            Err(SpawnKrunError::Unmeasured(why))
+        }
+    }
+}
+
+/// The child's report line: everything written to the pipe until it closes, within
+/// [`REPORT_WITHIN`], at most [`crate::measure::MAX_REPORT`] bytes, parsed strictly.
+fn read_report(mut reader: std::io::PipeReader) -> Result<SelfReport, String> {
+    use std::io::Read;
+    let deadline = std::time::Instant::now() + REPORT_WITHIN;
+    let mut line = Vec::new();
+    let mut buf = [0u8; crate::measure::MAX_REPORT + 1];
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if !sys::wait_readable(&reader, left).map_err(|e| e.to_string())? {
+            return Err(format!("no report within {} s", REPORT_WITHIN.as_secs()));
+        }
+        match reader.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => line.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e.to_string()),
+        }
+        if line.len() > crate::measure::MAX_REPORT {
+            return Err("its report is too long".into());
+        }
+    }
+    if line.is_empty() {
+        return Err("it ended without a report (see hypervisor.log in the run dir)".into());
+    }
+    SelfReport::decode(&line).map_err(|e| format!("its report was refused: {e}"))
+}
+
+/// The child's side, before anything else: confines itself to `config`'s host sandbox
+/// (if any), measures that and writes the report to its report pipe, which it then closes.
+pub fn confine_self(config: &KrunConfig) -> anyhow::Result<()> {
+    use anyhow::Context;
+    let Some(policy) = &config.host_sandbox else {
+        return Ok(());
+    };
+    let fd = config
+        .report_fd
+        .context("the configuration names no report pipe")?;
+    let mut pipe = std::fs::File::from(sys::inherited_fd(fd).context("the report pipe")?);
+    let status = OwnStatus::open().context("opening /proc/self/status")?;
+    // Just before krun_start_enter, while this process is still single-threaded: fail-closed.
+    let role = config.vm.vsock_role(Role::KrunEnter);
+    let report =
+        crate::sandbox::confine(policy, role, &[]).context("confining the libkrun child")?;
+    let landlock = crate::measure::landlock_named(report.landlock.as_bytes())
+        .context("the libkrun child's Landlock status")?;
+    let measured = status
+        .measure(landlock)
+        .context("measuring the libkrun child's confinement")?;
+    let mut line = [0u8; crate::measure::MAX_REPORT];
+    std::io::Write::write_all(&mut pipe, measured.encode(&mut line))
+        .context("writing the confinement report")?;
+    drop(pipe);
+    eprintln!(
+        "{}",
+        serde_json::json!({"source": "berm-vmm", "event": "host_sandbox", "process": "krun-enter", "report": report})
+    );
+    Ok(())
 }
 
 /// The child's side: configure libkrun and enter the VM. Returns only on failure.

@@ -17,6 +17,7 @@ pub mod dialer;
 pub mod exit;
 pub mod krun;
 pub mod log_cap;
+pub mod measure;
 pub mod qemu;
 pub mod report;
 pub mod run;

@@ -233,15 +233,6 @@ fn dial() -> anyhow::Result<std::convert::Infallible> {
 fn krun_enter(config: &str) -> anyhow::Result<std::convert::Infallible> {
     let config: berm_vmm::krun::KrunConfig =
         serde_json::from_str(config).context("reading the libkrun child's configuration")?;
-    // Just before krun_start_enter, while this process is still single-threaded: fail-closed.
-    if let Some(policy) = &config.host_sandbox {
-        let role = config.vm.vsock_role(berm_vmm::sandbox::Role::KrunEnter);
-        let report =
-            berm_vmm::sandbox::confine(policy, role, &[]).context("confining the libkrun child")?;
-        eprintln!(
-            "{}",
-            serde_json::json!({"source": "berm-vmm", "event": "host_sandbox", "process": "krun-enter", "report": report})
-        );
-    }
+    berm_vmm::krun::confine_self(&config)?;
     Err(berm_vmm::krun::enter(&config)).context("running the VM with libkrun")
 }

@@ -23,8 +23,9 @@ use berm::GuestArch;
 
 use crate::connector::{Connector, Target};
 use crate::log_cap::HypervisorOutput;
+use crate::measure::{ProbeReport, ProcStatus};
 use crate::run_dir::RunDir;
-use crate::sandbox::{ChildReport, ChildSandbox, Policy, Role, SandboxError};
+use crate::sandbox::{ChildPolicy, ChildReport, ChildSandbox, Policy, Role, SandboxError};
 use crate::spec::VmSpec;
 use crate::sys;
 
@@ -63,6 +64,14 @@ pub enum StartQemuError {
         /// Why.
         #[source]
         source: SandboxError,
+    },
+    /// A child's confinement could not be measured (it is stopped: fail-closed).
+    #[error("berm-vmm could not measure how {program} is confined: {reason}")]
+    Unmeasured {
+        /// The program.
+        program: PathBuf,
+        /// Why.
+        reason: String,
     },
     /// A path cannot be passed to QEMU or vhost-device-vsock as an option value.
     #[error("{path} cannot be passed to {program}: {reason}")]
@@ -120,32 +129,84 @@ pub struct QemuChildren {
     pub sandboxes: Vec<ChildReport>,
 }
 
+/// How long the Landlock probe of a child's ruleset may take.
+const PROBE_WITHIN: Duration = Duration::from_secs(5);
+
+/// A child confined by [`confine`], whose confinement is measured once it runs.
+struct Confined {
+    child: ChildPolicy,
+    probe: ProbeReport,
+}
+
 /// Confines `command` (which runs `program`) to `policy` and `role`'s allow list, if there is
-/// a policy.
+/// a policy, and probes the ruleset: a forked probe under the same policy and role shows
+/// what Landlock enforces (`measure.rs`).
 fn confine(
     command: &mut Command,
     program: &Path,
     policy: Option<Policy>,
     role: Role,
     also: &str,
-    reports: &mut Vec<ChildReport>,
-) -> Result<(), StartQemuError> {
+) -> Result<Option<Confined>, StartQemuError> {
     let Some(policy) = policy else {
-        return Ok(());
+        return Ok(None);
     };
-    let sandbox =
+    let prepare = || {
         ChildSandbox::prepare(&policy, role).map_err(|source| StartQemuError::Sandbox {
             program: program.to_owned(),
             source,
-        })?;
-    sys::confine_child(command, sandbox);
-    reports.push(ChildReport {
+        })
+    };
+    sys::confine_child(command, prepare()?);
+    let unmeasured = |reason: String| StartQemuError::Unmeasured {
         program: program.to_owned(),
-        landlock: "fully_enforced",
-        seccomp: format!("allow_list {}{also}", role.name()),
-        policy_sha256: policy.sha256(role),
-    });
-    Ok(())
+        reason,
+    };
+    let line = sys::probe_child(prepare()?, PROBE_WITHIN)
+        .map_err(|e| unmeasured(format!("its Landlock probe failed: {e}")))?;
+    if line.is_empty() {
+        return Err(unmeasured(
+            "its Landlock probe could not apply the policy".into(),
+        ));
+    }
+    let probe = ProbeReport::decode(&line)
+        .map_err(|e| unmeasured(format!("its Landlock probe's report: {e}")))?;
+    Ok(Some(Confined {
+        child: ChildPolicy::new(program, &policy, role, also),
+        probe,
+    }))
+}
+
+/// The report of `child`, spawned confined as `confined` says: its `/proc/PID/status`, read
+/// now (the spawn returned, so it runs the program, filtered since before its exec), and the
+/// probe. A child that cannot be measured is stopped.
+fn measured(
+    confined: Option<Confined>,
+    child: &mut Child,
+    program: &Path,
+    reports: &mut Vec<ChildReport>,
+) -> Result<(), StartQemuError> {
+    let Some(Confined {
+        child: policy,
+        probe,
+    }) = confined
+    else {
+        return Ok(());
+    };
+    match ProcStatus::of_pid(child.id()) {
+        Ok(status) => {
+            reports.push(policy.probed(child.id(), &status, &probe));
+            Ok(())
+        }
+        Err(reason) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            Err(StartQemuError::Unmeasured {
+                program: program.to_owned(),
+                reason,
+            })
+        }
+    }
 }
 
 /// The bound `control.sock`, `logs.sock` and `rpc-<i>.sock` listeners. Connections queue until
@@ -286,18 +347,18 @@ fn start_vhost(vm: &QemuVm<'_>, sandboxes: &mut Vec<ChildReport>) -> Result<Chil
         }
         .for_program(vm.vhost_device_vsock)
     });
-    confine(
+    let confined = confine(
         &mut command,
         vm.vhost_device_vsock,
         vhost_policy,
         vm.spec.vsock_role(Role::VhostDeviceVsock),
         "",
-        sandboxes,
     )?;
     let mut vhost = command.spawn().map_err(|source| StartQemuError::Spawn {
         program: vm.vhost_device_vsock.to_owned(),
         source,
     })?;
+    measured(confined, &mut vhost, vm.vhost_device_vsock, sandboxes)?;
     let deadline = Instant::now() + VHOST_START;
     while !run.vhost.exists() {
         if Instant::now() >= deadline || matches!(vhost.try_wait(), Ok(Some(_))) {
@@ -360,18 +421,19 @@ fn start_qemu(
         }
         policy
     });
-    confine(
+    let confined = confine(
         &mut command,
         vm.qemu,
         qemu_policy,
         Role::Qemu,
         &format!(" and -sandbox {QEMU_SANDBOX}"),
-        sandboxes,
     )?;
-    command.spawn().map_err(|source| StartQemuError::Spawn {
+    let mut qemu = command.spawn().map_err(|source| StartQemuError::Spawn {
         program: vm.qemu.to_owned(),
         source,
-    })
+    })?;
+    measured(confined, &mut qemu, vm.qemu, sandboxes)?;
+    Ok(qemu)
 }
 
 /// The machine, and the CPU model under TCG, for each guest architecture.

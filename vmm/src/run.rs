@@ -638,14 +638,8 @@ fn boot(
     } else {
         sandbox::Report::disabled(NO_HOST_SANDBOX)
     };
-    // A child's ruleset is enforced as far as this kernel's Landlock goes, like berm-vmm's own.
-    confined.children = child_sandboxes
-        .into_iter()
-        .map(|child| sandbox::ChildReport {
-            landlock: confined.landlock,
-            ..child
-        })
-        .collect();
+    // Each child's confinement as measured when it started (measure.rs), not assumed.
+    confined.children = child_sandboxes;
     report::line("host_sandbox", &confined);
     if let Some(outside) = &config.sandbox_probe {
         report::line(
@@ -684,22 +678,10 @@ fn start_krun(
             devices: vec![PathBuf::from("/dev/kvm")],
             ..policy.clone()
         }),
+        report_fd: None,
     };
-    let sandboxes = krun_config
-        .host_sandbox
-        .iter()
-        .map(|policy| sandbox::ChildReport {
-            program: PathBuf::from("berm-vmm krun-enter"),
-            landlock: "fully_enforced",
-            seccomp: format!(
-                "allow_list {}",
-                spec.vsock_role(sandbox::Role::KrunEnter).name()
-            ),
-            policy_sha256: policy.sha256(spec.vsock_role(sandbox::Role::KrunEnter)),
-        })
-        .collect();
-    let child = krun::spawn(&krun_config, output)?;
-    Ok((vec![child], None, sandboxes))
+    let (child, report) = krun::spawn(&krun_config, output)?;
+    Ok((vec![child], None, report.into_iter().collect()))
 }
 
 /// QEMU and its helper vhost-device-vsock, each confined to what it needs.

@@ -27,7 +27,8 @@
 //! The hypervisor children (QEMU and vhost-device-vsock, or the libkrun child) get the same
 //! policy widened just enough to run (see [`Policy::for_program`] and [`ChildSandbox`]), both
 //! Landlock scopes (signals and abstract sockets), and their own role's allow list; the
-//! connector gets no file at all, both scopes and its own list.
+//! connector gets no file at all, both scopes and its own list. How each child ends up
+//! confined is measured, not assumed, and reported as a [`ChildReport`] (`measure.rs`).
 
 use std::path::{Path, PathBuf};
 
@@ -35,6 +36,7 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 pub use berm_confine::Role;
+use berm_vm_protocol::host::Landlock;
 
 /// What the sandbox grants: everything else is refused.
 #[derive(Clone, Debug, Default, Serialize, serde::Deserialize, PartialEq, Eq)]
@@ -79,18 +81,103 @@ impl Policy {
     }
 }
 
-/// How one hypervisor child was confined, as the `host_sandbox` line reports it.
+/// How one confined child of berm-vmm is confined, as the `host_sandbox` line reports it:
+/// measured, never stated (see `measure.rs`).
 #[derive(Clone, Debug, Serialize)]
 pub struct ChildReport {
-    /// The program.
+    /// The program (`berm-vmm connector`, `berm-vmm dial` and `berm-vmm krun-enter` for
+    /// berm's own).
     pub program: PathBuf,
-    /// Landlock in the child, as far as this kernel enforces it (a child that cannot be
-    /// confined at all is never started).
+    /// Its process id.
+    pub pid: u32,
+    /// Its seccomp role ([`Role::name`]).
+    pub role: &'static str,
+    /// Landlock as measured: the status `landlock_restrict_self` gave the child itself
+    /// (`self_report`) or the probe of its ruleset (`proc_status+probe`, `not_enforced` when
+    /// the probe's read outside was not refused).
     pub landlock: &'static str,
-    /// The child's syscall filter: berm-vmm's deny list, QEMU's own `-sandbox`, or none.
+    /// `NoNewPrivs` from the child's `/proc/PID/status`.
+    pub no_new_privs: bool,
+    /// The filter berm-vmm installed: `allow_list ROLE`, QEMU's `and -sandbox …` after it.
     pub seccomp: String,
+    /// `Seccomp` from the child's `/proc/PID/status`: `filter`, `strict` or `disabled`.
+    pub seccomp_mode: &'static str,
+    /// `Seccomp_filters` from it (QEMU's own `-sandbox` adds one once it installs it).
+    pub seccomp_filters: u32,
     /// sha256 of the child's policy.
     pub policy_sha256: String,
+    /// How it was measured: `self_report` or `proc_status+probe`.
+    pub measured_by: &'static str,
+    /// `proc_status+probe` only: what the probe's read of `/` gave (`EACCES` when Landlock
+    /// refused it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub read_outside: Option<String>,
+}
+
+/// A child's identity and policy, before its confinement is measured.
+#[derive(Clone, Debug)]
+pub struct ChildPolicy {
+    /// The program.
+    pub program: PathBuf,
+    /// Its role.
+    pub role: Role,
+    /// The filter berm-vmm installs, as [`ChildReport::seccomp`] words it.
+    pub seccomp: String,
+    /// sha256 of its policy.
+    pub policy_sha256: String,
+}
+
+impl ChildPolicy {
+    /// `program` confined to `policy` under `role`'s allow list (`also`: what follows it in
+    /// the `seccomp` words, e.g. QEMU's own sandbox).
+    pub fn new(program: impl Into<PathBuf>, policy: &Policy, role: Role, also: &str) -> Self {
+        Self {
+            program: program.into(),
+            role,
+            seccomp: format!("allow_list {}{also}", role.name()),
+            policy_sha256: policy.sha256(role),
+        }
+    }
+
+    /// The report of a child that measured itself (process `pid`).
+    pub fn self_reported(self, pid: u32, report: &crate::measure::SelfReport) -> ChildReport {
+        ChildReport {
+            program: self.program,
+            pid,
+            role: self.role.name(),
+            landlock: report.landlock.name(),
+            no_new_privs: report.status.no_new_privs,
+            seccomp: self.seccomp,
+            seccomp_mode: report.status.seccomp.name(),
+            seccomp_filters: report.status.seccomp_filters,
+            policy_sha256: self.policy_sha256,
+            measured_by: "self_report",
+            read_outside: None,
+        }
+    }
+
+    /// The report of an exec'd child `pid`: its `/proc/PID/status` as berm-vmm read it, and
+    /// what the probe of its ruleset found.
+    pub fn probed(
+        self,
+        pid: u32,
+        status: &crate::measure::ProcStatus,
+        probe: &crate::measure::ProbeReport,
+    ) -> ChildReport {
+        ChildReport {
+            program: self.program,
+            pid,
+            role: self.role.name(),
+            landlock: probe.landlock().name(),
+            no_new_privs: status.no_new_privs,
+            seccomp: self.seccomp,
+            seccomp_mode: status.seccomp.name(),
+            seccomp_filters: status.seccomp_filters,
+            policy_sha256: self.policy_sha256,
+            measured_by: "proc_status+probe",
+            read_outside: Some(probe.outcome()),
+        }
+    }
 }
 
 /// A Landlock ruleset built in the parent, applied by the child between fork and exec (so
@@ -126,23 +213,26 @@ impl ChildSandbox {
     }
 
     /// Applies it to the calling process (the forked child): `Err` unless enforced with
-    /// `no_new_privs`, and the spawn then fails, so the child never runs unconfined.
-    pub fn apply(&mut self) -> std::io::Result<()> {
+    /// `no_new_privs`, and the spawn then fails, so the child never runs unconfined. Returns
+    /// the Landlock status the kernel gave.
+    pub fn apply(&mut self) -> std::io::Result<Landlock> {
         #[cfg(target_os = "linux")]
         {
             let ruleset = self
                 .ruleset
                 .take()
                 .ok_or_else(|| std::io::Error::other("the child sandbox was applied twice"))?;
-            match ruleset.restrict_self() {
-                Ok(status)
-                    if status.ruleset != landlock::RulesetStatus::NotEnforced
-                        && status.no_new_privs => {}
-                Ok(_) => return Err(std::io::Error::other("Landlock is not enforced")),
+            let landlock = match ruleset.restrict_self() {
+                Ok(status) if status.no_new_privs => linux::landlock(status.ruleset),
+                Ok(_) => return Err(std::io::Error::other("no_new_privs is not set")),
                 Err(e) => return Err(std::io::Error::other(e)),
+            };
+            if landlock == Landlock::NotEnforced {
+                return Err(std::io::Error::other("Landlock is not enforced"));
             }
             // Last, so the program's exec is the first call it filters.
-            berm_confine::apply(self.role, &self.filter).map_err(std::io::Error::other)
+            berm_confine::apply(self.role, &self.filter).map_err(std::io::Error::other)?;
+            Ok(landlock)
         }
         #[cfg(not(target_os = "linux"))]
         {
@@ -398,14 +488,11 @@ mod linux {
             } => kernel_abi.map_or(effective_abi as u32, |k| k as u32),
             _ => 0,
         };
-        let landlock = match status.ruleset {
-            RulesetStatus::FullyEnforced => "fully_enforced",
-            RulesetStatus::PartiallyEnforced => "partially_enforced",
-            RulesetStatus::NotEnforced => "not_enforced",
-        };
+        let enforced = landlock(status.ruleset);
+        let landlock = enforced.name();
         // Landlock's core is a hard requirement above; a status short of enforced here would
         // mean the kernel accepted nothing, so fail closed.
-        if status.ruleset == RulesetStatus::NotEnforced || !status.no_new_privs {
+        if enforced == Landlock::NotEnforced || !status.no_new_privs {
             return Err(SandboxError::Landlock {
                 status: landlock.replace('_', " "),
             });
@@ -434,6 +521,15 @@ mod linux {
             reason: None,
             children: Vec::new(),
         })
+    }
+
+    /// The line's word for a ruleset status.
+    pub(super) fn landlock(status: RulesetStatus) -> Landlock {
+        match status {
+            RulesetStatus::FullyEnforced => Landlock::FullyEnforced,
+            RulesetStatus::PartiallyEnforced => Landlock::PartiallyEnforced,
+            RulesetStatus::NotEnforced => Landlock::NotEnforced,
+        }
     }
 
     fn landlock_error(e: &landlock::RulesetError) -> SandboxError {

@@ -152,7 +152,7 @@ pub fn confine_child(command: &mut Command, mut sandbox: crate::sandbox::ChildSa
     // success and no lock. (berm-vmm spawns its hypervisor children while still
     // single-threaded, so no other thread's lock can be held across the fork anyway.)
     unsafe {
-        command.pre_exec(move || sandbox.apply());
+        command.pre_exec(move || sandbox.apply().map(drop));
     }
 }
 
@@ -355,9 +355,11 @@ pub mod connector {
     }
 
     /// Forks the connector. In the child: signals that stop berm-vmm are ignored (it must
-    /// outlive a stop request, to connect the shutdown), it dies with berm-vmm, applies
-    /// `sandbox` (or exits 1), closes every descriptor but `channel` and `dir`, and serves.
-    /// Returns the child's pid. The caller must be single-threaded.
+    /// outlive a stop request, to connect the shutdown), it dies with berm-vmm, opens
+    /// `/proc/self/status`, applies `sandbox` (or exits 1), measures itself and sends the
+    /// report as its first message on `channel` (or exits 1: see `measure.rs`), closes every
+    /// descriptor but `channel` and `dir`, and serves. Returns the child's pid. The caller
+    /// must be single-threaded.
     pub fn fork(
         channel: OwnedFd,
         dir: OwnedFd,
@@ -386,7 +388,29 @@ pub mod connector {
             }
             libc::prctl(libc::PR_SET_NAME, c"berm-connector".as_ptr());
         }
-        if sandbox.apply().is_err() {
+        // Opened before Landlock grants nothing; read after the filter is loaded, which
+        // allows only `read`, `close` and `sendmsg` of what follows (nothing allocates).
+        let status = crate::measure::OwnStatus::open();
+        let measured = match (status, sandbox.apply()) {
+            (Ok(status), Ok(landlock)) => status.measure(landlock).ok(),
+            _ => None,
+        };
+        let mut line = [0u8; crate::measure::MAX_REPORT];
+        let sent = measured.is_some_and(|report| {
+            let line = report.encode(&mut line);
+            // SAFETY: sends `line` (alive for the call) as one message, no control data.
+            unsafe {
+                let mut iov = libc::iovec {
+                    iov_base: line.as_ptr().cast_mut().cast(),
+                    iov_len: line.len(),
+                };
+                let mut msg: libc::msghdr = std::mem::zeroed();
+                msg.msg_iov = &mut iov;
+                msg.msg_iovlen = 1;
+                libc::sendmsg(channel.as_raw_fd(), &msg, libc::MSG_NOSIGNAL) == line.len() as isize
+            }
+        });
+        if !sent {
             // SAFETY: ends the child without running the parent's destructors.
             unsafe { libc::_exit(1) };
         }
@@ -562,6 +586,36 @@ pub mod connector {
         unsafe { libc::sendmsg(channel, &msg, libc::MSG_NOSIGNAL) };
     }
 
+    /// The connector's first message: how it measured its own confinement, within
+    /// `timeout` (its bytes, at most [`crate::measure::MAX_REPORT`]; parsed by the caller).
+    pub fn receive_report(channel: &OwnedFd, timeout: std::time::Duration) -> io::Result<Vec<u8>> {
+        if !super::wait_readable(channel, timeout)? {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("no report within {} s", timeout.as_secs()),
+            ));
+        }
+        let mut line = [0u8; crate::measure::MAX_REPORT + 1];
+        // SAFETY: receives one message into `line`, at most its size; MSG_TRUNC makes the
+        // return value the message's real length, so a longer one is seen as such.
+        let n = unsafe {
+            libc::recv(
+                channel.as_raw_fd(),
+                line.as_mut_ptr().cast(),
+                line.len(),
+                libc::MSG_TRUNC | libc::MSG_DONTWAIT,
+            )
+        };
+        match n {
+            n if n < 0 => Err(io::Error::last_os_error()),
+            0 => Err(io::Error::other("it ended without a report")),
+            n if n as usize > crate::measure::MAX_REPORT => {
+                Err(io::Error::other("its report is too long"))
+            }
+            n => Ok(line[..n as usize].to_vec()),
+        }
+    }
+
     /// berm-vmm's side of one request: sends `index` and receives the answer; the
     /// connection comes back close-on-exec.
     pub fn request(channel: &OwnedFd, index: u8) -> io::Result<OwnedFd> {
@@ -628,6 +682,118 @@ pub mod connector {
             }
         }
     }
+}
+
+/// Forks a probe of `sandbox`: the child applies it (the ruleset and role filter an exec'd
+/// child gets), tries to open [`crate::measure::PROBE_OUTSIDE`], writes a
+/// [`crate::measure::ProbeReport`] line to a pipe and exits. Returns the line's bytes
+/// (parsed by the caller), read within `timeout`; empty if the probe could not apply the
+/// sandbox. The caller must be single-threaded (berm-vmm starts its hypervisor children
+/// while it is).
+#[cfg(target_os = "linux")]
+pub fn probe_child(
+    mut sandbox: crate::sandbox::ChildSandbox,
+    timeout: std::time::Duration,
+) -> io::Result<Vec<u8>> {
+    use std::io::Read;
+    let (mut reader, writer) = io::pipe()?;
+    // SAFETY: berm-vmm is single-threaded here, so no lock is held by another thread; the
+    // child applies the sandbox (as a pre-exec closure would), makes three system calls on
+    // stack buffers and _exits, never returning into the caller.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if pid == 0 {
+        let mut line = [0u8; crate::measure::MAX_REPORT];
+        let line: &[u8] = match sandbox.apply() {
+            Ok(landlock) => {
+                // SAFETY: open(2) of a constant NUL-terminated path; the descriptor, if
+                // any, is closed at once.
+                let fd = unsafe {
+                    libc::open(
+                        crate::measure::PROBE_OUTSIDE.as_ptr(),
+                        libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+                    )
+                };
+                let read_outside = if fd >= 0 {
+                    // SAFETY: closes the descriptor just opened.
+                    unsafe { libc::close(fd) };
+                    0
+                } else {
+                    io::Error::last_os_error()
+                        .raw_os_error()
+                        .map_or(u32::MAX, |e| e as u32)
+                };
+                crate::measure::ProbeReport {
+                    landlock,
+                    read_outside,
+                }
+                .encode(&mut line)
+            }
+            Err(_) => &[],
+        };
+        // SAFETY: writes `line` (alive for the call) to the pipe, then ends the child
+        // without running the parent's destructors.
+        unsafe {
+            libc::write(writer.as_raw_fd(), line.as_ptr().cast(), line.len());
+            libc::_exit(0)
+        }
+    }
+    drop(writer);
+    let deadline = std::time::Instant::now() + timeout;
+    let mut out = Vec::new();
+    let mut buf = [0u8; crate::measure::MAX_REPORT + 1];
+    let read = loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match wait_readable(&reader, left) {
+            Ok(true) => {}
+            Ok(false) => break Err(io::Error::new(io::ErrorKind::TimedOut, "the probe hung")),
+            Err(e) => break Err(e),
+        }
+        match reader.read(&mut buf) {
+            Ok(0) => break Ok(()),
+            Ok(n) => out.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => break Err(e),
+        }
+        if out.len() > crate::measure::MAX_REPORT {
+            break Err(io::Error::other("the probe said too much"));
+        }
+    };
+    // SAFETY: kill(2) and waitpid(2) on the child just forked, which is reaped once.
+    unsafe {
+        if read.is_err() {
+            libc::kill(pid, libc::SIGKILL);
+        }
+        libc::waitpid(pid, std::ptr::null_mut(), 0);
+    }
+    read.map(|()| out)
+}
+
+/// No probe on this OS: there is no host sandbox either.
+#[cfg(not(target_os = "linux"))]
+pub fn probe_child(
+    _sandbox: crate::sandbox::ChildSandbox,
+    _timeout: std::time::Duration,
+) -> io::Result<Vec<u8>> {
+    Err(io::Error::other("no host sandbox on this OS"))
+}
+
+/// The descriptor `fd` this process inherited (krun-enter's report pipe), taken over: it is
+/// closed when dropped. Refuses the standard streams and a number that is not open.
+pub fn inherited_fd(fd: i32) -> io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    if fd <= 2 {
+        return Err(io::Error::other(format!("fd {fd} is a standard stream")));
+    }
+    // SAFETY: fcntl(F_GETFD) on a number only reads its flags; EBADF if it is not open.
+    if unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the descriptor is open and was passed to this process for it alone (the
+    // parent named it in the configuration); nothing else in it owns the number.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
 }
 
 /// Waits until `fd` is readable (or closed) for at most `timeout`; `false` on timeout. Made

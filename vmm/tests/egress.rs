@@ -61,6 +61,11 @@ fn fetch_through_the_dialer(arch: GuestArch) {
     let sandbox = &vmm.events("host_sandbox")[0];
     let dialer = common::child_named(sandbox, "berm-vmm dial");
     assert_eq!(dialer["seccomp"], "allow_list berm-vmm-dialer");
+    // Measured by the dialer itself once confined, and sent after `ready`.
+    assert_eq!(dialer["measured_by"], "self_report", "{dialer}");
+    assert_eq!(dialer["landlock"], "fully_enforced", "{dialer}");
+    assert_eq!(dialer["no_new_privs"], true, "{dialer}");
+    assert_eq!(dialer["seccomp_mode"], "filter", "{dialer}");
     // The vsock device may connect (to the dialer) only in a run like this one.
     assert!(
         sandbox["children"]
@@ -440,7 +445,27 @@ impl Dialer {
         std::io::BufReader::new(child.stdout.take().unwrap())
             .read_line(&mut line)
             .unwrap();
-        assert_eq!(line.trim(), "ready");
+        // Confined, it says how after `ready`: its own measurement, once in force.
+        let line = line.strip_suffix('\n').unwrap();
+        if plan.sandbox {
+            let said = line
+                .strip_prefix("ready ")
+                .unwrap_or_else(|| panic!("{line:?}"));
+            let report = berm_vmm::measure::SelfReport::decode(said.as_bytes()).unwrap();
+            assert_eq!(
+                report.landlock,
+                berm_vm_protocol::host::Landlock::FullyEnforced,
+                "{line}"
+            );
+            assert!(report.status.no_new_privs, "{line}");
+            assert_eq!(
+                report.status.seccomp,
+                berm_vmm::measure::SeccompMode::Filter,
+                "{line}"
+            );
+        } else {
+            assert_eq!(line, "ready");
+        }
         dialer
     }
 }

@@ -133,12 +133,13 @@ fn berm_vmm_confines_itself_and_the_vm_still_works() {
                 name.trim().to_owned(),
                 proc_status(child, "NoNewPrivs"),
                 proc_status(child, "Seccomp"),
+                child,
             ));
         }
     });
-    eprintln!("hypervisor children (comm, NoNewPrivs, Seccomp): {children:?}");
+    eprintln!("hypervisor children (comm, NoNewPrivs, Seccomp, pid): {children:?}");
     assert!(!children.is_empty());
-    for (name, nnp, seccomp) in &children {
+    for (name, nnp, seccomp, _) in &children {
         assert_eq!(nnp.as_deref(), Some("1"), "{name}");
         // Every child runs under its role's allow list (QEMU also under its own -sandbox).
         assert_eq!(seccomp.as_deref(), Some("2"), "{name}: no seccomp filter");
@@ -191,9 +192,43 @@ fn berm_vmm_confines_itself_and_the_vm_still_works() {
     }
     let reported: Vec<&Value> = sandbox["children"].as_array().unwrap().iter().collect();
     assert_eq!(reported.len(), children.len(), "{sandbox}");
-    for child in reported {
+    // Each child's confinement as measured: one of berm-vmm's children by pid, and what the
+    // kernel showed the test for it is what the line says.
+    for child in &reported {
+        eprintln!("measured child: {child}");
+        let pid = child["pid"].as_u64().unwrap() as u32;
+        let (name, nnp, seccomp, _) = children
+            .iter()
+            .find(|c| c.3 == pid)
+            .unwrap_or_else(|| panic!("{child}: not a child of berm-vmm: {children:?}"));
         assert_eq!(child["landlock"], "fully_enforced", "{child}");
+        assert_eq!(child["no_new_privs"], nnp.as_deref() == Some("1"), "{name}");
+        assert_eq!(child["seccomp_mode"], "filter", "{child}");
+        assert_eq!(seccomp.as_deref(), Some("2"), "{name}");
+        assert!(child["seccomp_filters"].as_u64().unwrap() >= 1, "{child}");
+        let own = format!("allow_list {}", child["role"].as_str().unwrap());
+        assert!(
+            child["seccomp"].as_str().unwrap().starts_with(&own),
+            "{child}"
+        );
+        if child["program"] == "berm-vmm connector" {
+            assert_eq!(child["measured_by"], "self_report", "{child}");
+            assert!(child.get("read_outside").is_none(), "{child}");
+        } else {
+            // QEMU and vhost-device-vsock: /proc/PID/status and the probe of their ruleset.
+            assert_eq!(child["measured_by"], "proc_status+probe", "{child}");
+            assert_eq!(child["read_outside"], "EACCES", "{child}");
+        }
     }
+    let roles: std::collections::BTreeSet<&str> = reported
+        .iter()
+        .map(|c| c["role"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        roles,
+        ["berm-vmm-connector", "qemu", "vhost-device-vsock"].into(),
+        "{sandbox}"
+    );
     // The connector is one of them: its own allow list, and no file granted.
     let connector = common::child_named(&sandbox, "berm-vmm connector");
     assert_eq!(
@@ -201,7 +236,7 @@ fn berm_vmm_confines_itself_and_the_vm_still_works() {
         "{connector}"
     );
     assert!(
-        children.iter().any(|(name, _, _)| name == "berm-connector"),
+        children.iter().any(|(name, ..)| name == "berm-connector"),
         "{children:?}"
     );
     let probe = event(&mut run, "host_sandbox_probe").unwrap();
@@ -263,6 +298,46 @@ fn berm_vmm_confines_itself_and_the_vm_still_works() {
         started.elapsed()
     );
     assert!(verdict.ok, "{:#?}", verdict.problems);
+    // The record carries each child's measurement, as the line said it.
+    let kept = record["hostSandbox"]["children"].as_array().unwrap();
+    assert_eq!(kept.len(), reported.len(), "{record}");
+    for (kept, line) in kept.iter().zip(&reported) {
+        for (record_field, line_field) in [
+            ("program", "program"),
+            ("role", "role"),
+            ("landlock", "landlock"),
+            ("noNewPrivs", "no_new_privs"),
+            ("seccomp", "seccomp"),
+            ("seccompMode", "seccomp_mode"),
+            ("seccompFilters", "seccomp_filters"),
+            ("policySha256", "policy_sha256"),
+            ("measuredBy", "measured_by"),
+        ] {
+            assert_eq!(
+                kept[record_field], line[line_field],
+                "{record_field}: {kept}"
+            );
+        }
+        assert_eq!(kept.get("readOutside"), line.get("read_outside"), "{kept}");
+    }
+    // The same record with QEMU measured unconfined (re-sealed, as a forger would) is
+    // refused, naming QEMU.
+    let mut forged = record.clone();
+    let qemu = forged["hostSandbox"]["children"]
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .find(|c| c["role"] == "qemu")
+        .unwrap();
+    qemu["noNewPrivs"] = false.into();
+    forged["recordSha256"] = berm_attest::record_sha256(&forged).into();
+    let refused = verify(&forged, &Pins::compiled_in().unwrap());
+    assert_eq!(refused.codes(), vec![Code::HostChildWeak]);
+    assert!(
+        refused.problems[0].detail.contains("qemu-system-"),
+        "{:#?}",
+        refused.problems
+    );
 
     // The same record, signed with the host key (the default one: the test's HOME), verifies
     // with its public key and with no other.

@@ -437,6 +437,14 @@ fn libkrun_smoke() {
             && l.contains(r#""seccomp":"allow_list""#)),
         "no host_sandbox line from the libkrun child:\n{log}"
     );
+    // berm-vmm's line carries the child's own measurement of itself, sent once confined.
+    let sandbox = &vmm.events("host_sandbox")[0];
+    let krun = common::child_named(sandbox, "berm-vmm krun-enter");
+    assert_eq!(krun["measured_by"], "self_report", "{krun}");
+    assert_eq!(krun["landlock"], "fully_enforced", "{krun}");
+    assert_eq!(krun["no_new_privs"], true, "{krun}");
+    assert_eq!(krun["seccomp_mode"], "filter", "{krun}");
+    assert_eq!(krun["seccomp_filters"], 1, "{krun}");
     let kernel_printed = console.contains("Linux version");
     let vsock_up = console.contains("PF_VSOCK");
     eprintln!(
