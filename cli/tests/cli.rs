@@ -324,6 +324,39 @@ fn the_mcp_bridge_carries_a_session() {
     assert_eq!(call["result"]["content"][0]["text"], "through the bridge");
 }
 
+/// `berm_fixtures::hostile` through the stdio bridge: each hostile line, in the same
+/// write as valid requests, gets exactly its own answer, and the valid requests theirs.
+#[test]
+fn hostile_lines_through_the_mcp_bridge_cost_only_themselves() {
+    use berm_fixtures::hostile;
+    let frame_cap = hostile::MAX_FRAME_BYTES.to_string();
+    let bermd = Bermd::start_with(&["--max-frame-bytes", &frame_cap], Stdio::null());
+    let mut bridge = Command::new(env!("CARGO_BIN_EXE_berm"))
+        .arg("mcp")
+        .env("BERM_HOME", &bermd.home)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // A lost answer would leave the test reading forever: past the deadline the bridge
+    // is killed, and the read fails saying what was answered.
+    let (done, finished) = std::sync::mpsc::channel::<()>();
+    let pid = bridge.id().to_string();
+    let watchdog = std::thread::spawn(move || {
+        if finished.recv_timeout(Duration::from_secs(300)).is_err() {
+            let _ = Command::new("kill").args(["-KILL", &pid]).status();
+        }
+    });
+    let mut stdin = bridge.stdin.take().unwrap();
+    let mut stdout = std::io::BufReader::new(bridge.stdout.take().unwrap());
+    hostile::initialize(&mut stdin, &mut stdout);
+    hostile::assert_each_costs_only_itself(&mut stdin, &mut stdout, 10);
+    drop(stdin);
+    assert!(bridge.wait().unwrap().success());
+    drop(done);
+    watchdog.join().unwrap();
+}
+
 #[test]
 fn berm_new_scaffolds_a_program_that_builds_and_deploys_as_is() {
     let bermd = Bermd::start();

@@ -2,17 +2,20 @@
 //! connection, behind a frame guard.
 //!
 //! The guard is rmcp's transport for the session. It bounds every incoming
-//! line and answers what rmcp would silently drop or answer vaguely — a line
-//! over the cap, one that is not JSON, JSON that is not a JSON-RPC message —
-//! with a JSON-RPC error (`id: null`, since no id can be read from it) that
-//! says what was wrong, so a client always learns why it got no answer.
-//! Whole lines only ever reach the socket, so those errors never split a
-//! message rmcp is writing.
+//! line, and answers itself every line rmcp would silently drop, answer
+//! vaguely or mishandle — a line over the cap, one that is not JSON, JSON
+//! that is not a JSON-RPC message, a request whose id is already in flight,
+//! a response to a request bermd never made — with a JSON-RPC error that
+//! says what was wrong, so a client always learns why it got no answer and
+//! a broken line costs only itself. Whole lines only ever reach the socket,
+//! so those errors never split a message rmcp is writing.
 
+use std::collections::HashSet;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use rmcp::model::{ClientNotification, ClientRequest, JsonRpcMessage, RequestId};
 use rmcp::service::{RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
 use rmcp::{RoleServer, ServiceExt};
@@ -176,6 +179,7 @@ impl SessionCap {
             }
             Err(_) => {
                 let refusal = error_line(
+                    None,
                     SERVER_BUSY,
                     &format!(
                         "bermd already serves {} sessions on {}, its cap (bermd --max-connections); \
@@ -268,6 +272,24 @@ struct GuardedTransport<R, W> {
     /// it is out, so a client that sends garbage without reading gets
     /// backpressure rather than a queue that grows.
     answering: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
+    /// The ids of the requests handed to rmcp and not yet answered. rmcp
+    /// keys the requests it is serving by id: a second request with the id
+    /// of one in flight takes its place, and one of the two answers is
+    /// dropped — which one depends on timing. So the guard refuses such a
+    /// request itself. An id leaves when rmcp sends its answer (`send`), or
+    /// when the client cancels the request (rmcp then forgets it and sends
+    /// nothing). Both are seen on rmcp's loop, between receives, so this
+    /// set and rmcp's agree at every receive.
+    in_flight: HashSet<RequestId>,
+    /// Whether rmcp has finished its handshake: it has answered a request
+    /// other than `ping` or `discover` with a result. Until then rmcp ends
+    /// the session at any notification (such as an early
+    /// `notifications/initialized`), losing what follows, so the guard
+    /// drops notifications until then.
+    greeted: bool,
+    /// Before the handshake ends, the `ping` and `discover` requests in
+    /// flight: their results do not end it.
+    probes: HashSet<RequestId>,
 }
 
 impl<R, W> GuardedTransport<R, W>
@@ -283,6 +305,9 @@ where
             max_frame,
             write: Arc::new(Mutex::new(Some(write))),
             answering: None,
+            in_flight: HashSet::new(),
+            greeted: false,
+            probes: HashSet::new(),
         }
     }
 
@@ -327,8 +352,10 @@ where
     }
 
     /// What the guard makes of one line within bounds: a message for rmcp,
-    /// nothing (blank, or a notification rmcp would ignore), or an answer.
-    fn judge(&self) -> Judgement {
+    /// nothing (blank, or a message that must not be answered), or an
+    /// answer. A message rmcp can read costs one parse; only a line it
+    /// cannot read is parsed again, to say what is wrong with it.
+    fn judge(&mut self) -> Judgement {
         let line = self
             .line
             .strip_prefix(b"\xEF\xBB\xBF")
@@ -338,23 +365,154 @@ where
             return Judgement::Skip;
         }
         let error = match serde_json::from_slice::<RxJsonRpcMessage<RoleServer>>(line) {
-            Ok(message) => return Judgement::Message(Box::new(message)),
+            Ok(message) => return self.admit(message),
             Err(error) => error,
         };
         // The slow path, for lines rmcp cannot take: say why.
         match serde_json::from_slice::<serde_json::Value>(line) {
-            Err(e) => Judgement::Answer(error_line(PARSE_ERROR, &format!("not valid JSON: {e}"))),
+            Err(e) => Judgement::Answer(error_line(
+                None,
+                PARSE_ERROR,
+                &format!("not valid JSON: {e}"),
+            )),
+            Ok(value) => self.refuse(&value, &error),
+        }
+    }
+
+    /// A message rmcp can read: handed to it, unless rmcp would mishandle it.
+    fn admit(&mut self, message: RxJsonRpcMessage<RoleServer>) -> Judgement {
+        match &message {
+            JsonRpcMessage::Request(request) => {
+                if !self.in_flight.insert(request.id.clone()) {
+                    // Answered with no id: an error carrying this id would
+                    // pass for the answer to the request still in flight.
+                    return Judgement::Answer(error_line(
+                        None,
+                        INVALID_REQUEST,
+                        &format!(
+                            "request id {} is already in use by a request bermd is still \
+                             answering; give each request an id of its own",
+                            shown(&serde_json::json!(request.id))
+                        ),
+                    ));
+                }
+                if !self.greeted
+                    && matches!(
+                        request.request,
+                        ClientRequest::PingRequest(_) | ClientRequest::DiscoverRequest(_)
+                    )
+                {
+                    self.probes.insert(request.id.clone());
+                }
+            }
+            JsonRpcMessage::Notification(_) if !self.greeted => {
+                tracing::debug!("dropping a notification sent before the session began");
+                return Judgement::Skip;
+            }
+            JsonRpcMessage::Notification(notification) => {
+                if let ClientNotification::CancelledNotification(cancelled) =
+                    &notification.notification
+                    && let Some(id) = &cancelled.params.request_id
+                {
+                    // rmcp forgets the request and drops its answer.
+                    self.in_flight.remove(id);
+                }
+            }
+            JsonRpcMessage::Response(response) => {
+                return Judgement::Answer(unasked(&serde_json::json!(response.id)));
+            }
+            // Never answered: two peers that answer errors with errors
+            // would do so forever.
+            JsonRpcMessage::Error(error) => {
+                tracing::debug!(id = ?error.id, "ignoring an error object from the client");
+                return Judgement::Skip;
+            }
+        }
+        Judgement::Message(Box::new(message))
+    }
+
+    /// The answer to JSON rmcp cannot read as a JSON-RPC message: what is
+    /// wrong with it, under its id when it has one that can be read and is
+    /// not in flight (otherwise `id: null`).
+    fn refuse(&self, value: &serde_json::Value, error: &serde_json::Error) -> Judgement {
+        let Some(object) = value.as_object() else {
+            let problem = if value.is_array() {
+                "a batch (a JSON array) is not supported: send one message per line".to_owned()
+            } else {
+                format!("a JSON-RPC message is a JSON object, not {}", shown(value))
+            };
+            return Judgement::Answer(error_line(None, INVALID_REQUEST, &problem));
+        };
+        let id = object.get("id");
+        let Some(method) = object.get("method") else {
+            if object.contains_key("result") {
+                return Judgement::Answer(unasked(id.unwrap_or(&serde_json::Value::Null)));
+            }
+            if object.contains_key("error") {
+                tracing::debug!("ignoring an error object from the client: {error}");
+                return Judgement::Skip;
+            }
+            let problem =
+                r#"neither a request nor a response: it has no "method", "result" or "error""#;
+            return Judgement::Answer(error_line(self.answerable(id), INVALID_REQUEST, problem));
+        };
+        let Some(id) = id else {
             // A notification gets no answer, even a malformed one; rmcp
             // ignores those it does not know.
-            Ok(value) if value.get("method").is_some() && value.get("id").is_none() => {
-                tracing::debug!("ignoring a notification rmcp cannot read: {error}");
-                Judgement::Skip
+            tracing::debug!("ignoring a notification rmcp cannot read: {error}");
+            return Judgement::Skip;
+        };
+        let problem = match object.get("jsonrpc") {
+            None => r#"it has no "jsonrpc": "2.0""#.to_owned(),
+            Some(version) if version != "2.0" => {
+                format!(r#""jsonrpc" must be "2.0", not {}"#, shown(version))
             }
-            Ok(_) => Judgement::Answer(error_line(
-                INVALID_REQUEST,
-                &format!("not a JSON-RPC message bermd understands: {error}"),
-            )),
-        }
+            Some(_) if serde_json::from_value::<RequestId>(id.clone()).is_err() => {
+                format!("a request id is a string or an integer, not {}", shown(id))
+            }
+            Some(_) if !method.is_string() => {
+                format!(r#""method" must be a string, not {}"#, shown(method))
+            }
+            Some(_) => format!("not a request bermd can read: {error}"),
+        };
+        Judgement::Answer(error_line(
+            self.answerable(Some(id)),
+            INVALID_REQUEST,
+            &problem,
+        ))
+    }
+
+    /// `id` as the id of an answer: when it is a request id and no request
+    /// in flight has it (an error under that id would pass for its answer).
+    fn answerable(&self, id: Option<&serde_json::Value>) -> Option<RequestId> {
+        serde_json::from_value::<RequestId>(id?.clone())
+            .ok()
+            .filter(|id| !self.in_flight.contains(id))
+    }
+}
+
+/// The answer to a response from the client. Its id numbers bermd's
+/// requests, not the client's, so the answer carries none.
+fn unasked(id: &serde_json::Value) -> String {
+    error_line(
+        None,
+        INVALID_REQUEST,
+        &format!(
+            "bermd made no request with id {}: it sends clients no requests, so it takes no \
+             responses",
+            shown(id)
+        ),
+    )
+}
+
+/// `value` as JSON, cut short when long: a client's value quoted back in a
+/// message.
+fn shown(value: &serde_json::Value) -> String {
+    const MAX_CHARS: usize = 40;
+    let text = value.to_string();
+    match text.char_indices().nth(MAX_CHARS) {
+        Some((at, _)) => format!("{}…", &text[..at]),
+        None => text,
     }
 }
 
@@ -375,6 +533,22 @@ where
         &mut self,
         item: TxJsonRpcMessage<RoleServer>,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        // The request this answers is no longer in flight: its id may be
+        // used again.
+        if let Some(id) = match &item {
+            JsonRpcMessage::Response(response) => Some(&response.id),
+            JsonRpcMessage::Error(error) => error.id.as_ref(),
+            _ => None,
+        } {
+            self.in_flight.remove(id);
+            if !self.greeted {
+                let probe = self.probes.remove(id);
+                if !probe && matches!(item, JsonRpcMessage::Response(_)) {
+                    self.greeted = true;
+                    self.probes = HashSet::new();
+                }
+            }
+        }
         // Serialized here rather than in the future, so the spawned send
         // only writes.
         let line = serde_json::to_vec(&item).map(|mut line| {
@@ -406,6 +580,7 @@ where
             // judged and cleared in one step.
             let judgement = match oversized {
                 Some(size) => Judgement::Answer(error_line(
+                    None,
                     INVALID_REQUEST,
                     &format!(
                         "message of {size} bytes or more exceeds bermd's frame cap of {} bytes",
@@ -455,10 +630,11 @@ async fn write_line<W: AsyncWrite + Unpin>(
     writer.flush().await
 }
 
-fn error_line(code: i64, message: &str) -> String {
+/// A JSON-RPC error as a line; `id: null` when there is no id to answer.
+fn error_line(id: Option<RequestId>, code: i64, message: &str) -> String {
     let mut line = serde_json::json!({
         "jsonrpc": "2.0",
-        "id": null,
+        "id": id,
         "error": { "code": code, "message": message },
     })
     .to_string();

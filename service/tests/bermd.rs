@@ -150,7 +150,7 @@ fn bad_input_gets_errors_and_bermd_stays_up() {
     // Well-formed JSON that is not JSON-RPC.
     session.send_raw(b"[1, 2, 3]\n");
     let reply = session.read();
-    assert_rpc_error(&reply, -32600, "not a JSON-RPC message");
+    assert_rpc_error(&reply, -32600, "a batch (a JSON array) is not supported");
     // A notification gets no answer, even one nobody knows.
     session.send_raw(b"{\"jsonrpc\": \"2.0\", \"method\": \"notifications/nosuch\"}\n");
 
@@ -165,6 +165,19 @@ fn bad_input_gets_errors_and_bermd_stays_up() {
     let (text, _) = result_text(&fresh.call("echo_echo", json!({"message": "fresh"})));
     assert_eq!(text, "fresh");
     assert!(bermd.alive());
+}
+
+/// Each hostile line of `berm_fixtures::hostile`, in the same write as valid requests
+/// (so bermd reads them at once), gets exactly its own answer, and the valid requests
+/// theirs; repeated, to catch a race.
+#[test]
+fn each_hostile_line_costs_only_itself() {
+    use berm_fixtures::hostile;
+    let frame_cap = hostile::MAX_FRAME_BYTES.to_string();
+    let bermd = Bermd::start(&["--max-frame-bytes", &frame_cap]);
+    let mut session = Session::connect(&bermd.home.join("mcp.sock"));
+    hostile::initialize(&mut session.writer, &mut session.reader);
+    hostile::assert_each_costs_only_itself(&mut session.writer, &mut session.reader, 20);
 }
 
 #[test]
