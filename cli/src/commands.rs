@@ -40,7 +40,7 @@ pub fn served_tools(program: &berm_control::ProgramView) -> Vec<String> {
 /// # Errors
 /// When `value` cannot be serialized (a map with non-string keys).
 pub fn print_json(value: &impl serde::Serialize) -> anyhow::Result<()> {
-    println!("{}", serde_json::to_string(value)?);
+    crate::outln!("{}", serde_json::to_string(value)?);
     Ok(())
 }
 

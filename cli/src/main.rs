@@ -12,6 +12,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod commands;
+mod out;
 
 berm_abi::codes! {
     /// berm's exit codes.

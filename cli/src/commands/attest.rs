@@ -107,7 +107,7 @@ pub fn run(args: Args) -> anyhow::Result<Exit> {
         (Some(Command::Verify { record, args }), _) => verify_file(&record, args),
         (Some(Command::Key { key }), _) => {
             let key = HostKey::load_or_create(key.as_deref())?;
-            print!("{}", key.public_pem());
+            crate::out!("{}", key.public_pem());
             eprintln!(
                 "berm attest: the public half of {} (key id {})",
                 key.path().display(),
@@ -123,7 +123,7 @@ pub fn run(args: Args) -> anyhow::Result<Exit> {
 fn record(run_dir: &Path) -> anyhow::Result<Exit> {
     let record = Record::from_run_dir(run_dir)?;
     let value = record.to_value();
-    println!("{}", canonical_json(&value));
+    crate::outln!("{}", canonical_json(&value));
     let pins = Pins::compiled_in().context("the pins compiled into berm are broken")?;
     report(&verify(&value, &pins), &record.record_sha256);
     Ok(Exit::Ok)
@@ -172,13 +172,13 @@ fn verify_file(path: &Path, args: VerifyArgs) -> anyhow::Result<Exit> {
         verdict
     };
     if args.json {
-        println!("{}", serde_json::to_string(&verdict)?);
+        crate::outln!("{}", serde_json::to_string(&verdict)?);
     } else {
         for problem in &verdict.problems {
-            println!("{}: {}", problem.code, problem.detail);
+            crate::outln!("{}: {}", problem.code, problem.detail);
         }
         for warning in &verdict.warnings {
-            println!("warning {}: {}", warning.code, warning.detail);
+            crate::outln!("warning {}: {}", warning.code, warning.detail);
         }
         if verdict.ok {
             let signed = if key.is_some() {
@@ -186,10 +186,10 @@ fn verify_file(path: &Path, args: VerifyArgs) -> anyhow::Result<Exit> {
             } else {
                 ""
             };
-            println!("ok: the record verifies against the pins{signed}");
+            crate::outln!("ok: the record verifies against the pins{signed}");
         }
         if signature_unchecked {
-            println!("note: the envelope's signature was not checked (give --key PUB)");
+            crate::outln!("note: the envelope's signature was not checked (give --key PUB)");
         }
     }
     Ok(if verdict.ok {

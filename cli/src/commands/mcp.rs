@@ -63,6 +63,12 @@ pub async fn run(home: &Path, args: Args) -> anyhow::Result<Exit> {
         let mut stdout = tokio::io::stdout();
         let copied = tokio::io::copy(&mut from_bermd, &mut stdout).await;
         let _ = stdout.flush().await;
+        // The harness closed its end: nobody is left to answer.
+        if let Err(e) = &copied
+            && e.kind() == std::io::ErrorKind::BrokenPipe
+        {
+            crate::out::closed();
+        }
         copied
     };
     // The session ends when bermd closes its side (after stdin closes, or

@@ -251,7 +251,7 @@ async fn install(args: InstallArgs) -> anyhow::Result<Exit> {
     }
     let seconds = started.elapsed().as_secs_f64();
     if args.json {
-        println!(
+        crate::outln!(
             "{}",
             serde_json::json!({
                 "summary": true,
@@ -318,13 +318,13 @@ async fn push(args: PushArgs) -> anyhow::Result<Exit> {
     if args.json {
         super::print_json(&pushed)?;
     } else {
-        println!("pushed   {}", pushed.reference);
-        println!("pinned   {}", pushed.pinned);
+        crate::outln!("pushed   {}", pushed.reference);
+        crate::outln!("pinned   {}", pushed.pinned);
         for (kind, layer) in [
             ("kernel", &pushed.config.kernel),
             ("rootfs", &pushed.config.rootfs),
         ] {
-            println!(
+            crate::outln!(
                 "{kind}   sha256:{} ({} bytes, {})",
                 layer.sha256, layer.size, layer.file
             );
@@ -399,7 +399,7 @@ impl Progress {
     /// One artifact done: `status` is `installed` or `present` (already there, not fetched).
     fn done(&self, r: &Report<'_>, dest: &Path, status: &str, seconds: f64, resumed_from: u64) {
         if self.json {
-            println!(
+            crate::outln!(
                 "{}",
                 serde_json::json!({
                     "kind": r.kind.name(),
@@ -451,7 +451,7 @@ impl Progress {
             object["sha256"] = r.pin.sha256.as_str().into();
             object["source"] = r.source.into();
         }
-        println!("{object}");
+        crate::outln!("{object}");
         eprintln!("berm: {message}");
         Ok(Exit::Error)
     }
