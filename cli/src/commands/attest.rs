@@ -1,7 +1,8 @@
-//! `berm attest RUN_DIR` and `berm attest verify RECORD`: the CLI face of berm-attest.
+//! `berm attest RUN_DIR|NAME` and `berm attest verify RECORD`: the CLI face of berm-attest.
 //!
 //! `berm attest RUN_DIR` prints the record of a berm-vmm run (canonical JSON, one line, with
-//! `recordSha256`) on stdout and its verdict against the compiled-in pins on stderr.
+//! `recordSha256`) on stdout and its verdict against the compiled-in pins on stderr; a value
+//! that is not an existing directory names a VM `berm vm up` started, whose run dir is read.
 //! `berm attest verify RECORD` re-derives the verdict offline from the record alone, against
 //! the compiled-in pins or those of `--pins DIR`, and exits 1 when it refuses the record.
 //! RECORD may be the signed envelope berm-vmm writes (`record.dsse.json`); `--key PUB`
@@ -29,8 +30,9 @@ use crate::Exit;
 pub struct Args {
     #[command(subcommand)]
     command: Option<Command>,
-    /// A berm-vmm run dir (it holds vmm.jsonl).
-    #[arg(value_name = "RUN_DIR", required = true)]
+    /// A berm-vmm run dir (it holds vmm.jsonl), or the name of a VM `berm vm up` started
+    /// (its run dir): a value that is an existing directory is a run dir.
+    #[arg(value_name = "RUN_DIR|NAME", required = true)]
     run_dir: Option<PathBuf>,
 }
 
@@ -115,7 +117,13 @@ pub fn run(args: Args) -> anyhow::Result<Exit> {
             );
             Ok(Exit::Ok)
         }
-        (None, Some(run_dir)) => record(&run_dir),
+        (None, Some(run_dir)) if run_dir.is_dir() => record(&run_dir),
+        (None, Some(name)) => {
+            let name = name.to_str().with_context(|| {
+                format!("{} is neither a directory nor a VM name", name.display())
+            })?;
+            record(&super::vm_run::run_dir_of(name)?)
+        }
         (None, None) => anyhow::bail!("give a run dir, or `verify RECORD`"),
     }
 }

@@ -125,7 +125,9 @@ pub async fn run(home: &Path, args: Args) -> anyhow::Result<Exit> {
     let tools = super::served_tools(program);
     crate::outln!(
         "deployed {} {} ({})",
-        program.name, program.digest, program.code_source
+        program.name,
+        program.digest,
+        program.code_source
     );
     if let Some(old) = &deployed.replaced {
         crate::outln!("  replaced {old}");

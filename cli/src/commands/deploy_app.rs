@@ -62,7 +62,9 @@ pub async fn run(home: &Path, dir: &Path, json: bool) -> anyhow::Result<Exit> {
                 if !json {
                     crate::outln!(
                         "deployed {} {} ({})",
-                        view.name, view.digest, view.code_source
+                        view.name,
+                        view.digest,
+                        view.code_source
                     );
                 }
                 match &deployed.replaced {

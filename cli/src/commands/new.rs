@@ -57,7 +57,9 @@ pub fn run(args: Args) -> anyhow::Result<Exit> {
         "  build:  cd {} && cargo build --release --target wasm32-unknown-unknown",
         dir.display()
     );
-    crate::outln!("  deploy: berm deploy {name} target/wasm32-unknown-unknown/release/{module}.wasm");
+    crate::outln!(
+        "  deploy: berm deploy {name} target/wasm32-unknown-unknown/release/{module}.wasm"
+    );
     Ok(Exit::Ok)
 }
 
