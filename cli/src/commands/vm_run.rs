@@ -334,11 +334,11 @@ pub fn up(args: UpArgs) -> anyhow::Result<Exit> {
                 .map_or_else(String::new, |s| s.display().to_string());
             crate::outln!("{}\t{socket}", app.name);
         }
-        eprintln!(
-            "berm vm up: \"{name}\" is ready (berm-vmm pid {}); connect with berm mcp --vm {name}, stop with berm vm stop {name}",
-            launch.pid
-        );
     }
+    eprintln!(
+        "berm vm up: \"{name}\" is ready (berm-vmm pid {}); connect with berm mcp --vm {name}, stop with berm vm stop {name}",
+        launch.pid
+    );
     Ok(Exit::Ok)
 }
 
