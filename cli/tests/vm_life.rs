@@ -507,6 +507,41 @@ fn a_stale_pid_file_is_named_and_cleaned_up() {
     );
 }
 
+/// A boot berm-vmm refuses: `up` prints berm-vmm's own reason, exits 2 and leaves no VM.
+#[test]
+fn a_refused_boot_prints_berm_vmms_reason() {
+    let Some(app) = notes_app() else {
+        return;
+    };
+    if !berm_vmm().exists() {
+        return require_or_skip(&format!(
+            "{} is not built (cargo build -p berm-vmm)",
+            berm_vmm().display()
+        ));
+    }
+    let env = Env::new(None);
+    let out = env.berm(&[
+        "vm",
+        "up",
+        "--app",
+        app.to_str().unwrap(),
+        "--no-state",
+        "--key",
+        &env.key,
+        "--cpus",
+        "99",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        stderr(&out).trim(),
+        format!(
+            "berm: VM \"notes\" did not start: --cpus 99 is out of range (1 to 16, the guest kernel's NR_CPUS) (berm-vmm exit 5, refused); berm-vmm's output is in {}",
+            env.vm_dir("notes").join("vmm.stderr").display()
+        )
+    );
+    assert_eq!(env.ls(), Vec::<Value>::new());
+}
+
 /// Reads one line of `command`'s stdout, closes it, and returns how the command ended and
 /// what it wrote on stderr.
 fn first_line_then_close(mut command: Command) -> (std::process::ExitStatus, String, String) {
