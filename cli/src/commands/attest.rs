@@ -122,7 +122,10 @@ pub fn run(args: Args) -> anyhow::Result<Exit> {
             let name = name.to_str().with_context(|| {
                 format!("{} is neither a directory nor a VM name", name.display())
             })?;
-            record(&super::vm_run::run_dir_of(name)?)
+            let run_dir = super::vm_run::run_dir_of(name).with_context(|| {
+                format!("{name} is not an existing directory, so it names a VM")
+            })?;
+            record(&run_dir)
         }
         (None, None) => anyhow::bail!("give a run dir, or `verify RECORD`"),
     }

@@ -50,6 +50,14 @@ pub const HOST_LINES: &str = "vmm.stderr";
 /// Present while `stop` stops the VM.
 pub const STOPPING: &str = "stopping";
 
+/// The directory the variable `var` names, when it names an absolute path (the XDG rule:
+/// a relative one is ignored).
+pub fn env_dir(var: &str) -> Option<PathBuf> {
+    std::env::var_os(var)
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute())
+}
+
 /// Where named VMs live in this environment.
 pub struct Layout {
     /// The directory holding one VM dir per name.
@@ -62,19 +70,14 @@ impl Layout {
     /// `$XDG_RUNTIME_DIR/berm/vm`, else `$XDG_STATE_HOME/berm/vm`, else
     /// `~/.local/state/berm/vm`.
     pub fn from_env() -> anyhow::Result<Self> {
-        let absolute = |var: &str| {
-            std::env::var_os(var)
-                .map(PathBuf::from)
-                .filter(|p| p.is_absolute())
-        };
-        if let Some(dir) = absolute("XDG_RUNTIME_DIR") {
+        if let Some(dir) = env_dir("XDG_RUNTIME_DIR") {
             return Ok(Self {
                 base: dir.join("berm/vm"),
                 runtime: true,
             });
         }
-        let state = absolute("XDG_STATE_HOME")
-            .or_else(|| absolute("HOME").map(|home| home.join(".local/state")))
+        let state = env_dir("XDG_STATE_HOME")
+            .or_else(|| env_dir("HOME").map(|home| home.join(".local/state")))
             .context(
                 "neither XDG_RUNTIME_DIR nor HOME is set: there is nowhere to keep a VM's files",
             )?;

@@ -129,13 +129,8 @@ fn absolute(path: &Path) -> anyhow::Result<PathBuf> {
 
 /// `$XDG_DATA_HOME/berm/state/<name>.img`, else `~/.local/share/berm/state/<name>.img`.
 fn default_state(name: &str) -> anyhow::Result<PathBuf> {
-    let absolute = |var: &str| {
-        std::env::var_os(var)
-            .map(PathBuf::from)
-            .filter(|p| p.is_absolute())
-    };
-    let data = absolute("XDG_DATA_HOME")
-        .or_else(|| absolute("HOME").map(|home| home.join(".local/share")))
+    let data = vm_life::env_dir("XDG_DATA_HOME")
+        .or_else(|| vm_life::env_dir("HOME").map(|home| home.join(".local/share")))
         .context("neither XDG_DATA_HOME nor HOME is set: give --state FILE or --no-state")?;
     let dir = data.join("berm/state");
     fs::DirBuilder::new()
