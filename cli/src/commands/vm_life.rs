@@ -172,6 +172,17 @@ impl Layout {
     }
 }
 
+/// Opens `path` for writing, created with mode 0600, emptied when `truncate`.
+pub fn private_file(path: &Path, truncate: bool) -> anyhow::Result<File> {
+    File::options()
+        .create(true)
+        .truncate(truncate)
+        .write(true)
+        .mode(0o600)
+        .open(path)
+        .with_context(|| format!("opening {}", path.display()))
+}
+
 /// The lock of one VM dir, held until dropped.
 pub struct Lock(#[expect(dead_code, reason = "held for its flock")] File);
 
@@ -179,13 +190,7 @@ impl Lock {
     /// Takes the lock of `vm_dir`, waiting for whoever holds it (saying so once on stderr).
     pub fn take(vm_dir: &Path, name: &str, who: &str) -> anyhow::Result<Self> {
         let path = vm_dir.join(LOCK_FILE);
-        let file = File::options()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .mode(0o600)
-            .open(&path)
-            .with_context(|| format!("opening {}", path.display()))?;
+        let file = private_file(&path, false)?;
         let mut said = false;
         loop {
             match file.try_lock() {
@@ -261,13 +266,7 @@ impl Launch {
     pub fn write(&self, vm_dir: &Path) -> anyhow::Result<()> {
         let path = vm_dir.join(LAUNCH_FILE);
         let partial = vm_dir.join(format!("{LAUNCH_FILE}.partial"));
-        let mut file = File::options()
-            .create(true)
-            .truncate(true)
-            .write(true)
-            .mode(0o600)
-            .open(&partial)
-            .with_context(|| format!("writing {}", partial.display()))?;
+        let mut file = private_file(&partial, true)?;
         file.write_all(&serde_json::to_vec(self)?)
             .with_context(|| format!("writing {}", partial.display()))?;
         fs::rename(&partial, &path).with_context(|| format!("writing {}", path.display()))

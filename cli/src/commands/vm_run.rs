@@ -9,7 +9,7 @@
 
 use std::fs::{self, File};
 use std::io::{Read, Seek, SeekFrom};
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -212,13 +212,7 @@ pub fn up(args: UpArgs) -> anyhow::Result<Exit> {
     }
 
     let stderr_path = vm_dir.join(HOST_LINES);
-    let stderr = File::options()
-        .create(true)
-        .truncate(true)
-        .write(true)
-        .mode(0o600)
-        .open(&stderr_path)
-        .with_context(|| format!("creating {}", stderr_path.display()))?;
+    let stderr = vm_life::private_file(&stderr_path, true)?;
     let mut command = Command::new(&argv[0]);
     command
         .args(&argv[1..])
