@@ -15,6 +15,8 @@ pub mod new;
 pub mod rm;
 pub mod secret;
 pub mod vm;
+pub mod vm_life;
+pub mod vm_run;
 
 use std::path::Path;
 
@@ -40,7 +42,7 @@ pub fn served_tools(program: &berm_control::ProgramView) -> Vec<String> {
 /// # Errors
 /// When `value` cannot be serialized (a map with non-string keys).
 pub fn print_json(value: &impl serde::Serialize) -> anyhow::Result<()> {
-    println!("{}", serde_json::to_string(value)?);
+    crate::outln!("{}", serde_json::to_string(value)?);
     Ok(())
 }
 

@@ -12,6 +12,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod commands;
+mod out;
 
 berm_abi::codes! {
     /// berm's exit codes.
@@ -72,7 +73,7 @@ enum Command {
     /// Update the index clone, or write the entry for a pushed program.
     #[command(subcommand)]
     Index(commands::dist::IndexCommand),
-    /// The microVM's artifacts: `berm vm install`.
+    /// The microVM: its artifacts (`install`, `push`) and named VMs (`up`, `ls`, `stop`, `logs`).
     #[command(subcommand)]
     Vm(commands::vm::Command),
     /// Check this host: KVM, the host sandbox, the VM artifacts, QEMU, the wasm32 target, bermd.

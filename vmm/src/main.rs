@@ -140,7 +140,9 @@ fn main() -> ExitCode {
             key,
         } => {
             if let Err(e) = berm_vmm::catch_stop_signals() {
-                eprintln!("berm-vmm: installing the stop-signal handler failed: {e}");
+                berm_vmm::report::say(format_args!(
+                    "berm-vmm: installing the stop-signal handler failed: {e}"
+                ));
                 return ExitCode::from(ExitStatus::Internal.code());
             }
             // Before anything boots, and before berm-vmm confines itself away from the key.
@@ -154,7 +156,7 @@ fn main() -> ExitCode {
                         message: message.clone(),
                     };
                     berm_vmm::report::line("exit", &exit);
-                    eprintln!("berm-vmm: {message}");
+                    berm_vmm::report::say(format_args!("berm-vmm: {message}"));
                     return ExitCode::from(ExitStatus::Refused.code());
                 }
             };
@@ -199,21 +201,21 @@ fn main() -> ExitCode {
                 }
             }
             if status != ExitStatus::Clean {
-                eprintln!("berm-vmm: {message}");
+                berm_vmm::report::say(format_args!("berm-vmm: {message}"));
             }
             ExitCode::from(status.code())
         }
         Commands::Dial => match dial() {
             Ok(never) => match never {},
             Err(e) => {
-                eprintln!("berm-vmm dial: {e:#}");
+                berm_vmm::report::say(format_args!("berm-vmm dial: {e:#}"));
                 ExitCode::from(ExitStatus::Internal.code())
             }
         },
         Commands::KrunEnter { config } => match krun_enter(&config) {
             Ok(never) => match never {},
             Err(e) => {
-                eprintln!("berm-vmm krun-enter: {e:#}");
+                berm_vmm::report::say(format_args!("berm-vmm krun-enter: {e:#}"));
                 ExitCode::from(ExitStatus::HypervisorFailed.code())
             }
         },

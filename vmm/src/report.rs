@@ -96,6 +96,13 @@ pub fn line(event: &str, fields: &impl Serialize) {
     emit(Value::Object(object));
 }
 
+/// Writes one line for a person on stderr (a warning, the last words). Unlike `eprintln!` it
+/// never panics: a reader that closed berm-vmm's stderr (`2>&1 >/dev/null | head -1`) does
+/// not stop the run or turn its exit code into a panic's.
+pub fn say(text: std::fmt::Arguments<'_>) {
+    let _ = writeln!(std::io::stderr().lock(), "{text}");
+}
+
 /// Bytes of guest events relayed so far ([`crate::log_cap::RECORD_GUEST_CAP`] at most).
 static GUEST_BYTES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 

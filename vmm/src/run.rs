@@ -286,9 +286,9 @@ fn guest_memory(config: &RunConfig, apps: &[apps::App]) -> u32 {
         None => u32::try_from(wanted.min(u64::from(*MEMORY_MIB.end()))).unwrap_or(u32::MAX),
     };
     if u64::from(mib) < wanted {
-        eprintln!(
+        report::say(format_args!(
             "berm-vmm: warning: {mib} MiB of guest memory is less than the apps' memory.max added up plus {GUEST_BASE_MIB} MiB ({wanted} MiB): the guest can run out of memory before an app reaches its own cap"
-        );
+        ));
     }
     mib
 }

@@ -1,7 +1,8 @@
-//! `berm attest RUN_DIR` and `berm attest verify RECORD`: the CLI face of berm-attest.
+//! `berm attest RUN_DIR|NAME` and `berm attest verify RECORD`: the CLI face of berm-attest.
 //!
 //! `berm attest RUN_DIR` prints the record of a berm-vmm run (canonical JSON, one line, with
-//! `recordSha256`) on stdout and its verdict against the compiled-in pins on stderr.
+//! `recordSha256`) on stdout and its verdict against the compiled-in pins on stderr; a value
+//! that is not an existing directory names a VM `berm vm up` started, whose run dir is read.
 //! `berm attest verify RECORD` re-derives the verdict offline from the record alone, against
 //! the compiled-in pins or those of `--pins DIR`, and exits 1 when it refuses the record.
 //! RECORD may be the signed envelope berm-vmm writes (`record.dsse.json`); `--key PUB`
@@ -29,8 +30,9 @@ use crate::Exit;
 pub struct Args {
     #[command(subcommand)]
     command: Option<Command>,
-    /// A berm-vmm run dir (it holds vmm.jsonl).
-    #[arg(value_name = "RUN_DIR", required = true)]
+    /// A berm-vmm run dir (it holds vmm.jsonl), or the name of a VM `berm vm up` started
+    /// (its run dir): a value that is an existing directory is a run dir.
+    #[arg(value_name = "RUN_DIR|NAME", required = true)]
     run_dir: Option<PathBuf>,
 }
 
@@ -107,7 +109,7 @@ pub fn run(args: Args) -> anyhow::Result<Exit> {
         (Some(Command::Verify { record, args }), _) => verify_file(&record, args),
         (Some(Command::Key { key }), _) => {
             let key = HostKey::load_or_create(key.as_deref())?;
-            print!("{}", key.public_pem());
+            crate::out!("{}", key.public_pem());
             eprintln!(
                 "berm attest: the public half of {} (key id {})",
                 key.path().display(),
@@ -115,7 +117,16 @@ pub fn run(args: Args) -> anyhow::Result<Exit> {
             );
             Ok(Exit::Ok)
         }
-        (None, Some(run_dir)) => record(&run_dir),
+        (None, Some(run_dir)) if run_dir.is_dir() => record(&run_dir),
+        (None, Some(name)) => {
+            let name = name.to_str().with_context(|| {
+                format!("{} is neither a directory nor a VM name", name.display())
+            })?;
+            let run_dir = super::vm_run::run_dir_of(name).with_context(|| {
+                format!("{name} is not an existing directory, so it names a VM")
+            })?;
+            record(&run_dir)
+        }
         (None, None) => anyhow::bail!("give a run dir, or `verify RECORD`"),
     }
 }
@@ -123,7 +134,7 @@ pub fn run(args: Args) -> anyhow::Result<Exit> {
 fn record(run_dir: &Path) -> anyhow::Result<Exit> {
     let record = Record::from_run_dir(run_dir)?;
     let value = record.to_value();
-    println!("{}", canonical_json(&value));
+    crate::outln!("{}", canonical_json(&value));
     let pins = Pins::compiled_in().context("the pins compiled into berm are broken")?;
     report(&verify(&value, &pins), &record.record_sha256);
     Ok(Exit::Ok)
@@ -172,13 +183,13 @@ fn verify_file(path: &Path, args: VerifyArgs) -> anyhow::Result<Exit> {
         verdict
     };
     if args.json {
-        println!("{}", serde_json::to_string(&verdict)?);
+        crate::outln!("{}", serde_json::to_string(&verdict)?);
     } else {
         for problem in &verdict.problems {
-            println!("{}: {}", problem.code, problem.detail);
+            crate::outln!("{}: {}", problem.code, problem.detail);
         }
         for warning in &verdict.warnings {
-            println!("warning {}: {}", warning.code, warning.detail);
+            crate::outln!("warning {}: {}", warning.code, warning.detail);
         }
         if verdict.ok {
             let signed = if key.is_some() {
@@ -186,10 +197,10 @@ fn verify_file(path: &Path, args: VerifyArgs) -> anyhow::Result<Exit> {
             } else {
                 ""
             };
-            println!("ok: the record verifies against the pins{signed}");
+            crate::outln!("ok: the record verifies against the pins{signed}");
         }
         if signature_unchecked {
-            println!("note: the envelope's signature was not checked (give --key PUB)");
+            crate::outln!("note: the envelope's signature was not checked (give --key PUB)");
         }
     }
     Ok(if verdict.ok {

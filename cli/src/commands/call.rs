@@ -45,7 +45,7 @@ pub async fn run(home: &Path, args: Args) -> anyhow::Result<Exit> {
     let answer = super::client(home).call(tool, body).await?;
     match answer.outcome {
         CallOutcome::Done => {
-            println!("{}", answer.text);
+            crate::outln!("{}", answer.text);
             Ok(Exit::Ok)
         }
         CallOutcome::Failed => {

@@ -18,6 +18,9 @@ pub struct Args {
 /// Writes the script for `C`, berm's whole command line, to stdout.
 pub fn run<C: clap::CommandFactory>(args: Args) -> anyhow::Result<Exit> {
     let mut command = C::command();
-    clap_complete::generate(args.shell, &mut command, "berm", &mut std::io::stdout());
+    // Generated into memory first: clap_complete panics on a failed write.
+    let mut script = Vec::new();
+    clap_complete::generate(args.shell, &mut command, "berm", &mut script);
+    crate::out::write_bytes(&script);
     Ok(Exit::Ok)
 }

@@ -123,15 +123,17 @@ pub async fn run(home: &Path, args: Args) -> anyhow::Result<Exit> {
     }
     let program = &deployed.program;
     let tools = super::served_tools(program);
-    println!(
+    crate::outln!(
         "deployed {} {} ({})",
-        program.name, program.digest, program.code_source
+        program.name,
+        program.digest,
+        program.code_source
     );
     if let Some(old) = &deployed.replaced {
-        println!("  replaced {old}");
+        crate::outln!("  replaced {old}");
     }
-    println!("  tools: {}", tools.join(", "));
-    println!("  grants: {}", super::ls::grants_text(&program.grants));
+    crate::outln!("  tools: {}", tools.join(", "));
+    crate::outln!("  grants: {}", super::ls::grants_text(&program.grants));
     Ok(Exit::Ok)
 }
 

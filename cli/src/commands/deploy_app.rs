@@ -48,7 +48,7 @@ pub async fn run(home: &Path, dir: &Path, json: bool) -> anyhow::Result<Exit> {
             .await
             .with_context(|| format!("app `{}`: setting secret {name} of {program}", app.name))?;
         if !json {
-            println!("set secret {name} of {program} from [program.secrets]");
+            crate::outln!("set secret {name} of {program} from [program.secrets]");
         }
     }
     let mut added = Vec::new();
@@ -60,15 +60,17 @@ pub async fn run(home: &Path, dir: &Path, json: bool) -> anyhow::Result<Exit> {
             Ok(deployed) => {
                 let view = &deployed.program;
                 if !json {
-                    println!(
+                    crate::outln!(
                         "deployed {} {} ({})",
-                        view.name, view.digest, view.code_source
+                        view.name,
+                        view.digest,
+                        view.code_source
                     );
                 }
                 match &deployed.replaced {
                     Some(old) => {
                         if !json {
-                            println!("  replaced {old}");
+                            crate::outln!("  replaced {old}");
                         }
                         replaced.push(program.name);
                     }
@@ -112,7 +114,7 @@ pub async fn run(home: &Path, dir: &Path, json: bool) -> anyhow::Result<Exit> {
         }))?;
         return Ok(Exit::Ok);
     }
-    println!(
+    crate::outln!(
         "app {}: {} program(s) deployed from {}",
         app.name,
         added.len() + replaced.len(),

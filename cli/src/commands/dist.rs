@@ -148,7 +148,7 @@ pub async fn push(args: PushArgs) -> anyhow::Result<Exit> {
     if args.json {
         super::print_json(&pushed)?;
     } else {
-        println!("{pushed}");
+        crate::outln!("{pushed}");
     }
     Ok(Exit::Ok)
 }
@@ -163,7 +163,7 @@ pub async fn pull(args: PullArgs) -> anyhow::Result<Exit> {
             "pulled": pulled.described,
         }))?;
     } else {
-        println!("{pulled}");
+        crate::outln!("{pulled}");
     }
     Ok(Exit::Ok)
 }
@@ -180,7 +180,7 @@ pub fn search(args: SearchArgs) -> anyhow::Result<Exit> {
     for warning in warnings {
         eprintln!("berm: {warning}");
     }
-    print!("{out}");
+    crate::out!("{out}");
     Ok(Exit::Ok)
 }
 
@@ -188,7 +188,7 @@ pub fn search(args: SearchArgs) -> anyhow::Result<Exit> {
 pub async fn index(command: IndexCommand) -> anyhow::Result<Exit> {
     match command {
         IndexCommand::Update(args) => {
-            println!("{}", berm_index::update(&args.source, &args.index.dir())?)
+            crate::outln!("{}", berm_index::update(&args.source, &args.index.dir())?)
         }
         IndexCommand::Add(args) => {
             let (dir, options) = (args.index.dir(), args.registry.options());
@@ -199,7 +199,7 @@ pub async fn index(command: IndexCommand) -> anyhow::Result<Exit> {
                 &dir,
                 &options,
             );
-            println!("{}", added.await?)
+            crate::outln!("{}", added.await?)
         }
     }
     Ok(Exit::Ok)

@@ -64,7 +64,7 @@ pub async fn run(home: &Path, args: Args) -> anyhow::Result<Exit> {
     checks.push(wasm_target());
     checks.push(bermd(home).await);
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&checks)?);
+        crate::outln!("{}", serde_json::to_string_pretty(&checks)?);
     } else {
         for c in &checks {
             let status = match c.status {
@@ -72,9 +72,9 @@ pub async fn run(home: &Path, args: Args) -> anyhow::Result<Exit> {
                 Status::Warn => "warn",
                 Status::Fail => "FAIL",
             };
-            println!("{status} {:<10} {}", c.name, c.detail);
+            crate::outln!("{status} {:<10} {}", c.name, c.detail);
             if let Some(fix) = &c.fix {
-                println!("     {:<10} fix: {fix}", "");
+                crate::outln!("     {:<10} fix: {fix}", "");
             }
         }
     }

@@ -83,23 +83,23 @@ pub fn run(home: &Path, args: Args) -> anyhow::Result<Exit> {
         return Ok(Exit::Ok);
     }
     let url = &info.url;
-    println!("URL:    {url}");
+    crate::outln!("URL:    {url}");
     let flag = match (&header, &info.token_file) {
         (Some(header), Some(file)) => {
-            println!("Header: {header}");
-            println!("        (the token is in {})", file.display());
+            crate::outln!("Header: {header}");
+            crate::outln!("        (the token is in {})", file.display());
             format!(" --header \"{header}\"")
         }
         _ => {
-            println!("Header: none: bermd runs with --no-auth, so any local process gets in");
+            crate::outln!("Header: none: bermd runs with --no-auth, so any local process gets in");
             String::new()
         }
     };
-    println!();
-    println!("Claude Code:");
-    println!("  claude mcp add --transport http berm {url}{flag}");
-    println!("MCP Inspector:");
-    println!(
+    crate::outln!();
+    crate::outln!("Claude Code:");
+    crate::outln!("  claude mcp add --transport http berm {url}{flag}");
+    crate::outln!("MCP Inspector:");
+    crate::outln!(
         "  npx @modelcontextprotocol/inspector --cli {url} --transport http{flag} --method tools/list"
     );
     Ok(Exit::Ok)

@@ -70,16 +70,16 @@ pub async fn run(home: &Path, args: Args) -> anyhow::Result<Exit> {
             "calls": manifest.calls,
             "grants": grants,
         });
-        println!("{}", serde_json::to_string_pretty(&out)?);
+        crate::outln!("{}", serde_json::to_string_pretty(&out)?);
         return Ok(Exit::Ok);
     }
-    println!("digest: {digest}");
-    println!("description: {}", manifest.description.trim());
+    crate::outln!("digest: {digest}");
+    crate::outln!("description: {}", manifest.description.trim());
     if !manifest.usage.trim().is_empty() {
-        println!("usage: {}", manifest.usage.trim());
+        crate::outln!("usage: {}", manifest.usage.trim());
     }
     let syscalls: Vec<_> = manifest.syscalls.iter().map(|s| s.qualified()).collect();
-    println!(
+    crate::outln!(
         "syscalls imported: {}",
         if syscalls.is_empty() {
             "none".into()
@@ -89,7 +89,7 @@ pub async fn run(home: &Path, args: Args) -> anyhow::Result<Exit> {
     );
     // The manifest's `calls` is enforced: a call to any other program is refused, whatever
     // the grants, so this is the most it can ever reach by `berm.call`.
-    println!(
+    crate::outln!(
         "programs called: {}",
         if manifest.calls.is_empty() {
             "none".into()
@@ -101,32 +101,32 @@ pub async fn run(home: &Path, args: Args) -> anyhow::Result<Exit> {
         }
     );
     if deployments.is_empty() {
-        println!("grants: not deployed");
+        crate::outln!("grants: not deployed");
     }
     for deployment in &deployments {
-        println!(
+        crate::outln!(
             "grants ({}): {}",
             deployment.name,
             super::ls::grants_text(&deployment.grants)
         );
         let missing = missing_grants(&manifest, &deployment.grants);
         if !missing.is_empty() {
-            println!(
+            crate::outln!(
                 "  imported but not granted (these trap when called): {}",
                 missing.join(", ")
             );
         }
     }
-    println!("tools:");
+    crate::outln!("tools:");
     for tool in &manifest.tools {
-        println!(
+        crate::outln!(
             "  {} — {}",
             tool.name,
             tool.description.lines().next().unwrap_or("")
         );
-        println!("    input: {}", serde_json::to_string(&tool.input_schema)?);
+        crate::outln!("    input: {}", serde_json::to_string(&tool.input_schema)?);
         if let Some(output) = &tool.output_schema {
-            println!("    output: {}", serde_json::to_string(output)?);
+            crate::outln!("    output: {}", serde_json::to_string(output)?);
         }
     }
     Ok(Exit::Ok)

@@ -30,13 +30,13 @@ pub fn grants_text(grants: &[Grant]) -> String {
 pub async fn run(home: &Path, args: Args) -> anyhow::Result<Exit> {
     let programs = super::client(home).list().await?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&programs)?);
+        crate::outln!("{}", serde_json::to_string_pretty(&programs)?);
         return Ok(Exit::Ok);
     }
-    println!("{:<20} {:<20} {:<40} GRANTS", "NAME", "DIGEST", "TOOLS");
+    crate::outln!("{:<20} {:<20} {:<40} GRANTS", "NAME", "DIGEST", "TOOLS");
     for program in programs {
         let tools = super::served_tools(&program);
-        println!(
+        crate::outln!(
             "{:<20} {:<20} {:<40} {}",
             program.name,
             super::short_digest(&program.digest),

@@ -1,8 +1,9 @@
 //! `berm mcp`: the stdio bridge an agent harness launches.
 //!
 //! It copies bytes between stdin/stdout and `$BERM_HOME/mcp.sock` (or, with
-//! `--socket`, any bermd MCP socket, such as a VM app's `rpc-<i>.sock`); bermd
-//! speaks MCP on the other end. It does not start bermd: a harness that
+//! `--socket`, any bermd MCP socket, such as a VM app's `rpc-<i>.sock`, or with
+//! `--vm NAME` that of a VM `berm vm up` started); bermd speaks MCP on the other
+//! end. It does not start bermd, nor a VM: a harness that
 //! launched one per session would hold programs nobody deployed to, so when
 //! bermd is not running it says how to start it and exits 2.
 
@@ -20,19 +21,29 @@ use crate::Exit;
 pub struct Args {
     /// Bridge to this MCP socket instead of the local bermd's, e.g. a VM
     /// app's `<run-dir>/rpc-0.sock` (once the app is ready).
-    #[arg(long, value_name = "PATH")]
+    #[arg(long, value_name = "PATH", conflicts_with = "vm")]
     socket: Option<PathBuf>,
+    /// Bridge to an app of the VM `berm vm up` started under this name (it must be
+    /// running; nothing is started).
+    #[arg(long, value_name = "NAME")]
+    vm: Option<String>,
+    /// With --vm: which app, by name or index (needed when the VM serves several).
+    #[arg(long, value_name = "NAME|INDEX", requires = "vm")]
+    app: Option<String>,
 }
 
 /// Bridges until either side closes.
 pub async fn run(home: &Path, args: Args) -> anyhow::Result<Exit> {
-    let path = args
-        .socket
+    let named = match &args.vm {
+        Some(vm) => Some(super::vm_run::socket_of(vm, args.app.as_deref())?),
+        None => args.socket.clone(),
+    };
+    let path = named
         .clone()
         .unwrap_or_else(|| home.join(berm_control::home::MCP_SOCKET));
     let stream = match UnixStream::connect(&path).await {
         Ok(stream) => stream,
-        Err(e) if args.socket.is_some() => {
+        Err(e) if named.is_some() => {
             return Err(e).with_context(|| {
                 format!(
                     "connecting to {} (is the VM running and the app ready?)",
@@ -63,6 +74,12 @@ pub async fn run(home: &Path, args: Args) -> anyhow::Result<Exit> {
         let mut stdout = tokio::io::stdout();
         let copied = tokio::io::copy(&mut from_bermd, &mut stdout).await;
         let _ = stdout.flush().await;
+        // The harness closed its end: nobody is left to answer.
+        if let Err(e) = &copied
+            && e.kind() == std::io::ErrorKind::BrokenPipe
+        {
+            crate::out::closed();
+        }
         copied
     };
     // The session ends when bermd closes its side (after stdin closes, or

@@ -52,12 +52,14 @@ pub fn run(args: Args) -> anyhow::Result<Exit> {
     write(&dir.join("Cargo.toml"), &cargo_toml(name, &guest))?;
     write(&dir.join("src/lib.rs"), &lib_rs(&module))?;
     write(&dir.join(".gitignore"), "/target\n")?;
-    println!("created {}", dir.display());
-    println!(
+    crate::outln!("created {}", dir.display());
+    crate::outln!(
         "  build:  cd {} && cargo build --release --target wasm32-unknown-unknown",
         dir.display()
     );
-    println!("  deploy: berm deploy {name} target/wasm32-unknown-unknown/release/{module}.wasm");
+    crate::outln!(
+        "  deploy: berm deploy {name} target/wasm32-unknown-unknown/release/{module}.wasm"
+    );
     Ok(Exit::Ok)
 }
 

@@ -14,6 +14,6 @@ pub struct Args {
 /// Removes a program.
 pub async fn run(home: &Path, args: Args) -> anyhow::Result<Exit> {
     let removed = super::client(home).remove(&args.name).await?;
-    println!("removed {} {}", removed.name, removed.digest);
+    crate::outln!("removed {} {}", removed.name, removed.digest);
     Ok(Exit::Ok)
 }

@@ -54,18 +54,18 @@ pub async fn run(home: &Path, command: Command) -> anyhow::Result<Exit> {
             client
                 .set_secret(&program, &name, &SecretValue { value })
                 .await?;
-            println!("set secret {name} of {program}");
+            crate::outln!("set secret {name} of {program}");
             return Ok(Exit::Ok);
         }
         Command::Ls { program } => client.secrets(&program).await?,
         Command::Rm { program, name } => {
             client.remove_secret(&program, &name).await?;
-            println!("removed secret {name} of {program}");
+            crate::outln!("removed secret {name} of {program}");
             return Ok(Exit::Ok);
         }
     };
     for name in list.names {
-        println!("{name}");
+        crate::outln!("{name}");
     }
     Ok(Exit::Ok)
 }

@@ -1,4 +1,5 @@
-//! `berm vm install` and `berm vm push`: the pinned kernel and rootfs into the artifact store
+//! `berm vm install` and `berm vm push` (the lifecycle commands `up`, `ls`, `stop` and `logs`
+//! are in [`super::vm_run`]): the pinned kernel and rootfs into the artifact store
 //! berm-vmm reads, and from it to an OCI registry.
 //!
 //! Each artifact is fetched by its sha256 — from an OCI registry (`oci://REGISTRY/REPO`, the
@@ -44,6 +45,16 @@ pub enum Command {
     /// Push one architecture's pinned kernel and rootfs from the artifact store to an OCI
     /// registry as one artifact, tagged from the pins (what the release publishes).
     Push(PushArgs),
+    /// Start a named VM serving the apps, detached; return once every app is ready and
+    /// print each app's socket. It runs until `berm vm stop`.
+    Up(super::vm_run::UpArgs),
+    /// List the VMs `berm vm up` started: name, status (booting, ready, stopping, stale),
+    /// pid, uptime, architecture, hypervisor, apps, state disk.
+    Ls(super::vm_run::LsArgs),
+    /// Stop a VM: the guest's shutdown op, SIGKILL after a timeout; its sockets are removed.
+    Stop(super::vm_run::StopArgs),
+    /// Print a VM's guest log (or its console, or berm-vmm's host lines).
+    Logs(super::vm_run::LogsArgs),
 }
 
 /// Arguments of `berm vm install`.
@@ -94,6 +105,10 @@ pub async fn run(command: Command) -> anyhow::Result<Exit> {
     match command {
         Command::Install(args) => install(args).await,
         Command::Push(args) => push(args).await,
+        Command::Up(args) => super::vm_run::up(args),
+        Command::Ls(args) => super::vm_run::ls(args),
+        Command::Stop(args) => super::vm_run::stop(args),
+        Command::Logs(args) => super::vm_run::logs(args),
     }
 }
 
@@ -251,7 +266,7 @@ async fn install(args: InstallArgs) -> anyhow::Result<Exit> {
     }
     let seconds = started.elapsed().as_secs_f64();
     if args.json {
-        println!(
+        crate::outln!(
             "{}",
             serde_json::json!({
                 "summary": true,
@@ -318,15 +333,17 @@ async fn push(args: PushArgs) -> anyhow::Result<Exit> {
     if args.json {
         super::print_json(&pushed)?;
     } else {
-        println!("pushed   {}", pushed.reference);
-        println!("pinned   {}", pushed.pinned);
+        crate::outln!("pushed   {}", pushed.reference);
+        crate::outln!("pinned   {}", pushed.pinned);
         for (kind, layer) in [
             ("kernel", &pushed.config.kernel),
             ("rootfs", &pushed.config.rootfs),
         ] {
-            println!(
+            crate::outln!(
                 "{kind}   sha256:{} ({} bytes, {})",
-                layer.sha256, layer.size, layer.file
+                layer.sha256,
+                layer.size,
+                layer.file
             );
         }
     }
@@ -399,7 +416,7 @@ impl Progress {
     /// One artifact done: `status` is `installed` or `present` (already there, not fetched).
     fn done(&self, r: &Report<'_>, dest: &Path, status: &str, seconds: f64, resumed_from: u64) {
         if self.json {
-            println!(
+            crate::outln!(
                 "{}",
                 serde_json::json!({
                     "kind": r.kind.name(),
@@ -451,7 +468,7 @@ impl Progress {
             object["sha256"] = r.pin.sha256.as_str().into();
             object["source"] = r.source.into();
         }
-        println!("{object}");
+        crate::outln!("{object}");
         eprintln!("berm: {message}");
         Ok(Exit::Error)
     }

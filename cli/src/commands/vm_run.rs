@@ -1,0 +1,551 @@
+//! `berm vm up`, `berm vm ls`, `berm vm stop` and `berm vm logs`: named VMs that berm-vmm
+//! runs detached, one per name (where their files live: [`super::vm_life`]).
+//!
+//! `up` takes the VM's lock, cleans up a stale run of the name (or refuses a running one),
+//! starts `berm-vmm run` in a session of its own with its stderr in `vmm.stderr`, writes the
+//! pid file and reads the host lines until every app reported `app_ready` — or berm-vmm
+//! ended, an app was refused or exited, or `--timeout` passed, which it reports with
+//! berm-vmm's own reason, stopping what it started. The VM then runs until `berm vm stop`.
+
+use std::fs::{self, File};
+use std::io::{Read, Seek, SeekFrom};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use berm_vm_protocol::client::GuestConnection;
+use berm_vm_protocol::{Event, Request, Service};
+
+use super::vm_life::{
+    self, HOST_LINES, HostLines, LAUNCH_FILE, Launch, LaunchApp, Layout, Liveness, Lock, STOPPING,
+    Status, View,
+};
+use crate::Exit;
+
+/// Arguments of `berm vm up`.
+#[derive(clap::Args)]
+pub struct UpArgs {
+    /// An app folder (repeatable); app i is served on `rpc-<i>.sock`.
+    #[arg(long = "app", value_name = "DIR", required = true)]
+    apps: Vec<PathBuf>,
+    /// The VM's name [default: the first app's `name` in its berm.toml].
+    #[arg(long, value_name = "N")]
+    name: Option<String>,
+    /// The state disk [default: ~/.local/share/berm/state/N.img, created on first use].
+    #[arg(long, value_name = "FILE", conflicts_with = "no_state")]
+    state: Option<PathBuf>,
+    /// Run without a state disk (the apps' workspaces are then a tmpfs).
+    #[arg(long)]
+    no_state: bool,
+    /// The guest's architecture.
+    #[arg(long, value_name = "ARCH", default_value = berm_pins::HOST_ARCH, value_parser = berm_pins::ARCHES)]
+    arch: String,
+    /// berm-vmm's `--hypervisor`.
+    #[arg(long, value_name = "NAME", default_value = "auto", value_parser = ["auto", "krun", "qemu"])]
+    hypervisor: String,
+    /// berm-vmm's `--cpus`.
+    #[arg(long, value_name = "N")]
+    cpus: Option<u8>,
+    /// berm-vmm's `--memory` (MiB).
+    #[arg(long, value_name = "MiB")]
+    memory: Option<u32>,
+    /// berm-vmm's `--key`: the host key the run's record is signed with.
+    #[arg(long, value_name = "FILE")]
+    key: Option<PathBuf>,
+    /// berm-vmm's `--env` (repeatable): a guest setting.
+    #[arg(long = "env", value_name = "NAME=VALUE")]
+    env: Vec<String>,
+    /// Seconds to wait for every app to be ready before stopping the VM and failing.
+    #[arg(long, value_name = "SECONDS", default_value_t = 300)]
+    timeout: u64,
+    /// Print the VM (as `berm vm ls --json` shows it) as one JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Arguments of `berm vm ls`.
+#[derive(clap::Args)]
+pub struct LsArgs {
+    /// One JSON array of the VMs.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Arguments of `berm vm stop`.
+#[derive(clap::Args)]
+pub struct StopArgs {
+    /// The VM's name.
+    name: String,
+    /// Seconds the guest has to shut down before berm-vmm is killed.
+    #[arg(long, value_name = "SECONDS", default_value_t = 20)]
+    timeout: u64,
+}
+
+/// Arguments of `berm vm logs`.
+#[derive(clap::Args)]
+pub struct LogsArgs {
+    /// The VM's name.
+    name: String,
+    /// Keep printing what is added, until the VM's berm-vmm ends.
+    #[arg(short = 'f', long)]
+    follow: bool,
+    /// The guest console (console.log) instead of the guest log.
+    #[arg(long, conflicts_with = "host")]
+    console: bool,
+    /// berm-vmm's host lines (its stderr) instead of the guest log.
+    #[arg(long)]
+    host: bool,
+}
+
+/// `$BERM_VMM`, else `berm-vmm` beside this berm, else on `PATH`.
+fn berm_vmm() -> anyhow::Result<PathBuf> {
+    if let Some(path) = std::env::var_os("BERM_VMM").filter(|p| !p.is_empty()) {
+        let path = PathBuf::from(path);
+        return fs::canonicalize(&path)
+            .with_context(|| format!("BERM_VMM names {}, which is not there", path.display()));
+    }
+    let beside = std::env::current_exe()
+        .ok()
+        .map(|exe| exe.with_file_name("berm-vmm"));
+    let on_path = std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|path| std::env::split_paths(&path).collect::<Vec<_>>())
+        .filter(|dir| dir.is_absolute())
+        .map(|dir| dir.join("berm-vmm"));
+    beside
+        .into_iter()
+        .chain(on_path)
+        .find(|path| path.is_file())
+        .context("berm-vmm is not installed: put it beside berm or on PATH, or set BERM_VMM")
+}
+
+/// An absolute form of `path` (relative to the current directory), without resolving links.
+fn absolute(path: &Path) -> anyhow::Result<PathBuf> {
+    std::path::absolute(path).with_context(|| format!("resolving {}", path.display()))
+}
+
+/// `$XDG_DATA_HOME/berm/state/<name>.img`, else `~/.local/share/berm/state/<name>.img`.
+fn default_state(name: &str) -> anyhow::Result<PathBuf> {
+    let data = vm_life::env_dir("XDG_DATA_HOME")
+        .or_else(|| vm_life::env_dir("HOME").map(|home| home.join(".local/share")))
+        .context("neither XDG_DATA_HOME nor HOME is set: give --state FILE or --no-state")?;
+    let dir = data.join("berm/state");
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&dir)
+        .with_context(|| format!("creating {}", dir.display()))?;
+    Ok(dir.join(format!("{name}.img")))
+}
+
+/// Runs `berm vm up`.
+pub fn up(args: UpArgs) -> anyhow::Result<Exit> {
+    let layout = Layout::from_env()?;
+    let mut apps = Vec::new();
+    for (index, dir) in args.apps.iter().enumerate() {
+        let app = berm_app::load(dir)?;
+        apps.push(LaunchApp {
+            index: u32::try_from(index).context("too many apps")?,
+            name: app.name,
+            dir: app.dir,
+        });
+    }
+    let name = match &args.name {
+        Some(name) => name.clone(),
+        None => apps[0].name.clone(),
+    };
+    layout.check_name(&name)?;
+    let vm_dir = layout.create_vm_dir(&name)?;
+    let _lock = Lock::take(&vm_dir, &name, "berm vm up")?;
+    if let Some(old) = Launch::read(&vm_dir, LAUNCH_FILE)? {
+        match old.liveness() {
+            Liveness::Running => bail!(
+                "VM \"{name}\" is already running (pid {}); stop it first with berm vm stop {name}",
+                old.pid
+            ),
+            stale => {
+                vm_life::retire(&vm_dir, &old);
+                eprintln!(
+                    "berm vm up: cleaned up a stale \"{name}\": {}",
+                    stale.why(old.pid)
+                );
+            }
+        }
+    }
+    let _ = fs::remove_file(vm_dir.join(STOPPING));
+    let state = match (&args.state, args.no_state) {
+        (_, true) => None,
+        (Some(state), false) => Some(absolute(state)?),
+        (None, false) => Some(default_state(&name)?),
+    };
+    let vmm = berm_vmm()?;
+    let run_dir = layout.run_dir(&name);
+    let mut argv: Vec<String> = vec![vmm.to_string_lossy().into_owned(), "run".into()];
+    for app in &apps {
+        argv.extend(["--app".into(), app.dir.to_string_lossy().into_owned()]);
+    }
+    let mut path_arg = |flag: &str, path: &Path| {
+        argv.extend([flag.to_owned(), path.to_string_lossy().into_owned()]);
+    };
+    if let Some(state) = &state {
+        path_arg("--state", state);
+    }
+    if let Some(run_dir) = &run_dir {
+        path_arg("--run-dir", run_dir);
+    }
+    if let Some(key) = &args.key {
+        path_arg("--key", &absolute(key)?);
+    }
+    argv.extend(["--arch".into(), args.arch.clone()]);
+    argv.extend(["--hypervisor".into(), args.hypervisor.clone()]);
+    if let Some(cpus) = args.cpus {
+        argv.extend(["--cpus".into(), cpus.to_string()]);
+    }
+    if let Some(memory) = args.memory {
+        argv.extend(["--memory".into(), memory.to_string()]);
+    }
+    for setting in &args.env {
+        argv.extend(["--env".into(), setting.clone()]);
+    }
+
+    let stderr_path = vm_dir.join(HOST_LINES);
+    let stderr = vm_life::private_file(&stderr_path, true)?;
+    let mut command = Command::new(&argv[0]);
+    command
+        .args(&argv[1..])
+        .current_dir("/")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(stderr);
+    // SAFETY: between fork and exec the closure only calls setsid(2), which is
+    // async-signal-safe and touches no memory of the parent.
+    unsafe {
+        command.pre_exec(|| {
+            // A session of its own: no terminal's hangup or Ctrl-C reaches it.
+            if libc::setsid() == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = command
+        .spawn()
+        .with_context(|| format!("starting {}", vmm.display()))?;
+    let mut launch = Launch {
+        name: name.clone(),
+        pid: child.id(),
+        start_ticks: vm_life::start_ticks(child.id()),
+        argv,
+        started_unix: vm_life::now_unix(),
+        apps,
+        arch: args.arch.clone(),
+        hypervisor: args.hypervisor.clone(),
+        state,
+        run_dir,
+    };
+    launch.write(&vm_dir)?;
+
+    let mut lines = HostLines::default();
+    let mut reader =
+        File::open(&stderr_path).with_context(|| format!("reading {}", stderr_path.display()))?;
+    let deadline = Instant::now() + Duration::from_secs(args.timeout);
+    let mut read = |lines: &mut HostLines| {
+        let mut bytes = Vec::new();
+        let _ = reader.read_to_end(&mut bytes);
+        lines.feed(&bytes);
+    };
+    let failure = loop {
+        read(&mut lines);
+        if launch.run_dir.is_none()
+            && let Some(endpoints) = &lines.endpoints
+        {
+            launch.run_dir = Some(endpoints.run_dir.clone());
+            launch.write(&vm_dir)?;
+        }
+        if launch.apps.iter().all(|a| lines.ready.contains(&a.index)) {
+            break None;
+        }
+        if let Some(status) = child.try_wait().context("waiting for berm-vmm")? {
+            read(&mut lines);
+            lines.finish();
+            vm_life::retire(&vm_dir, &launch);
+            let reason = lines
+                .reason()
+                .unwrap_or_else(|| format!("berm-vmm ended ({status}) without a word"));
+            bail!(
+                "VM \"{name}\" did not start: {reason}; berm-vmm's output is in {}",
+                stderr_path.display()
+            );
+        }
+        if let Some(refused) = &lines.refused {
+            break Some(format!(
+                "app {} was refused: {}",
+                refused.app, refused.reason
+            ));
+        }
+        if let Some(exited) = &lines.exited {
+            let how = match (exited.code, exited.signal) {
+                (_, Some(signal)) => format!("was killed by signal {signal}"),
+                (Some(code), None) => format!("exited with code {code}"),
+                (None, None) => "ended".to_owned(),
+            };
+            break Some(format!("app {} {how} before it was ready", exited.app));
+        }
+        if Instant::now() >= deadline {
+            break Some(format!("not every app was ready within {} s", args.timeout));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    if let Some(why) = failure {
+        stop_running(&vm_dir, &launch, Duration::from_secs(10));
+        let _ = child.try_wait();
+        let logs = launch
+            .run_dir
+            .as_ref()
+            .map(|dir| format!(" and {}", dir.join("guest.log").display()))
+            .unwrap_or_default();
+        bail!(
+            "VM \"{name}\" did not start: {why}; it was stopped (see {}{logs})",
+            stderr_path.display()
+        );
+    }
+    let view = View::of(&vm_dir, &launch);
+    if args.json {
+        super::print_json(&view)?;
+    } else {
+        for app in &view.apps {
+            let socket = app
+                .socket
+                .as_ref()
+                .map_or_else(String::new, |s| s.display().to_string());
+            crate::outln!("{}\t{socket}", app.name);
+        }
+    }
+    eprintln!(
+        "berm vm up: \"{name}\" is ready (berm-vmm pid {}); connect with berm mcp --vm {name}, stop with berm vm stop {name}",
+        launch.pid
+    );
+    Ok(Exit::Ok)
+}
+
+/// Asks the guest to shut down on `control.sock` and waits for its `power_off`; `false`
+/// when the request could not be sent.
+fn shutdown(control: &Path, grace: Duration) -> bool {
+    let deadline = Instant::now() + grace.min(Duration::from_secs(5));
+    let Ok(mut conn) = GuestConnection::connect(control, Service::Control, deadline) else {
+        return false;
+    };
+    if conn.send(Request::Shutdown, deadline).is_err() {
+        return false;
+    }
+    let _ = conn.wait_for(Instant::now() + grace, |line| {
+        matches!(line.event, Event::PowerOff(_))
+    });
+    true
+}
+
+/// Stops a running VM: the `shutdown` op (SIGTERM to berm-vmm when it cannot be sent, which
+/// makes berm-vmm send it), SIGKILL after `grace`; then its sockets and pid file go. Says
+/// how it ended.
+fn stop_running(vm_dir: &Path, launch: &Launch, grace: Duration) -> String {
+    let _ = File::create(vm_dir.join(STOPPING));
+    let sent = launch
+        .run_dir
+        .as_ref()
+        .is_some_and(|dir| shutdown(&dir.join("control.sock"), grace));
+    if !sent {
+        vm_life::signal(launch, libc::SIGTERM);
+    }
+    let how = if vm_life::wait_gone(launch, grace) {
+        if sent {
+            "the guest shut down".to_owned()
+        } else {
+            "berm-vmm stopped it on SIGTERM".to_owned()
+        }
+    } else {
+        vm_life::signal(launch, libc::SIGKILL);
+        vm_life::wait_gone(launch, Duration::from_secs(5));
+        format!(
+            "killed: it had not ended {} s after the shutdown request",
+            grace.as_secs()
+        )
+    };
+    vm_life::retire(vm_dir, launch);
+    how
+}
+
+/// Runs `berm vm stop`.
+pub fn stop(args: StopArgs) -> anyhow::Result<Exit> {
+    let layout = Layout::from_env()?;
+    layout.check_name(&args.name)?;
+    let name = &args.name;
+    let vm_dir = layout.vm_dir(name);
+    if !vm_dir.join(LAUNCH_FILE).exists() {
+        bail!("no VM named \"{name}\" is running (berm vm ls lists them)");
+    }
+    let _lock = Lock::take(&vm_dir, name, "berm vm stop")?;
+    let Some(launch) = Launch::read(&vm_dir, LAUNCH_FILE)? else {
+        bail!("no VM named \"{name}\" is running (berm vm ls lists them)");
+    };
+    match launch.liveness() {
+        Liveness::Running => {
+            let how = stop_running(&vm_dir, &launch, Duration::from_secs(args.timeout));
+            eprintln!("berm vm stop: stopped \"{name}\": {how}");
+        }
+        stale => {
+            vm_life::retire(&vm_dir, &launch);
+            eprintln!(
+                "berm vm stop: \"{name}\" was not running ({}); removed its sockets and pid file",
+                stale.why(launch.pid)
+            );
+        }
+    }
+    Ok(Exit::Ok)
+}
+
+/// Runs `berm vm ls`.
+pub fn ls(args: LsArgs) -> anyhow::Result<Exit> {
+    let layout = Layout::from_env()?;
+    let mut views = Vec::new();
+    for name in layout.names() {
+        let vm_dir = layout.vm_dir(&name);
+        match Launch::read(&vm_dir, LAUNCH_FILE) {
+            Ok(Some(launch)) => views.push(View::of(&vm_dir, &launch)),
+            Ok(None) => {}
+            Err(e) => eprintln!("berm vm ls: {e:#}"),
+        }
+    }
+    if args.json {
+        super::print_json(&views)?;
+        return Ok(Exit::Ok);
+    }
+    crate::outln!(
+        "{:<16} {:<9} {:<8} {:<7} {:<8} {:<11} {:<20} STATE",
+        "NAME",
+        "STATUS",
+        "PID",
+        "UPTIME",
+        "ARCH",
+        "HYPERVISOR",
+        "APPS"
+    );
+    for view in &views {
+        let apps: Vec<&str> = view.apps.iter().map(|a| a.name.as_str()).collect();
+        let state = view
+            .state
+            .as_ref()
+            .map_or_else(|| "none".to_owned(), |s| s.display().to_string());
+        crate::outln!(
+            "{:<16} {:<9} {:<8} {:<7} {:<8} {:<11} {:<20} {state}",
+            view.name,
+            view.status.name(),
+            view.pid,
+            vm_life::uptime_text(view.uptime_s),
+            view.arch,
+            view.hypervisor,
+            apps.join(",")
+        );
+    }
+    for view in views.iter().filter(|v| v.status == Status::Stale) {
+        eprintln!(
+            "berm vm ls: \"{}\" is stale: {}; berm vm up or berm vm stop cleans it up",
+            view.name,
+            view.stale.as_deref().unwrap_or("")
+        );
+    }
+    Ok(Exit::Ok)
+}
+
+/// Runs `berm vm logs`.
+pub fn logs(args: LogsArgs) -> anyhow::Result<Exit> {
+    let (vm_dir, launch, active) = vm_life::find(&args.name)?;
+    let path = if args.host {
+        vm_dir.join(HOST_LINES)
+    } else {
+        let run_dir = launch
+            .run_dir
+            .clone()
+            .or_else(|| {
+                HostLines::read(&vm_dir.join(HOST_LINES))
+                    .endpoints
+                    .map(|e| e.run_dir)
+            })
+            .with_context(|| format!("VM \"{}\" has no run dir yet", args.name))?;
+        run_dir.join(if args.console {
+            "console.log"
+        } else {
+            "guest.log"
+        })
+    };
+    let running = || active && launch.liveness() == Liveness::Running;
+    let mut file = None;
+    let mut position = 0u64;
+    let mut inode = 0u64;
+    loop {
+        // Follow renames (guest.log → guest.log.1) and truncation (console.log) from the top.
+        let follow_on = running();
+        match fs::metadata(&path) {
+            Ok(meta) if meta.ino() != inode || meta.len() < position => {
+                file = File::open(&path).ok();
+                inode = meta.ino();
+                position = 0;
+            }
+            Ok(_) => {}
+            Err(e) if file.is_none() && !(args.follow && follow_on) => {
+                return Err(e).with_context(|| format!("reading {}", path.display()));
+            }
+            Err(_) => {}
+        }
+        if let Some(file) = file.as_mut() {
+            let _ = file.seek(SeekFrom::Start(position));
+            let mut bytes = Vec::new();
+            file.read_to_end(&mut bytes)
+                .with_context(|| format!("reading {}", path.display()))?;
+            position += bytes.len() as u64;
+            crate::out::write_bytes(&bytes);
+        }
+        if !args.follow || !follow_on {
+            return Ok(Exit::Ok);
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// The run dir of VM `name` (running or the last that ran), for `berm attest NAME`.
+pub fn run_dir_of(name: &str) -> anyhow::Result<PathBuf> {
+    let (vm_dir, launch, _) = vm_life::find(name)?;
+    launch
+        .run_dir
+        .or_else(|| {
+            HostLines::read(&vm_dir.join(HOST_LINES))
+                .endpoints
+                .map(|e| e.run_dir)
+        })
+        .with_context(|| format!("VM \"{name}\" has no run dir yet"))
+}
+
+/// The MCP socket of app `app` (a name or index; the only app when `None`) of the running
+/// VM `name`, for `berm mcp --vm`.
+pub fn socket_of(name: &str, app: Option<&str>) -> anyhow::Result<PathBuf> {
+    let (vm_dir, launch, active) = vm_life::find(name)?;
+    if !active {
+        bail!("VM \"{name}\" is not running; start it with berm vm up");
+    }
+    let liveness = launch.liveness();
+    if liveness != Liveness::Running {
+        bail!(
+            "VM \"{name}\" is stale ({}); berm vm up starts it again",
+            liveness.why(launch.pid)
+        );
+    }
+    let app = launch.app(app)?;
+    let view = View::of(&vm_dir, &launch);
+    view.apps
+        .iter()
+        .find(|a| a.index == app.index)
+        .and_then(|a| a.socket.clone())
+        .with_context(|| format!("VM \"{name}\" has no run dir yet (it is still booting)"))
+}

@@ -1,0 +1,610 @@
+//! `berm vm up`, `ls`, `stop`, `logs`, `berm mcp --vm` and `berm attest NAME` through the
+//! real binaries: real boots of the notes app under the workspace's berm-vmm (beside this
+//! berm), each with its own `$XDG_RUNTIME_DIR`. Leftovers (a stale pid file, a run left by a
+//! SIGKILLed berm-vmm, a name already running, two `up`s at once) and a closed stdout too.
+//!
+//! A test that cannot boot prints `SKIPPED: <why>`; with `BERM_VM_REQUIRE=1` it fails
+//! instead. The artifacts come from the installed store (`scripts/test-vm`), berm-vmm from
+//! `cargo build -p berm-vmm`, the app from `scripts/build-apps.sh`.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use berm_pins::{ArtifactKind, ArtifactStore, KernelPins, RootfsPins};
+use serde_json::{Value, json};
+
+fn require_or_skip(why: &str) {
+    if std::env::var_os("BERM_VM_REQUIRE").is_some_and(|v| v == "1") {
+        panic!("BERM_VM_REQUIRE=1 but this test cannot run: {why}");
+    }
+    eprintln!("SKIPPED: {why}");
+}
+
+/// The notes app folder scripts/build-apps.sh assembles, or `None` after a SKIPPED line.
+fn notes_app() -> Option<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/apps/notes");
+    if dir.join("notes.wasm").exists() {
+        return Some(dir);
+    }
+    require_or_skip(&format!(
+        "{} is not built (scripts/build-apps.sh)",
+        dir.display()
+    ));
+    None
+}
+
+/// The installed artifact store, berm-vmm and the notes app, or `None` after a SKIPPED line.
+fn bootable() -> Option<(ArtifactStore, PathBuf)> {
+    let app = notes_app()?;
+    let store = ArtifactStore::from_env().expect("HOME is set");
+    let kernel = store.kernel_for(&KernelPins::compiled_in().unwrap());
+    let rootfs =
+        ArtifactKind::Rootfs.path_in(&store, &RootfsPins::compiled_in().unwrap().image.sha256);
+    if !kernel.exists() || !rootfs.exists() {
+        require_or_skip(&format!(
+            "the pinned artifacts are not installed ({} / {}); run scripts/test-vm",
+            kernel.display(),
+            rootfs.display()
+        ));
+        return None;
+    }
+    if !berm_vmm().exists() {
+        require_or_skip(&format!(
+            "{} is not built (cargo build -p berm-vmm)",
+            berm_vmm().display()
+        ));
+        return None;
+    }
+    Some((store, app))
+}
+
+fn berm_vmm() -> PathBuf {
+    Path::new(env!("CARGO_BIN_EXE_berm")).with_file_name("berm-vmm")
+}
+
+/// A private `$XDG_RUNTIME_DIR` (and a host key) for one test.
+struct Env {
+    tmp: tempfile::TempDir,
+    store: Option<PathBuf>,
+    key: String,
+}
+
+impl Env {
+    fn new(store: Option<&ArtifactStore>) -> Self {
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::create_dir(tmp.path().join("rt")).unwrap();
+        let key = tmp.path().join("host-key.pem").display().to_string();
+        Self {
+            tmp,
+            store: store.map(|s| s.root().to_owned()),
+            key,
+        }
+    }
+
+    fn runtime(&self) -> PathBuf {
+        self.tmp.path().join("rt")
+    }
+
+    fn vm_dir(&self, name: &str) -> PathBuf {
+        self.runtime().join("berm/vm").join(name)
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_berm"));
+        command
+            .args(args)
+            .env("XDG_RUNTIME_DIR", self.runtime())
+            .env("BERM_HOME", self.tmp.path().join("no-bermd"))
+            .env_remove("BERM_VMM")
+            .stdin(Stdio::null());
+        if let Some(store) = &self.store {
+            command.env("BERM_VM_ARTIFACTS", store);
+        }
+        command
+    }
+
+    fn berm(&self, args: &[&str]) -> Output {
+        self.command(args).output().unwrap()
+    }
+
+    /// `berm vm up --json` of the notes app under `name`, without a state disk; `None` after
+    /// a SKIPPED line when no hypervisor can boot the guest here.
+    fn up(&self, app: &Path, name: &str) -> Option<(Output, Value)> {
+        let out = self.berm(&self.up_args(app, name));
+        if !out.status.success() && stderr(&out).contains("no_hypervisor") {
+            require_or_skip("no hypervisor can boot the guest here");
+            return None;
+        }
+        assert!(out.status.success(), "{}", stderr(&out));
+        let vm: Value = serde_json::from_slice(&out.stdout).unwrap();
+        Some((out, vm))
+    }
+
+    fn up_args<'a>(&'a self, app: &'a Path, name: &'a str) -> Vec<&'a str> {
+        vec![
+            "vm",
+            "up",
+            "--app",
+            app.to_str().unwrap(),
+            "--name",
+            name,
+            "--no-state",
+            "--key",
+            &self.key,
+            "--json",
+        ]
+    }
+
+    fn ls(&self) -> Vec<Value> {
+        let out = self.berm(&["vm", "ls", "--json"]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        serde_json::from_slice::<Vec<Value>>(&out.stdout).unwrap()
+    }
+
+    /// Writes a pid file by hand, as a run that ended without cleaning up would leave it.
+    fn fake_pid_file(&self, name: &str, pid: u32) {
+        let dir = self.vm_dir(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        let launch = json!({
+            "name": name, "pid": pid, "start_ticks": null,
+            "argv": ["/nonexistent/berm-vmm", "run", "--app", "/nonexistent/notes"],
+            "started_unix": 0,
+            "apps": [{"index": 0, "name": "notes", "dir": "/nonexistent/notes"}],
+            "arch": "x86_64", "hypervisor": "auto", "state": null, "run_dir": null,
+        });
+        std::fs::write(dir.join("vm.json"), launch.to_string()).unwrap();
+    }
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// An MCP session through `berm mcp ARGS`, one JSON-RPC line each way.
+struct Mcp {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+}
+
+impl Mcp {
+    fn start(env: &Env, args: &[&str]) -> Self {
+        let mut child = env
+            .command(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        Self {
+            child,
+            stdin,
+            stdout,
+        }
+    }
+
+    fn send(&mut self, message: Value) {
+        writeln!(self.stdin, "{message}").unwrap();
+    }
+
+    /// Sends a request and returns the answer with its id.
+    fn request(&mut self, id: u64, method: &str, params: Value) -> Value {
+        self.send(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
+        loop {
+            let mut line = String::new();
+            assert_ne!(
+                self.stdout.read_line(&mut line).unwrap(),
+                0,
+                "{method}: closed"
+            );
+            let answer: Value = serde_json::from_str(&line).unwrap();
+            if answer["id"] == id {
+                return answer;
+            }
+        }
+    }
+
+    fn finish(mut self) {
+        drop(self.stdin);
+        let status = self.child.wait().unwrap();
+        assert!(status.success(), "{status}");
+    }
+}
+
+fn exists(path: &str) -> bool {
+    Path::new(path).exists()
+}
+
+/// up, ls (ready), a call through `berm mcp --vm`, logs, stop, ls (gone), attest NAME.
+#[test]
+fn up_ls_call_through_mcp_stop() {
+    let Some((store, app)) = bootable() else {
+        return;
+    };
+    let env = Env::new(Some(&store));
+    let started = Instant::now();
+    let Some((out, vm)) = env.up(&app, "notes") else {
+        return;
+    };
+    let booted = started.elapsed();
+    assert!(
+        stderr(&out).contains("berm vm up: \"notes\" is ready"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(vm["status"], "ready", "{vm}");
+    let socket = vm["apps"][0]["socket"].as_str().unwrap().to_owned();
+    assert_eq!(
+        Path::new(&socket),
+        env.vm_dir("notes").join("run/rpc-0.sock")
+    );
+    assert!(exists(&socket));
+
+    let listed = env.ls();
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(listed[0]["name"], "notes");
+    assert_eq!(listed[0]["status"], "ready");
+    assert_eq!(listed[0]["pid"], vm["pid"]);
+    assert_eq!(listed[0]["apps"][0]["ready"], true);
+    let table = env.berm(&["vm", "ls"]);
+    let text = String::from_utf8_lossy(&table.stdout);
+    let row = text.lines().nth(1).unwrap();
+    assert!(
+        row.starts_with("notes ") && row.contains(" ready "),
+        "{text}"
+    );
+
+    let mut mcp = Mcp::start(&env, &["mcp", "--vm", "notes"]);
+    let init = mcp.request(
+        1,
+        "initialize",
+        json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}),
+    );
+    assert_eq!(init["result"]["serverInfo"]["name"], "bermd", "{init}");
+    mcp.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    let tools = mcp.request(2, "tools/list", json!({}));
+    let names: Vec<&str> = tools["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    assert!(names.contains(&"notes_add"), "{names:?}");
+    let added = mcp.request(
+        3,
+        "tools/call",
+        json!({"name": "notes_add", "arguments": {"title": "up", "text": "through berm mcp --vm"}}),
+    );
+    assert_eq!(added["result"]["isError"], false, "{added}");
+    mcp.finish();
+    // With one app --app may be left out; a wrong one is named.
+    let wrong = env.berm(&["mcp", "--vm", "notes", "--app", "other"]);
+    assert_eq!(wrong.status.code(), Some(2));
+    assert_eq!(
+        stderr(&wrong).trim(),
+        "berm: VM \"notes\" has no app \"other\"; it serves 0 (notes)"
+    );
+
+    let logs = env.berm(&["vm", "logs", "notes"]);
+    assert!(logs.status.success(), "{}", stderr(&logs));
+    assert!(String::from_utf8_lossy(&logs.stdout).contains("app_ready"));
+    let host = env.berm(&["vm", "logs", "notes", "--host"]);
+    assert!(String::from_utf8_lossy(&host.stdout).contains(r#""event":"endpoints""#));
+
+    let stop_started = Instant::now();
+    let stopped = env.berm(&["vm", "stop", "notes"]);
+    assert!(stopped.status.success(), "{}", stderr(&stopped));
+    assert_eq!(
+        stderr(&stopped).trim(),
+        "berm vm stop: stopped \"notes\": the guest shut down"
+    );
+    eprintln!(
+        "berm vm up: ready after {booted:?}; berm vm stop took {:?}",
+        stop_started.elapsed()
+    );
+    assert!(!exists(&socket), "the sockets are removed");
+    assert_eq!(env.ls(), Vec::<Value>::new());
+    let again = env.berm(&["vm", "stop", "notes"]);
+    assert_eq!(again.status.code(), Some(2));
+    assert_eq!(
+        stderr(&again).trim(),
+        "berm: no VM named \"notes\" is running (berm vm ls lists them)"
+    );
+    // The last run's record, by the VM's name.
+    let attest = env.berm(&["attest", "notes"]);
+    assert!(attest.status.success(), "{}", stderr(&attest));
+    assert!(
+        stderr(&attest).contains("verifies against the compiled-in pins"),
+        "{}",
+        stderr(&attest)
+    );
+}
+
+fn wait_dead(pid: u32) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let state = stat.rsplit(')').next().unwrap_or("").trim_start();
+        if stat.is_empty() || state.starts_with('Z') {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("pid {pid} did not die");
+}
+
+/// Two `up`s at once make one VM; a name already running is refused; a run whose berm-vmm
+/// was SIGKILLed is stale in `ls` and cleaned up by the next `up`.
+#[test]
+fn one_vm_per_name_and_a_killed_run_is_cleaned_up() {
+    let Some((store, app)) = bootable() else {
+        return;
+    };
+    let env = Env::new(Some(&store));
+    let args = env.up_args(&app, "race");
+    let spawn = || {
+        env.command(&args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let (a, b) = (spawn(), spawn());
+    let (a, b) = (a.wait_with_output().unwrap(), b.wait_with_output().unwrap());
+    if !a.status.success() && stderr(&a).contains("no_hypervisor") {
+        return require_or_skip("no hypervisor can boot the guest here");
+    }
+    assert!(
+        a.status.success() != b.status.success(),
+        "exactly one up starts it:\n{}\n{}",
+        stderr(&a),
+        stderr(&b)
+    );
+    let (won, lost) = if a.status.success() { (a, b) } else { (b, a) };
+    let vm: Value = serde_json::from_slice(&won.stdout).unwrap();
+    let pid = vm["pid"].as_u64().unwrap() as u32;
+    assert_eq!(lost.status.code(), Some(2));
+    assert!(
+        stderr(&lost).ends_with(&format!(
+            "berm: VM \"race\" is already running (pid {pid}); stop it first with berm vm stop race\n"
+        )),
+        "{}",
+        stderr(&lost)
+    );
+    assert_eq!(env.ls().len(), 1);
+
+    // SIGKILL: berm-vmm cannot clean up; its hypervisor dies with it.
+    let socket = vm["apps"][0]["socket"].as_str().unwrap().to_owned();
+    Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status()
+        .unwrap();
+    wait_dead(pid);
+    assert!(exists(&socket), "a killed berm-vmm leaves its sockets");
+    let listed = env.ls();
+    assert_eq!(listed[0]["status"], "stale", "{listed:?}");
+    let gone = format!("its berm-vmm, pid {pid}, is gone");
+    assert_eq!(listed[0]["stale"], gone.as_str());
+    let table = env.berm(&["vm", "ls"]);
+    assert_eq!(
+        stderr(&table).trim(),
+        format!("berm vm ls: \"race\" is stale: {gone}; berm vm up or berm vm stop cleans it up")
+    );
+    let mcp = env.berm(&["mcp", "--vm", "race"]);
+    assert_eq!(mcp.status.code(), Some(2));
+    assert_eq!(
+        stderr(&mcp).trim(),
+        format!("berm: VM \"race\" is stale ({gone}); berm vm up starts it again")
+    );
+
+    // The next up cleans it up and starts the VM again.
+    let Some((out, again)) = env.up(&app, "race") else {
+        return;
+    };
+    assert!(
+        stderr(&out).starts_with(&format!(
+            "berm vm up: cleaned up a stale \"race\": {gone}\n"
+        )),
+        "{}",
+        stderr(&out)
+    );
+    assert_ne!(again["pid"], vm["pid"]);
+    assert_eq!(env.ls()[0]["status"], "ready");
+    let stopped = env.berm(&["vm", "stop", "race"]);
+    assert!(stopped.status.success(), "{}", stderr(&stopped));
+    assert_eq!(env.ls(), Vec::<Value>::new());
+}
+
+/// A pid file whose pid is another process now, or no process: stale, named so, and
+/// cleaned up without touching that process. Names are checked before anything starts.
+#[test]
+fn a_stale_pid_file_is_named_and_cleaned_up() {
+    let Some(app) = notes_app() else {
+        return;
+    };
+    let env = Env::new(None);
+    // A live process that is not berm-vmm.
+    let mut other = Command::new("sleep").arg("60").spawn().unwrap();
+    env.fake_pid_file("reused", other.id());
+    // A process that is gone.
+    let mut done = Command::new("true").spawn().unwrap();
+    let gone_pid = done.id();
+    done.wait().unwrap();
+    env.fake_pid_file("gone", gone_pid);
+
+    let listed = env.ls();
+    let status: Vec<(&str, &str, &str)> = listed
+        .iter()
+        .map(|v| {
+            (
+                v["name"].as_str().unwrap(),
+                v["status"].as_str().unwrap(),
+                v["stale"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    let reused = format!("pid {} is no longer its berm-vmm", other.id());
+    let gone = format!("its berm-vmm, pid {gone_pid}, is gone");
+    assert_eq!(
+        status,
+        [
+            ("gone", "stale", gone.as_str()),
+            ("reused", "stale", reused.as_str())
+        ]
+    );
+    let mcp = env.berm(&["mcp", "--vm", "reused"]);
+    assert_eq!(
+        stderr(&mcp).trim(),
+        format!("berm: VM \"reused\" is stale ({reused}); berm vm up starts it again")
+    );
+    let stopped = env.berm(&["vm", "stop", "reused"]);
+    assert!(stopped.status.success(), "{}", stderr(&stopped));
+    assert_eq!(
+        stderr(&stopped).trim(),
+        format!(
+            "berm vm stop: \"reused\" was not running ({reused}); removed its sockets and pid file"
+        )
+    );
+    assert!(
+        other.try_wait().unwrap().is_none(),
+        "the process that reused the pid is left alone"
+    );
+    other.kill().unwrap();
+    let _ = other.wait();
+    assert_eq!(env.ls().len(), 1);
+
+    // Names: reserved, not plain, too long for a socket path.
+    let app = app.to_str().unwrap();
+    let refused = |name: &str| {
+        let out = env.berm(&["vm", "up", "--app", app, "--name", name, "--no-state"]);
+        assert_eq!(out.status.code(), Some(2), "{name}");
+        stderr(&out).trim().to_owned()
+    };
+    assert_eq!(
+        refused("verify"),
+        "berm: \"verify\" cannot name a VM: `berm attest verify` is a subcommand; choose another with --name"
+    );
+    assert_eq!(
+        refused("a/b"),
+        "berm: VM name \"a/b\" is not a plain name: letters, digits, '-', '_' and '.', starting with a letter or digit"
+    );
+    let base = env.runtime().join("berm/vm");
+    let max = 107 - base.as_os_str().len() - "/".len() - "/run/".len() - "vsock.sock_6063".len();
+    let long = "n".repeat(max.min(64) + 1);
+    assert_eq!(
+        refused(&long),
+        format!(
+            "berm: VM name \"{long}\" is {} bytes, longer than the {} that fit: a Unix socket path under {} holds at most 107 bytes",
+            long.len(),
+            max.min(64),
+            base.display()
+        )
+    );
+}
+
+/// A boot berm-vmm refuses: `up` prints berm-vmm's own reason, exits 2 and leaves no VM.
+#[test]
+fn a_refused_boot_prints_berm_vmms_reason() {
+    let Some(app) = notes_app() else {
+        return;
+    };
+    if !berm_vmm().exists() {
+        return require_or_skip(&format!(
+            "{} is not built (cargo build -p berm-vmm)",
+            berm_vmm().display()
+        ));
+    }
+    let env = Env::new(None);
+    let out = env.berm(&[
+        "vm",
+        "up",
+        "--app",
+        app.to_str().unwrap(),
+        "--no-state",
+        "--key",
+        &env.key,
+        "--cpus",
+        "99",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        stderr(&out).trim(),
+        format!(
+            "berm: VM \"notes\" did not start: --cpus 99 is out of range (1 to 16, the guest kernel's NR_CPUS) (berm-vmm exit 5, refused); berm-vmm's output is in {}",
+            env.vm_dir("notes").join("vmm.stderr").display()
+        )
+    );
+    assert_eq!(env.ls(), Vec::<Value>::new());
+}
+
+/// Reads one line of `command`'s stdout, closes it, and returns how the command ended and
+/// what it wrote on stderr.
+fn first_line_then_close(mut command: Command) -> (std::process::ExitStatus, String, String) {
+    let mut child = command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = child.stderr.take().unwrap();
+    let errors = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = err.read_to_string(&mut text);
+        text
+    });
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    let status = child.wait().unwrap();
+    (status, first, errors.join().unwrap())
+}
+
+/// `berm vm ls | head -1` over a long listing, `berm completions` likewise, and berm-vmm
+/// with its stderr closed: each ends quietly, never with a panic.
+#[test]
+fn a_closed_stdout_ends_quietly() {
+    let env = Env::new(None);
+    for i in 0..1200 {
+        env.fake_pid_file(&format!("vm{i:04}"), 1);
+    }
+    let (status, first, errors) = first_line_then_close(env.command(&["vm", "ls"]));
+    assert!(first.starts_with("NAME "), "{first}");
+    assert_eq!(status.signal(), Some(libc_sigpipe()), "{status}: {errors}");
+    assert!(!errors.contains("panicked"), "{errors}");
+    // A script shorter than the pipe's buffer may be written whole before the reader goes.
+    let (status, _, errors) = first_line_then_close(env.command(&["completions", "bash"]));
+    assert!(
+        status.success() || status.signal() == Some(libc_sigpipe()),
+        "{status}: {errors}"
+    );
+    assert_eq!(errors, "");
+
+    // berm-vmm refusing with its stderr closed by the reader: its own exit code (3 without
+    // the artifacts, 5 for the missing app), not a panic's 101.
+    if !berm_vmm().exists() {
+        return require_or_skip(&format!(
+            "{} is not built (cargo build -p berm-vmm)",
+            berm_vmm().display()
+        ));
+    }
+    let mut vmm = Command::new(berm_vmm())
+        .args(["run", "--app", "/nonexistent", "--key"])
+        .arg(&env.key)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(vmm.stderr.take());
+    let code = vmm.wait().unwrap().code();
+    assert!(matches!(code, Some(3 | 5)), "{code:?}");
+}
+
+fn libc_sigpipe() -> i32 {
+    13
+}
