@@ -222,8 +222,12 @@ impl Berm {
         }
 
         let manifest = Arc::new(manifest);
+        let host_memory_bytes = options
+            .host_memory_bytes
+            .unwrap_or(crate::DEFAULT_HOST_MEMORY_BYTES);
         let program = Arc::new(Program {
             name: name.into(),
+            host_memory: crate::HostMemory::new(name, host_memory_bytes),
             info: ProgramInfo {
                 name: name.into(),
                 digest,

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use wasmtime::{Extern, InstancePre, Memory, ModuleExport, ResourceLimiter, Store, UpdateDeadline};
 
+use crate::host_memory::{HostMemory, Reservation};
 use crate::program::ProgramInfo;
 use crate::{Engine, Error, Failure};
 
@@ -29,6 +30,8 @@ pub(crate) struct Program {
     pub tools: HashMap<String, ModuleExport>,
     pub memory: ModuleExport,
     pub data: Option<Arc<dyn Any + Send + Sync>>,
+    /// Its host memory budget, shared by all its calls.
+    pub host_memory: Arc<HostMemory>,
 }
 
 /// One call to run: of `program` (a looked-up [`Program`], or a name a running program asked
@@ -96,7 +99,7 @@ struct DeadlineReached;
 pub(crate) struct CallState {
     pub call: Invocation,
     pub outcome: Option<Outcome>,
-    pub staged: Vec<u8>,
+    pub staged: Staged,
     pub memory: Option<Memory>,
     pub panic: Option<String>,
     pub programs: Arc<dyn Programs>,
@@ -148,6 +151,58 @@ impl CallState {
             depth: self.call.depth + 1,
             deadline: self.call.deadline,
             budget: self.call.budget,
+        }
+    }
+}
+
+/// What `berm.reply` hands over next: the last syscall's reply or error message. A reply
+/// holds its bytes of the program's host memory until it is pulled, replaced, or the call
+/// ends (the store, and so this, is dropped however the call ends).
+#[derive(Default)]
+pub(crate) struct Staged {
+    pub bytes: Vec<u8>,
+    _held: Option<Reservation>,
+}
+
+impl Staged {
+    /// An error message: the host's own text, a few KiB at most, uncounted.
+    pub fn message(message: String) -> Staged {
+        Staged {
+            bytes: message.into_bytes(),
+            _held: None,
+        }
+    }
+}
+
+impl CallState {
+    /// Stages `bytes` as `syscall`'s reply, held against the program's host memory: by
+    /// `held` when the handler reserved them already (resized to their length), else by a
+    /// reservation made now. The previous reply is released first, since this one replaces
+    /// it. Past the budget the reply is dropped and the refusal's message staged instead;
+    /// the error is the word the program gets.
+    pub fn stage(
+        &mut self,
+        syscall: &str,
+        bytes: Vec<u8>,
+        held: Option<Reservation>,
+    ) -> Result<(), i64> {
+        self.staged = Staged::default();
+        let held = match held {
+            Some(mut held) => held.resize(syscall, bytes.len()).map(|()| held),
+            None => self.call.program.host_memory.reserve(syscall, bytes.len()),
+        };
+        match held {
+            Ok(held) => {
+                self.staged = Staged {
+                    bytes,
+                    _held: Some(held),
+                };
+                Ok(())
+            }
+            Err(over) => {
+                self.staged = Staged::message(over.to_string());
+                Err(berm_abi::word::ErrorCode::TooLarge.word())
+            }
         }
     }
 }
@@ -255,7 +310,7 @@ fn store(engine: &Engine, programs: Arc<dyn Programs>, invocation: Invocation) -
     let state = CallState {
         call: invocation,
         outcome: None,
-        staged: Vec::new(),
+        staged: Staged::default(),
         memory: None,
         panic: None,
         programs,

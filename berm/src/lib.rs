@@ -33,6 +33,7 @@ mod cache;
 pub mod call;
 mod engine;
 mod error;
+mod host_memory;
 mod invocation;
 mod linker;
 mod program;
@@ -49,5 +50,6 @@ pub use engine::{
     PORTABLE_TARGET, Precompiled, UnknownArch,
 };
 pub use error::{DeployError, Error, Failure};
+pub use host_memory::{DEFAULT_HOST_MEMORY_BYTES, HostMemory, OverBudget, Reservation};
 pub use program::{CompileSource, DeployOptions, Deployed, Grants, ProgramInfo};
 pub use syscall::{Pending, Reply, Syscall, SyscallContext, SyscallError};

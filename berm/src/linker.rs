@@ -16,12 +16,15 @@ use wasmtime::{Caller, ExternType, Linker, Module, ValType};
 
 use crate::DeployError;
 use crate::error::Error;
-use crate::invocation::{CallState, Invocation, Outcome, Programs, Violation};
+use crate::invocation::{CallState, Invocation, Outcome, Programs, Staged, Violation};
 use crate::program::Grants;
 use crate::syscall::{Kind, Reply, Syscall, SyscallContext, SyscallError};
 
 /// Syscalls by `(module, name)`.
 pub(crate) type SyscallTable = HashMap<(String, String), Syscall>;
+
+/// `berm.call`, as a budget refusal names it.
+const BERM_CALL: &str = "berm.call";
 
 /// Largest panic message kept; the rest is cut.
 const MAX_PANIC_MESSAGE: usize = 16 << 10;
@@ -67,8 +70,9 @@ fn define_convention(linker: &mut Linker<CallState>) -> wasmtime::Result<()> {
         })?;
     }
     define_region(linker, convention::REPLY, |memory, state, ptr, len| {
+        // Pulled, the reply is dropped and its host memory given back.
         let staged = std::mem::take(&mut state.staged);
-        let (word, copied) = hand_over(state, memory, ptr, len, &staged)?;
+        let (word, copied) = hand_over(state, memory, ptr, len, &staged.bytes)?;
         if !copied {
             state.staged = staged;
         }
@@ -93,20 +97,28 @@ fn define_call(linker: &mut Linker<CallState>) -> wasmtime::Result<()> {
             Box::new(async move {
                 let (memory, state) = guest_memory(&mut caller)?;
                 let request = state.region(memory, ptr, len)?;
-                let invocation = match parse_call(request, &state.call, state.programs.as_ref()) {
-                    Ok((program, tool, args)) => state.nested(program, tool, args),
+                let parsed = parse_call(request, &state.call, state.programs.as_ref()).and_then(
+                    |(program, tool, args)| {
+                        // The arguments are held, copied, until the nested call ends.
+                        let memory = &state.call.program.host_memory;
+                        match memory.reserve(BERM_CALL, args.len()) {
+                            Ok(held) => Ok((state.nested(program, tool, args), held)),
+                            Err(over) => Err((ErrorCode::TooLarge, over.to_string())),
+                        }
+                    },
+                );
+                let (invocation, _args_held) = match parsed {
+                    Ok(parsed) => parsed,
                     Err((code, message)) => {
-                        state.staged = message.into_bytes();
+                        state.staged = Staged::message(message);
                         return Ok(code.word());
                     }
                 };
                 let result = state.programs.clone().call_by_name(invocation).await;
-                let (answer, staged) = match result {
-                    Ok(Ok(text)) => (word::success(word::STATUS_DONE, text.len() as u32), text),
-                    Ok(Err(failure)) => (
-                        word::success(word::STATUS_FAILED, failure.message.len() as u32),
-                        failure.message,
-                    ),
+                let state = caller.data_mut();
+                let (status, text) = match result {
+                    Ok(Ok(text)) => (word::STATUS_DONE, text),
+                    Ok(Err(failure)) => (word::STATUS_FAILED, failure.message),
                     Err(error) => {
                         let code = match &error {
                             Error::NoSuchProgram(_) | Error::NoSuchTool { .. } => {
@@ -120,11 +132,11 @@ fn define_call(linker: &mut Linker<CallState>) -> wasmtime::Result<()> {
                             | Error::Busy { .. } => ErrorCode::Denied,
                             _ => ErrorCode::Fault,
                         };
-                        (code.word(), error.to_string())
+                        state.staged = Staged::message(error.to_string());
+                        return Ok(code.word());
                     }
                 };
-                caller.data_mut().staged = staged.into_bytes();
-                Ok(answer)
+                stage(state, BERM_CALL, status, text.into_bytes(), None)
             })
         },
     )?;
@@ -240,6 +252,22 @@ fn hand_over(
             .copy_from_slice(bytes);
     }
     Ok((word::success(0, total as u32), fits))
+}
+
+/// Stages a syscall's reply: the word is `status` and its length, or `too_large` past the
+/// budget.
+fn stage(
+    state: &mut CallState,
+    qualified: &str,
+    status: u32,
+    bytes: Vec<u8>,
+    held: Option<crate::Reservation>,
+) -> wasmtime::Result<i64> {
+    let len = bytes.len() as u32;
+    Ok(match state.stage(qualified, bytes, held) {
+        Ok(()) => word::success(status, len),
+        Err(refused) => refused,
+    })
 }
 
 fn guest_memory<'a>(
@@ -413,6 +441,7 @@ fn context(state: &CallState) -> SyscallContext<'_> {
         caller: state.call.caller.as_deref(),
         deadline: state.call.deadline,
         data: state.call.program.data.as_deref(),
+        host_memory: &state.call.program.host_memory,
     }
 }
 
@@ -431,13 +460,10 @@ fn answer(
             syscall: qualified.to_string(),
             message: format!("host bug: negative success word {word}"),
         })),
-        Ok(Reply::Staged(bytes)) => {
-            let len = bytes.len() as u32;
-            state.staged = bytes;
-            Ok(word::success(0, len))
-        }
+        Ok(Reply::Staged(bytes)) => stage(state, qualified, 0, bytes, None),
+        Ok(Reply::Reserved(bytes, held)) => stage(state, qualified, 0, bytes, Some(held)),
         Err(SyscallError::Code { code, message }) => {
-            state.staged = message.into_bytes();
+            state.staged = Staged::message(message);
             Ok(code.word())
         }
         Err(SyscallError::Trap(message)) => Err(state.fault(Error::Syscall {

@@ -56,6 +56,10 @@ pub struct DeployOptions {
     pub limits: Option<Limits>,
     /// Host data handed to every syscall it makes ([`crate::SyscallContext::data`]).
     pub data: Option<Arc<dyn Any + Send + Sync>>,
+    /// Its host memory budget ([`crate::HostMemory`]): how many bytes its calls, all together,
+    /// may have the host hold in replies not yet pulled and in syscall requests in flight.
+    /// `None` is [`crate::DEFAULT_HOST_MEMORY_BYTES`].
+    pub host_memory_bytes: Option<usize>,
 }
 
 impl fmt::Debug for DeployOptions {
@@ -64,6 +68,7 @@ impl fmt::Debug for DeployOptions {
             .field("grants", &self.grants)
             .field("limits", &self.limits)
             .field("data", &self.data.is_some())
+            .field("host_memory_bytes", &self.host_memory_bytes)
             .finish()
     }
 }

@@ -15,6 +15,7 @@ use std::time::Instant;
 use berm_abi::word::ErrorCode;
 
 use crate::Digest;
+use crate::host_memory::{HostMemory, Reservation};
 
 /// What a syscall handler sees of the call it serves.
 pub struct SyscallContext<'a> {
@@ -31,6 +32,7 @@ pub struct SyscallContext<'a> {
     /// the deadline cannot interrupt host code, only wasm.
     pub deadline: Instant,
     pub(crate) data: Option<&'a (dyn Any + Send + Sync)>,
+    pub(crate) host_memory: &'a Arc<HostMemory>,
 }
 
 impl SyscallContext<'_> {
@@ -40,15 +42,37 @@ impl SyscallContext<'_> {
     pub fn data<T: 'static>(&self) -> Option<&T> {
         self.data.and_then(|d| d.downcast_ref::<T>())
     }
+
+    /// The program's host memory budget, shared by all its calls. A handler reserves from it
+    /// what it copies out of the guest for the time it keeps it, and, when it knows a reply's
+    /// size before making it, the reply's bytes too ([`Reply::Reserved`]), so that a reply
+    /// past the budget is never allocated. A [`Reply::Staged`] is reserved when it is staged.
+    pub fn host_memory(&self) -> &Arc<HostMemory> {
+        self.host_memory
+    }
+
+    /// Reserves `bytes` of the program's host memory for `syscall`, or refuses with
+    /// `too_large` and a message naming the budget.
+    ///
+    /// # Errors
+    /// [`SyscallError::Code`] with [`ErrorCode::TooLarge`] past the budget.
+    pub fn reserve(&self, syscall: &str, bytes: usize) -> Result<Reservation, SyscallError> {
+        Ok(self.host_memory.reserve(syscall, bytes)?)
+    }
 }
 
 /// A successful syscall's answer.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug)]
 pub enum Reply {
     /// Return this word as is (must not be negative).
     Word(i64),
-    /// Stage these bytes for `berm.reply`; the word is their length.
+    /// Stage these bytes for `berm.reply`; the word is their length. They are held against
+    /// the program's host memory budget until pulled; past it the program gets `too_large`
+    /// instead.
     Staged(Vec<u8>),
+    /// [`Reply::Staged`], with the bytes already reserved ([`SyscallContext::reserve`]):
+    /// the reservation is resized to their length and held with them.
+    Reserved(Vec<u8>, Reservation),
 }
 
 /// A syscall that did not succeed.

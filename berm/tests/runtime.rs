@@ -652,3 +652,96 @@ async fn a_blocking_syscall_waits_without_holding_the_thread() {
     let missing = failed(&berm, "hostile", "read_file", r#"{"path":"nope"}"#).await;
     assert_eq!(missing, "no such file (not_found)");
 }
+
+/// `t.stage` stages as many bytes as its region holds; `t.held` notes how many bytes of its
+/// program's host memory are held when it runs.
+fn host_memory_table(held: Arc<std::sync::Mutex<Vec<usize>>>) -> Vec<Syscall> {
+    vec![
+        Syscall::new("t", "stage", |_, region| {
+            Ok(Reply::Staged(vec![1; region.len()]))
+        }),
+        Syscall::new("t", "held", move |cx, _| {
+            held.lock().unwrap().push(cx.host_memory().held());
+            Ok(Reply::Word(0))
+        }),
+    ]
+}
+
+#[tokio::test]
+async fn a_staged_reply_holds_host_memory_until_pulled_replaced_or_the_call_ends() {
+    let held = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let berm = Berm::new(
+        &engine(),
+        call::DEFAULT_CALL_DEPTH,
+        host_memory_table(held.clone()),
+    );
+    let body = r#"
+        (memory (export "memory") 1)
+        (func (export "berm_tool_go")
+          (drop (call $stage (i32.const 0) (i32.const 1000)))
+          (drop (call $held (i32.const 0) (i32.const 0)))
+          ;; pulled
+          (drop (call $reply (i32.const 0) (i32.const 4096)))
+          (drop (call $held (i32.const 0) (i32.const 0)))
+          ;; replaced
+          (drop (call $stage (i32.const 0) (i32.const 1000)))
+          (drop (call $stage (i32.const 0) (i32.const 600)))
+          (drop (call $held (i32.const 0) (i32.const 0)))
+          ;; a buffer too small to pull into keeps it
+          (drop (call $reply (i32.const 0) (i32.const 10)))
+          (drop (call $held (i32.const 0) (i32.const 0)))
+          (drop (call $done (i32.const 0) (i32.const 0))))
+        (func (export "berm_tool_trap")
+          (drop (call $stage (i32.const 0) (i32.const 1500)))
+          unreachable)
+        (func (export "berm_tool_big") (local $w i64)
+          (local.set $w (call $stage (i32.const 0) (i32.const 1501)))
+          (if (i64.lt_s (local.get $w) (i64.const 0))
+            (then (drop (call $fail (i32.const 8192)
+              (i32.wrap_i64 (call $reply (i32.const 8192) (i32.const 4096))))))
+            (else (drop (call $done (i32.const 0) (i32.const 0))))))
+        (func (export "berm_tool_held")
+          (drop (call $held (i32.const 0) (i32.const 0)))
+          (drop (call $done (i32.const 0) (i32.const 0))))"#;
+    let program = berm_fixtures::wat_program(
+        &["go", "trap", "big", "held"],
+        &["berm.done", "berm.fail", "berm.reply", "t.stage", "t.held"],
+        body,
+    );
+    let options = DeployOptions {
+        host_memory_bytes: Some(1500),
+        ..Default::default()
+    };
+    berm.deploy_with("holder", &program, options).unwrap();
+    let taken = || std::mem::take(&mut *held.lock().unwrap());
+
+    assert_eq!(
+        answered(&berm, "holder", "go", "{}").await,
+        Ok(String::new())
+    );
+    assert_eq!(taken(), [1000, 0, 600, 600]);
+    // Released when the call ends, whether it returned or trapped.
+    assert_eq!(
+        answered(&berm, "holder", "held", "{}").await,
+        Ok(String::new())
+    );
+    assert!(
+        host_error(&berm, "holder", "trap", "{}")
+            .await
+            .to_string()
+            .contains("unreachable")
+    );
+    assert_eq!(
+        answered(&berm, "holder", "held", "{}").await,
+        Ok(String::new())
+    );
+    assert_eq!(taken(), [0, 0]);
+    // One byte over the budget: the program gets too_large and the message.
+    assert_eq!(
+        failed(&berm, "holder", "big", "{}").await,
+        "`t.stage`: holding 1501 more bytes would take `holder` past its host memory budget of \
+         1500 bytes (bermd --max-host-memory); its calls already hold 0 bytes in replies not yet \
+         pulled and requests in flight. Pull each reply before the next syscall, or make fewer \
+         calls at once"
+    );
+}

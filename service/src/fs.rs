@@ -40,7 +40,7 @@ pub struct FsError {
 }
 
 impl FsError {
-    fn new(code: ErrorCode, message: impl Into<String>) -> FsError {
+    pub(crate) fn new(code: ErrorCode, message: impl Into<String>) -> FsError {
         FsError {
             code,
             message: message.into(),
@@ -238,6 +238,19 @@ impl FsRoot {
     /// may lie outside the granted directory. Only then is it opened to
     /// read, non-blocking, and checked to be the same file.
     pub fn read(&self, path: &str) -> Result<Vec<u8>, FsError> {
+        self.read_admitted(path, |_| Ok(()))
+            .map(|(contents, ())| contents)
+    }
+
+    /// [`FsRoot::read`], with `admit` asked first, given the file's size, before anything is
+    /// read or allocated for it (bermd reserves the program's host memory there); what it
+    /// returns comes back with the contents. A file larger than the read cap is refused before
+    /// `admit`.
+    pub fn read_admitted<T>(
+        &self,
+        path: &str,
+        admit: impl FnOnce(usize) -> Result<T, FsError>,
+    ) -> Result<(Vec<u8>, T), FsError> {
         let probe = self.open_beneath(path, OFlags::PATH)?;
         let stat = rustix::fs::fstat(&probe).map_err(|e| FsError::from_errno(path, e))?;
         check_regular(path, &stat)?;
@@ -250,18 +263,26 @@ impl FsRoot {
                 format!("`{path}` was replaced while it was being opened; try again"),
             ));
         }
-        let mut contents = Vec::new();
+        let too_large = || {
+            FsError::new(
+                ErrorCode::TooLarge,
+                format!("`{path}` is larger than the read cap of {MAX_READ_BYTES} bytes"),
+            )
+        };
+        let size = opened.st_size.max(0) as u64;
+        if size > MAX_READ_BYTES {
+            return Err(too_large());
+        }
+        let admitted = admit(size as usize)?;
+        let mut contents = Vec::with_capacity(size as usize);
         File::from(fd)
             .take(MAX_READ_BYTES + 1)
             .read_to_end(&mut contents)
             .map_err(|e| FsError::new(ErrorCode::Io, format!("`{path}`: {e}")))?;
         if contents.len() as u64 > MAX_READ_BYTES {
-            return Err(FsError::new(
-                ErrorCode::TooLarge,
-                format!("`{path}` is larger than the read cap of {MAX_READ_BYTES} bytes"),
-            ));
+            return Err(too_large());
         }
-        Ok(contents)
+        Ok((contents, admitted))
     }
 
     /// The entries of the directory at `path` (`""` or `"."` is the root),

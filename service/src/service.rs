@@ -38,6 +38,10 @@ pub struct ServiceConfig {
     /// Host operations (disk reads and writes) one program may have in
     /// flight ([`syscalls::DEFAULT_MAX_HOST_OPS`]).
     pub max_host_ops: usize,
+    /// Bytes one program's calls, all together, may have bermd hold for them: replies not
+    /// yet pulled and syscall requests in flight ([`berm::DEFAULT_HOST_MEMORY_BYTES`],
+    /// `bermd --max-host-memory`). Past it a syscall gets `too_large`.
+    pub max_host_memory: usize,
     /// Calls from outside (MCP, the control API) one program may have
     /// running at once ([`DEFAULT_MAX_CALLS_PER_PROGRAM`]): a quarter of
     /// the engine's instance slots, so one program cannot take them all.
@@ -71,6 +75,7 @@ impl ServiceConfig {
             engine: EngineConfig::default(),
             kv_caps: KvCaps::default(),
             max_host_ops: syscalls::DEFAULT_MAX_HOST_OPS,
+            max_host_memory: berm::DEFAULT_HOST_MEMORY_BYTES,
             max_calls_per_program: DEFAULT_MAX_CALLS_PER_PROGRAM,
             code_dir: None,
             tools_page_size: DEFAULT_TOOLS_PAGE_SIZE,
@@ -356,6 +361,7 @@ pub struct Service {
     kv_caps: KvCaps,
     tools_page_size: usize,
     max_host_ops: usize,
+    max_host_memory: usize,
     max_calls_per_program: usize,
     pub(crate) egress: EgressSetup,
     catalog: RwLock<Arc<Catalog>>,
@@ -399,6 +405,7 @@ impl Service {
             kv_caps: config.kv_caps,
             tools_page_size: config.tools_page_size.max(1),
             max_host_ops: config.max_host_ops,
+            max_host_memory: config.max_host_memory,
             max_calls_per_program: config.max_calls_per_program.max(1),
             egress: EgressSetup::new(
                 config.extra_ca.clone(),
@@ -769,6 +776,7 @@ impl Service {
                 grants: Grants::Only(record.grants.iter().cloned().collect()),
                 limits: Some(limits),
                 data: Some(Arc::new(host)),
+                host_memory_bytes: Some(self.max_host_memory),
             },
         )?;
         self.write_deployments().insert(

@@ -16,7 +16,7 @@ use berm_abi::word::ErrorCode;
 
 use tokio::sync::Semaphore;
 
-use crate::fs::{FsRoot, MAX_PATH_BYTES, MAX_WRITE_BYTES};
+use crate::fs::{FsError, FsRoot, MAX_PATH_BYTES, MAX_WRITE_BYTES};
 use crate::kv::{KvError, KvStore};
 
 /// Longest log line a program may write; longer lines are cut.
@@ -98,8 +98,10 @@ pub fn table() -> Vec<Syscall> {
             let [key, value] = fields::<2>(req)?;
             let kv = kv(cx)?.clone();
             kv.check(key, Some(value)).map_err(kv_error)?;
+            let held = cx.reserve("kv.put", key.len() + value.len())?;
             let (key, value) = (key.to_vec(), value.to_vec());
             offload(cx, "kv.put", move || {
+                let _held = held;
                 kv.put(&key, &value).map_err(kv_error)?;
                 Ok(Reply::Word(0))
             })
@@ -118,17 +120,30 @@ pub fn table() -> Vec<Syscall> {
         }),
         Syscall::new("kv", "list", |cx, req| {
             let [prefix] = fields::<1>(req)?;
-            let mut reply = Vec::new();
-            for key in kv(cx)?.list(prefix) {
+            let keys = kv(cx)?.list(prefix);
+            // Reserved before the reply is framed: each key is a 4-byte length and its bytes.
+            let size = keys.iter().map(|key| 4 + key.len()).sum();
+            let held = cx.reserve("kv.list", size)?;
+            let mut reply = Vec::with_capacity(size);
+            for key in keys {
                 frame::push(&mut reply, &key);
             }
-            Ok(Reply::Staged(reply))
+            Ok(Reply::Reserved(reply, held))
         }),
         Syscall::blocking("fs", "read", |cx, req| {
             let [path] = fields::<1>(req)?;
             let (fs, path) = (fs(cx)?, path_of(path)?);
+            let memory = cx.host_memory().clone();
             offload(cx, "fs.read", move || {
-                Ok(Reply::Staged(fs.read(&path).map_err(fs_error)?))
+                // Reserved once the file's size is known, before a byte of it is read.
+                let (contents, held) = fs
+                    .read_admitted(&path, |size| {
+                        memory
+                            .reserve("fs.read", size)
+                            .map_err(|over| FsError::new(ErrorCode::TooLarge, over.to_string()))
+                    })
+                    .map_err(fs_error)?;
+                Ok(Reply::Reserved(contents, held))
             })
         }),
         Syscall::blocking("fs", "write", |cx, req| {
@@ -143,8 +158,10 @@ pub fn table() -> Vec<Syscall> {
                     ),
                 ));
             }
+            let held = cx.reserve("fs.write", contents.len())?;
             let contents = contents.to_vec();
             offload(cx, "fs.write", move || {
+                let _held = held;
                 fs.write(&path, &contents).map_err(fs_error)?;
                 Ok(Reply::Word(0))
             })
@@ -288,11 +305,16 @@ fn http_fetch(cx: &SyscallContext<'_>, request: &mut [u8]) -> Result<Pending, Sy
         .net
         .clone()
         .ok_or_else(|| SyscallError::Trap("http is granted but no egress is set up".into()))?;
+    // The request's region bounds what decoding copied of it, held until the exchange ends.
+    let size = request.len();
     let request = berm_egress::Request::decode(request, net.caps())
         .map_err(|e| SyscallError::code(e.code, e.message))?;
+    let held = cx.reserve("http.fetch", size)?;
     let deadline = cx.deadline;
     Ok(Box::pin(async move {
-        match net.fetch(request, deadline).await {
+        let fetched = net.fetch(request, deadline).await;
+        drop(held);
+        match fetched {
             Ok(response) => Ok(Reply::Staged(response.encode())),
             Err(e) => Err(SyscallError::code(e.code, e.message)),
         }

@@ -63,19 +63,7 @@ fn amplifier() -> Vec<u8> {
 
 /// bermd's peak resident set, in bytes.
 fn peak_rss(bermd: &Bermd) -> usize {
-    let status = std::fs::read_to_string(format!("/proc/{}/status", bermd.child.id())).unwrap();
-    let line = status
-        .lines()
-        .find(|l| l.starts_with("VmHWM:"))
-        .expect("VmHWM in /proc/PID/status");
-    let kib: usize = line
-        .trim_start_matches("VmHWM:")
-        .trim()
-        .trim_end_matches("kB")
-        .trim()
-        .parse()
-        .unwrap();
-    kib << 10
+    berm_fixtures::peak_rss(bermd.child.id())
 }
 
 #[test]
@@ -436,4 +424,113 @@ fn a_keyspace_corrupt_in_the_middle_is_not_served_and_not_cut() {
     );
     assert_eq!(std::fs::read(&log).unwrap(), bytes, "the log was changed");
     assert!(bermd.log_text().contains("kv not served"));
+}
+
+/// Each staged reply of the budget test: `fs.read` of a file this large.
+const HELD_REPLY: usize = 1 << 20;
+
+/// A program (4 MiB of memory) whose tools read `big` in its fs grant and then hold the reply
+/// until their deadline (`hold`), trap (`trap`) or answer `read` (`read`); on an error each
+/// fails with the message. `write` hands `fs.write` 3.5 MiB.
+fn holder() -> Vec<u8> {
+    let body = r#"
+        (memory (export "memory") 64)
+        ;; frames ["big"]
+        (data (i32.const 0) "\03\00\00\00big")
+        (data (i32.const 16) "read")
+        ;; frames ["out", 3.5 MiB of zeros]
+        (data (i32.const 65536) "\03\00\00\00out\00\00\38\00")
+        ;; Fails the call with the message of the word `w` if it is an error.
+        (func $ok (param $w i64) (result i32)
+          (if (i64.lt_s (local.get $w) (i64.const 0))
+            (then
+              (drop (call $fail (i32.const 1024)
+                (i32.wrap_i64 (call $reply (i32.const 1024) (i32.const 8192)))))
+              (return (i32.const 0))))
+          (i32.const 1))
+        (func (export "berm_tool_hold")
+          (if (call $ok (call $read (i32.const 0) (i32.const 7)))
+            (then (loop $spin (br $spin)))))
+        (func (export "berm_tool_trap")
+          (if (call $ok (call $read (i32.const 0) (i32.const 7)))
+            (then unreachable)))
+        (func (export "berm_tool_read")
+          (if (call $ok (call $read (i32.const 0) (i32.const 7)))
+            (then (drop (call $done (i32.const 16) (i32.const 4))))))
+        (func (export "berm_tool_write")
+          (if (call $ok (call $write (i32.const 65536) (i32.const 3670027)))
+            (then (drop (call $done (i32.const 16) (i32.const 4))))))"#;
+    berm_fixtures::wat_program(
+        &["hold", "trap", "read", "write"],
+        &[
+            "berm.done",
+            "berm.fail",
+            "berm.reply",
+            "fs.read",
+            "fs.write",
+        ],
+        body,
+    )
+}
+
+#[test]
+fn replies_held_past_the_host_memory_budget_are_refused_and_released_when_calls_end() {
+    let budget = 3 * HELD_REPLY;
+    let bermd = Bermd::start(&["--max-host-memory", &budget.to_string()]);
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("big"), vec![7u8; HELD_REPLY]).unwrap();
+    let grants = vec![Grant::Fs {
+        dir: dir.path().to_path_buf(),
+        read_only: false,
+        quota: berm_control::FsQuota::default(),
+    }];
+    let limits = LimitsSpec {
+        deadline_ms: Some(3000),
+        memory_bytes: Some(4 << 20),
+    };
+    let control = bermd.control();
+    block_on(control.deploy("holder", &DeployRequest::new(&holder(), grants, limits))).unwrap();
+    let over = |syscall: &str, bytes: usize, held: usize| {
+        format!(
+            "`{syscall}`: holding {bytes} more bytes would take `holder` past its host memory \
+             budget of {budget} bytes (bermd --max-host-memory); its calls already hold {held} \
+             bytes in replies not yet pulled and requests in flight. Pull each reply before the \
+             next syscall, or make fewer calls at once"
+        )
+    };
+    // A request copied out of the program counts too.
+    let answer = block_on(control.call("holder_write", b"{}".to_vec())).unwrap();
+    assert_eq!(answer.outcome, CallOutcome::Failed, "{answer:?}");
+    assert_eq!(answer.text, over("fs.write", 3_670_016, 0));
+    // Calls that trap holding a reply give it back: were it kept, these three would fill
+    // the budget and every hold below would be refused.
+    for _ in 0..3 {
+        let error = block_on(control.call("holder_trap", b"{}".to_vec())).unwrap_err();
+        assert!(error.to_string().contains("unreachable"), "{error}");
+    }
+    // Four calls at once, each holding its reply until its deadline: three fit the budget.
+    let holds: Vec<_> = (0..4)
+        .map(|_| {
+            let home = bermd.home.clone();
+            std::thread::spawn(move || {
+                let control = berm_control::Client::from_home(&home);
+                block_on(control.call("holder_hold", b"{}".to_vec()))
+            })
+        })
+        .collect();
+    let (mut timed_out, mut refused) = (0, Vec::new());
+    for hold in holds {
+        match hold.join().unwrap() {
+            Err(e) if e.to_string().contains("ran past its deadline") => timed_out += 1,
+            Ok(answer) if answer.outcome == CallOutcome::Failed => refused.push(answer.text),
+            other => panic!("unexpected: {other:?}"),
+        }
+    }
+    assert_eq!(timed_out, 3, "{refused:?}");
+    assert_eq!(refused, [over("fs.read", HELD_REPLY, budget)]);
+    // Calls that met their deadline gave their replies back: the next call is served.
+    for _ in 0..4 {
+        let answer = block_on(control.call("holder_read", b"{}".to_vec())).unwrap();
+        assert_eq!(answer.text, "read", "{answer:?}");
+    }
 }

@@ -70,6 +70,11 @@ struct Args {
     /// flight at once.
     #[arg(long, default_value_t = DEFAULT_MAX_HOST_OPS)]
     max_host_ops: usize,
+    /// Most bytes one program's calls, all together, may have bermd hold for them: replies
+    /// not yet pulled (`fs.read`, `kv.list`, `http.fetch`, …) and syscall requests in flight
+    /// (`fs.write`, `kv.put`, …). Past it a syscall gets `too_large`.
+    #[arg(long, value_name = "BYTES", default_value_t = berm::DEFAULT_HOST_MEMORY_BYTES)]
+    max_host_memory: usize,
     /// Deploy every program of this app folder (berm.toml) at start, read in
     /// place. Repeat for several folders.
     #[arg(long = "app", value_name = "DIR")]
@@ -223,6 +228,7 @@ fn start(args: Args, started: Instant) -> Result<(), (Exit, anyhow::Error)> {
     service.code_dir = args.code_dir;
     service.max_calls_per_program = args.max_calls_per_program;
     service.max_host_ops = args.max_host_ops;
+    service.max_host_memory = args.max_host_memory;
     service.extra_ca = args.extra_ca;
     service.egress_vsock = args.egress_vsock;
     let config = DaemonConfig {
