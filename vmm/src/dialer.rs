@@ -414,7 +414,7 @@ async fn serve_app(app: AppEgress, listener: tokio::net::UnixListener, egress: A
         let (stream, _) = match listener.accept().await {
             Ok(accepted) => accepted,
             Err(e) => {
-                eprintln!("berm-vmm dial: app {}: accept: {e}", app.name);
+                crate::report::say(format_args!("berm-vmm dial: app {}: accept: {e}", app.name));
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 continue;
             }
@@ -443,13 +443,11 @@ async fn serve_app(app: AppEgress, listener: tokio::net::UnixListener, egress: A
             let ms = started.elapsed().as_millis();
             match outcome {
                 Ok(None) => {}
-                Ok(Some(code)) => {
-                    eprintln!(
-                        "berm-vmm dial: app {name}: refused ({}) in {ms} ms",
-                        code.name()
-                    )
-                }
-                Err(e) => eprintln!("berm-vmm dial: app {name}: {e}"),
+                Ok(Some(code)) => crate::report::say(format_args!(
+                    "berm-vmm dial: app {name}: refused ({}) in {ms} ms",
+                    code.name()
+                )),
+                Err(e) => crate::report::say(format_args!("berm-vmm dial: app {name}: {e}")),
             }
         });
     }

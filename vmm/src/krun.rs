@@ -151,10 +151,10 @@ pub fn confine_self(config: &KrunConfig) -> anyhow::Result<()> {
     std::io::Write::write_all(&mut pipe, measured.encode(&mut line))
         .context("writing the confinement report")?;
     drop(pipe);
-    eprintln!(
+    crate::report::say(format_args!(
         "{}",
         serde_json::json!({"source": "berm-vmm", "event": "host_sandbox", "process": "krun-enter", "report": report})
-    );
+    ));
     Ok(())
 }
 
