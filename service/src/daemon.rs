@@ -224,23 +224,9 @@ pub async fn run(config: DaemonConfig) -> Result<(), RunError> {
         return Ok(());
     }
 
-    let bind = |path: PathBuf| {
-        transport::bind_private(&path).map_err(|source| RunError::Bind { path, source })
-    };
-    let control = bind(home.control_socket())?;
-    let mcp = bind(home.mcp_socket())?;
     let mut tasks = tokio::task::JoinSet::new();
-    tasks.spawn(crate::control::serve(control, service.clone()));
-    {
-        let service = service.clone();
-        let max = config.max_frame_bytes;
-        let cap =
-            transport::SessionCap::new("mcp.sock", config.max_connections, config.max_session_rate);
-        tasks.spawn(async move {
-            transport::serve_unix(mcp, service, max, cap).await;
-            Ok(())
-        });
-    }
+    // HTTP before the Unix sockets: once a client can reach control.sock, bermd is up,
+    // and `berm http` must then find http.json.
     if let (Some(http_config), Some(auth)) = (&config.http, http_auth) {
         let listener = http::bind(&auth.config).await?;
         let local = listener.local_addr().unwrap_or(http_config.addr);
@@ -268,6 +254,22 @@ pub async fn run(config: DaemonConfig) -> Result<(), RunError> {
             }
         }
         tasks.spawn(async move { axum::serve(listener, router).await });
+    }
+    let bind = |path: PathBuf| {
+        transport::bind_private(&path).map_err(|source| RunError::Bind { path, source })
+    };
+    let control = bind(home.control_socket())?;
+    let mcp = bind(home.mcp_socket())?;
+    tasks.spawn(crate::control::serve(control, service.clone()));
+    {
+        let service = service.clone();
+        let max = config.max_frame_bytes;
+        let cap =
+            transport::SessionCap::new("mcp.sock", config.max_connections, config.max_session_rate);
+        tasks.spawn(async move {
+            transport::serve_unix(mcp, service, max, cap).await;
+            Ok(())
+        });
     }
     tracing::info!(
         control = %home.control_socket().display(),
