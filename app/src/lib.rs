@@ -801,6 +801,16 @@ fn relative_path_problem(path: &str) -> Option<&'static str> {
     None
 }
 
+/// Why a plain relative `fs` directory still reaches too far, if it does: `.` (or `./`) is
+/// the directory every app's own directories share, so it would reach all their data.
+fn fs_dir_problem(dir: &str) -> Option<&'static str> {
+    let named = Path::new(dir)
+        .components()
+        .any(|c| matches!(c, Component::Normal(_)));
+    (!named)
+        .then_some("`.` names the directory every app's data lives in; name a directory of its own")
+}
+
 /// Reads every grant with berm's one parser, and checks what an app folder adds: an `fs`
 /// directory is a plain relative path, and there is at most one.
 fn check_grants(file: &Path, program: &str, grants: &[String]) -> Result<Vec<Grant>, AppError> {
@@ -814,7 +824,7 @@ fn check_grants(file: &Path, program: &str, grants: &[String]) -> Result<Vec<Gra
         if let Grant::Fs { dir, .. } = &grant {
             // Parsed from a string, so the path is UTF-8.
             let dir = dir.to_string_lossy();
-            if let Some(problem) = relative_path_problem(&dir) {
+            if let Some(problem) = relative_path_problem(&dir).or_else(|| fs_dir_problem(&dir)) {
                 return Err(AppError::FsGrant {
                     file: file.to_path_buf(),
                     program: program.to_string(),

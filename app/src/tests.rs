@@ -403,6 +403,14 @@ fn refuses_fs_grants_that_name_host_paths() {
         ("fs=/etc:ro", "absolute paths are refused"),
         ("fs=../up", "`..` is refused"),
         ("fs=a/../../b:rw", "`..` is refused"),
+        (
+            "fs=.",
+            "`.` names the directory every app's data lives in; name a directory of its own",
+        ),
+        (
+            "fs=./:rw",
+            "`.` names the directory every app's data lives in; name a directory of its own",
+        ),
     ] {
         assert_has(
             &with_grants(&format!("[{grant:?}]")),
