@@ -325,7 +325,7 @@ pub enum AppError {
     },
     /// An `fs` grant's directory is not a plain relative path.
     #[error(
-        "{}: program `{program}`: grant {grant:?}: {problem}; an app's fs directory is relative to bermd's data directory, without `..`",
+        "{}: program `{program}`: grant {grant:?}: {problem}; an app's fs directory is a directory inside bermd's data directory, named relative to it, without `..` (e.g. `fs=notes`)",
         file.display()
     )]
     FsGrant {
@@ -783,7 +783,9 @@ fn in_range(
     }
 }
 
-/// Why a relative path from `berm.toml` is not plain, if it is not.
+/// Why a relative path from `berm.toml` is not plain, if it is not: a plain path is
+/// relative, has no `..` and names something inside the directory it is relative to (not
+/// `.` itself), so it never leaves that directory nor takes all of it.
 fn relative_path_problem(path: &str) -> Option<&'static str> {
     if path.is_empty() {
         return Some("it is empty");
@@ -797,6 +799,11 @@ fn relative_path_problem(path: &str) -> Option<&'static str> {
     }
     if path.components().any(|c| c == Component::ParentDir) {
         return Some("`..` is refused");
+    }
+    // `.`, `./`, `././`: the directory the path is relative to, itself. For an `fs` grant
+    // that is bermd's whole data directory, which holds every app's files.
+    if !path.components().any(|c| matches!(c, Component::Normal(_))) {
+        return Some("it names the directory itself, not one inside it");
     }
     None
 }
