@@ -600,6 +600,28 @@ fn deploy_app_over_state_it_did_not_create_needs_accept() {
         text(&out.stdout)
     );
 
+    // --accept --json: the list is `accepted`, and the folder now holds the name.
+    let out = bermd.berm(&[
+        "deploy",
+        "--app",
+        other.to_str().unwrap(),
+        "--accept",
+        "--json",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let printed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(printed["accepted"][0]["program"], "notes", "{printed}");
+    assert_eq!(
+        printed["accepted"][0]["secrets"],
+        serde_json::json!(["TOKEN"])
+    );
+    assert!(
+        printed["accepted"][0].get("deployment").is_none(),
+        "{printed}"
+    );
+    let out = bermd.berm(&["deploy", "--app", other.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+
     // --accept outside --app is a usage error.
     let out = bermd.berm(&["deploy", "notes", "x.wasm", "--accept"]);
     assert_eq!(out.status.code(), Some(2));
