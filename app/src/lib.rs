@@ -325,7 +325,7 @@ pub enum AppError {
     },
     /// An `fs` grant's directory is not a plain relative path.
     #[error(
-        "{}: program `{program}`: grant {grant:?}: {problem}; an app's fs directory is relative to bermd's data directory, without `..`",
+        "{}: program `{program}`: grant {grant:?}: {problem}; an app's fs directory is a directory inside bermd's data directory, named relative to it, without `..` (e.g. `fs=notes`)",
         file.display()
     )]
     FsGrant {
@@ -783,7 +783,9 @@ fn in_range(
     }
 }
 
-/// Why a relative path from `berm.toml` is not plain, if it is not.
+/// Why a relative path from `berm.toml` is not plain, if it is not: a plain path is
+/// relative, has no `..` and names something inside the directory it is relative to (not
+/// `.` itself), so it never leaves that directory nor takes all of it.
 fn relative_path_problem(path: &str) -> Option<&'static str> {
     if path.is_empty() {
         return Some("it is empty");
@@ -798,17 +800,12 @@ fn relative_path_problem(path: &str) -> Option<&'static str> {
     if path.components().any(|c| c == Component::ParentDir) {
         return Some("`..` is refused");
     }
+    // `.`, `./`, `././`: the directory the path is relative to, itself. For an `fs` grant
+    // that is bermd's whole data directory, which holds every app's files.
+    if !path.components().any(|c| matches!(c, Component::Normal(_))) {
+        return Some("it names the directory itself, not one inside it");
+    }
     None
-}
-
-/// Why a plain relative `fs` directory still reaches too far, if it does: `.` (or `./`) is
-/// the directory every app's own directories share, so it would reach all their data.
-fn fs_dir_problem(dir: &str) -> Option<&'static str> {
-    let named = Path::new(dir)
-        .components()
-        .any(|c| matches!(c, Component::Normal(_)));
-    (!named)
-        .then_some("`.` names the directory every app's data lives in; name a directory of its own")
 }
 
 /// Reads every grant with berm's one parser, and checks what an app folder adds: an `fs`
@@ -824,7 +821,7 @@ fn check_grants(file: &Path, program: &str, grants: &[String]) -> Result<Vec<Gra
         if let Grant::Fs { dir, .. } = &grant {
             // Parsed from a string, so the path is UTF-8.
             let dir = dir.to_string_lossy();
-            if let Some(problem) = relative_path_problem(&dir).or_else(|| fs_dir_problem(&dir)) {
+            if let Some(problem) = relative_path_problem(&dir) {
                 return Err(AppError::FsGrant {
                     file: file.to_path_buf(),
                     program: program.to_string(),

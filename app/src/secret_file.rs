@@ -239,10 +239,10 @@ mod tests {
         );
     }
 
-    /// A Kubernetes Secret volume as kubelet lays it out: `NAME -> ..data/NAME`,
-    /// `..data -> ..<timestamp>`, the file of `defaultMode: 0400` owned by the pod's uid.
-    #[test]
-    fn a_kubernetes_secret_volume_of_mode_0400_is_admitted() {
+    /// A Kubernetes Secret volume holding `TOKEN` as kubelet lays it out: the mount, the
+    /// timestamped directory, and `mount/TOKEN -> ..data/TOKEN` with
+    /// `..data -> ..<timestamp>`; the file of mode 0400, owned by the current uid.
+    fn kubelet_volume() -> (tempfile::TempDir, PathBuf, PathBuf) {
         use std::os::unix::fs::symlink;
         let mount = tempfile::tempdir().unwrap();
         let stamp = mount.path().join("..2026_01_01_00_00_00.123456789");
@@ -255,16 +255,78 @@ mod tests {
         .unwrap();
         let token = mount.path().join("TOKEN");
         symlink("..data/TOKEN", &token).unwrap();
+        (mount, stamp, token)
+    }
+
+    /// A Kubernetes Secret volume as kubelet lays it out: `NAME -> ..data/NAME`,
+    /// `..data -> ..<timestamp>`, the file of `defaultMode: 0400` owned by the pod's uid.
+    #[test]
+    fn a_kubernetes_secret_volume_of_mode_0400_is_admitted() {
+        let (mount, stamp, token) = kubelet_volume();
         let mut value = String::new();
         std::io::Read::read_to_string(&mut open(&token).unwrap(), &mut value).unwrap();
         assert_eq!(value, "value\n");
         // The target's mode decides, not the link's (0777): an open target is refused, named.
         std::fs::set_permissions(stamp.join("TOKEN"), std::fs::Permissions::from_mode(0o440))
             .unwrap();
-        let err = open(&token).unwrap_err().to_string();
-        assert!(
-            err.contains("(through links: ") && err.contains("has mode 440"),
-            "{err}"
+        let real = std::fs::canonicalize(stamp.join("TOKEN")).unwrap();
+        assert_eq!(
+            open(&token).unwrap_err().to_string(),
+            format!(
+                "{} (through links: {}) has mode 440, open to group or others: run `chmod 600 {}`",
+                token.display(),
+                real.display(),
+                token.display()
+            )
+        );
+        // A volume mounted inside berm's own directories is refused like any file there.
+        let dirs = [(
+            mount.path().to_path_buf(),
+            "bermd's state and its secret store",
+        )];
+        assert_eq!(
+            check_path_in(&token, &dirs).unwrap_err().to_string(),
+            format!(
+                "{} (through links: {}) is inside {} (bermd's state and its secret store): keep \
+                 secret values out of berm's own directories, e.g. run `mkdir -m 700 ~/.secrets \
+                 && mv {} ~/.secrets/` and name the file there",
+                token.display(),
+                real.display(),
+                mount.path().display(),
+                token.display()
+            )
+        );
+    }
+
+    /// The volume's file as kubelet writes it is owned by whoever kubelet runs as; berm run
+    /// by another uid refuses it, naming both uids.
+    #[test]
+    fn a_kubernetes_secret_volume_of_another_uid_is_refused_saying_chown() {
+        if rustix::process::geteuid().as_raw() != 0 {
+            eprintln!("skipped: needs root to chown a file to another uid");
+            return;
+        }
+        let (_mount, stamp, token) = kubelet_volume();
+        std::os::unix::fs::chown(stamp.join("TOKEN"), Some(10000), None).unwrap();
+        let real = std::fs::canonicalize(&token).unwrap();
+        assert_eq!(
+            open(&token).unwrap_err().to_string(),
+            format!(
+                "{} (through links: {}) is owned by uid 10000, not by uid 0, who runs berm: run \
+                 `chown 0 {}` (or keep the value in a file of your own)",
+                token.display(),
+                real.display(),
+                token.display()
+            )
+        );
+    }
+
+    #[test]
+    fn a_directory_is_refused_as_not_a_regular_file() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(
+            open(dir.path()).unwrap_err().to_string(),
+            format!("{}: not a regular file", dir.path().display())
         );
     }
 

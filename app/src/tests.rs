@@ -397,33 +397,62 @@ fn net_and_secret_grants_follow_the_one_rule() {
 }
 
 #[test]
-fn refuses_fs_grants_that_name_host_paths() {
+fn refuses_fs_grants_that_name_host_paths_or_the_whole_data_directory() {
     for (grant, problem) in [
         ("fs=/etc", "absolute paths are refused"),
         ("fs=/etc:ro", "absolute paths are refused"),
         ("fs=../up", "`..` is refused"),
         ("fs=a/../../b:rw", "`..` is refused"),
+        ("fs=a/./..", "`..` is refused"),
+        // `.` passed the relative-path check and reached every app's files.
+        ("fs=.", "it names the directory itself, not one inside it"),
+        ("fs=./", "it names the directory itself, not one inside it"),
         (
-            "fs=.",
-            "`.` names the directory every app's data lives in; name a directory of its own",
+            "fs=././:rw",
+            "it names the directory itself, not one inside it",
         ),
         (
-            "fs=./:rw",
-            "`.` names the directory every app's data lives in; name a directory of its own",
+            "fs=.//.:ro",
+            "it names the directory itself, not one inside it",
         ),
     ] {
-        assert_has(
-            &with_grants(&format!("[{grant:?}]")),
-            &[
-                &format!("program `p`: grant {grant:?}: {problem}"),
-                "relative to bermd's data directory",
-            ],
+        let message = with_grants(&format!("[{grant:?}]"));
+        // Exact from the manifest's name on (before it: the temporary folder).
+        let expected = format!(
+            "/berm.toml: program `p`: grant {grant:?}: {problem}; an app's fs directory is a \
+             directory inside bermd's data directory, named relative to it, without `..` \
+             (e.g. `fs=notes`)"
+        );
+        assert!(
+            message.ends_with(&expected),
+            "{message:?} is not …{expected:?}"
         );
     }
     assert_has(
         &with_grants(r#"["fs=a", "fs=b:ro"]"#),
         &["program `p`: at most one fs directory may be granted"],
     );
+}
+
+#[test]
+fn fs_grants_inside_the_data_directory_are_kept_as_written() {
+    for grant in ["fs=notes", "fs=./notes", "fs=notes/./files:rw"] {
+        let dir = folder(
+            &format!(
+                "name = \"a\"\n[[program]]\nname = \"p\"\nwasm = \"p.wasm\"\ngrants = [{grant:?}]\n"
+            ),
+            &["p.wasm"],
+        );
+        let app = load(dir.path()).unwrap();
+        let resolved = app.programs[0].resolve_grants(Path::new("/home/u/.berm/data"));
+        let Grant::Fs { dir, .. } = &resolved[0] else {
+            panic!("{resolved:?}")
+        };
+        assert!(
+            dir.starts_with("/home/u/.berm/data/notes"),
+            "{grant}: {dir:?}"
+        );
+    }
 }
 
 fn with_wasm(path: &str, files: &[&str]) -> String {
@@ -440,6 +469,7 @@ fn refuses_wasm_paths_that_are_not_plain_and_relative() {
         ("../p.wasm", "`..` is refused"),
         ("a/../../p.wasm", "`..` is refused"),
         ("", "it is empty"),
+        (".", "it names the directory itself, not one inside it"),
     ] {
         assert_has(
             &with_wasm(path, &[]),

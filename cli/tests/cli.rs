@@ -18,7 +18,7 @@ fn wasm(app: &str) -> PathBuf {
 struct Bermd {
     child: Child,
     home: PathBuf,
-    _dir: tempfile::TempDir,
+    _dir: Option<tempfile::TempDir>,
 }
 
 impl Bermd {
@@ -29,23 +29,18 @@ impl Bermd {
     /// bermd with `args`, its log going to `log`.
     fn start_with(args: &[&str], log: impl Into<Stdio>) -> Bermd {
         let dir = tempfile::tempdir().unwrap();
-        let home = dir.path().join("home");
-        // The bermd binary belongs to berm-service; `cargo test --workspace`
-        // builds it next to this one.
-        let bermd = Path::new(env!("CARGO_BIN_EXE_berm")).with_file_name("bermd");
-        assert!(
-            bermd.exists(),
-            "{} is not built: run cargo build -p berm-service",
-            bermd.display()
-        );
-        let child = Command::new(bermd)
-            .args(args)
-            .env("BERM_HOME", &home)
-            .env("BERM_LOG", "debug,rmcp=warn,hyper=warn,rustls=warn")
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap();
+        Bermd::start_in(dir.path().join("home"), Some(dir), args, log)
+    }
+
+    /// bermd with `args` and its home at `home` (kept while `dir` lives), its log going to
+    /// `log`.
+    fn start_in(
+        home: PathBuf,
+        dir: Option<tempfile::TempDir>,
+        args: &[&str],
+        log: impl Into<Stdio>,
+    ) -> Bermd {
+        let child = bermd_command(&home, args).stderr(log).spawn().unwrap();
         let deadline = Instant::now() + Duration::from_secs(60);
         while std::os::unix::net::UnixStream::connect(home.join("control.sock")).is_err() {
             assert!(Instant::now() < deadline, "bermd did not come up");
@@ -76,6 +71,25 @@ impl Drop for Bermd {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// The workspace's bermd with `args` and its home at `home`, stdout discarded.
+fn bermd_command(home: &Path, args: &[&str]) -> Command {
+    // The bermd binary belongs to berm-service; `cargo test --workspace`
+    // builds it next to this one.
+    let bermd = Path::new(env!("CARGO_BIN_EXE_berm")).with_file_name("bermd");
+    assert!(
+        bermd.exists(),
+        "{} is not built: run cargo build -p berm-service",
+        bermd.display()
+    );
+    let mut command = Command::new(bermd);
+    command
+        .args(args)
+        .env("BERM_HOME", home)
+        .env("BERM_LOG", "debug,rmcp=warn,hyper=warn,rustls=warn")
+        .stdout(Stdio::null());
+    command
 }
 
 fn berm_in(home: &Path, args: &[&str], stdin: Option<&str>) -> Output {
@@ -479,6 +493,211 @@ fn deploy_app_deploys_every_program_of_a_folder_or_none() {
     ]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert!(bermd.home.join("data/files/a.txt").exists());
+}
+
+/// An app folder named `notes` in `parent/sub` whose one program `notes` (the notes example)
+/// is granted kv; the folder, canonical.
+fn notes_folder(parent: &Path, sub: &str) -> PathBuf {
+    let folder = parent.join(sub);
+    std::fs::create_dir(&folder).unwrap();
+    std::fs::copy(wasm("notes"), folder.join("notes.wasm")).unwrap();
+    std::fs::write(
+        folder.join("berm.toml"),
+        "name = \"notes\"\n[[program]]\nname = \"notes\"\nwasm = \"notes.wasm\"\ngrants = [\"kv\"]\n",
+    )
+    .unwrap();
+    std::fs::canonicalize(folder).unwrap()
+}
+
+/// `program `notes`: deployed … as DIGEST; keyspace: 2 keys (one note), N bytes; stored secrets: TOKEN`
+/// with N the size of notes' keyspace log in `home`.
+fn notes_line(home: &Path, from: &str) -> String {
+    let bytes = std::fs::metadata(home.join("state/notes/kv.log"))
+        .unwrap()
+        .len();
+    let digest = format!(
+        "sha256:{}",
+        berm_app::sha256_hex(&std::fs::read(wasm("notes")).unwrap())
+    );
+    let from = match from {
+        "" => "left by a removed deployment".to_string(),
+        from => format!("{from} as {digest}"),
+    };
+    format!("  program `notes`: {from}; keyspace: 2 keys, {bytes} bytes; stored secrets: TOKEN")
+}
+
+/// The refusal of app `notes` in `dir` that would take over `line`, as berm and bermd print it.
+fn takeover_refusal(dir: &Path, line: &str) -> String {
+    format!(
+        "app `notes` ({}) would take over what the folder did not create:\n{line}\nnothing was \
+         deployed: add --accept to deploy the folder over it and keep that state, or give these \
+         programs other names in berm.toml\n",
+        dir.display()
+    )
+}
+
+/// A plain `berm deploy notes` with a note in its keyspace and a stored secret.
+fn plain_notes_with_state(bermd: &Bermd) {
+    bermd.deploy_example("notes", &["--grant", "kv"]);
+    let out = bermd.berm(&["call", "notes_add", r#"{"title":"t","text":"plain"}"#]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let out = berm_in(
+        &bermd.home,
+        &["secret", "set", "notes", "TOKEN"],
+        Some("v\n"),
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+}
+
+/// Issue 25: a folder that reuses a name inherits that program's keyspace and secrets, so
+/// deploying it over a plain deploy, another folder's deployment or a removed one's state
+/// needs --accept, and the refusal and the accepted run print one list of what is taken
+/// over. The same folder again needs nothing.
+#[test]
+fn deploy_app_over_state_it_did_not_create_needs_accept() {
+    let bermd = Bermd::start();
+    plain_notes_with_state(&bermd);
+    let dirs = tempfile::tempdir().unwrap();
+    let mine = notes_folder(dirs.path(), "mine");
+    let record = bermd.home.join("deployments/notes.json");
+    let before = std::fs::read(&record).unwrap();
+    let plain = notes_line(&bermd.home, "deployed by a plain `berm deploy`");
+
+    // Refused, with the exact list; nothing is written.
+    let out = bermd.berm(&["deploy", "--app", mine.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stdout));
+    assert_eq!(
+        text(&out.stderr),
+        format!("berm: {}", takeover_refusal(&mine, &plain))
+    );
+    assert_eq!(text(&out.stdout), "");
+    assert_eq!(std::fs::read(&record).unwrap(), before);
+
+    // --accept: the same list, then the deploy, recorded as the folder's.
+    let out = bermd.berm(&["deploy", "--app", mine.to_str().unwrap(), "--accept"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let notice = format!(
+        "app `notes` ({}): --accept: taking over what the folder did not create:\n{plain}\n",
+        mine.display()
+    );
+    assert!(
+        text(&out.stdout).starts_with(&notice),
+        "{}",
+        text(&out.stdout)
+    );
+    let out = bermd.berm(&["ls", "--json"]);
+    let listed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(listed[0]["app_dir"], mine.to_str().unwrap(), "{listed}");
+    // The keyspace came along.
+    let out = bermd.berm(&["call", "notes_list", "{}"]);
+    assert!(text(&out.stdout).contains("\"t\""), "{}", text(&out.stdout));
+
+    // The same folder again: nothing to accept, nothing printed about it.
+    let out = bermd.berm(&["deploy", "--app", mine.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        !text(&out.stdout).contains("--accept"),
+        "{}",
+        text(&out.stdout)
+    );
+
+    // Another folder with the same program name: refused, naming the first folder.
+    let other = notes_folder(dirs.path(), "other");
+    let out = bermd.berm(&["deploy", "--app", other.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stdout));
+    let from_mine = notes_line(
+        &bermd.home,
+        &format!("deployed from the app folder {}", mine.display()),
+    );
+    assert_eq!(
+        text(&out.stderr),
+        format!("berm: {}", takeover_refusal(&other, &from_mine))
+    );
+
+    // Removed: its keyspace and secret stay, and still need --accept.
+    let out = bermd.berm(&["rm", "notes"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let out = bermd.berm(&["deploy", "--app", other.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stdout));
+    assert_eq!(
+        text(&out.stderr),
+        format!(
+            "berm: {}",
+            takeover_refusal(&other, &notes_line(&bermd.home, ""))
+        )
+    );
+    let out = bermd.berm(&["ls"]);
+    assert!(
+        !text(&out.stdout).contains("notes"),
+        "{}",
+        text(&out.stdout)
+    );
+
+    // --accept --json: the list is `accepted`, and the folder now holds the name.
+    let out = bermd.berm(&[
+        "deploy",
+        "--app",
+        other.to_str().unwrap(),
+        "--accept",
+        "--json",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let printed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(printed["accepted"][0]["program"], "notes", "{printed}");
+    assert_eq!(
+        printed["accepted"][0]["secrets"],
+        serde_json::json!(["TOKEN"])
+    );
+    assert!(
+        printed["accepted"][0].get("deployment").is_none(),
+        "{printed}"
+    );
+    let out = bermd.berm(&["deploy", "--app", other.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+
+    // --accept outside --app is a usage error.
+    let out = bermd.berm(&["deploy", "notes", "x.wasm", "--accept"]);
+    assert_eq!(out.status.code(), Some(2));
+}
+
+/// `bermd --app` over a name a stored deployment holds refuses to start with the same list,
+/// and starts with --accept, printing it.
+#[test]
+fn bermd_app_over_a_stored_deployment_needs_accept() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let folder = notes_folder(dir.path(), "app");
+    let bermd = Bermd::start_in(home.clone(), None, &[], Stdio::null());
+    plain_notes_with_state(&bermd);
+    let line = notes_line(&home, "deployed by a plain `berm deploy`");
+    drop(bermd); // Stopped; its home stays.
+
+    let app = ["--app", folder.to_str().unwrap()];
+    let out = bermd_command(&home, &app).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.ends_with(&format!("bermd: {}", takeover_refusal(&folder, &line))),
+        "{stderr}"
+    );
+
+    let log = home.with_file_name("bermd.log");
+    let bermd = Bermd::start_in(
+        home.clone(),
+        None,
+        &[&app[..], &["--accept"]].concat(),
+        std::fs::File::create(&log).unwrap(),
+    );
+    let out = bermd.berm(&["call", "notes_list", "{}"]);
+    assert!(text(&out.stdout).contains("\"t\""), "{}", text(&out.stdout));
+    let notice = format!(
+        "bermd: app `notes` ({}): --accept: taking over what the folder did not create:\n{line}\n",
+        folder.display()
+    );
+    assert!(
+        std::fs::read_to_string(&log).unwrap().contains(&notice),
+        "{notice}"
+    );
 }
 
 /// The issue's acceptance: `berm deploy fetch … --grant net=127.0.0.1:PORT`,

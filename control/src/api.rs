@@ -1,5 +1,7 @@
 //! The bodies of the control API's requests and answers.
 
+use std::path::{Path, PathBuf};
+
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use berm_manifest::Manifest;
@@ -34,16 +36,28 @@ pub struct DeployRequest {
     /// Bounds for its calls.
     #[serde(default)]
     pub limits: LimitsSpec,
+    /// The app folder (canonical path) the program comes from, when `berm deploy --app`
+    /// deploys it; absent for a plain deploy. Recorded with the deployment, so that the next
+    /// folder deployed under the name can tell whether it is the same one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub app_dir: Option<PathBuf>,
 }
 
 impl DeployRequest {
-    /// A request carrying `image`.
+    /// A request carrying `image`, as a plain deploy (no app folder).
     pub fn new(image: &[u8], grants: Vec<Grant>, limits: LimitsSpec) -> DeployRequest {
         DeployRequest {
             image: STANDARD.encode(image),
             grants,
             limits,
+            app_dir: None,
         }
+    }
+
+    /// The same request, recorded as coming from the app folder `dir` (canonical).
+    pub fn from_app(mut self, dir: &Path) -> DeployRequest {
+        self.app_dir = Some(dir.to_path_buf());
+        self
     }
 
     /// The image bytes, or why the base64 is not valid.
@@ -69,6 +83,9 @@ pub struct ProgramView {
     pub code_source: String,
     /// What the image claims and imports.
     pub manifest: Manifest,
+    /// The app folder it was deployed from (`berm deploy --app`); absent for a plain deploy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub app_dir: Option<PathBuf>,
 }
 
 /// What `PUT /programs/{name}` did.
@@ -139,4 +156,44 @@ pub struct SecretList {
     pub program: String,
     /// The names of its secrets, sorted.
     pub names: Vec<String>,
+}
+
+/// `GET /state/{program}`: what a program deployed under this name finds there — the
+/// deployment it would replace, the keyspace and the stored secrets it would take over.
+/// [`crate::inherit`] says which of it an app folder did not create.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NameState {
+    /// The name.
+    pub program: String,
+    /// The deployment the name holds now, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deployment: Option<DeployedFrom>,
+    /// Its keyspace (`$BERM_HOME/state/<program>/kv.log`), when the file exists. It stays
+    /// when the program is removed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keyspace: Option<KeyspaceSize>,
+    /// The names of its stored secrets (`$BERM_HOME/secrets/<program>/`), sorted. They stay
+    /// when the program is removed.
+    #[serde(default)]
+    pub secrets: Vec<String>,
+}
+
+/// A deployment, as far as where it came from goes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeployedFrom {
+    /// `sha256:<hex>` of its image.
+    pub digest: String,
+    /// The app folder it was deployed from; absent for a plain deploy (and for deployments
+    /// recorded before berm kept the folder).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub app_dir: Option<PathBuf>,
+}
+
+/// How much a keyspace holds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyspaceSize {
+    /// Keys with a value.
+    pub keys: u64,
+    /// Bytes of its log on disk.
+    pub bytes: u64,
 }

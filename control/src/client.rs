@@ -11,7 +11,7 @@ use serde::de::DeserializeOwned;
 use tokio::net::UnixStream;
 
 use crate::{
-    CallResponse, DeployRequest, DeployResponse, ErrorBody, ProgramView, RemoveResponse,
+    CallResponse, DeployRequest, DeployResponse, ErrorBody, NameState, ProgramView, RemoveResponse,
     SecretList, SecretValue,
 };
 
@@ -108,6 +108,12 @@ impl Client {
     /// `DELETE /programs/{name}`.
     pub async fn remove(&self, name: &str) -> Result<RemoveResponse, ClientError> {
         self.request(Method::DELETE, format!("/programs/{name}"), None)
+            .await
+    }
+
+    /// `GET /state/{program}`: what a deploy under the name would take over.
+    pub async fn state(&self, program: &str) -> Result<NameState, ClientError> {
+        self.request(Method::GET, format!("/state/{program}"), None)
             .await
     }
 

@@ -12,6 +12,7 @@
 //! | `PUT /programs/{name}` | [`DeployRequest`] | [`DeployResponse`] |
 //! | `GET /programs/{name}` | — | [`ProgramView`] |
 //! | `DELETE /programs/{name}` | — | [`RemoveResponse`] |
+//! | `GET /state/{program}` | — | [`NameState`]: what a deploy under the name takes over |
 //! | `GET /secrets/{program}` | — | [`SecretList`] (names only) |
 //! | `PUT /secrets/{program}/{name}` | [`SecretValue`] | [`SecretList`] |
 //! | `DELETE /secrets/{program}/{name}` | — | [`SecretList`] |
@@ -23,10 +24,11 @@
 mod api;
 mod client;
 pub mod home;
+pub mod inherit;
 
 pub use api::{
-    CallOutcome, CallResponse, DeployRequest, DeployResponse, ErrorBody, LimitsSpec, ProgramView,
-    RemoveResponse, SecretList, SecretValue,
+    CallOutcome, CallResponse, DeployRequest, DeployResponse, DeployedFrom, ErrorBody,
+    KeyspaceSize, LimitsSpec, NameState, ProgramView, RemoveResponse, SecretList, SecretValue,
 };
 /// Grants are typed in berm-abi; re-exported so clients of the control API need only this crate.
 pub use berm_abi::grant::{FsQuota, Grant, GrantParseError};

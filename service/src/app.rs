@@ -12,9 +12,10 @@ use std::os::fd::OwnedFd;
 use std::time::Instant;
 
 use berm_app::App;
+use berm_control::inherit::{Leftovers, Takeover};
 use berm_control::{Grant, LimitsSpec};
 
-use crate::service::{DeployError, Service};
+use crate::service::{DeployError, Service, StateError};
 
 /// Why an app's program could not be deployed.
 #[derive(Debug, thiserror::Error)]
@@ -105,6 +106,31 @@ pub fn check_distinct(apps: &[App]) -> Result<(), AppsError> {
         }
     }
     Ok(())
+}
+
+/// What the folders would take over from deployments stored in `service`'s home, one
+/// [`Takeover`] per folder with something in it. bermd records nothing for a folder's
+/// programs, so state with no deployment behind it was left by this folder's earlier runs
+/// ([`Leftovers::Own`]); what counts is a stored deployment (a plain `berm deploy`, or
+/// `berm deploy --app` of another folder) under one of its program names.
+///
+/// # Errors
+/// [`StateError`] when what a name holds cannot be read.
+pub fn takeovers(service: &Service, apps: &[App]) -> Result<Vec<Takeover>, StateError> {
+    let mut takeovers = Vec::new();
+    for app in apps {
+        let mut takeover = Takeover::new(&app.name, &app.dir);
+        for program in &app.programs {
+            // The folder's [program.secrets] files are read before stored values.
+            let sets: Vec<&str> = program.secret_files.keys().map(String::as_str).collect();
+            let state = service.name_state(&program.name)?;
+            takeover.add(&state, &sets, Leftovers::Own);
+        }
+        if !takeover.is_empty() {
+            takeovers.push(takeover);
+        }
+    }
+    Ok(takeovers)
 }
 
 use berm_vm_protocol::host::CodeSource;

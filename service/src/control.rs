@@ -14,7 +14,7 @@ use berm_control::{CallOutcome, CallResponse, DeployRequest, ErrorBody, SecretLi
 use berm_egress::secret::SecretError;
 use tokio::net::UnixListener;
 
-use crate::service::{CallError, DeployError, RemoveError, Service, error_chain};
+use crate::service::{CallError, DeployError, RemoveError, Service, StateError, error_chain};
 
 /// Largest request body: an image of up to ~48 MiB, base64-encoded.
 pub const MAX_BODY_BYTES: usize = 64 << 20;
@@ -24,6 +24,7 @@ pub fn router(service: Arc<Service>) -> Router {
     Router::new()
         .route("/programs", get(list))
         .route("/programs/{name}", get(show).put(deploy).delete(remove))
+        .route("/state/{program}", get(name_state))
         .route("/secrets/{program}", get(list_secrets))
         .route(
             "/secrets/{program}/{name}",
@@ -92,7 +93,13 @@ async fn deploy(
     };
     // Deploying may compile for a while; keep it off the async workers.
     let outcome = tokio::task::spawn_blocking(move || {
-        service.deploy(&name, &image, request.grants, request.limits)
+        service.deploy_from(
+            &name,
+            &image,
+            request.grants,
+            request.limits,
+            request.app_dir,
+        )
     })
     .await;
     match outcome {
@@ -159,6 +166,14 @@ async fn call(
         Err(e @ (CallError::Host(_) | CallError::Lost(_) | CallError::InvalidOutput { .. })) => {
             failure(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
         }
+    }
+}
+
+async fn name_state(State(service): State<Arc<Service>>, Path(name): Path<String>) -> Response {
+    match service.name_state(&name) {
+        Ok(state) => ok(state),
+        Err(StateError::Secrets(e)) => secret_failure(e),
+        Err(e) => failure(StatusCode::INTERNAL_SERVER_ERROR, error_chain(&e)),
     }
 }
 

@@ -9,12 +9,13 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
+use berm_control::inherit::NotAccepted;
 use rustix::fs::FlockOperation;
 
 use crate::app::{self, AppDeployError, Ready};
 use crate::http::{self, HttpConfig, HttpError};
 use crate::listen::{InheritedListener, ListenError};
-use crate::service::{OpenError, Service, ServiceConfig};
+use crate::service::{OpenError, Service, ServiceConfig, StateError};
 use crate::transport;
 
 berm_abi::codes! {
@@ -57,6 +58,9 @@ pub struct DaemonConfig {
     pub max_session_rate: u32,
     /// App folders whose programs are deployed at start (`--app`).
     pub apps: Vec<berm_app::App>,
+    /// Deploy the folders even over names a stored deployment holds (`--accept`), taking
+    /// over its keyspace and stored secrets; otherwise bermd refuses to start, listing them.
+    pub accept: bool,
     /// An inherited listening socket to serve MCP on instead of creating
     /// any socket (`--listen-fd`): no mcp.sock, no control.sock, no HTTP.
     pub listener: Option<InheritedListener>,
@@ -76,6 +80,7 @@ impl DaemonConfig {
             max_connections: crate::transport::DEFAULT_MAX_CONNECTIONS,
             max_session_rate: crate::transport::DEFAULT_MAX_SESSION_RATE,
             apps: Vec::new(),
+            accept: false,
             listener: None,
             ready: None,
             started: Instant::now(),
@@ -119,6 +124,12 @@ pub enum RunError {
     /// A program of an app folder was refused.
     #[error(transparent)]
     App(#[from] AppDeployError),
+    /// An app folder would take over what a stored deployment left, without `--accept`.
+    #[error(transparent)]
+    NotAccepted(#[from] NotAccepted),
+    /// What an app folder's program names hold could not be read.
+    #[error("could not tell what the app folders' program names hold")]
+    State(#[from] StateError),
     /// The inherited listener could not be served.
     #[error(transparent)]
     Listen(#[from] ListenError),
@@ -142,7 +153,8 @@ impl RunError {
                 | HttpError::InsecureTokenFile { .. }
                 | HttpError::WeakToken { .. },
             )
-            | RunError::Listen(_) => Exit::Usage,
+            | RunError::Listen(_)
+            | RunError::NotAccepted(_) => Exit::Usage,
             _ => Exit::Failed,
         }
     }
@@ -176,8 +188,13 @@ pub async fn run(config: DaemonConfig) -> Result<(), RunError> {
         "bermd restored its programs"
     );
     let signals = Signals::install()?;
-    // Apps after the restore: a folder's program replaces a stored one of
-    // the same name, and is served before any connection is accepted.
+    // Apps after the restore: a folder's program replaces a stored one of the same name
+    // only with --accept (every folder is judged before the first is deployed), and is
+    // served before any connection is accepted.
+    for takeover in app::takeovers(&service, &config.apps)? {
+        let takeover = takeover.check(config.accept)?;
+        eprintln!("bermd: {}", takeover.notice());
+    }
     let mut programs = Vec::new();
     for folder in &config.apps {
         // Deploying may compile; nothing else runs yet, so blocking here

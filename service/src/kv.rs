@@ -211,6 +211,11 @@ impl KvStore {
         &self.path
     }
 
+    /// How many keys hold a value.
+    pub fn keys(&self) -> usize {
+        self.read().map.len()
+    }
+
     fn log(&self) -> MutexGuard<'_, Log> {
         // A panic while holding the lock leaves at worst `dirty` set or a
         // record unapplied to the map; the log is the truth on restart.
@@ -437,6 +442,13 @@ struct Replayed {
 /// thing in the log: it runs past the end, or it ends exactly at the end,
 /// and is no longer than one record can be under `caps` (an append writes
 /// one record at a time). Anything else is corruption.
+/// How many keys the log at `path` holds, replayed without opening it as a store or
+/// changing it (a torn or corrupt record ends the count).
+pub fn count_keys(path: &Path, caps: &KvCaps) -> std::io::Result<usize> {
+    let log = std::fs::read(path)?;
+    Ok(replay(&log, caps).map.len())
+}
+
 fn replay(log: &[u8], caps: &KvCaps) -> Replayed {
     let mut map = BTreeMap::new();
     let mut at = 0;

@@ -9,7 +9,10 @@ use std::task::Poll;
 use std::time::Duration;
 
 use berm::{Berm, CodeDirs, CompileSource, DeployOptions, Engine, EngineConfig, Failure, Grants};
-use berm_control::{DeployResponse, Grant, LimitsSpec, ProgramView, RemoveResponse};
+use berm_control::{
+    DeployResponse, DeployedFrom, Grant, KeyspaceSize, LimitsSpec, NameState, ProgramView,
+    RemoveResponse,
+};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, broadcast};
 
 use crate::catalog::{self, Catalog};
@@ -143,6 +146,23 @@ pub enum DeployError {
         /// Why.
         #[source]
         source: HomeError,
+    },
+}
+
+/// Why [`Service::name_state`] could not say what a name holds.
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    /// The name is not a program name, or its secrets could not be listed.
+    #[error(transparent)]
+    Secrets(#[from] berm_egress::secret::SecretError),
+    /// Its keyspace's log could not be read.
+    #[error("could not read the keyspace log {}", path.display())]
+    Keyspace {
+        /// The log.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
     },
 }
 
@@ -343,6 +363,16 @@ impl Drop for CallThreads {
     }
 }
 
+/// Whether a deploy is written to the store, and as coming from where.
+enum Persist {
+    /// A plain deploy, recorded.
+    Plain,
+    /// From the app folder, recorded with it.
+    From(PathBuf),
+    /// Not recorded (`bermd --app`).
+    No,
+}
+
 struct Deployment {
     record: Record,
     source: CompileSource,
@@ -482,7 +512,25 @@ impl Service {
         grants: Vec<Grant>,
         limits: LimitsSpec,
     ) -> Result<DeployResponse, DeployError> {
-        self.deploy_as(name, image, grants, limits, true)
+        self.deploy_as(name, image, grants, limits, Persist::Plain)
+    }
+
+    /// Like [`Service::deploy`], recording that the program comes from the app folder
+    /// `app_dir` (canonical), or that it is a plain deploy when `None`: what
+    /// [`Service::name_state`] tells the next folder deployed under the name.
+    pub fn deploy_from(
+        &self,
+        name: &str,
+        image: &[u8],
+        grants: Vec<Grant>,
+        limits: LimitsSpec,
+        app_dir: Option<PathBuf>,
+    ) -> Result<DeployResponse, DeployError> {
+        let persist = match app_dir {
+            Some(dir) => Persist::From(dir),
+            None => Persist::Plain,
+        };
+        self.deploy_as(name, image, grants, limits, persist)
     }
 
     /// Like [`Service::deploy`] but nothing is written to the store: the
@@ -495,7 +543,7 @@ impl Service {
         grants: Vec<Grant>,
         limits: LimitsSpec,
     ) -> Result<DeployResponse, DeployError> {
-        self.deploy_as(name, image, grants, limits, false)
+        self.deploy_as(name, image, grants, limits, Persist::No)
     }
 
     fn deploy_as(
@@ -504,7 +552,7 @@ impl Service {
         image: &[u8],
         grants: Vec<Grant>,
         limits: LimitsSpec,
-        persist: bool,
+        persist: Persist,
     ) -> Result<DeployResponse, DeployError> {
         // The name becomes file names under $BERM_HOME: check it before
         // anything touches the disk.
@@ -517,16 +565,23 @@ impl Service {
         catalog::check_served_names(name, &manifest).map_err(DeployError::ServedName)?;
         catalog::check_schemas(&manifest).map_err(DeployError::Schema)?;
         let previous = self.berm.get(name).map(|p| p.digest.to_string());
+        let app_dir = match &persist {
+            Persist::From(dir) => Some(dir.clone()),
+            Persist::Plain | Persist::No => None,
+        };
         let record = Record {
             name: name.to_string(),
             digest: berm::Digest::of(image).to_string(),
             grants,
             limits,
+            app_dir,
         };
         self.install(record.clone(), image)?;
         let saved = match persist {
-            true => self.store.save(&record, &berm::Digest::of(image), image),
-            false => Ok(()),
+            Persist::Plain | Persist::From(_) => {
+                self.store.save(&record, &berm::Digest::of(image), image)
+            }
+            Persist::No => Ok(()),
         };
         if let Err(source) = saved {
             // Not on disk means not deployed: a restart would not bring it
@@ -600,6 +655,54 @@ impl Service {
             },
             code_source: source_name(deployment.source).to_string(),
             manifest: (*info.manifest).clone(),
+            app_dir: deployment.record.app_dir.clone(),
+        })
+    }
+
+    /// What a program deployed under `name` would find there: the deployment it replaces
+    /// (with the app folder it came from), the keyspace and the stored secrets it takes
+    /// over. Nothing is created or changed.
+    pub fn name_state(&self, name: &str) -> Result<NameState, StateError> {
+        let secrets = self.list_secrets(name)?;
+        let deployment = self
+            .deployments
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(name)
+            .map(|d| DeployedFrom {
+                digest: d.record.digest.clone(),
+                app_dir: d.record.app_dir.clone(),
+            });
+        let path = self.home.state_root().join(name).join("kv.log");
+        let fail = |source| StateError::Keyspace {
+            path: path.clone(),
+            source,
+        };
+        let keyspace = match std::fs::metadata(&path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(fail(e)),
+            Ok(meta) => {
+                let open = self
+                    .keyspaces
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .get(name)
+                    .map(|kv| kv.keys());
+                let keys = match open {
+                    Some(keys) => keys,
+                    None => crate::kv::count_keys(&path, &self.kv_caps).map_err(fail)?,
+                };
+                Some(KeyspaceSize {
+                    keys: keys as u64,
+                    bytes: meta.len(),
+                })
+            }
+        };
+        Ok(NameState {
+            program: name.to_string(),
+            deployment,
+            keyspace,
+            secrets,
         })
     }
 

@@ -27,6 +27,10 @@ pub struct Record {
     /// The bounds asked for at deploy.
     #[serde(default)]
     pub limits: LimitsSpec,
+    /// The app folder (canonical) it was deployed from by `berm deploy --app`; absent for a
+    /// plain deploy and in records written before berm kept it, which count as plain.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub app_dir: Option<PathBuf>,
 }
 
 /// A record that could not be brought back, and why; bermd reports it and
@@ -164,5 +168,48 @@ impl Store {
                 path: image_path,
             }),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn store() -> (tempfile::TempDir, Store) {
+        let dir = tempfile::tempdir().unwrap();
+        let home = Home::create(&dir.path().join("home")).unwrap();
+        (dir, Store::new(home))
+    }
+
+    #[test]
+    fn a_record_keeps_the_app_folder_it_came_from() {
+        let (_dir, store) = store();
+        let image = b"\0asm\x01\0\0\0";
+        let digest = Digest::of(image);
+        let record = Record {
+            name: "notes".into(),
+            digest: digest.to_string(),
+            grants: vec![Grant::Kv],
+            limits: LimitsSpec::default(),
+            app_dir: Some(PathBuf::from("/apps/notes")),
+        };
+        store.save(&record, &digest, image).unwrap();
+        let (loaded, problems) = store.load_all();
+        assert!(problems.is_empty(), "{problems:?}");
+        assert_eq!(loaded[0].0, record);
+    }
+
+    /// Records written before berm kept the folder have no `app_dir`: they load, and count
+    /// as plain deploys.
+    #[test]
+    fn an_older_record_without_an_app_folder_is_a_plain_deploy() {
+        let record: Record = serde_json::from_str(
+            r#"{"name":"notes","digest":"sha256:00","grants":["kv"],"limits":{}}"#,
+        )
+        .unwrap();
+        assert_eq!(record.app_dir, None);
+        // And a plain deploy writes no `app_dir` at all.
+        let json = serde_json::to_string(&record).unwrap();
+        assert!(!json.contains("app_dir"), "{json}");
     }
 }

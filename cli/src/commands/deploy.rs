@@ -23,6 +23,12 @@ pub struct Args {
     /// before the first deploy.
     #[arg(long, value_name = "DIR", conflicts_with_all = ["name", "source", "grants", "secrets", "deadline_ms", "memory_mb"])]
     app: Option<PathBuf>,
+    /// With --app: deploy even over program names that hold what the folder did not create
+    /// (a plain deploy, another folder's deployment, or the keyspace and stored secrets a
+    /// removed one left), taking that state over. Without it such a folder is refused with
+    /// the list, and nothing is deployed; with it the same list is printed.
+    #[arg(long, requires = "app")]
+    accept: bool,
     /// Registry access, when SOURCE is a reference.
     #[command(flatten)]
     registry: super::dist::RegistryArgs,
@@ -75,7 +81,9 @@ impl<'a> DeployedJson<'a> {
 /// Deploys and prints what happened.
 pub async fn run(home: &Path, args: Args) -> anyhow::Result<Exit> {
     let (name, source) = match (args.app, args.name, args.source) {
-        (Some(dir), _, _) => return super::deploy_app::run(home, &dir, args.json).await,
+        (Some(dir), _, _) => {
+            return super::deploy_app::run(home, &dir, args.accept, args.json).await;
+        }
         (None, Some(name), Some(source)) => (name, source),
         // clap requires NAME and SOURCE unless --app is given.
         _ => anyhow::bail!("berm deploy needs NAME and FILE, or --app DIR"),

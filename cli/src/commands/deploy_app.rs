@@ -5,11 +5,18 @@
 //! every wasm file and its manifest) is read and checked before the first
 //! deploy, and if bermd still refuses a program, the programs this command
 //! had newly deployed are removed again and the message names the program.
+//!
+//! A folder deployed over names that hold what it did not create (a plain deploy,
+//! another folder's deployment, state a removed deployment left) is refused before
+//! anything is written, listing it, unless `--accept` is given ([`berm_control::inherit`]).
+//! Each deployment is recorded with the folder it came from, so redeploying the same
+//! folder needs nothing.
 
 use std::path::Path;
 
 use anyhow::Context;
-use berm_control::{DeployRequest, Grant, LimitsSpec, SecretValue};
+use berm_control::inherit::{Leftovers, Takeover};
+use berm_control::{Client, DeployRequest, Grant, LimitsSpec, SecretValue};
 
 use crate::Exit;
 
@@ -23,12 +30,17 @@ struct Prepared {
 
 /// Deploys every program of the folder `dir` and prints what happened (as one JSON object
 /// when `json`).
-pub async fn run(home: &Path, dir: &Path, json: bool) -> anyhow::Result<Exit> {
+pub async fn run(home: &Path, dir: &Path, accept: bool, json: bool) -> anyhow::Result<Exit> {
     let app = berm_app::load(dir)?;
     // Where bermd keeps an app's files: `fs=DIR` means `$BERM_HOME/data/DIR`,
     // as under `bermd --app`.
     let prepared = prepare(&app, &home.join("data"))?;
     let secrets = secret_values(&app)?;
+    let client = super::client(home);
+    let takeover = takeover(&client, &app).await?.check(accept)?;
+    if !takeover.is_empty() && !json {
+        println!("{}", takeover.notice());
+    }
     // bermd wants fs directories to exist; create them only once the whole
     // folder has been checked.
     for program in &prepared {
@@ -41,7 +53,6 @@ pub async fn run(home: &Path, dir: &Path, json: bool) -> anyhow::Result<Exit> {
         }
     }
 
-    let client = super::client(home);
     for (program, name, value) in secrets {
         client
             .set_secret(&program, &name, &SecretValue { value })
@@ -55,7 +66,8 @@ pub async fn run(home: &Path, dir: &Path, json: bool) -> anyhow::Result<Exit> {
     let mut replaced = Vec::new();
     let mut responses = Vec::new();
     for program in prepared {
-        let request = DeployRequest::new(&program.image, program.grants, program.limits);
+        let request =
+            DeployRequest::new(&program.image, program.grants, program.limits).from_app(&app.dir);
         match client.deploy(&program.name, &request).await {
             Ok(deployed) => {
                 let view = &deployed.program;
@@ -110,6 +122,7 @@ pub async fn run(home: &Path, dir: &Path, json: bool) -> anyhow::Result<Exit> {
         super::print_json(&serde_json::json!({
             "app": app.name,
             "dir": app.dir,
+            "accepted": takeover.programs,
             "deployed": deployed,
         }))?;
         return Ok(Exit::Ok);
@@ -121,6 +134,22 @@ pub async fn run(home: &Path, dir: &Path, json: bool) -> anyhow::Result<Exit> {
         app.dir.display()
     );
     Ok(Exit::Ok)
+}
+
+/// What `app`'s programs would take over under their names in bermd's home. Its
+/// deployments are recorded with the folder, so state with no deployment behind it was left
+/// by a removed deployment, not by this folder ([`Leftovers::Foreign`]).
+async fn takeover(client: &Client, app: &berm_app::App) -> anyhow::Result<Takeover> {
+    let mut takeover = Takeover::new(&app.name, &app.dir);
+    for program in &app.programs {
+        // The folder's [program.secrets] replace the stored values of those names.
+        let sets: Vec<&str> = program.secret_files.keys().map(String::as_str).collect();
+        let state = client.state(&program.name).await.with_context(|| {
+            format!("app `{}`: what `{}` holds in bermd", app.name, program.name)
+        })?;
+        takeover.add(&state, &sets, Leftovers::Foreign);
+    }
+    Ok(takeover)
 }
 
 /// Reads and checks every program of `app` and resolves its grants against `data`, before

@@ -79,6 +79,12 @@ struct Args {
     /// place. Repeat for several folders.
     #[arg(long = "app", value_name = "DIR")]
     apps: Vec<PathBuf>,
+    /// With --app: deploy the folders even over program names that a stored deployment
+    /// holds (a plain `berm deploy`, or `berm deploy --app` of another folder), taking over
+    /// its keyspace and stored secrets. Without it bermd refuses to start and lists what
+    /// would be taken over; with it, it prints that list.
+    #[arg(long, requires = "apps")]
+    accept: bool,
     /// Serve MCP on this inherited, listening stream socket (AF_UNIX or
     /// AF_VSOCK) and create no socket at all: no mcp.sock, no control.sock.
     #[arg(long, value_name = "N", conflicts_with = "http")]
@@ -244,6 +250,7 @@ fn start(args: Args, started: Instant) -> Result<(), (Exit, anyhow::Error)> {
         max_connections: args.max_connections,
         max_session_rate: args.max_session_rate,
         apps,
+        accept: args.accept,
         listener,
         ready,
         started,

@@ -263,3 +263,20 @@ fn acknowledged_writes_survive_running_out_of_descriptors() {
         );
     }
 }
+
+/// What a folder deployed over the name would inherit is counted from the log without
+/// opening it as a store: a torn tail is not cut, and the count matches the open store's.
+#[test]
+fn keys_are_counted_from_the_log_without_changing_it() {
+    let (_dir, path, kv) = holding(&[("a", "1"), ("b", "2"), ("a", "3")]);
+    assert!(kv.delete(b"b").unwrap());
+    assert_eq!(kv.keys(), 1);
+    drop(kv);
+    let mut file = OpenOptions::new().append(true).open(&path).unwrap();
+    file.write_all(&encode(OP_PUT, b"c", b"torn")[..10])
+        .unwrap();
+    drop(file);
+    let before = std::fs::read(&path).unwrap();
+    assert_eq!(count_keys(&path, &caps()).unwrap(), 1);
+    assert_eq!(std::fs::read(&path).unwrap(), before);
+}
