@@ -6,6 +6,8 @@
 //! Exit codes ([`Exit`]): 0 done, 1 the program ran and failed, 2 a host or
 //! usage error (including "bermd is not running").
 
+#![deny(unsafe_code)]
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -13,6 +15,7 @@ use clap::{Parser, Subcommand};
 
 mod commands;
 mod out;
+mod sys;
 
 berm_abi::codes! {
     /// berm's exit codes.

@@ -37,13 +37,7 @@ pub fn failed(error: &std::io::Error) -> ! {
 /// Dies by SIGPIPE, as a program that never ignored it would have on its write; a shell
 /// reports that as 141, the same as for `ls` or `git`.
 pub fn closed() -> ! {
-    // SAFETY: signal(2) with SIG_DFL and raise(3) take no pointers; restoring the default
-    // action of a signal the Rust runtime set to ignored, then raising it, ends the process.
-    unsafe {
-        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-        libc::raise(libc::SIGPIPE);
-    }
-    std::process::exit(128 + libc::SIGPIPE);
+    crate::sys::die_of_sigpipe()
 }
 
 /// `println!` for berm's output: a closed stdout ends berm quietly ([`crate::out`]).

@@ -146,8 +146,7 @@ impl Layout {
             .with_context(|| format!("creating {}", dir.display()))?;
         let meta =
             fs::symlink_metadata(&dir).with_context(|| format!("reading {}", dir.display()))?;
-        // SAFETY: geteuid(2) takes nothing and cannot fail.
-        let user = unsafe { libc::geteuid() };
+        let user = crate::sys::euid();
         if !meta.is_dir() || meta.uid() != user {
             bail!(
                 "{} is not a directory of this user's; move it away",
@@ -393,13 +392,11 @@ fn liveness(pid: u32, start_ticks: Option<u64>, argv: &[String]) -> Liveness {
     {
         let _ = (start_ticks, argv);
         // Without /proc only existence is checked.
-        // SAFETY: kill(2) with signal 0 sends nothing; the pid is > 1 (checked above).
-        if unsafe { libc::kill(pid as i32, 0) } == 0 {
-            Liveness::Running
-        } else if std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM) {
-            Liveness::Replaced
-        } else {
-            Liveness::Gone
+        // Signal 0 sends nothing; the pid is > 1 (checked above).
+        match crate::sys::kill(pid, 0) {
+            Ok(()) => Liveness::Running,
+            Err(e) if e.raw_os_error() == Some(libc::EPERM) => Liveness::Replaced,
+            Err(_) => Liveness::Gone,
         }
     }
 }
@@ -409,9 +406,8 @@ pub fn signal(launch: &Launch, signal: i32) -> bool {
     if launch.liveness() != Liveness::Running {
         return false;
     }
-    // SAFETY: kill(2) takes no pointers; the pid is > 1 and was just checked to be the
-    // berm-vmm this launch started.
-    unsafe { libc::kill(launch.pid as i32, signal) == 0 }
+    // The pid is > 1 and was just checked to be the berm-vmm this launch started.
+    crate::sys::kill(launch.pid, signal).is_ok()
 }
 
 /// Waits until the launch's berm-vmm is gone, up to `timeout`.

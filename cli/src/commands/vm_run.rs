@@ -10,7 +10,6 @@
 use std::fs::{self, File};
 use std::io::{Read, Seek, SeekFrom};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -220,17 +219,7 @@ pub fn up(args: UpArgs) -> anyhow::Result<Exit> {
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(stderr);
-    // SAFETY: between fork and exec the closure only calls setsid(2), which is
-    // async-signal-safe and touches no memory of the parent.
-    unsafe {
-        command.pre_exec(|| {
-            // A session of its own: no terminal's hangup or Ctrl-C reaches it.
-            if libc::setsid() == -1 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
+    crate::sys::new_session(&mut command);
     let mut child = command
         .spawn()
         .with_context(|| format!("starting {}", vmm.display()))?;
