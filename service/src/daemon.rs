@@ -252,6 +252,13 @@ pub async fn run(config: DaemonConfig) -> Result<(), RunError> {
             &auth.config,
             config.max_connections,
             config.max_session_rate,
+            http::Declared::new(
+                ready
+                    .programs
+                    .iter()
+                    .map(|p| (p.name.clone(), p.sha256.clone()))
+                    .collect(),
+            ),
         );
         let info = berm_control::home::HttpInfo {
             url: auth.config.url(local),

@@ -264,9 +264,52 @@ pub async fn bind(config: &HttpConfig) -> Result<tokio::net::TcpListener, HttpEr
         })
 }
 
-/// The router serving MCP at `/mcp`.
+/// What `/readyz` holds bermd to: the programs it was started to serve (its app folders'),
+/// each by name and wasm sha256 (lowercase hex). An orchestrator then sends no traffic to a
+/// replica whose declared program is missing or was replaced by hand.
+#[derive(Clone, Debug, Default)]
+pub struct Declared(Arc<Vec<(String, String)>>);
+
+impl Declared {
+    /// The declared programs, by name and wasm sha256 (lowercase hex).
+    pub fn new(programs: Vec<(String, String)>) -> Self {
+        Declared(Arc::new(programs))
+    }
+
+    /// Every declared program is deployed with its digest (deploying compiles, so it is
+    /// compiled too).
+    fn ready(&self, service: &Service) -> bool {
+        self.0.iter().all(|(name, sha256)| {
+            service
+                .berm()
+                .get(name)
+                .is_some_and(|info| info.digest.hex() == *sha256)
+        })
+    }
+}
+
+/// `/healthz` (the process answers) and `/readyz` (every declared program is served), for
+/// orchestrators' probes. They answer before the token, cap and Host checks, since a probe
+/// carries no token and names the pod by IP, and they reveal only a status: `ok`, `ready` or
+/// `not ready`, never which program is missing.
+fn health(service: Arc<Service>, declared: Declared) -> axum::Router {
+    axum::Router::new()
+        .route("/healthz", axum::routing::get(|| async { "ok\n" }))
+        .route(
+            "/readyz",
+            axum::routing::get(move || async move {
+                if declared.ready(&service) {
+                    (StatusCode::OK, "ready\n")
+                } else {
+                    (StatusCode::SERVICE_UNAVAILABLE, "not ready\n")
+                }
+            }),
+        )
+}
+
+/// The router serving MCP at `/mcp`, and the probes `/healthz` and `/readyz` ([`health`]).
 ///
-/// In order: the bearer token (401 with `WWW-Authenticate: Bearer`), the
+/// For `/mcp`, in order: the bearer token (401 with `WWW-Authenticate: Bearer`), the
 /// session cap (503: at most `max_sessions` sessions open and requests in
 /// flight), the session rate (429: at most `per_second` new sessions a
 /// second), then rmcp's `Host` and `Origin` checks against the allowed hosts
@@ -276,7 +319,9 @@ pub fn router(
     config: &HttpConfig,
     max_sessions: usize,
     per_second: u32,
+    declared: Declared,
 ) -> axum::Router {
+    let probes = health(service.clone(), declared);
     let hosts = config.hosts();
     let origins: Vec<String> = hosts
         .iter()
@@ -314,7 +359,7 @@ pub fn router(
                 async move { cap.admit(request, next).await }
             },
         ));
-    match config.token.clone() {
+    let router = match config.token.clone() {
         Some(token) => router.layer(axum::middleware::from_fn(
             move |request: Request, next: Next| {
                 let token = token.clone();
@@ -322,7 +367,9 @@ pub fn router(
             },
         )),
         None => router,
-    }
+    };
+    // Merged after the layers above, which therefore do not apply to the probes.
+    probes.merge(router)
 }
 
 /// Bounds HTTP the way [`crate::transport::SessionCap`] bounds a socket:

@@ -439,3 +439,70 @@ fn past_the_session_rate_an_http_client_gets_429_and_sessions_go_on() {
     assert_eq!(later.status, 200, "{}", later.head);
     drop(bermd);
 }
+
+/// GETs `path` from `http://{connect}` with `Host: {host}` and no token: the status and body.
+fn get(connect: &str, host: &str, path: &str) -> (u16, String) {
+    let mut stream = TcpStream::connect(connect).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    let status = answer.split(' ').nth(1).unwrap().parse().unwrap();
+    let body = answer.split_once("\r\n\r\n").unwrap().1.to_string();
+    (status, body)
+}
+
+#[test]
+fn health_and_readiness_answer_probes_without_a_token_and_say_only_a_status() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let notes = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/apps/notes");
+    assert!(
+        notes.join("berm.toml").exists(),
+        "{} is missing — run scripts/build-apps.sh first",
+        notes.display()
+    );
+    let bermd = Bermd::start(&[
+        "--http",
+        &addr,
+        "--http-token-file",
+        &token_file(dir.path(), &format!("{TOKEN}\n")),
+        "--app",
+        notes.to_str().unwrap(),
+    ]);
+    // bermd serves HTTP once the folder's programs are deployed; wait for the listener.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while TcpStream::connect(&addr).is_err() {
+        assert!(Instant::now() < deadline, "bermd never listened on {addr}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // A kubelet names the pod by its IP, not a host bermd allows, and has no token.
+    for host in [format!("localhost:{port}"), format!("10.1.2.3:{port}")] {
+        assert_eq!(
+            get(&addr, &host, "/healthz"),
+            (200, "ok\n".into()),
+            "{host}"
+        );
+        assert_eq!(
+            get(&addr, &host, "/readyz"),
+            (200, "ready\n".into()),
+            "{host}"
+        );
+    }
+    // /mcp itself still needs the token.
+    let host = format!("localhost:{port}");
+    assert_eq!(initialize(&addr, &host, &[]).status, 401);
+
+    // The folder's program replaced by other bytes: not ready, and nothing says which.
+    bermd.deploy("notes", "echo", &[], Default::default());
+    assert_eq!(get(&addr, &host, "/readyz"), (503, "not ready\n".into()));
+    assert_eq!(get(&addr, &host, "/healthz"), (200, "ok\n".into()));
+    drop(bermd);
+}
