@@ -16,6 +16,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib-pins.sh
+. scripts/lib/static-bins.sh
 build_script_start "$@"
 
 manifest=rootfs/manifest.toml
@@ -41,46 +42,8 @@ case "$arch" in
     run_guest=(qemu-aarch64-static) ;;
 esac
 
-# 1. Binaries: static musl, locked dependencies, no build-machine paths, no debug info.
-cargo_home="${CARGO_HOME:-$HOME/.cargo}"
-rustup_home="${RUSTUP_HOME:-$HOME/.rustup}"
-export CARGO_TARGET_DIR="$root/target/rootfs"   # its own dir: the flags below differ
-export RUSTFLAGS="--remap-path-prefix=$root=/berm --remap-path-prefix=$cargo_home=/cargo --remap-path-prefix=$rustup_home=/rustup -C target-feature=+crt-static"
-export CARGO_PROFILE_RELEASE_DEBUG=false CARGO_PROFILE_RELEASE_STRIP=symbols CARGO_INCREMENTAL=0
-export SOURCE_DATE_EPOCH="$epoch" LC_ALL=C TZ=UTC
-packages=()
-crates=()
-binaries=()
-while read -r kind path mode package binary; do
-  [ "$kind" = bin ] && packages+=(-p "$package" --bin "$binary") && crates+=(-p "$package") && binaries+=("$binary")
-done < <(grep -v '^[[:space:]]*#' rootfs/contents.txt)
-# The binaries are cached by their inputs — every file of the workspace crates they link,
-# Cargo.lock, the root manifest (profiles), the recipe, the toolchain and the flags — so an
-# unchanged tree skips the long release build of Wasmtime for musl.
-crate_dirs="$(cargo tree --locked --prefix none -e normal --target $target "${crates[@]}" 2>/dev/null \
-  | sed -n "s#^.*(\($root[^)]*\)).*#\1#p" | sort -u)"
-[ -n "$crate_dirs" ] || die "cargo tree listed no workspace crates for ${packages[*]}"
-bin_key="$( {
-  for dir in $crate_dirs; do
-    (cd "$dir" && find . -path ./target -prune -o -type f -print | LC_ALL=C sort | xargs -d '\n' sha256sum | sed "s#  \./#  ${dir#$root/}/#")
-  done
-  sha256sum Cargo.lock Cargo.toml rootfs/contents.txt
-  rustc -vV
-  echo "$target $(echo "$RUSTFLAGS" | sed "s#$root#<checkout>#g; s#$cargo_home#<cargo-home>#g; s#$rustup_home#<rustup-home>#g")"
-  [ -z "$linker" ] || echo "$linker"
-} | sha256sum | cut -c1-32)"
-bin_dir="$BERM_CACHE/rootfs-bin/$bin_key"
-if [ -d "$bin_dir" ]; then
-  note "binaries cached: $bin_dir"
-else
-  note "building ${packages[*]} for $target (release, static; the first build takes a while)"
-  started=$(date +%s)
-  cargo build --quiet --locked --release --target $target "${packages[@]}"
-  note "built the $target binaries in $(( $(date +%s) - started ))s"
-  mkdir -p "$bin_dir.tmp"
-  for binary in "${binaries[@]}"; do cp "$CARGO_TARGET_DIR/$target/release/$binary" "$bin_dir.tmp/"; done
-  rm -rf "$bin_dir"; mv "$bin_dir.tmp" "$bin_dir"
-fi
+# 1. Binaries: static musl, cached by their inputs (scripts/lib/static-bins.sh).
+static_bins rootfs/contents.txt
 
 # 2. The tree, exactly as the recipe says.
 stage="$(mktemp -d "${TMPDIR:-/tmp}/berm-rootfs.XXXXXX")"
