@@ -242,6 +242,16 @@ pub struct HostChild {
     /// `proc_status+probe` only: what the probe's read outside the policy gave (`EACCES`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub read_outside: Option<String>,
+    /// The hypervisor children (QEMU, vhost-device-vsock, krun-enter): what a connect to a
+    /// Unix socket outside every policy gave under the child's confinement (`ENOENT` in the
+    /// view of its policy's paths, `EPERM` where its seccomp list has no `connect`,
+    /// `allowed` where nothing stopped it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connect_outside: Option<String>,
+    /// The same children: what they saw of the filesystem, `policy_paths` (only the paths
+    /// their policy grants: vmm/src/view.rs) or `host`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub view: Option<String>,
 }
 
 /// A child in the `host_sandbox` line, as berm-vmm writes it (vmm/src/sandbox.rs,
@@ -259,6 +269,10 @@ struct ChildLine {
     measured_by: String,
     #[serde(default)]
     read_outside: Option<String>,
+    #[serde(default)]
+    connect_outside: Option<String>,
+    #[serde(default)]
+    view: Option<String>,
 }
 
 impl From<ChildLine> for HostChild {
@@ -274,6 +288,8 @@ impl From<ChildLine> for HostChild {
             policy_sha256: c.policy_sha256,
             measured_by: c.measured_by,
             read_outside: c.read_outside,
+            connect_outside: c.connect_outside,
+            view: c.view,
         }
     }
 }

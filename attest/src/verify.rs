@@ -646,6 +646,17 @@ const SELF_REPORTED: &[&str] = &[
     "krun-enter-egress",
 ];
 const PROBED: &[&str] = &["qemu", "vhost-device-vsock", "vhost-device-vsock-egress"];
+/// The hypervisor children, whose connect to a socket outside every policy is measured.
+const HYPERVISOR: &[&str] = &[
+    "qemu",
+    "vhost-device-vsock",
+    "vhost-device-vsock-egress",
+    "krun-enter",
+    "krun-enter-egress",
+];
+/// The vsock device of a run with egress: its list has `connect`, so it must run in the view
+/// of its policy's paths (vmm/src/view.rs).
+const CONNECTS_BY_PATH: &[&str] = &["vhost-device-vsock-egress", "krun-enter-egress"];
 
 /// Every child a confined run starts must be there, measured the way it can be, and measured
 /// confined as its policy requires: Landlock fully enforced (for a probed child, the probe's
@@ -725,6 +736,7 @@ fn check_host_children(r: &Record, children: &[crate::record::HostChild], p: &mu
                 ),
             );
         }
+        check_connect_outside(c, p);
         if c.measured_by == "proc_status+probe" && c.read_outside.as_deref() != Some("EACCES") {
             p.add(
                 Code::HostChildWeak,
@@ -736,6 +748,38 @@ fn check_host_children(r: &Record, children: &[crate::record::HostChild], p: &mu
                 ),
             );
         }
+    }
+}
+
+/// A hypervisor child's connect to a Unix socket outside every policy must have been
+/// measured and refused; the vsock device of a run with egress, whose list has `connect`,
+/// must also have run in the view of its policy's paths.
+fn check_connect_outside(c: &crate::record::HostChild, p: &mut Problems) {
+    if !HYPERVISOR.contains(&c.role.as_str()) {
+        return;
+    }
+    let name = format!("berm-vmm's child {} (role {})", c.program, c.role);
+    match c.connect_outside.as_deref() {
+        None => p.add(
+            Code::HostChildUnmeasured,
+            format!("{name}: its connect to a Unix socket outside its policy was not measured"),
+        ),
+        Some("ENOENT" | "EACCES" | "EPERM") => {}
+        Some(outcome) => p.add(
+            Code::HostChildWeak,
+            format!(
+                "{name} connected to a Unix socket outside its policy ({outcome}), so it could reach any socket of the host's user"
+            ),
+        ),
+    }
+    if CONNECTS_BY_PATH.contains(&c.role.as_str()) && c.view.as_deref() != Some("policy_paths") {
+        p.add(
+            Code::HostChildWeak,
+            format!(
+                "{name} may connect by pathname but saw the filesystem view {:?}, not only its policy's paths (policy_paths)",
+                c.view.as_deref().unwrap_or("unmeasured")
+            ),
+        );
     }
 }
 

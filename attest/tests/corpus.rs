@@ -141,12 +141,14 @@ fn honest_children() -> Value {
         {"program": "/usr/bin/vhost-device-vsock", "pid": 41, "role": "vhost-device-vsock",
          "landlock": "fully_enforced", "no_new_privs": true, "seccomp": "allow_list vhost-device-vsock",
          "seccomp_mode": "filter", "seccomp_filters": 1, "policy_sha256": POLICY_SHA,
-         "measured_by": "proc_status+probe", "read_outside": "EACCES"},
+         "measured_by": "proc_status+probe", "read_outside": "EACCES",
+         "connect_outside": "EPERM", "view": "host"},
         {"program": "/usr/bin/qemu-system-x86_64", "pid": 42, "role": "qemu",
          "landlock": "fully_enforced", "no_new_privs": true,
          "seccomp": "allow_list qemu and -sandbox on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
          "seccomp_mode": "filter", "seccomp_filters": 1, "policy_sha256": POLICY_SHA,
-         "measured_by": "proc_status+probe", "read_outside": "EACCES"},
+         "measured_by": "proc_status+probe", "read_outside": "EACCES",
+         "connect_outside": "EPERM", "view": "host"},
         {"program": "berm-vmm connector", "pid": 43, "role": "berm-vmm-connector",
          "landlock": "fully_enforced", "no_new_privs": true, "seccomp": "allow_list berm-vmm-connector",
          "seccomp_mode": "filter", "seccomp_filters": 1, "policy_sha256": POLICY_SHA,
@@ -426,6 +428,31 @@ fn corpus() -> Vec<Case> {
     add(
         "vhost-device-vsock's probe read outside its ruleset",
         &|r| child_mut(r, "vhost-device-vsock")["readOutside"] = "allowed".into(),
+        Code::HostChildWeak,
+    );
+    add(
+        "vhost-device-vsock's probe connected outside its policy",
+        &|r| child_mut(r, "vhost-device-vsock")["connectOutside"] = "allowed".into(),
+        Code::HostChildWeak,
+    );
+    add(
+        "QEMU's connect outside not measured (a record from before it was)",
+        &|r| {
+            child_mut(r, "qemu")
+                .as_object_mut()
+                .unwrap()
+                .remove("connectOutside");
+        },
+        Code::HostChildUnmeasured,
+    );
+    add(
+        "the egress vsock device without the view of its policy's paths",
+        &|r| {
+            let vhost = child_mut(r, "vhost-device-vsock");
+            vhost["role"] = "vhost-device-vsock-egress".into();
+            vhost["seccomp"] = "allow_list vhost-device-vsock-egress".into();
+            vhost["view"] = "host".into();
+        },
         Code::HostChildWeak,
     );
     add(
@@ -993,5 +1020,58 @@ fn a_record_with_an_unconfined_child_is_refused_naming_the_child() {
             Code::HostChildUnmeasured,
             "the record has no measurement of the egress dialer (role berm-vmm-dialer), which this run starts"
         )]
+    );
+}
+
+/// An app with net grants: the vsock device connects to the dialer, so it must have run in
+/// the view of its policy's paths, its connect outside refused there.
+#[test]
+fn an_egress_run_needs_its_vsock_device_confined_to_its_policys_paths() {
+    let egress_lines = |view: &str, connect: &str| {
+        let mut lines = honest_lines();
+        lines[1]["apps"][0]["programs"][0]["grants"] = json!(["net=example.com"]);
+        let children = lines[2]["children"].as_array_mut().unwrap();
+        let vhost = children
+            .iter_mut()
+            .find(|c| c["role"] == "vhost-device-vsock")
+            .unwrap();
+        vhost["role"] = "vhost-device-vsock-egress".into();
+        vhost["seccomp"] = "allow_list vhost-device-vsock-egress".into();
+        vhost["view"] = view.into();
+        vhost["connect_outside"] = connect.into();
+        children.push(json!(
+            {"program": "berm-vmm dial", "pid": 44, "role": "berm-vmm-dialer",
+             "landlock": "fully_enforced", "no_new_privs": true, "seccomp": "allow_list berm-vmm-dialer",
+             "seccomp_mode": "filter", "seccomp_filters": 1, "policy_sha256": POLICY_SHA,
+             "measured_by": "self_report"}
+        ));
+        lines
+    };
+    let problems = |lines: &[Value]| -> Vec<(Code, String)> {
+        verify(&record_of(lines), &pins())
+            .problems
+            .into_iter()
+            .map(|p| (p.code, p.detail))
+            .collect()
+    };
+    let honest = egress_lines("policy_paths", "ENOENT");
+    let record = record_of(&honest);
+    let kept = &child_mut(&mut record.clone(), "vhost-device-vsock-egress").clone();
+    assert_eq!(kept["view"], "policy_paths", "{kept}");
+    assert_eq!(kept["connectOutside"], "ENOENT", "{kept}");
+    assert_eq!(problems(&honest), []);
+    // Where the kernel refused the namespaces: the device saw the host, and connected out.
+    assert_eq!(
+        problems(&egress_lines("host", "allowed")),
+        [
+            (
+                Code::HostChildWeak,
+                "berm-vmm's child /usr/bin/vhost-device-vsock (role vhost-device-vsock-egress) connected to a Unix socket outside its policy (allowed), so it could reach any socket of the host's user".to_owned()
+            ),
+            (
+                Code::HostChildWeak,
+                "berm-vmm's child /usr/bin/vhost-device-vsock (role vhost-device-vsock-egress) may connect by pathname but saw the filesystem view \"host\", not only its policy's paths (policy_paths)".to_owned()
+            ),
+        ]
     );
 }

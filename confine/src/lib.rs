@@ -70,11 +70,11 @@ pub enum Role {
     /// egress sockets under each app's grants, and is the only process of a run that may make
     /// a network socket.
     VmmDialer,
-    /// vhost-device-vsock in a run with an egress dialer: its list plus `connect`, to forward
-    /// the guest's connections to the dialer's sockets.
+    /// vhost-device-vsock of an egress run: its list plus `connect` to the dialer's sockets,
+    /// run where only its policy's paths exist (`vmm/src/view.rs`).
     VhostDeviceVsockEgress,
-    /// The libkrun child in a run with an egress dialer: its list plus `connect`, likewise
-    /// (from libkrun's source; not traced, since libkrun cannot run a guest on this machine).
+    /// The libkrun child of an egress run: likewise (from libkrun's source; not traced, since
+    /// libkrun cannot run a guest on this machine).
     KrunEnterEgress,
 }
 

@@ -469,7 +469,7 @@ fn krun_enter() -> Vec<Syscall> {
 
 /// vhost-device-vsock from its exec on: the dynamic loader, its vhost-user socket and the
 /// guest's memory (a memfd QEMU passes), the host-side socket it listens on. It never
-/// connects out (but see [`Role::VhostDeviceVsockEgress`]).
+/// connects out (but see [`Role::VhostDeviceVsockEgress`] and [`with_connect`]).
 fn vhost_device_vsock() -> Vec<Syscall> {
     let own = [
         with!(SYS_mmap, Args::Any),
@@ -533,10 +533,10 @@ fn qemu() -> Vec<Syscall> {
     list(&own, &extra)
 }
 
-/// A role's list plus `connect`: the hypervisor of a run with an egress dialer, which connects
-/// to the dialer's socket in the run dir (`vsock.sock_<port>`) when the guest connects out.
-/// Only such runs get it: without Landlock's Unix-socket right (ABI 9) `connect` could reach
-/// any pathname socket, so a run without egress keeps the list without it.
+/// A role's list plus `connect`, for the vsock device of an egress run: it connects to the
+/// dialer's `vsock.sock_<port>` when the guest connects out. Landlock before ABI 9 cannot limit
+/// that connect to the run dir, so berm-vmm runs such a role where only its policy's paths
+/// exist (`vmm/src/view.rs`). A run without egress keeps the list without `connect`.
 fn with_connect(list: Vec<Syscall>) -> Vec<Syscall> {
     [list, any!(SYS_connect)].concat()
 }

@@ -16,6 +16,7 @@ use crate::measure::{OwnStatus, SelfReport};
 use crate::sandbox::{ChildPolicy, ChildReport, Role};
 use crate::spec::VmSpec;
 use crate::sys;
+use crate::view::{PreparedView, Seen, View};
 
 /// What the child is told; passed as one JSON argument.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -29,6 +30,14 @@ pub struct KrunConfig {
     /// closes (set by [`spawn`] whenever there is a host sandbox).
     #[serde(default)]
     pub report_fd: Option<i32>,
+    /// The socket outside every policy the child tries to connect to once confined, which
+    /// its report carries (`measure.rs`); there whenever there is a host sandbox.
+    #[serde(default)]
+    pub outside: Option<std::path::PathBuf>,
+    /// The run dir: where the child puts together its view of the filesystem when it runs
+    /// the vsock device of a run with egress (`view.rs`).
+    #[serde(default)]
+    pub run_dir: Option<std::path::PathBuf>,
 }
 
 /// How long the libkrun child may take to confine itself and report it.
@@ -126,8 +135,10 @@ fn read_report(mut reader: std::io::PipeReader) -> Result<SelfReport, String> {
     SelfReport::decode(&line).map_err(|e| format!("its report was refused: {e}"))
 }
 
-/// The child's side, before anything else: confines itself to `config`'s host sandbox
-/// (if any), measures that and writes the report to its report pipe, which it then closes.
+/// The child's side, before anything else: enters the view of its policy's paths when it
+/// runs the vsock device of a run with egress (going on without it, and saying so, where
+/// the kernel refuses), confines itself to `config`'s host sandbox (if any), measures that
+/// and writes the report to its report pipe, which it then closes.
 pub fn confine_self(config: &KrunConfig) -> anyhow::Result<()> {
     use anyhow::Context;
     let Some(policy) = &config.host_sandbox else {
@@ -138,15 +149,46 @@ pub fn confine_self(config: &KrunConfig) -> anyhow::Result<()> {
         .context("the configuration names no report pipe")?;
     let mut pipe = std::fs::File::from(sys::inherited_fd(fd).context("the report pipe")?);
     let status = OwnStatus::open().context("opening /proc/self/status")?;
-    // Just before krun_start_enter, while this process is still single-threaded: fail-closed.
+    let outside = config
+        .outside
+        .as_deref()
+        .map(|path| {
+            sys::UnixAddress::new(path)
+                .with_context(|| format!("{} is not a Unix socket address", path.display()))
+        })
+        .transpose()?;
+    // Counted while /proc is there: the view has none.
+    let threads = crate::sandbox::thread_count();
     let role = config.vm.vsock_role(Role::KrunEnter);
-    let report =
-        crate::sandbox::confine(policy, role, &[]).context("confining the libkrun child")?;
+    let seen = if crate::view::isolated(role) {
+        let run_dir = config
+            .run_dir
+            .as_deref()
+            .context("the configuration names no run dir")?;
+        let view = View::of(policy, run_dir).and_then(|view| PreparedView::prepare(&view))?;
+        match sys::isolate(&view) {
+            Ok(()) => Seen::PolicyPaths,
+            Err(e) => {
+                crate::report::say(format_args!(
+                    "berm-vmm krun-enter: the kernel refused the view of the policy's paths ({} failed: {}); the vsock device sees the host's filesystem, and its report says so",
+                    e.step,
+                    std::io::Error::from_raw_os_error(e.errno)
+                ));
+                Seen::Host
+            }
+        }
+    } else {
+        Seen::Host
+    };
+    // Just before krun_start_enter, while this process is still single-threaded: fail-closed.
+    let report = crate::sandbox::confine_counted(policy, role, &[], threads)
+        .context("confining the libkrun child")?;
     let landlock = crate::measure::landlock_named(report.landlock.as_bytes())
         .context("the libkrun child's Landlock status")?;
-    let measured = status
+    let mut measured = status
         .measure(landlock)
         .context("measuring the libkrun child's confinement")?;
+    measured.outside = outside.map(|address| (sys::connect_errno(&address), seen));
     let mut line = [0u8; crate::measure::MAX_REPORT];
     std::io::Write::write_all(&mut pipe, measured.encode(&mut line))
         .context("writing the confinement report")?;

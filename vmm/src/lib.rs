@@ -29,6 +29,7 @@ pub mod spec;
 pub mod state;
 #[allow(unsafe_code)]
 mod sys;
+pub mod view;
 
 pub use sys::catch_stop_signals;
 pub(crate) use sys::{may_signal, parent, x32_call_in_child};

@@ -26,10 +26,12 @@
 
 use berm_vm_protocol::host::Landlock;
 
+use crate::view::Seen;
+
 /// Largest `/proc/PID/status` read (a real one is about 1.5 KiB).
 pub const MAX_STATUS: usize = 16 << 10;
-/// Largest report line a child may send.
-pub const MAX_REPORT: usize = 128;
+/// Largest report line a child may send (the longest it can write is 127 bytes).
+pub const MAX_REPORT: usize = 192;
 
 /// A process's seccomp mode, as `/proc/PID/status` gives it (`Seccomp:` 0, 1, 2).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -199,6 +201,7 @@ impl OwnStatus {
         Ok(SelfReport {
             landlock,
             status: ProcStatus::parse(&text[..len])?,
+            outside: None,
         })
     }
 }
@@ -226,8 +229,8 @@ fn fixed<'b>(buf: &'b mut [u8; MAX_REPORT], args: std::fmt::Arguments<'_>) -> &'
         buf: &mut buf[..],
         len: 0,
     };
-    // Every line fits: the longest Landlock word and four ten-digit numbers stay far under
-    // MAX_REPORT; should one not, the line is cut, and refused by its reader.
+    // Every line fits: the longest Landlock word, five ten-digit numbers and the view's word
+    // stay under MAX_REPORT; should one not, the line is cut, and refused by its reader.
     let _ = std::fmt::Write::write_fmt(&mut out, args);
     let len = out.len;
     &buf[..len]
@@ -273,39 +276,67 @@ pub fn landlock_named(name: &[u8]) -> Option<Landlock> {
 }
 
 /// What a child that runs berm's code says about itself once confined: the Landlock status
-/// it got and its own `/proc/self/status`. On the wire, one line (no newline):
-/// `confined landlock=fully_enforced no_new_privs=1 seccomp=2 seccomp_filters=1`.
+/// it got and its own `/proc/self/status`; the libkrun child (the vsock device) also what it
+/// saw of the filesystem and what its connect to a socket outside every policy gave. On the
+/// wire, one line (no newline):
+/// `confined landlock=fully_enforced no_new_privs=1 seccomp=2 seccomp_filters=1`, the
+/// libkrun child's followed by ` connect_outside=2 view=policy`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SelfReport {
     /// What `landlock_restrict_self` gave.
     pub landlock: Landlock,
     /// Its `/proc/self/status` after confining.
     pub status: ProcStatus,
+    /// The libkrun child only: the errno of its connect outside (0: connected) and its view.
+    pub outside: Option<(u32, Seen)>,
 }
 
 impl SelfReport {
     /// The line, in `buf`. Allocates nothing.
     pub fn encode<'b>(&self, buf: &'b mut [u8; MAX_REPORT]) -> &'b [u8] {
-        fixed(
-            buf,
-            format_args!(
-                "confined landlock={} no_new_privs={} seccomp={} seccomp_filters={}",
-                self.landlock.name(),
-                u8::from(self.status.no_new_privs),
-                self.status.seccomp.number(),
-                self.status.seccomp_filters
+        let (landlock, nnp) = (self.landlock.name(), u8::from(self.status.no_new_privs));
+        let (seccomp, filters) = (self.status.seccomp.number(), self.status.seccomp_filters);
+        match self.outside {
+            None => fixed(
+                buf,
+                format_args!(
+                    "confined landlock={landlock} no_new_privs={nnp} seccomp={seccomp} seccomp_filters={filters}"
+                ),
             ),
-        )
+            Some((connect, seen)) => fixed(
+                buf,
+                format_args!(
+                    "confined landlock={landlock} no_new_privs={nnp} seccomp={seccomp} seccomp_filters={filters} connect_outside={connect} view={}",
+                    seen.wire()
+                ),
+            ),
+        }
     }
 
     /// Parses a line strictly: exactly the words [`SelfReport::encode`] writes, in its
     /// order, with values it can write; anything else is refused.
     pub fn decode(line: &[u8]) -> Result<Self, Refused> {
-        let [landlock, nnp, seccomp, filters] = words(
+        const KEYS: [&[u8]; 4] = [b"landlock", b"no_new_privs", b"seccomp", b"seccomp_filters"];
+        let (words, outside) = match words(
             line,
             b"confined",
-            [b"landlock", b"no_new_privs", b"seccomp", b"seccomp_filters"],
-        )?;
+            [
+                KEYS[0],
+                KEYS[1],
+                KEYS[2],
+                KEYS[3],
+                b"connect_outside",
+                b"view",
+            ],
+        ) {
+            Ok([a, b, c, d, connect, view]) => {
+                let connect = number(connect).ok_or(Refused("connect_outside is not a number"))?;
+                let seen = Seen::of_wire(view).ok_or(Refused("view is not policy or host"))?;
+                ([a, b, c, d], Some((connect, seen)))
+            }
+            Err(_) => (words(line, b"confined", KEYS)?, None),
+        };
+        let [landlock, nnp, seccomp, filters] = words;
         let landlock = landlock_named(landlock).ok_or(Refused("an unknown Landlock status"))?;
         let no_new_privs = match nnp {
             b"0" => false,
@@ -326,22 +357,96 @@ impl SelfReport {
                 seccomp_filters,
                 no_new_privs,
             },
+            outside,
         })
+    }
+}
+
+/// A listening Unix socket outside every child's policy (in the temp dir, beside rather than
+/// in the run dir), made before the hypervisor children start: each probe, and the libkrun
+/// child itself, tries to connect to it once confined (`connect_outside`), which shows
+/// whether a connect by pathname can leave the child's policy. Removed when dropped, before
+/// berm-vmm confines itself.
+pub struct OutsideSocket {
+    path: std::path::PathBuf,
+    _listener: std::os::unix::net::UnixListener,
+    address: crate::sys::UnixAddress,
+}
+
+impl OutsideSocket {
+    /// Binds it at a fresh random name in the temp dir (or beside `run_dir`, should the temp
+    /// dir lie inside it).
+    pub fn bind(run_dir: &std::path::Path) -> std::io::Result<Self> {
+        let mut random = [0u8; 6];
+        getrandom::fill(&mut random).map_err(std::io::Error::other)?;
+        let temp = std::env::temp_dir();
+        let dir = match run_dir.parent() {
+            Some(parent) if temp.starts_with(run_dir) => parent.to_owned(),
+            _ => temp,
+        };
+        let path = dir.join(format!("berm-vmm-probe-{}.sock", hex::encode(random)));
+        let address = crate::sys::UnixAddress::new(&path).ok_or_else(|| {
+            std::io::Error::other(format!(
+                "{} is too long for a Unix socket path; set TMPDIR to a shorter directory",
+                path.display()
+            ))
+        })?;
+        let listener = std::os::unix::net::UnixListener::bind(&path)?;
+        Ok(Self {
+            path,
+            _listener: listener,
+            address,
+        })
+    }
+
+    /// Where it is.
+    pub fn path(&self) -> &std::path::Path {
+        &self.path
+    }
+
+    /// Its address, for a child that must not allocate.
+    pub(crate) fn address(&self) -> &crate::sys::UnixAddress {
+        &self.address
+    }
+}
+
+impl Drop for OutsideSocket {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
     }
 }
 
 /// The path the probe tries to read: no policy grants `/` itself.
 pub const PROBE_OUTSIDE: &std::ffi::CStr = c"/";
 
-/// What the Landlock probe of an exec'd child's policy found: the Landlock status the same
-/// ruleset got, and the errno of opening [`PROBE_OUTSIDE`] under it (0: it opened). On the
-/// wire: `probe landlock=fully_enforced read_outside=13`.
+/// What the probe of an exec'd child's confinement found: the Landlock status the same
+/// ruleset got, the errno of opening [`PROBE_OUTSIDE`] under it (0: it opened), the errno of
+/// connecting to a Unix socket outside every policy (0: it connected), and what it saw of the
+/// filesystem. On the wire:
+/// `probe landlock=fully_enforced read_outside=13 connect_outside=2 view=policy`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ProbeReport {
     /// What `landlock_restrict_self` gave the probe.
     pub landlock: Landlock,
     /// The errno of the denied read, 0 if it was allowed.
     pub read_outside: u32,
+    /// The errno of the connect to the socket outside (`socket`'s, if that was refused), 0
+    /// if it connected.
+    pub connect_outside: u32,
+    /// Whether it ran in the view of its policy's paths (`view.rs`).
+    pub seen: Seen,
+}
+
+/// An errno as the host line words an outcome: `allowed` (0), `EACCES`, `EPERM`, `ENOENT`,
+/// or `errno N`.
+pub fn outcome(errno: u32) -> String {
+    match errno as i32 {
+        0 => "allowed".into(),
+        libc::EACCES => "EACCES".into(),
+        libc::EPERM => "EPERM".into(),
+        libc::ENOENT => "ENOENT".into(),
+        _ => format!("errno {errno}"),
+    }
 }
 
 impl ProbeReport {
@@ -350,29 +455,33 @@ impl ProbeReport {
         fixed(
             buf,
             format_args!(
-                "probe landlock={} read_outside={}",
+                "probe landlock={} read_outside={} connect_outside={} view={}",
                 self.landlock.name(),
-                self.read_outside
+                self.read_outside,
+                self.connect_outside,
+                self.seen.wire()
             ),
         )
     }
 
     /// Parses a line strictly, like [`SelfReport::decode`].
     pub fn decode(line: &[u8]) -> Result<Self, Refused> {
-        let [landlock, read] = words(line, b"probe", [b"landlock", b"read_outside"])?;
+        let [landlock, read, connect, view] = words(
+            line,
+            b"probe",
+            [b"landlock", b"read_outside", b"connect_outside", b"view"],
+        )?;
         Ok(Self {
             landlock: landlock_named(landlock).ok_or(Refused("an unknown Landlock status"))?,
             read_outside: number(read).ok_or(Refused("read_outside is not a number"))?,
+            connect_outside: number(connect).ok_or(Refused("connect_outside is not a number"))?,
+            seen: Seen::of_wire(view).ok_or(Refused("view is not policy or host"))?,
         })
     }
 
-    /// The outcome as the host line words it: `EACCES`, `allowed`, or `errno N`.
+    /// The read's outcome as the host line words it ([`outcome`]).
     pub fn outcome(&self) -> String {
-        match self.read_outside {
-            0 => "allowed".into(),
-            13 => "EACCES".into(),
-            n => format!("errno {n}"),
-        }
+        outcome(self.read_outside)
     }
 
     /// The Landlock status this shows: the probe's, unless the read it must refuse was
@@ -500,6 +609,7 @@ mod tests {
                 seccomp_filters: 1,
                 no_new_privs: true,
             },
+            outside: None,
         };
         let mut buf = [0u8; MAX_REPORT];
         let line = report.encode(&mut buf);
@@ -527,6 +637,38 @@ mod tests {
             assert!(SelfReport::decode(bad.as_bytes()).is_err(), "{bad:?}");
         }
         assert!(SelfReport::decode(&[b'x'; MAX_REPORT + 1]).is_err());
+
+        // The libkrun child's, with its connect outside and its view; the longest it can be
+        // fits.
+        let krun = SelfReport {
+            landlock: Landlock::PartiallyEnforced,
+            status: ProcStatus {
+                seccomp_filters: u32::MAX,
+                ..report.status
+            },
+            outside: Some((u32::MAX, Seen::PolicyPaths)),
+        };
+        let line = krun.encode(&mut buf).to_vec();
+        assert!(line.ends_with(b" connect_outside=4294967295 view=policy"));
+        assert_eq!(SelfReport::decode(&line), Ok(krun));
+        let host = SelfReport {
+            outside: Some((0, Seen::Host)),
+            ..report
+        };
+        assert_eq!(
+            SelfReport::decode(host.encode(&mut buf)),
+            Ok(host),
+            "{:?}",
+            String::from_utf8_lossy(host.encode(&mut buf))
+        );
+        for bad in [
+            "confined landlock=fully_enforced no_new_privs=1 seccomp=2 seccomp_filters=1 connect_outside=2",
+            "confined landlock=fully_enforced no_new_privs=1 seccomp=2 seccomp_filters=1 connect_outside=2 view=all",
+            "confined landlock=fully_enforced no_new_privs=1 seccomp=2 seccomp_filters=1 connect_outside=-2 view=policy",
+            "confined landlock=fully_enforced no_new_privs=1 seccomp=2 seccomp_filters=1 view=policy connect_outside=2",
+        ] {
+            assert!(SelfReport::decode(bad.as_bytes()).is_err(), "{bad:?}");
+        }
     }
 
     #[cfg(target_os = "linux")]
@@ -535,10 +677,77 @@ mod tests {
         use crate::sandbox::{ChildSandbox, Policy, Role};
         let policy = Policy::default().for_program(std::path::Path::new("/bin/true"));
         let sandbox = ChildSandbox::prepare(&policy, Role::Qemu).unwrap();
-        let line = crate::sys::probe_child(sandbox, std::time::Duration::from_secs(5)).unwrap();
+        let outside = OutsideSocket::bind(std::path::Path::new("/nonexistent")).unwrap();
+        let line = crate::sys::probe_child(
+            sandbox,
+            None,
+            outside.address(),
+            std::time::Duration::from_secs(5),
+        )
+        .unwrap();
         let probe = ProbeReport::decode(&line).unwrap();
         assert_eq!(probe.outcome(), "EACCES", "{probe:?}");
         assert_ne!(probe.landlock(), Landlock::NotEnforced, "{probe:?}");
+        // QEMU's list has no `socket`: the connect outside never starts.
+        assert_eq!(outcome(probe.connect_outside), "EPERM", "{probe:?}");
+        assert_eq!(probe.seen, Seen::Host);
+    }
+
+    /// The vsock device of a run with egress may `connect`; in the view of its policy's
+    /// paths, a socket outside them does not exist, while one inside is still reached.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn the_egress_device_reaches_no_socket_outside_its_policy() {
+        use crate::sandbox::{ChildSandbox, Policy, Role};
+        use crate::view::{PreparedView, View};
+        let tmp = tempfile::tempdir().unwrap();
+        let run = tmp.path().join("run");
+        std::fs::create_dir(&run).unwrap();
+        let inside = std::os::unix::net::UnixListener::bind(run.join("vsock.sock_6000")).unwrap();
+        let policy = Policy {
+            read_write: vec![run.clone()],
+            ..Policy::default()
+        }
+        .for_program(std::path::Path::new("/bin/true"));
+        let role = Role::VhostDeviceVsockEgress;
+        let view = PreparedView::prepare(&View::of(&policy, &run).unwrap()).unwrap();
+        let probe = |outside: &OutsideSocket, view: Option<&PreparedView>| {
+            let sandbox = ChildSandbox::prepare(&policy, role).unwrap();
+            let line = crate::sys::probe_child(
+                sandbox,
+                view,
+                outside.address(),
+                std::time::Duration::from_secs(5),
+            )
+            .unwrap();
+            ProbeReport::decode(&line).unwrap()
+        };
+        let outside = OutsideSocket::bind(&run).unwrap();
+        assert!(!outside.path().starts_with(&run));
+        // Without the view, nothing but the view stops it: the connect goes through.
+        let bare = probe(&outside, None);
+        assert_eq!(outcome(bare.connect_outside), "allowed", "{bare:?}");
+        assert_eq!(bare.seen, Seen::Host);
+        let viewed = probe(&outside, Some(&view));
+        if viewed.seen == Seen::Host {
+            // This kernel refuses unprivileged user namespaces: the report says so, and
+            // the connect outside is not refused, which `berm attest verify` refuses.
+            eprintln!("SKIPPED: no unprivileged user namespaces here: {viewed:?}");
+            assert_eq!(outcome(viewed.connect_outside), "allowed");
+            return;
+        }
+        assert_eq!(outcome(viewed.connect_outside), "ENOENT", "{viewed:?}");
+        assert_eq!(viewed.outcome(), "EACCES", "{viewed:?}");
+        assert_ne!(viewed.landlock(), Landlock::NotEnforced, "{viewed:?}");
+        // The same probe against the dialer's socket in the run dir connects.
+        let dialer = OutsideSocket {
+            path: std::path::PathBuf::from("/nonexistent/kept"),
+            _listener: inside.try_clone().unwrap(),
+            address: crate::sys::UnixAddress::new(&run.join("vsock.sock_6000")).unwrap(),
+        };
+        let reached = probe(&dialer, Some(&view));
+        assert_eq!(outcome(reached.connect_outside), "allowed", "{reached:?}");
+        assert_eq!(reached.seen, Seen::PolicyPaths);
     }
 
     #[test]
@@ -546,10 +755,15 @@ mod tests {
         let probe = ProbeReport {
             landlock: Landlock::FullyEnforced,
             read_outside: 13,
+            connect_outside: 2,
+            seen: Seen::PolicyPaths,
         };
         let mut buf = [0u8; MAX_REPORT];
         let line = probe.encode(&mut buf);
-        assert_eq!(line, b"probe landlock=fully_enforced read_outside=13");
+        assert_eq!(
+            line,
+            b"probe landlock=fully_enforced read_outside=13 connect_outside=2 view=policy"
+        );
         assert_eq!(ProbeReport::decode(line), Ok(probe));
         assert_eq!(probe.outcome(), "EACCES");
         assert_eq!(probe.landlock(), Landlock::FullyEnforced);
@@ -559,7 +773,18 @@ mod tests {
         };
         assert_eq!(open.outcome(), "allowed");
         assert_eq!(open.landlock(), Landlock::NotEnforced);
-        assert!(ProbeReport::decode(b"probe landlock=fully_enforced read_outside=-1").is_err());
-        assert!(ProbeReport::decode(b"probe landlock=fully_enforced").is_err());
+        assert_eq!(outcome(probe.connect_outside), "ENOENT");
+        assert_eq!(outcome(1), "EPERM");
+        assert_eq!(outcome(111), "errno 111");
+        for bad in [
+            "probe landlock=fully_enforced read_outside=-1 connect_outside=2 view=policy",
+            "probe landlock=fully_enforced read_outside=13",
+            "probe landlock=fully_enforced read_outside=13 connect_outside=2",
+            "probe landlock=fully_enforced read_outside=13 connect_outside=x view=policy",
+            "probe landlock=fully_enforced read_outside=13 connect_outside=2 view=everything",
+            "probe landlock=fully_enforced",
+        ] {
+            assert!(ProbeReport::decode(bad.as_bytes()).is_err(), "{bad:?}");
+        }
     }
 }

@@ -23,11 +23,12 @@ use berm::GuestArch;
 
 use crate::connector::{Connector, Target};
 use crate::log_cap::HypervisorOutput;
-use crate::measure::{ProbeReport, ProcStatus};
+use crate::measure::{OutsideSocket, ProbeReport, ProcStatus};
 use crate::run_dir::RunDir;
 use crate::sandbox::{ChildPolicy, ChildReport, ChildSandbox, Policy, Role, SandboxError};
 use crate::spec::VmSpec;
 use crate::sys;
+use crate::view::{PreparedView, Seen, View};
 
 /// QEMU's own seccomp sandbox for itself: no obsolete syscalls, no privilege changes, no
 /// fork/exec, no scheduler or resource changes.
@@ -64,6 +65,15 @@ pub enum StartQemuError {
         /// Why.
         #[source]
         source: SandboxError,
+    },
+    /// The vsock device's view of the filesystem could not be prepared.
+    #[error("preparing the filesystem view of {program} failed")]
+    View {
+        /// The program.
+        program: PathBuf,
+        /// Why.
+        #[source]
+        source: crate::view::ViewError,
     },
     /// A child's confinement could not be measured (it is stopped: fail-closed).
     #[error("berm-vmm could not measure how {program} is confined: {reason}")]
@@ -113,6 +123,9 @@ pub struct QemuVm<'a> {
     /// berm-vmm's own host-sandbox policy, which each child gets widened just enough to run
     /// (`None`: `--no-host-sandbox`).
     pub sandbox: Option<&'a Policy>,
+    /// The socket outside every policy that each child's probe tries to connect to (there
+    /// whenever there is a sandbox).
+    pub outside: Option<&'a OutsideSocket>,
     /// Where both children's output goes (relayed into `hypervisor.log`).
     pub output: &'a HypervisorOutput,
 }
@@ -139,14 +152,18 @@ struct Confined {
 }
 
 /// Confines `command` (which runs `program`) to `policy` and `role`'s allow list, if there is
-/// a policy, and probes the ruleset: a forked probe under the same policy and role shows
-/// what Landlock enforces (`measure.rs`).
+/// a policy, and probes it first: a forked probe under the same confinement shows what
+/// Landlock enforces and where a connect to a socket outside the policy gets (`measure.rs`).
+/// A role that connects by pathname also runs in the view of its policy's paths
+/// (`view.rs`), if the probe could enter it; if the kernel refused the probe, the child runs
+/// without it and its report says so.
 fn confine(
     command: &mut Command,
     program: &Path,
     policy: Option<Policy>,
     role: Role,
     also: &str,
+    vm: &QemuVm<'_>,
 ) -> Result<Option<Confined>, StartQemuError> {
     let Some(policy) = policy else {
         return Ok(None);
@@ -157,13 +174,22 @@ fn confine(
             source,
         })
     };
-    sys::confine_child(command, prepare()?);
     let unmeasured = |reason: String| StartQemuError::Unmeasured {
         program: program.to_owned(),
         reason,
     };
-    let line = sys::probe_child(prepare()?, PROBE_WITHIN)
-        .map_err(|e| unmeasured(format!("its Landlock probe failed: {e}")))?;
+    let outside = vm
+        .outside
+        .ok_or_else(|| unmeasured("there is no socket outside its policy to probe".into()))?;
+    let view = crate::view::isolated(role)
+        .then(|| View::of(&policy, &vm.run.dir).and_then(|view| PreparedView::prepare(&view)))
+        .transpose()
+        .map_err(|source| StartQemuError::View {
+            program: program.to_owned(),
+            source,
+        })?;
+    let line = sys::probe_child(prepare()?, view.as_ref(), outside.address(), PROBE_WITHIN)
+        .map_err(|e| unmeasured(format!("its probe failed: {e}")))?;
     if line.is_empty() {
         return Err(unmeasured(
             "its Landlock probe could not apply the policy".into(),
@@ -171,6 +197,13 @@ fn confine(
     }
     let probe = ProbeReport::decode(&line)
         .map_err(|e| unmeasured(format!("its Landlock probe's report: {e}")))?;
+    // Before Landlock, which forbids changing mounts: the pre-exec steps run in order.
+    if let Some(view) = view
+        && probe.seen == Seen::PolicyPaths
+    {
+        sys::isolate_child(command, view);
+    }
+    sys::confine_child(command, prepare()?);
     Ok(Some(Confined {
         child: ChildPolicy::new(program, &policy, role, also),
         probe,
@@ -353,6 +386,7 @@ fn start_vhost(vm: &QemuVm<'_>, sandboxes: &mut Vec<ChildReport>) -> Result<Chil
         vhost_policy,
         vm.spec.vsock_role(Role::VhostDeviceVsock),
         "",
+        vm,
     )?;
     let mut vhost = command.spawn().map_err(|source| StartQemuError::Spawn {
         program: vm.vhost_device_vsock.to_owned(),
@@ -427,6 +461,7 @@ fn start_qemu(
         qemu_policy,
         Role::Qemu,
         &format!(" and -sandbox {QEMU_SANDBOX}"),
+        vm,
     )?;
     let mut qemu = command.spawn().map_err(|source| StartQemuError::Spawn {
         program: vm.qemu.to_owned(),

@@ -30,6 +30,7 @@ use crate::dialer::{self, DialerError};
 use crate::exit::ExitStatus;
 use crate::krun::{self, KrunConfig, SpawnKrunError};
 use crate::log_cap::{self, HypervisorOutput};
+use crate::measure::OutsideSocket;
 use crate::qemu::{self, QemuVm, Relays, StartQemuError};
 use crate::report;
 use crate::run_dir::{RunDir, RunDirError};
@@ -143,6 +144,9 @@ pub enum RunError {
     /// The pipe for the hypervisor's output could not be made.
     #[error("making the pipe for hypervisor.log failed")]
     HypervisorOutput(#[source] std::io::Error),
+    /// The socket the children's probes connect to could not be made.
+    #[error("making the socket outside the run dir that measures the children's connects failed")]
+    OutsideSocket(#[source] std::io::Error),
     /// Too many vCPUs.
     #[error("--cpus {0} is out of range (1 to 16, the guest kernel's NR_CPUS)")]
     Cpus(u8),
@@ -174,7 +178,7 @@ impl RunError {
             | Self::Memory(_)
             | Self::ProbeApp(_) => ExitStatus::Refused,
             Self::Detect(_) => ExitStatus::NoHypervisor,
-            Self::Qemu(_) | Self::Krun(_) | Self::HypervisorOutput(_) => {
+            Self::Qemu(_) | Self::Krun(_) | Self::HypervisorOutput(_) | Self::OutsideSocket(_) => {
                 ExitStatus::HypervisorFailed
             }
         }
@@ -607,9 +611,20 @@ fn boot(
     });
     let started = Instant::now();
     let output = HypervisorOutput::new().map_err(RunError::HypervisorOutput)?;
+    // What the children's connects by pathname are measured against; removed once they all
+    // started, while berm-vmm may still remove a file outside its run dir.
+    let outside = config
+        .host_sandbox
+        .then(|| OutsideSocket::bind(&run.dir))
+        .transpose()
+        .map_err(RunError::OutsideSocket)?;
+    let sandboxed = Sandboxed {
+        policy: &policy,
+        outside: outside.as_ref(),
+    };
     let (mut children, relays, mut child_sandboxes) = match choice.backend {
-        Backend::Krun => start_krun(config, spec, &output, &policy)?,
-        Backend::Qemu => start_qemu(config, spec, choice, detection, run, &policy, &output)?,
+        Backend::Krun => start_krun(config, spec, &output, &sandboxed, &run.dir)?,
+        Backend::Qemu => start_qemu(config, spec, choice, detection, run, &sandboxed, &output)?,
     };
     // The egress dialer, when an app may reach the network: listening and confined before
     // the guest could connect, and stopped with the hypervisor (it is berm-vmm's child).
@@ -618,6 +633,7 @@ fn boot(
         children.push(child);
         child_sandboxes.extend(report);
     }
+    drop(outside);
     // Every child holds its copy of the pipe now; berm-vmm keeps only the read end.
     let output = output.into_reader();
     // The connector is forked before berm-vmm confines itself (it must be single-threaded for
@@ -665,20 +681,31 @@ fn boot(
 /// (QEMU only) and how each child is confined.
 type Started = (Vec<Child>, Option<Relays>, Vec<sandbox::ChildReport>);
 
+/// berm-vmm's host-sandbox policy, which each hypervisor child gets widened just enough to
+/// run, and the socket outside it their connects are measured against (`None` without a
+/// host sandbox).
+struct Sandboxed<'a> {
+    policy: &'a sandbox::Policy,
+    outside: Option<&'a OutsideSocket>,
+}
+
 /// The libkrun child: berm-vmm itself, re-executed, confined to `policy` plus `/dev/kvm`.
 fn start_krun(
     config: &RunConfig,
     spec: &VmSpec,
     output: &HypervisorOutput,
-    policy: &sandbox::Policy,
+    sandboxed: &Sandboxed<'_>,
+    run_dir: &Path,
 ) -> Result<Started, RunError> {
     let krun_config = KrunConfig {
         vm: spec.clone(),
         host_sandbox: config.host_sandbox.then(|| sandbox::Policy {
             devices: vec![PathBuf::from("/dev/kvm")],
-            ..policy.clone()
+            ..sandboxed.policy.clone()
         }),
         report_fd: None,
+        outside: sandboxed.outside.map(|o| o.path().to_owned()),
+        run_dir: Some(run_dir.to_owned()),
     };
     let (child, report) = krun::spawn(&krun_config, output)?;
     Ok((vec![child], None, report.into_iter().collect()))
@@ -691,7 +718,7 @@ fn start_qemu(
     choice: &Choice,
     detection: &Detection,
     run: &RunDir,
-    policy: &sandbox::Policy,
+    sandboxed: &Sandboxed<'_>,
     output: &HypervisorOutput,
 ) -> Result<Started, RunError> {
     // Cannot be None: choose() returned Qemu only with both programs present.
@@ -709,7 +736,8 @@ fn start_qemu(
         accel: choice.accel.unwrap_or("tcg"),
         run,
         connect_timeout: config.boot_timeout,
-        sandbox: config.host_sandbox.then_some(policy),
+        sandbox: config.host_sandbox.then_some(sandboxed.policy),
+        outside: sandboxed.outside,
         output,
     };
     let children = qemu::start(&vm)?;

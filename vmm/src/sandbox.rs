@@ -112,6 +112,16 @@ pub struct ChildReport {
     /// refused it).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub read_outside: Option<String>,
+    /// What a connect to a Unix socket outside every policy gave under the same confinement
+    /// (`ENOENT` in the view of its policy's paths, `EPERM` where seccomp has no `connect`,
+    /// `allowed` where nothing stops it): measured for the hypervisor children (the probe of
+    /// QEMU's and vhost-device-vsock's, krun-enter's own), not for berm-vmm's helpers.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub connect_outside: Option<String>,
+    /// What it saw of the filesystem (`view.rs`): `policy_paths` (only the paths its policy
+    /// grants) or `host`; for the same children.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub view: Option<&'static str>,
 }
 
 /// A child's identity and policy, before its confinement is measured.
@@ -153,6 +163,10 @@ impl ChildPolicy {
             policy_sha256: self.policy_sha256,
             measured_by: "self_report",
             read_outside: None,
+            connect_outside: report
+                .outside
+                .map(|(errno, _)| crate::measure::outcome(errno)),
+            view: report.outside.map(|(_, seen)| seen.name()),
         }
     }
 
@@ -176,6 +190,8 @@ impl ChildPolicy {
             policy_sha256: self.policy_sha256,
             measured_by: "proc_status+probe",
             read_outside: Some(probe.outcome()),
+            connect_outside: Some(crate::measure::outcome(probe.connect_outside)),
+            view: Some(probe.seen.name()),
         }
     }
 }
@@ -198,7 +214,7 @@ impl ChildSandbox {
         #[cfg(target_os = "linux")]
         {
             Ok(Self {
-                ruleset: Some(linux::ruleset(policy, linux::CHILD_SCOPES)?),
+                ruleset: Some(linux::ruleset(policy, role, linux::CHILD_SCOPES)?),
                 role,
                 filter: role
                     .filter()
@@ -369,13 +385,24 @@ pub fn thread_count() -> Option<usize> {
 /// allow list, fail-closed. `children` are the only processes it may signal (berm-vmm's
 /// hypervisor children; none for the libkrun child).
 pub fn confine(policy: &Policy, role: Role, children: &[u32]) -> Result<Report, SandboxError> {
+    confine_counted(policy, role, children, thread_count())
+}
+
+/// [`confine`], with the process's thread count taken beforehand (by a process that has since
+/// entered a view without `/proc`: the libkrun child, which makes no thread in between).
+pub fn confine_counted(
+    policy: &Policy,
+    role: Role,
+    children: &[u32],
+    threads: Option<usize>,
+) -> Result<Report, SandboxError> {
     #[cfg(target_os = "linux")]
     {
-        linux::confine(policy, role, children)
+        linux::confine(policy, role, children, threads)
     }
     #[cfg(not(target_os = "linux"))]
     {
-        let _ = (policy, role, children);
+        let _ = (policy, role, children, threads);
         Err(SandboxError::Unsupported)
     }
 }
@@ -418,11 +445,24 @@ mod linux {
         Ok(PathBeneath::new(fd, access))
     }
 
-    /// The Landlock ruleset for `policy`, created but not yet applied.
+    /// The Landlock ruleset for `policy` under `role`, created but not yet applied.
+    ///
+    /// A role that connects by pathname (the egress vsock device, `view.rs`) also gets
+    /// Landlock's own rule for it where the kernel has one (ABI 9, Linux 7.1:
+    /// `LANDLOCK_ACCESS_FS_RESOLVE_UNIX`): connecting only to sockets beneath its read-write
+    /// paths (the run dir). It is asked for only on such a kernel, since an older one would
+    /// leave the ruleset `partially_enforced`; there the view alone holds the rule.
     pub(super) fn ruleset(
         policy: &Policy,
+        role: Role,
         scopes: &[Scope],
     ) -> Result<landlock::RulesetCreated, SandboxError> {
+        let resolve_unix = crate::view::isolated(role) && crate::sys::landlock_abi() >= 9;
+        let resolve = if resolve_unix {
+            BitFlags::from(AccessFs::ResolveUnix)
+        } else {
+            BitFlags::empty()
+        };
         let read = AccessFs::ReadFile | AccessFs::ReadDir;
         let read_write = AccessFs::from_all(HANDLED) & !AccessFs::Execute;
         let device = AccessFs::ReadFile | AccessFs::WriteFile | AccessFs::IoctlDev;
@@ -435,7 +475,7 @@ mod linux {
             .handle_access(AccessFs::from_all(ABI::V1))
             .map_err(|e| landlock_error(&e))?
             .set_compatibility(CompatLevel::BestEffort)
-            .handle_access(AccessFs::from_all(HANDLED))
+            .handle_access(AccessFs::from_all(HANDLED) | resolve)
             .map_err(|e| SandboxError::Ruleset(boxed(e)))?
             .handle_access(if policy.connect_tcp {
                 BitFlags::from(AccessNet::BindTcp)
@@ -450,7 +490,7 @@ mod linux {
             .map_err(|e| SandboxError::Ruleset(boxed(e)))?;
         for (paths, access) in [
             (&policy.read, read),
-            (&policy.read_write, read_write),
+            (&policy.read_write, read_write | resolve),
             (&policy.devices, device),
             (&policy.execute, read | AccessFs::Execute),
         ] {
@@ -467,8 +507,9 @@ mod linux {
         policy: &Policy,
         role: Role,
         children: &[u32],
+        threads: Option<usize>,
     ) -> Result<Report, SandboxError> {
-        match thread_count() {
+        match threads {
             Some(1) => {}
             Some(n) => return Err(SandboxError::Threaded(n)),
             None => return Err(SandboxError::Threaded(0)),
@@ -478,7 +519,7 @@ mod linux {
         } else {
             CHILD_SCOPES
         };
-        let status = ruleset(policy, scopes)?
+        let status = ruleset(policy, role, scopes)?
             .restrict_self()
             .map_err(|e| SandboxError::Ruleset(boxed(e)))?;
         let abi = match status.landlock {

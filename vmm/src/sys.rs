@@ -156,6 +156,254 @@ pub fn confine_child(command: &mut Command, mut sandbox: crate::sandbox::ChildSa
     }
 }
 
+/// The kernel's Landlock ABI version (0 without Landlock), as
+/// `landlock_create_ruleset(NULL, 0, LANDLOCK_CREATE_RULESET_VERSION)` gives it.
+#[cfg(target_os = "linux")]
+pub fn landlock_abi() -> u32 {
+    const LANDLOCK_CREATE_RULESET_VERSION: libc::c_long = 1;
+    // SAFETY: with a null attribute and size 0, this flag only asks the kernel's ABI
+    // version; no memory is read or written.
+    let abi = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<libc::c_void>(),
+            0usize,
+            LANDLOCK_CREATE_RULESET_VERSION,
+        )
+    };
+    u32::try_from(abi).unwrap_or(0)
+}
+
+/// This process's real uid and gid.
+pub fn ids() -> (u32, u32) {
+    // SAFETY: getuid(2) and getgid(2) take no arguments and always succeed.
+    unsafe { (libc::getuid(), libc::getgid()) }
+}
+
+/// The step of [`isolate`] that failed, and its errno.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IsolateError {
+    /// The step (`unshare`, `uid_map`, `mount tmpfs`, …).
+    pub step: &'static str,
+    /// Its errno.
+    pub errno: i32,
+}
+
+impl From<IsolateError> for io::Error {
+    fn from(e: IsolateError) -> Self {
+        io::Error::from_raw_os_error(e.errno)
+    }
+}
+
+/// Writes `text` to the file `path` (a `/proc/self` map), allocating nothing.
+#[cfg(target_os = "linux")]
+fn write_proc(path: &std::ffi::CStr, text: &[u8], step: &'static str) -> Result<(), IsolateError> {
+    let fail = || IsolateError {
+        step,
+        errno: io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EIO),
+    };
+    // SAFETY: open(2) of a constant NUL-terminated path; write(2) from `text`, alive for
+    // the call; the descriptor is closed once.
+    unsafe {
+        let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+        if fd < 0 {
+            return Err(fail());
+        }
+        let written = libc::write(fd, text.as_ptr().cast(), text.len());
+        let result = if written == text.len() as isize {
+            Ok(())
+        } else {
+            Err(fail())
+        };
+        libc::close(fd);
+        result
+    }
+}
+
+/// Puts the calling process (single-threaded: a forked child, or krun-enter before it
+/// confines itself) into `view` (see `view.rs`): a user namespace mapping this user to itself
+/// and a mount namespace whose root is a tmpfs holding only the view's bind mounts. Must run
+/// before Landlock, which forbids changing mounts. Allocates nothing.
+#[cfg(target_os = "linux")]
+pub fn isolate(view: &crate::view::PreparedView) -> Result<(), IsolateError> {
+    let check = |ret: libc::c_long, step: &'static str| {
+        if ret < 0 {
+            Err(IsolateError {
+                step,
+                errno: io::Error::last_os_error()
+                    .raw_os_error()
+                    .unwrap_or(libc::EIO),
+            })
+        } else {
+            Ok(())
+        }
+    };
+    // SAFETY: unshare(2) with integer flags; it touches no memory of this process.
+    let unshared = unsafe { libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS) };
+    check(unshared.into(), "unshare")?;
+    write_proc(c"/proc/self/setgroups", b"deny", "setgroups")?;
+    write_proc(c"/proc/self/uid_map", view.uid_map.as_bytes(), "uid_map")?;
+    write_proc(c"/proc/self/gid_map", view.gid_map.as_bytes(), "gid_map")?;
+    let null = std::ptr::null::<libc::c_char>();
+    // SAFETY: mount(2), mkdir(2), open(2), chdir(2), pivot_root(2) and umount2(2) with
+    // NUL-terminated strings the view owns (alive for each call), constant strings, null
+    // pointers where mount(2) documents them as unused, and integer flags.
+    unsafe {
+        // Nothing done here propagates back to the host's mounts.
+        check(
+            libc::mount(
+                null,
+                c"/".as_ptr(),
+                null,
+                libc::MS_REC | libc::MS_PRIVATE,
+                null.cast(),
+            )
+            .into(),
+            "make mounts private",
+        )?;
+        // Each source opened now, in this namespace (a bind's source must be one of its
+        // mounts), and before the tmpfs hides the stage, which is one of them.
+        let mut sources = [-1; crate::view::MAX_MOUNTS];
+        for ((source, ..), slot) in view.binds.iter().zip(sources.iter_mut()) {
+            *slot = libc::open(source.as_ptr(), libc::O_PATH | libc::O_CLOEXEC);
+            check((*slot).into(), "open a source")?;
+        }
+        check(
+            libc::mount(
+                c"tmpfs".as_ptr(),
+                view.stage.as_ptr(),
+                c"tmpfs".as_ptr(),
+                libc::MS_NOSUID | libc::MS_NODEV,
+                c"mode=0755,size=64k".as_ptr().cast(),
+            )
+            .into(),
+            "mount tmpfs",
+        )?;
+        for dir in &view.dirs {
+            if libc::mkdir(dir.as_ptr(), 0o755) < 0 && *libc::__errno_location() != libc::EEXIST {
+                check(-1, "mkdir")?;
+            }
+        }
+        for ((_, target, dir), &fd) in view.binds.iter().zip(&sources) {
+            if !dir {
+                let fd = libc::open(
+                    target.as_ptr(),
+                    libc::O_WRONLY | libc::O_CREAT | libc::O_CLOEXEC,
+                    0o600,
+                );
+                check(fd.into(), "create a file mount point")?;
+                libc::close(fd);
+            }
+            let mut source = [0 as libc::c_char; 108];
+            connector::proc_fd_path(fd, &mut source);
+            check(
+                libc::mount(
+                    source.as_ptr(),
+                    target.as_ptr(),
+                    null,
+                    // Not recursive: the stage is one of the sources (or beneath one), and
+                    // the tmpfs now on it must not come along into the view.
+                    libc::MS_BIND,
+                    null.cast(),
+                )
+                .into(),
+                "bind mount",
+            )?;
+        }
+        check(libc::chdir(view.stage.as_ptr()).into(), "chdir to the view")?;
+        check(
+            libc::syscall(libc::SYS_pivot_root, c".".as_ptr(), c".".as_ptr()),
+            "pivot_root",
+        )?;
+        check(
+            libc::umount2(c".".as_ptr(), libc::MNT_DETACH).into(),
+            "detach the old root",
+        )?;
+        if libc::chdir(view.cwd.as_ptr()) < 0 {
+            check(libc::chdir(c"/".as_ptr()).into(), "chdir")?;
+        }
+        for &fd in sources.iter().take(view.binds.len()) {
+            libc::close(fd);
+        }
+    }
+    Ok(())
+}
+
+/// No namespaces on this OS (nor a host sandbox).
+#[cfg(not(target_os = "linux"))]
+pub fn isolate(_view: &crate::view::PreparedView) -> Result<(), IsolateError> {
+    Err(IsolateError {
+        step: "unshare",
+        errno: libc::ENOSYS,
+    })
+}
+
+/// Makes the child enter `view` between fork and exec, before anything else confines it; a
+/// child that cannot is never executed (the spawn fails with the errno).
+pub fn isolate_child(command: &mut Command, view: crate::view::PreparedView) {
+    // SAFETY: the closure runs in the child between fork and exec and calls only
+    // async-signal-safe system calls on data prepared in the parent ([`isolate`] allocates
+    // nothing); berm-vmm spawns its children while single-threaded, so no lock is held.
+    unsafe {
+        command.pre_exec(move || isolate(&view).map_err(io::Error::from));
+    }
+}
+
+/// A pathname Unix socket address, built in the parent so a child can connect to it without
+/// allocating.
+pub struct UnixAddress {
+    addr: libc::sockaddr_un,
+    len: libc::socklen_t,
+}
+
+impl UnixAddress {
+    /// The address of `path`; `None` if it does not fit `sun_path`.
+    pub fn new(path: &Path) -> Option<Self> {
+        let bytes = path.as_os_str().as_encoded_bytes();
+        let mut addr = libc::sockaddr_un {
+            sun_family: libc::AF_UNIX as libc::sa_family_t,
+            sun_path: [0; 108],
+        };
+        if bytes.is_empty() || bytes.len() >= addr.sun_path.len() || bytes.contains(&0) {
+            return None;
+        }
+        for (slot, &b) in addr.sun_path.iter_mut().zip(bytes) {
+            *slot = b as libc::c_char;
+        }
+        let len = (std::mem::size_of::<libc::sa_family_t>() + bytes.len() + 1) as libc::socklen_t;
+        Some(Self { addr, len })
+    }
+}
+
+/// Tries to connect a new stream socket to `address`: 0 if it connected (the connection is
+/// closed at once), else the errno of the first call refused (`socket` or `connect`).
+/// Allocates nothing.
+pub fn connect_errno(address: &UnixAddress) -> u32 {
+    let errno = || {
+        io::Error::last_os_error()
+            .raw_os_error()
+            .map_or(u32::MAX, |e| e as u32)
+    };
+    // SAFETY: socket(2) with integer arguments; connect(2) with a sockaddr_un whose length
+    // was computed for it; the socket is closed once.
+    unsafe {
+        let socket = libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+        if socket < 0 {
+            return errno();
+        }
+        let ret = libc::connect(
+            socket,
+            std::ptr::from_ref(&address.addr).cast::<libc::sockaddr>(),
+            address.len,
+        );
+        let result = if ret == 0 { 0 } else { errno() };
+        libc::close(socket);
+        result
+    }
+}
+
 /// The offset of the first data byte at or after `offset`, or `None` when the rest of the
 /// file is a hole (SEEK_DATA; ENXIO means no more data).
 pub fn next_data(file: &File, offset: u64) -> io::Result<Option<u64>> {
@@ -529,7 +777,7 @@ pub mod connector {
 
     /// Writes `/proc/self/fd/<fd>` into `path` (NUL-terminated, zeroed before), returning its
     /// length without the NUL. No allocation.
-    fn proc_fd_path(fd: i32, path: &mut [libc::c_char; 108]) -> usize {
+    pub(crate) fn proc_fd_path(fd: i32, path: &mut [libc::c_char; 108]) -> usize {
         let prefix = b"/proc/self/fd/";
         let mut digits = [0u8; 10];
         let mut n = fd.unsigned_abs();
@@ -684,8 +932,10 @@ pub mod connector {
     }
 }
 
-/// Forks a probe of `sandbox`: the child applies it (the ruleset and role filter an exec'd
-/// child gets), tries to open [`crate::measure::PROBE_OUTSIDE`], writes a
+/// Forks a probe of `sandbox`: the child enters `view` if there is one (going on without it
+/// if the kernel refuses, as the real child then does), applies the sandbox (the ruleset and
+/// role filter an exec'd child gets), tries to open [`crate::measure::PROBE_OUTSIDE`] and to
+/// connect to the socket at `outside` (one outside every policy), writes a
 /// [`crate::measure::ProbeReport`] line to a pipe and exits. Returns the line's bytes
 /// (parsed by the caller), read within `timeout`; empty if the probe could not apply the
 /// sandbox. The caller must be single-threaded (berm-vmm starts its hypervisor children
@@ -693,6 +943,8 @@ pub mod connector {
 #[cfg(target_os = "linux")]
 pub fn probe_child(
     mut sandbox: crate::sandbox::ChildSandbox,
+    view: Option<&crate::view::PreparedView>,
+    outside: &UnixAddress,
     timeout: std::time::Duration,
 ) -> io::Result<Vec<u8>> {
     use std::io::Read;
@@ -706,6 +958,10 @@ pub fn probe_child(
     }
     if pid == 0 {
         let mut line = [0u8; crate::measure::MAX_REPORT];
+        let seen = match view.map(isolate) {
+            Some(Ok(())) => crate::view::Seen::PolicyPaths,
+            _ => crate::view::Seen::Host,
+        };
         let line: &[u8] = match sandbox.apply() {
             Ok(landlock) => {
                 // SAFETY: open(2) of a constant NUL-terminated path; the descriptor, if
@@ -728,6 +984,8 @@ pub fn probe_child(
                 crate::measure::ProbeReport {
                     landlock,
                     read_outside,
+                    connect_outside: connect_errno(outside),
+                    seen,
                 }
                 .encode(&mut line)
             }
@@ -775,6 +1033,8 @@ pub fn probe_child(
 #[cfg(not(target_os = "linux"))]
 pub fn probe_child(
     _sandbox: crate::sandbox::ChildSandbox,
+    _view: Option<&crate::view::PreparedView>,
+    _outside: &UnixAddress,
     _timeout: std::time::Duration,
 ) -> io::Result<Vec<u8>> {
     Err(io::Error::other("no host sandbox on this OS"))
@@ -811,4 +1071,87 @@ pub fn wait_readable(fd: &impl AsRawFd, timeout: std::time::Duration) -> io::Res
         return Err(io::Error::last_os_error());
     }
     Ok(ready > 0)
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use std::io::Read;
+    use std::os::fd::AsRawFd;
+
+    use crate::krun::KrunConfig;
+    use crate::measure::{OutsideSocket, SelfReport, outcome};
+    use crate::sandbox::Policy;
+    use crate::spec::{KernelFormat, VmSpec};
+    use crate::view::Seen;
+
+    /// krun-enter's confinement step, the one the libkrun child runs before
+    /// `krun_start_enter` (libkrun cannot run a guest on this machine, so the step is run
+    /// alone, in a forked child): in a run with egress it enters the view of its policy's
+    /// paths, confines itself under `krun-enter-egress`, and reports a connect outside that
+    /// finds nothing.
+    #[test]
+    fn the_libkrun_child_of_an_egress_run_confines_itself_into_its_view() {
+        let tmp = tempfile::tempdir().unwrap();
+        let run = tmp.path().join("run");
+        std::fs::create_dir(&run).unwrap();
+        let kernel = tmp.path().join("vmlinux");
+        std::fs::write(&kernel, b"not a kernel").unwrap();
+        let outside = OutsideSocket::bind(&run).unwrap();
+        let (mut reader, writer) = std::io::pipe().unwrap();
+        let config = KrunConfig {
+            vm: VmSpec {
+                cpus: 1,
+                memory_mib: 64,
+                kernel: kernel.clone(),
+                kernel_format: KernelFormat::Elf,
+                cmdline: String::new(),
+                rootfs: kernel.clone(),
+                state: None,
+                disks: Vec::new(),
+                ports: Vec::new(),
+                egress: vec![(6000, run.join("vsock.sock_6000"))],
+                console: run.join("console.log"),
+            },
+            host_sandbox: Some(Policy {
+                read: vec![kernel.clone()],
+                read_write: vec![run.clone()],
+                devices: vec!["/dev/null".into()],
+                ..Policy::default()
+            }),
+            report_fd: Some(writer.as_raw_fd()),
+            outside: Some(outside.path().to_owned()),
+            run_dir: Some(run.clone()),
+        };
+        // SAFETY: the child runs the confinement step (which allocates, as krun-enter does
+        // after its exec: the forking thread is the only one in the child, and no other
+        // thread of this test process holds the allocator's lock across a fork, which
+        // glibc's fork handler makes safe) and then _exits without unwinding.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            let ok = crate::krun::confine_self(&config).is_ok()
+                && config.vm.kernel.exists()
+                && !std::path::Path::new("/etc/passwd").exists();
+            // SAFETY: ends the child without running the parent's destructors.
+            unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+        }
+        drop(writer);
+        let mut line = Vec::new();
+        reader.read_to_end(&mut line).unwrap();
+        let mut status = 0;
+        // SAFETY: reaps the child just forked.
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "{status:#x} {:?}",
+            String::from_utf8_lossy(&line)
+        );
+        let report = SelfReport::decode(&line).unwrap();
+        assert_eq!(report.landlock.name(), "fully_enforced", "{report:?}");
+        assert!(report.status.no_new_privs);
+        let (connect, seen) = report.outside.unwrap();
+        assert_eq!(
+            (outcome(connect).as_str(), seen),
+            ("ENOENT", Seen::PolicyPaths)
+        );
+    }
 }

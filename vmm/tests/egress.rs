@@ -66,16 +66,41 @@ fn fetch_through_the_dialer(arch: GuestArch) {
     assert_eq!(dialer["landlock"], "fully_enforced", "{dialer}");
     assert_eq!(dialer["no_new_privs"], true, "{dialer}");
     assert_eq!(dialer["seccomp_mode"], "filter", "{dialer}");
-    // The vsock device may connect (to the dialer) only in a run like this one.
-    assert!(
-        sandbox["children"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|c| c["seccomp"] == "allow_list vhost-device-vsock-egress"
-                || c["seccomp"] == "allow_list krun-enter-egress"),
-        "{sandbox}"
-    );
+    // The vsock device may connect (to the dialer) only in a run like this one, and only in
+    // the view of its policy's paths: its probe's connect to a socket outside the run dir
+    // (one berm-vmm bound in the temp dir) finds nothing there.
+    let device = sandbox["children"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| {
+            c["seccomp"] == "allow_list vhost-device-vsock-egress"
+                || c["seccomp"] == "allow_list krun-enter-egress"
+        })
+        .unwrap_or_else(|| panic!("no egress vsock device: {sandbox}"));
+    eprintln!("egress vsock device: {device}");
+    assert_eq!(device["view"], "policy_paths", "{device}");
+    assert_eq!(device["connect_outside"], "ENOENT", "{device}");
+    assert_eq!(device["landlock"], "fully_enforced", "{device}");
+    if device["measured_by"] == "proc_status+probe" {
+        assert_eq!(device["read_outside"], "EACCES", "{device}");
+    }
+    // The device itself (not only its probe) runs in a mount namespace of its own, whose
+    // root holds the run dir, with the dialer's socket, and not the user's files.
+    let pid = device["pid"].as_u64().unwrap();
+    let namespace = |pid: &str| std::fs::read_link(format!("/proc/{pid}/ns/mnt")).unwrap();
+    assert_ne!(namespace(&pid.to_string()), namespace("self"));
+    let root = PathBuf::from(format!("/proc/{pid}/root"));
+    let seen_by_device = |path: &Path| root.join(path.strip_prefix("/").unwrap());
+    assert!(seen_by_device(&socket).exists(), "{socket:?}");
+    assert!(!seen_by_device(Path::new("/etc/passwd")).exists());
+    // QEMU's list has no connect at all.
+    for child in sandbox["children"].as_array().unwrap() {
+        if child["role"] == "qemu" {
+            assert_eq!(child["connect_outside"], "EPERM", "{child}");
+            assert_eq!(child["view"], "host", "{child}");
+        }
+    }
 
     // The granted port answers with the page, fetched by the host dialer.
     let mut mcp = Mcp::connect(&vmm.run_dir.join("rpc-0.sock"));
@@ -128,6 +153,20 @@ fn fetch_through_the_dialer(arch: GuestArch) {
     assert_eq!(other.connections(), 0, "the other server was reached");
 
     vmm.shut_down();
+    // The record keeps what was measured, and verifies: the device ran in its view.
+    let record = berm_attest::Record::from_run_dir(&vmm.run_dir)
+        .unwrap()
+        .to_value();
+    let kept = record["hostSandbox"]["children"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["role"] == device["role"])
+        .unwrap();
+    assert_eq!(kept["view"], "policy_paths", "{kept}");
+    assert_eq!(kept["connectOutside"], "ENOENT", "{kept}");
+    let verdict = berm_attest::verify(&record, &berm_attest::Pins::compiled_in().unwrap());
+    assert!(verdict.ok, "{:#?}", verdict.problems);
 }
 
 /// The guest trying on its own, under an app's confinement with net grants (the enforcement
