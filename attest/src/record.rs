@@ -6,7 +6,9 @@
 
 use std::path::{Path, PathBuf};
 
-use berm_vm_protocol::host::{AppMeasurement, ExitLine, HostSandboxLine, HypervisorLine, MeasurementsLine};
+use berm_vm_protocol::host::{
+    AppMeasurement, ExitLine, HostSandboxLine, HypervisorLine, MeasurementsLine,
+};
 use berm_vm_protocol::{Event, GuestLine, HostEvent, VmmLine, VmmLineError};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;

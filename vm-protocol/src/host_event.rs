@@ -285,6 +285,9 @@ pub struct RecordUnsignedLine {
 }
 
 /// One line of berm-vmm's stderr or `vmm.jsonl`.
+// A line is parsed, matched and dropped one at a time: boxing the larger variant would only
+// add an allocation per line.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum VmmLine {
     /// berm-vmm's own (`"source":"berm-vmm"`).

@@ -209,7 +209,7 @@ pub fn run(config: &RunConfig) -> Result<Outcome, RunError> {
         config, memory_mib, &artifacts, &guest, &prepared, &detection, &choice,
     );
     let spec = VmSpec {
-        cpus: config.cpus.into(),
+        cpus: config.cpus,
         memory_mib,
         kernel: artifacts.kernel.path.clone(),
         kernel_format: spec::KernelFormat::of(&artifacts.kernel_pins),
