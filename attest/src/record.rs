@@ -7,17 +7,22 @@
 use std::path::{Path, PathBuf};
 
 use berm_vm_protocol::host::{
-    AppMeasurement, ExitLine, GUEST_SOURCE, GreetedLine, HOST_SOURCE, HostSandboxLine,
-    HypervisorLine, MeasurementsLine,
+    AppMeasurement, ExitLine, HostSandboxLine, HypervisorLine, MeasurementsLine,
 };
-use berm_vm_protocol::{Event, GuestLine, Service};
+use berm_vm_protocol::{Event, GuestLine, HostEvent, VmmLine, VmmLineError};
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use crate::canonical::record_sha256;
 
-/// The record format this crate writes and verifies.
-pub const FORMAT: &str = "berm-attest/1";
+/// The record format this crate writes and verifies. Version 2 added each hypervisor
+/// child's `connectOutside` and `view`, which `verify` requires of it.
+pub const FORMAT: &str = "berm-attest/2";
+
+/// The format before [`FORMAT`], still verified: its records predate the measurement of the
+/// hypervisor children's connect outside their policy, which is therefore not required of
+/// them (and the rest is checked as for version 2).
+pub const FORMAT_V1: &str = "berm-attest/1";
 
 /// The run file berm-vmm writes (vmm/src/report.rs).
 const RUN_RECORD: &str = "vmm.jsonl";
@@ -254,37 +259,16 @@ pub struct HostChild {
     pub view: Option<String>,
 }
 
-/// A child in the `host_sandbox` line, as berm-vmm writes it (vmm/src/sandbox.rs,
-/// `ChildReport`): the fields the record keeps, each required.
-#[derive(Deserialize)]
-struct ChildLine {
-    program: String,
-    role: String,
-    landlock: String,
-    no_new_privs: bool,
-    seccomp: String,
-    seccomp_mode: String,
-    seccomp_filters: u64,
-    policy_sha256: String,
-    measured_by: String,
-    #[serde(default)]
-    read_outside: Option<String>,
-    #[serde(default)]
-    connect_outside: Option<String>,
-    #[serde(default)]
-    view: Option<String>,
-}
-
-impl From<ChildLine> for HostChild {
-    fn from(c: ChildLine) -> Self {
+impl From<berm_vm_protocol::host::HostChild> for HostChild {
+    fn from(c: berm_vm_protocol::host::HostChild) -> Self {
         HostChild {
             program: c.program,
             role: c.role,
-            landlock: c.landlock,
+            landlock: c.landlock.name().into(),
             no_new_privs: c.no_new_privs,
             seccomp: c.seccomp,
             seccomp_mode: c.seccomp_mode,
-            seccomp_filters: c.seccomp_filters,
+            seccomp_filters: c.seccomp_filters.into(),
             policy_sha256: c.policy_sha256,
             measured_by: c.measured_by,
             read_outside: c.read_outside,
@@ -518,11 +502,7 @@ impl Record {
         let mut lines = Lines::default();
         let mut malformed = None;
         for (i, line) in text.lines().enumerate() {
-            // A run killed mid-write can leave a torn last line; it carries nothing usable.
-            let Ok(Value::Object(object)) = serde_json::from_str::<Value>(line) else {
-                continue;
-            };
-            if let Err((event, problem)) = lines.keep(object) {
+            if let Err((event, problem)) = lines.keep(line) {
                 malformed.get_or_insert(BuildError::Malformed {
                     path: path.to_owned(),
                     line: i + 1,
@@ -584,11 +564,7 @@ impl Record {
                 allowed: h.allowed,
                 policy_sha256: h.policy_sha256,
                 reason: h.reason,
-                children: lines
-                    .host_children
-                    .into_iter()
-                    .map(HostChild::from)
-                    .collect(),
+                children: h.children.into_iter().map(HostChild::from).collect(),
             }),
             guest: Guest {
                 boot_id,
@@ -624,70 +600,57 @@ struct Lines {
     measurements: Option<MeasurementsLine>,
     hypervisor: Option<HypervisorLine>,
     host_sandbox: Option<HostSandboxLine>,
-    host_children: Vec<ChildLine>,
     greeted_boot_id: Option<String>,
     exit: Option<ExitLine>,
     events: Vec<GuestEvent>,
 }
 
 impl Lines {
-    /// Keeps what `object` contributes; lines of other kinds are passed over. On a line of a
-    /// kept kind that does not parse: the event's name and what is wrong with it.
-    fn keep(&mut self, mut object: Map<String, Value>) -> Result<(), (String, String)> {
-        let source = object.remove("source");
-        let event = match object.get("event") {
-            Some(Value::String(event)) => event.clone(),
-            _ => return Ok(()),
-        };
-        let malformed = |e: String| (event.clone(), e);
-        match source.as_ref().and_then(Value::as_str) {
-            Some(HOST_SOURCE) => {
-                object.remove("event");
-                let fields = Value::Object(object);
-                match event.as_str() {
-                    "measurements" => {
-                        self.saw_measurements = true;
-                        self.measurements = Some(parse(fields).map_err(malformed)?);
-                    }
-                    "hypervisor" => self.hypervisor = Some(parse(fields).map_err(malformed)?),
-                    "host_sandbox" => {
-                        // The children are berm-vmm's own addition to the line's shared
-                        // type; a line without them (an older berm-vmm) measured none.
-                        self.host_children = match fields.get("children") {
-                            None | Some(Value::Null) => Vec::new(),
-                            Some(children) => parse(children.clone())
-                                .map_err(|e| malformed(format!("children: {e}")))?,
-                        };
-                        self.host_sandbox = Some(parse(fields).map_err(malformed)?);
-                    }
-                    "guest_greeted" => {
-                        let greeted: GreetedLine = parse(fields).map_err(malformed)?;
-                        self.greeted_boot_id = Some(greeted.boot_id);
-                    }
-                    "exit" => self.exit = Some(parse(fields).map_err(malformed)?),
-                    _ => {}
+    /// Keeps what `line` contributes; lines of other kinds (berm-vmm's words for a person, a
+    /// torn last line, events a later berm-vmm adds) are passed over. On a line of a kept kind
+    /// that does not parse: the event's name and what is wrong with it.
+    fn keep(&mut self, line: &str) -> Result<(), (String, String)> {
+        match VmmLine::parse(line) {
+            Ok(VmmLine::Host(event)) => match event {
+                HostEvent::Measurements(m) => {
+                    self.saw_measurements = true;
+                    self.measurements = Some(m);
                 }
-            }
-            Some(GUEST_SOURCE) => {
-                // berm-vmm relays exactly the line it parsed; parse it again the same way.
-                let text = Value::Object(object).to_string();
-                let line = GuestLine::parse(Service::Control, text.as_bytes())
-                    .or_else(|_| GuestLine::parse(Service::Logs, text.as_bytes()))
-                    .map_err(|e| malformed(e.to_string()))?;
+                HostEvent::Hypervisor(h) => self.hypervisor = Some(h),
+                HostEvent::HostSandbox(h) => self.host_sandbox = Some(h),
+                HostEvent::GuestGreeted(g) => self.greeted_boot_id = Some(g.boot_id),
+                HostEvent::Exit(e) => self.exit = Some(e),
+                _ => {}
+            },
+            Ok(VmmLine::Guest(line)) => {
                 if let Some(kept) = GuestEvent::of(line) {
                     self.events.push(kept);
                 }
             }
-            _ => {}
+            Err(VmmLineError::Shape { event, message }) => {
+                if event == "measurements" {
+                    self.saw_measurements = true;
+                }
+                if KEPT.contains(&event.as_str()) {
+                    return Err((event, message));
+                }
+            }
+            Err(VmmLineError::Guest(e)) => return Err(("guest".into(), e.to_string())),
+            Err(_) => {}
         }
         Ok(())
     }
 }
 
-/// A host line's fields as its type: a missing or mistyped field is named.
-fn parse<T: serde::de::DeserializeOwned>(fields: Value) -> Result<T, String> {
-    serde_json::from_value(fields).map_err(|e| e.to_string())
-}
+/// berm-vmm's events the record is made of: one of these that does not parse spoils the
+/// record; another kind's does not.
+const KEPT: [&str; 5] = [
+    "measurements",
+    "hypervisor",
+    "host_sandbox",
+    "guest_greeted",
+    "exit",
+];
 
 impl From<AppMeasurement> for App {
     fn from(a: AppMeasurement) -> Self {
@@ -827,7 +790,7 @@ mod tests {
         let stated = r#"[{"program":"berm-vmm connector","landlock":"fully_enforced","seccomp":"allow_list berm-vmm-connector","policy_sha256":"p"}]"#;
         let err = build(stated).unwrap_err().to_string();
         assert!(
-            err.contains("the host_sandbox line children: missing field `role`"),
+            err.contains("the host_sandbox line missing field `pid`"),
             "{err}"
         );
     }

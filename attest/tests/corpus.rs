@@ -744,8 +744,37 @@ fn the_honest_record_verifies() {
     std::fs::write(dir.path().join("vmm.jsonl"), text).unwrap();
     let once = Record::from_run_dir(dir.path()).unwrap();
     assert_eq!(once, Record::from_run_dir(dir.path()).unwrap());
-    assert_eq!(record["format"], "berm-attest/1");
+    assert_eq!(record["format"], "berm-attest/2");
     assert_eq!(record["guest"]["bootId"], BOOT_ID);
+}
+
+#[test]
+fn a_version_1_record_still_verifies_without_the_connect_measurement_version_2_requires() {
+    // A record as berm-vmm wrote it before version 2: no connectOutside or view.
+    let mut old = honest();
+    for child in old["hostSandbox"]["children"].as_array_mut().unwrap() {
+        let child = child.as_object_mut().unwrap();
+        child.remove("connectOutside");
+        child.remove("view");
+    }
+    old["format"] = "berm-attest/1".into();
+    let old = reseal(old);
+    let verdict = verify(&old, &pins());
+    assert!(verdict.ok, "{:#?}", verdict.problems);
+
+    // The same record claiming version 2 lacks what version 2 requires.
+    let mut claimed = old.clone();
+    claimed["format"] = "berm-attest/2".into();
+    let verdict = verify(&reseal(claimed), &pins());
+    assert!(!verdict.ok);
+    assert!(
+        verdict
+            .codes()
+            .iter()
+            .all(|c| *c == Code::HostChildUnmeasured),
+        "{:#?}",
+        verdict.problems
+    );
 }
 
 #[test]

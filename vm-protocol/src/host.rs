@@ -256,7 +256,7 @@ pub struct Launch {
     pub pids_max: u32,
 }
 
-/// The `host_sandbox` line, as a reader sees it: how berm-vmm confined itself.
+/// The `host_sandbox` line: how berm-vmm confined itself and each child it started.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HostSandboxLine {
     /// Whether berm-vmm is confined.
@@ -265,14 +265,89 @@ pub struct HostSandboxLine {
     pub landlock_abi: u32,
     /// How far Landlock is enforced.
     pub landlock: Landlock,
+    /// Whether `no_new_privs` is set.
+    #[serde(default)]
+    pub no_new_privs: bool,
     /// `allow_list` or `none`.
     pub seccomp: String,
-    /// The allowed syscalls, argument rules in parentheses, empty when disabled.
+    /// The allowed syscalls, argument rules in parentheses, empty when disabled. Everything
+    /// else answers `EPERM`; x32 and foreign-arch calls kill.
     pub allowed: Vec<String>,
+    /// The Landlock scopes in force (`abstract_unix_socket`; none on kernels before ABI 6).
+    #[serde(default)]
+    pub scopes: Vec<String>,
     /// sha256 of the policy.
     pub policy_sha256: String,
-    /// Why it is disabled, if it is.
+    /// What the sandbox grants.
+    #[serde(default)]
+    pub grants: SandboxGrants,
+    /// Why it is disabled (`--no-host-sandbox`), if it is.
     pub reason: Option<String>,
+    /// The children berm-vmm started, each as measured. A line from before berm measured
+    /// them has none.
+    #[serde(default)]
+    pub children: Vec<HostChild>,
+}
+
+/// What a host sandbox grants: everything else is refused.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SandboxGrants {
+    /// Files and folders readable (kernel, rootfs, app shares).
+    pub read: Vec<PathBuf>,
+    /// Files and folders readable and writable (state disk, run dir).
+    pub read_write: Vec<PathBuf>,
+    /// Devices readable, writable and ioctl-able (`/dev/kvm` for the libkrun child only).
+    pub devices: Vec<PathBuf>,
+    /// Files and folders readable and executable (a hypervisor child's program and
+    /// libraries).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub execute: Vec<PathBuf>,
+    /// TCP connect left to seccomp and the process's own checks (the egress dialer only).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub connect_tcp: bool,
+}
+
+/// One confined child of berm-vmm, as measured (never stated): by itself once confined
+/// (`self_report`: the connector, the dialer, krun-enter), or by berm-vmm from its
+/// `/proc/PID/status` and a probe of its ruleset (`proc_status+probe`: QEMU,
+/// vhost-device-vsock).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostChild {
+    /// The program (`berm-vmm connector`, `berm-vmm dial`, `berm-vmm krun-enter`, or the
+    /// path of QEMU or vhost-device-vsock).
+    pub program: String,
+    /// Its process id.
+    pub pid: u32,
+    /// Its seccomp role.
+    pub role: String,
+    /// Landlock as measured.
+    pub landlock: Landlock,
+    /// `NoNewPrivs` from its `/proc/PID/status`.
+    pub no_new_privs: bool,
+    /// The filter berm-vmm installed: `allow_list ROLE`, QEMU's `and -sandbox …` after it.
+    pub seccomp: String,
+    /// `Seccomp` from its `/proc/PID/status`: `filter`, `strict` or `disabled`.
+    pub seccomp_mode: String,
+    /// `Seccomp_filters` from it.
+    pub seccomp_filters: u32,
+    /// sha256 of the child's policy.
+    pub policy_sha256: String,
+    /// How it was measured: `self_report` or `proc_status+probe`.
+    pub measured_by: String,
+    /// `proc_status+probe` only: what the probe's read outside the policy gave (`EACCES`
+    /// when Landlock refused it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read_outside: Option<String>,
+    /// The hypervisor children (QEMU, vhost-device-vsock, krun-enter): what a connect to a
+    /// Unix socket outside every policy gave under the child's confinement (`ENOENT` in the
+    /// view of its policy's paths, `EPERM` where its seccomp list has no `connect`,
+    /// `allowed` where nothing stopped it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connect_outside: Option<String>,
+    /// The same children: what they saw of the filesystem, `policy_paths` (only the paths
+    /// their policy grants) or `host`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub view: Option<String>,
 }
 
 /// How far a Landlock ruleset is enforced, in the landlock crate's words.

@@ -9,14 +9,19 @@
 //! ([`MAX_LINE_BYTES`]), must be a JSON object, is shape-checked against what its port may
 //! carry ([`GuestLine::parse`]), and every wait takes a deadline ([`client`]). Nothing the guest
 //! says chooses what the host does next: callers get typed values and decide themselves.
+//!
+//! berm-vmm's own lines (stderr and `vmm.jsonl`) are one closed type too, [`VmmLine`]: its
+//! [`HostEvent`]s and the guest lines it relays ([`host_event`]).
 #![forbid(unsafe_code)]
 
 pub mod client;
 pub mod framing;
 pub mod host;
+pub mod host_event;
 mod line;
 
 pub use host::{CodeSource, Landlock};
+pub use host_event::{HostEvent, VmmLine, VmmLineError};
 pub use line::{
     AppExited, AppLimits, AppProgram, AppReady, AppRefused, AppStarted, AppState, AppStatus,
     BootComplete, BootFailed, BootStart, BootStep, Enforcement, ErrorReply, Event, Greeting,

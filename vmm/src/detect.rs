@@ -10,6 +10,7 @@
 use std::path::{Path, PathBuf};
 
 use berm::GuestArch;
+use berm_vm_protocol::host_event::{HostDetection, RequestedBackend};
 use serde::Serialize;
 
 /// What `--hypervisor` asked for.
@@ -45,6 +46,32 @@ pub struct Detection {
     pub qemu_aarch64: Option<PathBuf>,
     /// `vhost-device-vsock`, if found.
     pub vhost_device_vsock: Option<PathBuf>,
+}
+
+impl Requested {
+    /// As the `vm_config` line names it.
+    pub fn line(self) -> RequestedBackend {
+        match self {
+            Self::Auto => RequestedBackend::Auto,
+            Self::Krun => RequestedBackend::Krun,
+            Self::Qemu => RequestedBackend::Qemu,
+        }
+    }
+}
+
+impl Detection {
+    /// As the `vm_config` line lists it.
+    pub fn line(&self) -> HostDetection {
+        HostDetection {
+            kvm_usable: self.kvm_usable,
+            kvm_pvm: self.kvm_pvm,
+            kvm_hardware: self.kvm_hardware,
+            hvf: self.hvf,
+            qemu: self.qemu.clone(),
+            qemu_aarch64: self.qemu_aarch64.clone(),
+            vhost_device_vsock: self.vhost_device_vsock.clone(),
+        }
+    }
 }
 
 /// The decision and its reason, for the one stderr line and `vm_config`.

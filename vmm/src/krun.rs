@@ -9,6 +9,8 @@
 
 use std::process::{Child, Command, Stdio};
 
+use berm_vm_protocol::host_event::ChildSandboxLine;
+use berm_vm_protocol::{HostEvent, VmmLine};
 use serde::{Deserialize, Serialize};
 
 use crate::log_cap::HypervisorOutput;
@@ -193,10 +195,13 @@ pub fn confine_self(config: &KrunConfig) -> anyhow::Result<()> {
     std::io::Write::write_all(&mut pipe, measured.encode(&mut line))
         .context("writing the confinement report")?;
     drop(pipe);
-    crate::report::say(format_args!(
-        "{}",
-        serde_json::json!({"source": "berm-vmm", "event": "host_sandbox", "process": "krun-enter", "report": report})
-    ));
+    // Written by the child to its own stderr (berm-vmm relays it into hypervisor.log), not
+    // into the run's record.
+    let line = VmmLine::Host(HostEvent::ChildSandbox(ChildSandboxLine {
+        process: "krun-enter".into(),
+        report: report.line(),
+    }));
+    crate::report::say(format_args!("{}", line.to_line().trim_end()));
     Ok(())
 }
 

@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use anyhow::Context;
 use berm::GuestArch;
+use berm_vm_protocol::HostEvent;
+use berm_vm_protocol::host_event::{RecordSignedLine, RecordUnsignedLine};
 use berm_vmm::detect::Requested;
 use berm_vmm::exit::ExitStatus;
 use berm_vmm::run::{RunConfig, run};
@@ -155,7 +157,7 @@ fn main() -> ExitCode {
                         code: ExitStatus::Refused.code(),
                         message: message.clone(),
                     };
-                    berm_vmm::report::line("exit", &exit);
+                    berm_vmm::report::host(HostEvent::Exit(exit));
                     berm_vmm::report::say(format_args!("berm-vmm: {message}"));
                     return ExitCode::from(ExitStatus::Refused.code());
                 }
@@ -186,18 +188,22 @@ fn main() -> ExitCode {
                 code: status.code(),
                 message: message.clone(),
             };
-            berm_vmm::report::line("exit", &exit);
+            berm_vmm::report::host(HostEvent::Exit(exit));
             // A run refused before it measured anything has no record to sign.
             if let Some(run_dir) = berm_vmm::report::recording_to() {
                 match berm_vmm::sign::sign_run(&key, &run_dir) {
-                    Ok(signed) => berm_vmm::report::line(
-                        "record_signed",
-                        &serde_json::json!({"path": signed.path, "record_sha256": signed.record_sha256, "key_id": signed.key_id}),
-                    ),
-                    Err(e) => berm_vmm::report::line(
-                        "record_unsigned",
-                        &serde_json::json!({"message": format!("{:#}", anyhow::Error::new(e))}),
-                    ),
+                    Ok(signed) => {
+                        berm_vmm::report::host(HostEvent::RecordSigned(RecordSignedLine {
+                            path: signed.path,
+                            record_sha256: signed.record_sha256,
+                            key_id: signed.key_id,
+                        }))
+                    }
+                    Err(e) => {
+                        berm_vmm::report::host(HostEvent::RecordUnsigned(RecordUnsignedLine {
+                            message: format!("{:#}", anyhow::Error::new(e)),
+                        }))
+                    }
                 }
             }
             if status != ExitStatus::Clean {

@@ -667,14 +667,26 @@ fn handshake(connector: &Connector, port: u32, deadline: Instant) -> Option<Unix
     None
 }
 
+/// Relays one client connection and its guest connection until both directions are done.
+///
+/// A client's half-close is not passed on as one: vhost-device-vsock 0.3.0 turns an end of
+/// stream on its host side into a vsock shutdown of both directions (rust-vmm/vhost-device#874),
+/// on which the guest kernel resets the connection or fails the guest's next write with
+/// `EPIPE`, so the reply to a request the client wrote just before its EOF was lost. So once
+/// the client has shut down its write side, the guest connection stays whole and every byte
+/// the guest writes still reaches the client; it is closed when the client hangs up
+/// altogether or the guest closes it. The guest's close reaches the client as the end of
+/// its stream (`shutdown(SHUT_WR)`), with everything before it delivered.
 fn splice(client: UnixStream, guest: UnixStream) {
     let (Ok(client2), Ok(guest2)) = (client.try_clone(), guest.try_clone()) else {
         return;
     };
     let upstream = std::thread::spawn(move || {
-        let _ = std::io::copy(&mut &client2, &mut &guest2);
-        // vhost-device-vsock 0.3.0 passes a half-close on to the guest only as a full close,
-        // so the host closing its side ends the relayed connection in both directions.
+        if std::io::copy(&mut &client2, &mut &guest2).is_ok() {
+            // The client's end of stream: wait for it to hang up before closing the guest's
+            // side, which would lose the reply (see above).
+            let _ = crate::sys::wait_for_hangup(&client2);
+        }
         let _ = guest2.shutdown(Shutdown::Both);
     });
     let _ = std::io::copy(&mut &guest, &mut &client);
@@ -686,6 +698,62 @@ fn splice(client: UnixStream, guest: UnixStream) {
 mod tests {
     use super::*;
     use std::os::unix::ffi::OsStrExt;
+
+    /// The guest's end as vhost-device-vsock 0.3.0 leaves it: an end of stream before the
+    /// reply resets the connection, so the reply is never written.
+    fn device(mut guest: UnixStream, reply: &'static [u8]) -> std::thread::JoinHandle<bool> {
+        std::thread::spawn(move || {
+            let mut request = [0u8; 16];
+            let n = guest.read(&mut request).unwrap();
+            assert_eq!(&request[..n], b"request\n");
+            std::thread::sleep(Duration::from_millis(50));
+            guest.set_nonblocking(true).unwrap();
+            if matches!(guest.read(&mut request), Ok(0)) {
+                return false;
+            }
+            guest.set_nonblocking(false).unwrap();
+            guest.write_all(reply).unwrap();
+            // The guest keeps its connection open until the relay closes it.
+            let mut rest = Vec::new();
+            let _ = guest.read_to_end(&mut rest);
+            true
+        })
+    }
+
+    #[test]
+    fn a_client_that_half_closed_gets_the_whole_reply_and_its_hang_up_closes_the_guest() {
+        let (client, client_relay) = UnixStream::pair().unwrap();
+        let (guest_relay, guest) = UnixStream::pair().unwrap();
+        let device = device(guest, b"reply\n");
+        let relay = std::thread::spawn(move || splice(client_relay, guest_relay));
+        let mut client = client;
+        client.write_all(b"request\n").unwrap();
+        client.shutdown(Shutdown::Write).unwrap();
+        let mut reply = [0u8; 6];
+        client.read_exact(&mut reply).unwrap();
+        assert_eq!(&reply, b"reply\n");
+        // The client hangs up: the relay closes the guest's connection and ends.
+        drop(client);
+        assert!(
+            device.join().unwrap(),
+            "the guest saw the end of stream before its reply"
+        );
+        relay.join().unwrap();
+    }
+
+    #[test]
+    fn the_guests_close_reaches_the_client_as_its_end_of_stream() {
+        let (mut client, client_relay) = UnixStream::pair().unwrap();
+        let (guest_relay, mut guest) = UnixStream::pair().unwrap();
+        let relay = std::thread::spawn(move || splice(client_relay, guest_relay));
+        guest.write_all(b"greeting\nbye\n").unwrap();
+        drop(guest);
+        let mut all = String::new();
+        client.read_to_string(&mut all).unwrap();
+        assert_eq!(all, "greeting\nbye\n");
+        drop(client);
+        relay.join().unwrap();
+    }
 
     #[test]
     fn option_values_escape_commas_or_refuse() {

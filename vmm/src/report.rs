@@ -1,6 +1,7 @@
-//! The JSON lines berm-vmm writes on stderr. Every line is one JSON object with
-//! `"source":"berm-vmm"` (or `"berm-init"` for guest events it relays, re-serialized from the
-//! parsed line, never copied raw), so the CLI can read stderr line by line.
+//! The JSON lines berm-vmm writes on stderr, each a [`VmmLine`] of berm-vm-protocol: one of
+//! its own [`HostEvent`]s (`"source":"berm-vmm"`) or a guest event it relays (`"berm-init"`,
+//! re-serialized from the parsed line, never copied raw), so every reader parses stderr line
+//! by line with the same types.
 //!
 //! Every line is also appended to `<run-dir>/vmm.jsonl` (mode 0600), the run's record that
 //! `berm attest RUN_DIR` reads after the fact. Lines written before the run dir exists are
@@ -13,9 +14,8 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use berm_vm_protocol::host::{GUEST_SOURCE, HOST_SOURCE};
-use serde::Serialize;
-use serde_json::{Map, Value};
+use berm_vm_protocol::host_event::RecordCappedLine;
+use berm_vm_protocol::{HostEvent, VmmLine};
 
 /// The record file's name inside the run dir.
 pub const RECORD_FILE: &str = "vmm.jsonl";
@@ -81,19 +81,10 @@ pub fn record_to(run_dir: &Path) -> Result<(), RecordError> {
     Ok(())
 }
 
-/// Writes one `{"source":"berm-vmm","event":EVENT,...fields}` line to stderr; `fields` is one
-/// of the line types of [`berm_vm_protocol::host`] (or, for lines no reader parses, a JSON
-/// object).
-pub fn line(event: &str, fields: &impl Serialize) {
-    let mut object = Map::new();
-    object.insert("source".into(), HOST_SOURCE.into());
-    object.insert("event".into(), event.into());
-    // The line types hold strings, numbers, booleans, lists and string-keyed maps: they
-    // serialize to an object.
-    if let Ok(Value::Object(fields)) = serde_json::to_value(fields) {
-        object.extend(fields);
-    }
-    emit(Value::Object(object));
+/// Writes one of berm-vmm's own lines: `{"source":"berm-vmm","event":…,…}`. Every line
+/// berm-vmm writes about itself goes through here, as a [`HostEvent`].
+pub fn host(event: HostEvent) {
+    emit(VmmLine::Host(event).to_line());
 }
 
 /// Writes one line for a person on stderr (a warning, the last words). Unlike `eprintln!` it
@@ -111,30 +102,23 @@ static GUEST_BYTES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64:
 /// the guest's events are dropped (berm-vmm's own lines still go out).
 pub fn guest(line: &berm_vm_protocol::GuestLine) {
     use std::sync::atomic::Ordering;
-    let Ok(Value::Object(fields)) = serde_json::to_value(line) else {
-        return;
-    };
-    let size = Value::Object(fields.clone()).to_string().len() as u64 + 24;
+    let text = VmmLine::Guest(line.clone()).to_line();
+    let size = text.len() as u64;
     let before = GUEST_BYTES.fetch_add(size, Ordering::SeqCst);
     let cap = crate::log_cap::RECORD_GUEST_CAP;
     if before + size > cap {
         if before <= cap {
-            self::line(
-                "record_capped",
-                &serde_json::json!({"guest_bytes": before, "cap": cap}),
-            );
+            host(HostEvent::RecordCapped(RecordCappedLine {
+                guest_bytes: before,
+                cap,
+            }));
         }
         return;
     }
-    let mut object = Map::new();
-    object.insert("source".into(), GUEST_SOURCE.into());
-    object.extend(fields);
-    emit(Value::Object(object));
+    emit(text);
 }
 
-fn emit(value: Value) {
-    let mut text = value.to_string();
-    text.push('\n');
+fn emit(text: String) {
     // One lock for both writes keeps the two streams in the same order.
     let mut record = RECORD
         .lock()
@@ -151,15 +135,19 @@ fn emit(value: Value) {
 
 #[cfg(test)]
 mod tests {
-    use berm_vm_protocol::host::HostSandboxLine;
+    use berm_vm_protocol::host::Landlock;
+    use berm_vm_protocol::{HostEvent, VmmLine};
 
     #[test]
     fn the_host_sandbox_report_reads_back_as_the_line_type() {
         let report = crate::sandbox::Report::disabled("--no-host-sandbox");
-        let line: HostSandboxLine =
-            serde_json::from_value(serde_json::to_value(&report).unwrap()).unwrap();
+        let text = VmmLine::Host(HostEvent::HostSandbox(report.line())).to_line();
+        let Ok(VmmLine::Host(HostEvent::HostSandbox(line))) = VmmLine::parse(text.trim_end())
+        else {
+            panic!("{text}")
+        };
         assert!(!line.enabled);
-        assert_eq!(line.landlock.name(), report.landlock);
+        assert_eq!(line.landlock, Landlock::NotEnforced);
         assert_eq!(line.seccomp, report.seccomp);
         assert_eq!(line.reason.as_deref(), Some("--no-host-sandbox"));
     }

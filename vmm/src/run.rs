@@ -19,8 +19,11 @@ use berm_vm_protocol::host::{
     GreetedLine, HypervisorLine, KernelMeasurement, MeasurementsLine, ProbeMeasurement,
     RootfsMeasurement,
 };
-use berm_vm_protocol::{BootFailed, Event, GuestLine, PowerOff, Service};
-use serde_json::json;
+use berm_vm_protocol::host_event::{
+    EgressEndpoint, EndpointsLine, HypervisorChoice, RpcEndpoint, RunDirCleanupLine,
+    StopSignalLine, VmConfigLine,
+};
+use berm_vm_protocol::{BootFailed, Event, GuestLine, HostEvent, PowerOff, Service};
 
 use crate::apps::{self, AppError};
 use crate::artifacts::{self, ArtifactError};
@@ -245,7 +248,9 @@ pub fn run(config: &RunConfig) -> Result<Outcome, RunError> {
     );
     // The hypervisor is gone: its sockets and the app images are of no further use.
     if let Err(e) = prepared.run.clean_up() {
-        report::line("run_dir_cleanup", &json!({"error": e.to_string()}));
+        report::host(HostEvent::RunDirCleanup(RunDirCleanupLine {
+            error: e.to_string(),
+        }));
     }
     Ok(outcome)
 }
@@ -489,45 +494,61 @@ fn report_plan(
     choice: &Choice,
 ) {
     let (run, apps) = (&prepared.run, &prepared.apps);
-    report::line(
-        "hypervisor",
-        &HypervisorLine {
+    report::host(HostEvent::Hypervisor(HypervisorLine {
+        chosen: choice.backend,
+        accel: choice.accel.map(str::to_owned),
+        reason: choice.reason.clone(),
+    }));
+    report::host(HostEvent::Endpoints(EndpointsLine {
+        run_dir: run.dir.clone(),
+        control: run.control.clone(),
+        logs: run.logs.clone(),
+        console: run.console.clone(),
+        hypervisor_log: run.hypervisor_log.clone(),
+        rpc: apps
+            .iter()
+            .map(|app| RpcEndpoint {
+                index: app.measured.index,
+                name: app.measured.name.clone(),
+                app: app.measured.path.clone(),
+                port: berm_vm_protocol::RPC_PORT_BASE + app.measured.index,
+                socket: run.rpc[app.index()].clone(),
+            })
+            .collect(),
+        egress: prepared
+            .dialer
+            .iter()
+            .flat_map(|plan| &plan.apps)
+            .map(|app| EgressEndpoint {
+                index: app.index,
+                name: app.name.clone(),
+                port: berm_vm_protocol::EGRESS_PORT_BASE + app.index,
+                socket: app.socket.clone(),
+            })
+            .collect(),
+    }));
+    report::host(HostEvent::VmConfig(VmConfigLine {
+        arch: config.arch.name().to_owned(),
+        hypervisor: HypervisorChoice {
             chosen: choice.backend,
             accel: choice.accel.map(str::to_owned),
             reason: choice.reason.clone(),
+            requested: config.hypervisor.line(),
         },
-    );
-    report::line(
-        "endpoints",
-        &json!({
-            "run_dir": run.dir, "control": run.control, "logs": run.logs, "console": run.console,
-            "hypervisor_log": run.hypervisor_log,
-            "rpc": apps.iter().map(|app| json!({
-                "index": app.index(), "name": app.measured.name, "app": app.measured.path,
-                "port": berm_vm_protocol::RPC_PORT_BASE + app.measured.index,
-                "socket": run.rpc[app.index()],
-            })).collect::<Vec<_>>(),
-            "egress": prepared.dialer.iter().flat_map(|plan| &plan.apps).map(|app| json!({
-                "index": app.index, "name": app.name,
-                "port": berm_vm_protocol::EGRESS_PORT_BASE + app.index, "socket": app.socket,
-            })).collect::<Vec<_>>(),
-        }),
-    );
-    report::line(
-        "vm_config",
-        &json!({
-            "arch": config.arch.name(),
-            "hypervisor": {"chosen": choice.backend, "accel": choice.accel, "reason": choice.reason, "requested": config.hypervisor},
-            "detection": detection, "cpus": config.cpus, "memory_mib": memory_mib,
-            "settings": guest.settings.iter().map(|s| format!("{}={}", s.name(), s.value())).collect::<Vec<_>>(),
-            "pvm_cmdline": guest.pvm_words.then_some(PVM_CMDLINE),
-            "boot_timeout_ms": config.boot_timeout.as_millis(),
-        }),
-    );
-    report::line(
-        "measurements",
-        &measurements(config, artifacts, guest, prepared),
-    );
+        detection: detection.line(),
+        cpus: config.cpus.into(),
+        memory_mib,
+        settings: guest
+            .settings
+            .iter()
+            .map(|s| format!("{}={}", s.name(), s.value()))
+            .collect(),
+        pvm_cmdline: guest.pvm_words.then(|| PVM_CMDLINE.to_owned()),
+        boot_timeout_ms: u64::try_from(config.boot_timeout.as_millis()).unwrap_or(u64::MAX),
+    }));
+    report::host(HostEvent::Measurements(measurements(
+        config, artifacts, guest, prepared,
+    )));
 }
 
 /// The `measurements` line.
@@ -656,12 +677,14 @@ fn boot(
     };
     // Each child's confinement as measured when it started (measure.rs), not assumed.
     confined.children = child_sandboxes;
-    report::line("host_sandbox", &confined);
+    report::host(HostEvent::HostSandbox(confined.line()));
     if let Some(outside) = &config.sandbox_probe {
-        report::line(
-            "host_sandbox_probe",
-            &sandbox::probe(outside, &spec.kernel, &run.dir, probe_sibling),
-        );
+        report::host(HostEvent::HostSandboxProbe(sandbox::probe(
+            outside,
+            &spec.kernel,
+            &run.dir,
+            probe_sibling,
+        )));
     }
     let hypervisor_log = run.hypervisor_log.clone();
     std::thread::spawn(move || {
@@ -846,13 +869,10 @@ fn supervise(
         match rx.recv_timeout(Duration::from_millis(20)) {
             Ok(Watch::Greeted(line)) => {
                 seen.greeted = true;
-                report::line(
-                    "guest_greeted",
-                    &GreetedLine {
-                        after_ms: started.elapsed().as_millis() as u64,
-                        boot_id: line.boot_id,
-                    },
-                );
+                report::host(HostEvent::GuestGreeted(GreetedLine {
+                    after_ms: started.elapsed().as_millis() as u64,
+                    boot_id: line.boot_id,
+                }));
             }
             Ok(Watch::Line(line)) => seen.line(line),
             Ok(Watch::ConnectFailed(e)) => return not_greeted(run, children, &e),
@@ -952,7 +972,9 @@ fn not_greeted(run: &RunDir, children: &mut [Child], error: &ConnectError) -> Ou
 /// A stop signal: asks the guest to shut down in order, on a connection of its own (the
 /// watcher's is busy reading); the supervisor kills the VM if that does not end it in time.
 fn request_shutdown(connector: Arc<Connector>, control: PathBuf) {
-    report::line("stop_signal", &json!({"action": "shutdown requested"}));
+    report::host(HostEvent::StopSignal(StopSignalLine {
+        action: "shutdown requested".into(),
+    }));
     std::thread::spawn(move || {
         let deadline = Instant::now() + Duration::from_secs(2);
         let open = || connector.connect(Target::Control);

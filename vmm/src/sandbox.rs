@@ -36,7 +36,8 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 pub use berm_confine::Role;
-use berm_vm_protocol::host::Landlock;
+use berm_vm_protocol::host::{HostChild, HostSandboxLine, Landlock, SandboxGrants};
+use berm_vm_protocol::host_event::SandboxProbeLine;
 
 /// What the sandbox grants: everything else is refused.
 #[derive(Clone, Debug, Default, Serialize, serde::Deserialize, PartialEq, Eq)]
@@ -334,6 +335,64 @@ impl Report {
     }
 }
 
+impl Report {
+    /// The `host_sandbox` line this report is written as.
+    pub fn line(&self) -> HostSandboxLine {
+        HostSandboxLine {
+            enabled: self.enabled,
+            landlock_abi: self.landlock_abi,
+            landlock: landlock_word(self.landlock),
+            no_new_privs: self.no_new_privs,
+            seccomp: self.seccomp.to_owned(),
+            allowed: self.allowed.clone(),
+            scopes: self.scopes.iter().map(|s| (*s).to_owned()).collect(),
+            policy_sha256: self.policy_sha256.clone(),
+            grants: self.grants.line(),
+            reason: self.reason.clone(),
+            children: self.children.iter().map(ChildReport::line).collect(),
+        }
+    }
+}
+
+impl ChildReport {
+    /// The child as the `host_sandbox` line lists it.
+    pub fn line(&self) -> HostChild {
+        HostChild {
+            program: self.program.display().to_string(),
+            pid: self.pid,
+            role: self.role.to_owned(),
+            landlock: landlock_word(self.landlock),
+            no_new_privs: self.no_new_privs,
+            seccomp: self.seccomp.clone(),
+            seccomp_mode: self.seccomp_mode.to_owned(),
+            seccomp_filters: self.seccomp_filters,
+            policy_sha256: self.policy_sha256.clone(),
+            measured_by: self.measured_by.to_owned(),
+            read_outside: self.read_outside.clone(),
+            connect_outside: self.connect_outside.clone(),
+            view: self.view.map(str::to_owned),
+        }
+    }
+}
+
+impl Policy {
+    /// The grants as the `host_sandbox` line lists them.
+    pub fn line(&self) -> SandboxGrants {
+        SandboxGrants {
+            read: self.read.clone(),
+            read_write: self.read_write.clone(),
+            devices: self.devices.clone(),
+            execute: self.execute.clone(),
+            connect_tcp: self.connect_tcp,
+        }
+    }
+}
+
+/// A Landlock status word of a report (always one [`Landlock::name`] gave) as its type.
+fn landlock_word(word: &str) -> Landlock {
+    crate::measure::landlock_named(word.as_bytes()).unwrap_or(Landlock::NotEnforced)
+}
+
 /// Why berm-vmm could not confine itself (the run stops: fail-closed).
 #[derive(Debug, thiserror::Error)]
 pub enum SandboxError {
@@ -599,7 +658,7 @@ pub fn probe(
     kernel: &Path,
     run_dir: &Path,
     sibling_pid: Option<u32>,
-) -> serde_json::Value {
+) -> SandboxProbeLine {
     use std::io::{Read, Write};
     fn outcome<T>(result: std::io::Result<T>) -> String {
         match result {
@@ -631,17 +690,25 @@ pub fn probe(
         let _ = abstract_name;
         Err(std::io::Error::other("no abstract sockets on this OS"))
     };
-    serde_json::json!({
-        "connect_pathname_outside": outcome(std::os::unix::net::UnixStream::connect(&socket)),
-        "connect_abstract_socket": outcome(connect_abstract),
-        "kill_parent": outcome(crate::may_signal(crate::parent())),
-        "kill_sibling": sibling_pid.map_or_else(|| "no sibling named".into(), |pid| outcome(crate::may_signal(pid))),
-        "x32_call": crate::x32_call_in_child(),
-        "read_outside": outcome(std::fs::File::open(outside).and_then(|mut f| f.read(&mut [0u8; 1]))),
-        "write_outside": outcome(std::fs::File::options().append(true).open(outside).and_then(|mut f| f.write_all(b"x"))),
-        "create_outside": outcome(std::fs::File::create_new(&sibling)),
-        "exec": outcome(exec),
-        "read_kernel": outcome(std::fs::File::open(kernel).and_then(|mut f| f.read(&mut [0u8; 1]))),
-        "write_run_dir": outcome(std::fs::write(run_dir.join("sandbox-probe"), b"ok")),
-    })
+    SandboxProbeLine {
+        connect_pathname_outside: outcome(std::os::unix::net::UnixStream::connect(&socket)),
+        connect_abstract_socket: outcome(connect_abstract),
+        kill_parent: outcome(crate::may_signal(crate::parent())),
+        kill_sibling: sibling_pid.map_or_else(
+            || "no sibling named".into(),
+            |pid| outcome(crate::may_signal(pid)),
+        ),
+        x32_call: crate::x32_call_in_child(),
+        read_outside: outcome(std::fs::File::open(outside).and_then(|mut f| f.read(&mut [0u8; 1]))),
+        write_outside: outcome(
+            std::fs::File::options()
+                .append(true)
+                .open(outside)
+                .and_then(|mut f| f.write_all(b"x")),
+        ),
+        create_outside: outcome(std::fs::File::create_new(&sibling)),
+        exec: outcome(exec),
+        read_kernel: outcome(std::fs::File::open(kernel).and_then(|mut f| f.read(&mut [0u8; 1]))),
+        write_run_dir: outcome(std::fs::write(run_dir.join("sandbox-probe"), b"ok")),
+    }
 }

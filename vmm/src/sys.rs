@@ -1073,6 +1073,30 @@ pub fn wait_readable(fd: &impl AsRawFd, timeout: std::time::Duration) -> io::Res
     Ok(ready > 0)
 }
 
+/// Blocks until the peer of the stream socket `fd` has closed it altogether (or this side has
+/// shut down both directions): `POLLHUP`. A peer that only shut down its write side does not
+/// end the wait; that is what lets a relay keep delivering the reply to such a client.
+pub fn wait_for_hangup(fd: &impl AsRawFd) -> io::Result<()> {
+    loop {
+        // No events asked for: poll reports only POLLHUP, POLLERR and POLLNVAL, never the
+        // POLLIN that a half-closed peer leaves standing.
+        let mut pfd = libc::pollfd {
+            fd: fd.as_raw_fd(),
+            events: 0,
+            revents: 0,
+        };
+        // SAFETY: `pfd` is one valid pollfd, alive for the call, and the count says one.
+        let ready = unsafe { libc::poll(&raw mut pfd, 1, -1) };
+        if ready > 0 {
+            return Ok(());
+        }
+        let error = io::Error::last_os_error();
+        if ready < 0 && error.kind() != io::ErrorKind::Interrupted {
+            return Err(error);
+        }
+    }
+}
+
 #[cfg(all(test, target_os = "linux"))]
 mod tests {
     use std::io::Read;

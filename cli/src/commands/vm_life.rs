@@ -25,10 +25,11 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, bail};
-use berm_vm_protocol::host::{ExitLine, GUEST_SOURCE, HOST_SOURCE, HypervisorLine};
-use berm_vm_protocol::{AppExited, AppRefused, BootFailed, Event, GuestLine};
+use berm_vm_protocol::host::{ExitLine, HypervisorLine};
+use berm_vm_protocol::{
+    AppExited, AppRefused, BootFailed, Event, HostEvent, VmmLine, VmmLineError,
+};
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
 
 /// `sun_path` holds 108 bytes, NUL included.
 const SUN_PATH_MAX: usize = 107;
@@ -464,13 +465,8 @@ pub fn now_unix() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
-/// The `endpoints` line's sockets (the line has no type in berm-vm-protocol; these are the
-/// fields read).
-#[derive(Clone, Debug, Deserialize)]
-pub struct Endpoints {
-    /// The run dir.
-    pub run_dir: PathBuf,
-}
+/// The `endpoints` line: the run's sockets.
+pub use berm_vm_protocol::host_event::EndpointsLine as Endpoints;
 
 /// What berm-vmm's stderr said so far.
 #[derive(Default)]
@@ -525,45 +521,34 @@ impl HostLines {
     }
 
     fn line(&mut self, line: &str) {
-        let Ok(mut object) = serde_json::from_str::<Map<String, Value>>(line) else {
-            if !line.trim().is_empty() {
+        match VmmLine::parse(line) {
+            Ok(VmmLine::Host(event)) => match event {
+                HostEvent::Hypervisor(hypervisor) => self.hypervisor = Some(hypervisor),
+                HostEvent::Endpoints(endpoints) => self.endpoints = Some(endpoints),
+                HostEvent::Exit(exit) => self.exit = Some(exit),
+                HostEvent::StopSignal(_) => self.stopping = true,
+                _ => {}
+            },
+            Ok(VmmLine::Guest(guest)) => match guest.event {
+                Event::AppReady(ready) => {
+                    self.ready.insert(ready.index);
+                }
+                Event::AppRefused(refused) => {
+                    self.refused.get_or_insert(refused);
+                }
+                Event::AppExited(exited) => {
+                    self.exited.get_or_insert(exited);
+                }
+                Event::BootFailed(failed) => self.boot_failed = Some(failed),
+                Event::ShuttingDown(_) | Event::PowerOff(_) => self.stopping = true,
+                _ => {}
+            },
+            // berm-vmm's lines for a person: its warnings and last words.
+            Err(VmmLineError::NotJson) if !line.trim().is_empty() => {
                 self.words.push(line.to_owned());
             }
-            return;
-        };
-        let source = object.remove("source");
-        match source.as_ref().and_then(Value::as_str) {
-            Some(HOST_SOURCE) => {
-                let event = object.get("event").and_then(Value::as_str).unwrap_or("");
-                let value = Value::Object(object.clone());
-                match event {
-                    "hypervisor" => self.hypervisor = serde_json::from_value(value).ok(),
-                    "endpoints" => self.endpoints = serde_json::from_value(value).ok(),
-                    "exit" => self.exit = serde_json::from_value(value).ok(),
-                    "stop_signal" => self.stopping = true,
-                    _ => {}
-                }
-            }
-            Some(GUEST_SOURCE) => {
-                let Ok(guest) = serde_json::from_value::<GuestLine>(Value::Object(object)) else {
-                    return;
-                };
-                match guest.event {
-                    Event::AppReady(ready) => {
-                        self.ready.insert(ready.index);
-                    }
-                    Event::AppRefused(refused) => {
-                        self.refused.get_or_insert(refused);
-                    }
-                    Event::AppExited(exited) => {
-                        self.exited.get_or_insert(exited);
-                    }
-                    Event::BootFailed(failed) => self.boot_failed = Some(failed),
-                    Event::ShuttingDown(_) | Event::PowerOff(_) => self.stopping = true,
-                    _ => {}
-                }
-            }
-            _ => {}
+            // A later berm-vmm's event, or a line that does not parse: nothing to act on.
+            Err(_) => {}
         }
     }
 
@@ -773,7 +758,7 @@ mod tests {
     fn host_lines_are_read_with_the_protocol_types() {
         let mut lines = HostLines::default();
         lines.feed(br#"{"source":"berm-vmm","event":"hypervisor","chosen":"qemu","accel":"tcg","reason":"r"}
-{"source":"berm-vmm","event":"endpoints","run_dir":"/r","control":"/r/control.sock"}
+{"source":"berm-vmm","event":"endpoints","run_dir":"/r","control":"/r/control.sock","logs":"/r/logs.sock","console":"/r/console.log","hypervisor_log":"/r/hypervisor.log","rpc":[],"egress":[]}
 {"source":"berm-init","boot_id":"ab-12","uptime_ms":5,"event":"app_ready","app":"notes","index":0,"pid":7,"ms":3,"tools":2,"programs":[]}
 not json
 {"source":"berm-vmm","event":"exit","status":"refused","code":5,"mess"#);
