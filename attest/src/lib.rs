@@ -21,11 +21,13 @@
 mod canonical;
 mod code;
 pub mod dsse;
+mod folder;
 mod record;
 mod verify;
 
 pub use canonical::{canonical_json, record_sha256};
 pub use code::{Programs, ProgramsError, arch_of_target, engine as code_engine};
+pub use folder::{FolderError, folder_digest};
 pub use record::{
     App, BuildError, CodeEngine, Enforcement, Exit, FORMAT, Guest, GuestEvent, HostSandbox,
     Hypervisor, Kernel, MeasuredCode, MeasuredImage, MeasuredProgram, ReadyProgram, Record, Rootfs,

@@ -15,6 +15,7 @@ pub mod new;
 pub mod rm;
 pub mod secret;
 pub mod vm;
+pub mod vm_app;
 pub mod vm_life;
 pub mod vm_run;
 

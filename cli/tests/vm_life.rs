@@ -168,15 +168,22 @@ struct Mcp {
     child: Child,
     stdin: ChildStdin,
     stdout: BufReader<ChildStdout>,
+    /// Its stderr, in a file.
+    err: PathBuf,
 }
 
 impl Mcp {
     fn start(env: &Env, args: &[&str]) -> Self {
+        let err = tempfile::NamedTempFile::new_in(env.tmp.path())
+            .unwrap()
+            .into_temp_path()
+            .keep()
+            .unwrap();
         let mut child = env
             .command(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(std::fs::File::create(&err).unwrap())
             .spawn()
             .unwrap();
         let stdin = child.stdin.take().unwrap();
@@ -185,7 +192,30 @@ impl Mcp {
             child,
             stdin,
             stdout,
+            err,
         }
+    }
+
+    fn stderr(&self) -> String {
+        std::fs::read_to_string(&self.err).unwrap()
+    }
+
+    /// [`Mcp::initialize`], or `None` after a SKIPPED line when no hypervisor can boot the
+    /// guest here.
+    fn initialize_or_skip(&mut self) -> Option<Value> {
+        self.send(json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}}));
+        let mut line = String::new();
+        if self.stdout.read_line(&mut line).unwrap() == 0 {
+            let _ = self.child.wait();
+            let errors = self.stderr();
+            if errors.contains("no_hypervisor") {
+                require_or_skip("no hypervisor can boot the guest here");
+                return None;
+            }
+            panic!("berm mcp ended: {errors}");
+        }
+        self.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+        Some(serde_json::from_str(&line).unwrap())
     }
 
     fn send(&mut self, message: Value) {
@@ -197,14 +227,53 @@ impl Mcp {
         self.send(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
         loop {
             let mut line = String::new();
-            assert_ne!(
-                self.stdout.read_line(&mut line).unwrap(),
-                0,
-                "{method}: closed"
-            );
+            if self.stdout.read_line(&mut line).unwrap() == 0 {
+                panic!("{method}: closed: {}", self.stderr());
+            }
             let answer: Value = serde_json::from_str(&line).unwrap();
             if answer["id"] == id {
                 return answer;
+            }
+        }
+    }
+
+    /// `initialize`, then `notifications/initialized`; returns the answer to `initialize`.
+    fn initialize(&mut self) -> Value {
+        let init = self.request(
+            1,
+            "initialize",
+            json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}),
+        );
+        self.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+        init
+    }
+
+    /// Calls tool `name` and returns the text of its answer, which must not be an error.
+    fn call(&mut self, id: u64, name: &str, arguments: Value) -> String {
+        let answer = self.request(
+            id,
+            "tools/call",
+            json!({"name": name, "arguments": arguments}),
+        );
+        assert_eq!(answer["result"]["isError"], false, "{answer}");
+        answer["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    }
+
+    /// Reads until a message with `method` arrives.
+    fn notification(&mut self, method: &str) -> Value {
+        loop {
+            let mut line = String::new();
+            assert_ne!(
+                self.stdout.read_line(&mut line).unwrap(),
+                0,
+                "closed before {method}"
+            );
+            let message: Value = serde_json::from_str(&line).unwrap();
+            if message["method"] == method {
+                return message;
             }
         }
     }
@@ -260,13 +329,8 @@ fn up_ls_call_through_mcp_stop() {
     );
 
     let mut mcp = Mcp::start(&env, &["mcp", "--vm", "notes"]);
-    let init = mcp.request(
-        1,
-        "initialize",
-        json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}),
-    );
+    let init = mcp.initialize();
     assert_eq!(init["result"]["serverInfo"]["name"], "bermd", "{init}");
-    mcp.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
     let tools = mcp.request(2, "tools/list", json!({}));
     let names: Vec<&str> = tools["result"]["tools"]
         .as_array()
@@ -603,6 +667,226 @@ fn a_closed_stdout_ends_quietly() {
     drop(vmm.stderr.take());
     let code = vmm.wait().unwrap().code();
     assert!(matches!(code, Some(3 | 5)), "{code:?}");
+}
+
+/// Waits up to `timeout` for `done`; whether it came.
+fn wait_for(timeout: Duration, mut done: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if done() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    done()
+}
+
+/// `berm mcp --app DIR` with the test's key, an idle timeout and `extra` arguments.
+fn mcp_app_args<'a>(env: &'a Env, app: &'a Path, idle: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec![
+        "mcp",
+        "--app",
+        app.to_str().unwrap(),
+        "--key",
+        &env.key,
+        "--idle-timeout",
+        idle,
+    ];
+    args.extend_from_slice(extra);
+    args
+}
+
+/// The VM's pid as `berm vm ls` shows it, while exactly one VM is listed.
+fn only_pid(env: &Env) -> Option<u64> {
+    let listed = env.ls();
+    match listed.as_slice() {
+        [vm] => {
+            assert_eq!(vm["status"], "ready", "{vm}");
+            vm["pid"].as_u64()
+        }
+        [] => None,
+        more => panic!("more than one VM: {more:?}"),
+    }
+}
+
+/// Two `berm mcp --app` clients at once share one VM (booted by one of them, after it
+/// cleaned up a stale pid file of the name); it outlives a client that left while another
+/// is attached, and stops the idle timeout after the last one is gone, here SIGKILLed.
+#[test]
+fn mcp_app_clients_share_one_vm_that_stops_when_idle() {
+    let Some((store, app)) = bootable() else {
+        return;
+    };
+    let env = Env::new(Some(&store));
+    let mut done = Command::new("true").spawn().unwrap();
+    let dead = done.id();
+    done.wait().unwrap();
+    env.fake_pid_file("notes", dead);
+    let args = mcp_app_args(&env, &app, "2", &["--no-state"]);
+    let (mut a, mut b) = (Mcp::start(&env, &args), Mcp::start(&env, &args));
+    let Some(init) = a.initialize_or_skip() else {
+        return;
+    };
+    assert_eq!(init["result"]["serverInfo"]["name"], "bermd", "{init}");
+    b.initialize();
+    a.call(2, "notes_add", json!({"title": "a", "text": "from a"}));
+    let listed = b.call(2, "notes_list", json!({}));
+    assert!(listed.contains("\"a\""), "{listed}");
+    let pid = only_pid(&env).expect("one VM runs");
+    let errors = a.stderr() + &b.stderr();
+    assert_eq!(
+        errors.matches("berm mcp: booted VM \"notes\"").count(),
+        1,
+        "{errors}"
+    );
+    assert!(
+        errors.contains(&format!(
+            "berm mcp: cleaned up a stale \"notes\": its berm-vmm, pid {dead}, is gone"
+        )),
+        "{errors}"
+    );
+
+    // a leaves; b stays attached well past the idle timeout, so the VM stays.
+    a.finish();
+    std::thread::sleep(Duration::from_secs(4));
+    assert_eq!(only_pid(&env), Some(pid));
+    let listed = b.call(3, "notes_list", json!({}));
+    assert!(listed.contains("\"a\""), "{listed}");
+
+    // b is killed: the kernel drops its lock, and the VM stops after the idle timeout.
+    let killed = Instant::now();
+    b.child.kill().unwrap();
+    b.child.wait().unwrap();
+    assert!(
+        wait_for(Duration::from_secs(40), || env.ls().is_empty()),
+        "the VM outlived its killed client: {:?}",
+        env.ls()
+    );
+    let stopped_after = killed.elapsed();
+    assert!(stopped_after >= Duration::from_secs(2), "{stopped_after:?}");
+    wait_dead(pid as u32);
+    let log = std::fs::read_to_string(env.vm_dir("notes").join("watch.log")).unwrap();
+    assert!(
+        log.contains(
+            "berm vm watch: stopped \"notes\" after 2 s without a client: the guest shut down"
+        ),
+        "{log}"
+    );
+    eprintln!("the VM stopped {stopped_after:?} after its last client was killed");
+}
+
+/// Appends a custom section to a wasm file: a changed program that offers the same tools.
+fn touch_wasm(wasm: &Path) {
+    let mut bytes = std::fs::read(wasm).unwrap();
+    bytes.extend_from_slice(&[0x00, 0x03, 0x01, b't', b'x']);
+    std::fs::write(wasm, bytes).unwrap();
+}
+
+/// A changed app folder: the next `mcp --app` reboots the VM on the same state disk (a note
+/// written before is still there) and the attached bridge resumes its session with
+/// `list_changed`; an unchanged folder does not reboot; a changed grant is refused with the
+/// list of changes until `--accept`.
+#[test]
+fn a_changed_app_folder_reboots_the_vm_on_the_same_disk() {
+    let Some((store, built)) = bootable() else {
+        return;
+    };
+    let env = Env::new(Some(&store));
+    let app = env.tmp.path().join("notes");
+    std::fs::create_dir(&app).unwrap();
+    for file in ["berm.toml", "notes.wasm"] {
+        std::fs::copy(built.join(file), app.join(file)).unwrap();
+    }
+    let state = env.tmp.path().join("notes.img").display().to_string();
+    let args = mcp_app_args(&env, &app, "60", &["--state", &state]);
+    let mut attached = Mcp::start(&env, &args);
+    if attached.initialize_or_skip().is_none() {
+        return;
+    }
+    attached.call(
+        2,
+        "notes_add",
+        json!({"title": "before", "text": "kept on the disk"}),
+    );
+    let first = only_pid(&env).unwrap();
+
+    // Unchanged: a second client attaches to the same VM.
+    let mut again = Mcp::start(&env, &args);
+    again.initialize();
+    assert!(again.call(2, "notes_list", json!({})).contains("before"));
+    again.finish();
+    assert_eq!(only_pid(&env), Some(first));
+
+    // A changed program with the same tools and grants: a reboot, no --accept.
+    touch_wasm(&app.join("notes.wasm"));
+    let mut next = Mcp::start(&env, &args);
+    next.initialize();
+    assert!(next.call(2, "notes_list", json!({})).contains("before"));
+    let second = only_pid(&env).unwrap();
+    assert_ne!(second, first, "rebooted");
+    assert!(
+        next.stderr().contains(
+            "berm mcp: the app folders of \"notes\" changed; rebooting it on the same state disk\n"
+        ),
+        "{}",
+        next.stderr()
+    );
+    next.finish();
+    attached.notification("notifications/tools/list_changed");
+    let listed = attached.call(3, "notes_list", json!({}));
+    assert!(listed.contains("before"), "{listed}");
+    assert!(
+        attached.stderr().contains(&format!(
+            "berm mcp: VM \"notes\" rebooted for a changed app folder (berm-vmm pid {second}); the session goes on"
+        )),
+        "{}",
+        attached.stderr()
+    );
+
+    // A new grant needs --accept: refused with the list, the VM left alone.
+    let toml = std::fs::read_to_string(app.join("berm.toml")).unwrap();
+    std::fs::write(
+        app.join("berm.toml"),
+        toml.replace(r#"grants = ["kv"]"#, r#"grants = ["kv", "clock"]"#),
+    )
+    .unwrap();
+    let refused = env.berm(&args);
+    assert_eq!(refused.status.code(), Some(2));
+    assert_eq!(
+        stderr(&refused).trim(),
+        "berm: the app folders of VM \"notes\" changed what its clients are offered:\n  \
+         app `notes`, program `notes`: grant `clock` added\n\
+         nothing was restarted: add --accept to reboot \"notes\" with them, or undo the change"
+    );
+    assert_eq!(only_pid(&env), Some(second));
+    // berm vm up --accept over the same folder reboots it; the bridge resumes again.
+    let app_arg = app.to_str().unwrap();
+    let up = env.berm(&[
+        "vm", "up", "--app", app_arg, "--state", &state, "--key", &env.key, "--accept",
+    ]);
+    assert!(up.status.success(), "{}", stderr(&up));
+    assert!(
+        stderr(&up).contains("(--accept:\n  app `notes`, program `notes`: grant `clock` added)"),
+        "{}",
+        stderr(&up)
+    );
+    attached.notification("notifications/tools/list_changed");
+    assert!(attached.call(4, "notes_list", json!({})).contains("before"));
+    let unchanged = env.berm(&[
+        "vm", "up", "--app", app_arg, "--state", &state, "--key", &env.key,
+    ]);
+    assert_eq!(
+        unchanged.status.code(),
+        Some(2),
+        "an unchanged folder never reboots"
+    );
+
+    // berm vm stop ends the session.
+    let stopped = env.berm(&["vm", "stop", "notes"]);
+    assert!(stopped.status.success(), "{}", stderr(&stopped));
+    drop(attached.stdin);
+    let status = attached.child.wait().unwrap();
+    assert_eq!(status.code(), Some(2));
 }
 
 fn libc_sigpipe() -> i32 {

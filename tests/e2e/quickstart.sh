@@ -35,6 +35,7 @@ block=$(awk '/^<!-- quickstart:begin -->$/ {on = 1; next} /^<!-- quickstart:end 
 
 work=$(mktemp -d)
 cleanup() {
+  [ -x "$work/home/.local/bin/berm" ] && HOME=$work/home "$work/home/.local/bin/berm" vm stop notes >/dev/null 2>&1 || true
   pkill -TERM -f "^$work/home/.local/bin/bermd" 2>/dev/null || true
   sleep 0.2
   rm -rf "$work"
@@ -69,4 +70,20 @@ listed=$(cd "$work" && env -i HOME="$work/home" PATH="$work/home/.local/bin:$nod
 echo "$listed"
 grep -q '^berm: berm mcp.*Connected' <<<"$listed" || fail "claude mcp list connects to berm through berm mcp"
 check "Claude Code $CLAUDE_CODE_VERSION connects to berm through berm mcp (claude mcp list)"
+
+# The README's one-line client form for the VM: `berm mcp --app` boots the app's VM for
+# Claude Code's health check (the artifacts from the store the VM tests use).
+cp -r "$root/target/apps/notes" "$work/notes"
+# vhost-device-vsock (for QEMU) is found under $BERM_CACHE, as scripts/setup-vm leaves it.
+vm_env=(env -i HOME="$work/home" PATH="$work/home/.local/bin:$node_bin:$claude_dir/node_modules/.bin:/usr/sbin:/usr/bin:/sbin:/bin"
+  BERM_CACHE="$cache" BERM_VM_ARTIFACTS="${BERM_VM_ARTIFACTS:-$cache/vm}" DISABLE_AUTOUPDATER=1 CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1)
+(cd "$work" && "${vm_env[@]}" claude mcp add notes -- berm mcp --app "$work/notes") >/dev/null ||
+  fail "claude mcp add notes -- berm mcp --app DIR"
+listed=$(cd "$work" && "${vm_env[@]}" MCP_TIMEOUT=120000 timeout 300 claude mcp list 2>&1) || true
+echo "$listed"
+grep -q "^notes: berm mcp --app $work/notes.*Connected" <<<"$listed" ||
+  fail "claude mcp list connects to the app's VM through berm mcp --app"
+HOME=$work/home "$work/home/.local/bin/berm" vm ls | grep -q '^notes  *ready' ||
+  fail "the VM berm mcp --app booted is listed ready"
+check "Claude Code connects to the notes app in its own VM through berm mcp --app (claude mcp list)"
 printf 'quickstart: %s passed, 0 failed\n' "$passed"

@@ -160,10 +160,10 @@ fn pack(
     run_dir: &Path,
     arch: berm::GuestArch,
 ) -> Result<App, AppError> {
-    let mut entries = Vec::new();
-    walk(&app.dir, &app.dir, &mut entries)?;
-    let files = entries.len();
-    let digest = folder_digest(entries);
+    let (digest, files) = berm_attest::folder_digest(&app.dir).map_err(|e| AppError::Read {
+        path: e.path,
+        source: e.source,
+    })?;
 
     let stage = run_dir.join(format!("app-{index}.stage"));
     if stage.exists() {
@@ -246,7 +246,7 @@ fn pack(
             name: app.name.clone(),
             path: path.to_owned(),
             sha256: digest,
-            files: files as u64,
+            files,
             programs,
             code,
             image: image.measured,
@@ -260,66 +260,6 @@ fn pack(
             .map(|p| (p.name.clone(), p.secret_files.clone()))
             .collect(),
     })
-}
-
-/// One file or link of an app folder, as the folder digest takes it: its path relative to
-/// the folder and what it holds, both as raw bytes.
-struct Entry {
-    path: Vec<u8>,
-    kind: u8,
-    content: Vec<u8>,
-}
-
-/// The folder digest: sha256 over the entries sorted by raw path, each written as a kind
-/// byte (`f` file, `l` link), then the path and the content (a file's sha256, a link's target)
-/// each prefixed with its length as 8 bytes little-endian. Length prefixes over raw bytes make
-/// it injective: no two different folders give the same byte stream, whatever bytes (newlines,
-/// invalid UTF-8) their names hold.
-fn folder_digest(mut entries: Vec<Entry>) -> String {
-    entries.sort_by(|a, b| a.path.cmp(&b.path));
-    let mut hasher = Sha256::new();
-    for entry in &entries {
-        hasher.update([entry.kind]);
-        for field in [&entry.path, &entry.content] {
-            hasher.update((field.len() as u64).to_le_bytes());
-            hasher.update(field);
-        }
-    }
-    hex::encode(hasher.finalize())
-}
-
-fn walk(root: &Path, dir: &Path, entries: &mut Vec<Entry>) -> Result<(), AppError> {
-    use std::os::unix::ffi::OsStrExt;
-    for entry in std::fs::read_dir(dir).map_err(read_error(dir))? {
-        let entry = entry.map_err(read_error(dir))?;
-        let path = entry.path();
-        // symlink_metadata: links are digested as links, never followed out of the folder.
-        let meta = std::fs::symlink_metadata(&path).map_err(read_error(&path))?;
-        let relative = path
-            .strip_prefix(root)
-            .unwrap_or(&path)
-            .as_os_str()
-            .as_bytes()
-            .to_vec();
-        if meta.is_dir() {
-            walk(root, &path, entries)?;
-        } else if meta.file_type().is_symlink() {
-            let target = std::fs::read_link(&path).map_err(read_error(&path))?;
-            entries.push(Entry {
-                path: relative,
-                kind: b'l',
-                content: target.as_os_str().as_bytes().to_vec(),
-            });
-        } else {
-            let bytes = std::fs::read(&path).map_err(read_error(&path))?;
-            entries.push(Entry {
-                path: relative,
-                kind: b'f',
-                content: Sha256::digest(&bytes).to_vec(),
-            });
-        }
-    }
-    Ok(())
 }
 
 /// Copies the folder's directories, regular files and links (as links) into `to`.
@@ -393,40 +333,4 @@ pub fn pack_probe(binary: &Path, run_dir: &Path) -> Result<Image, AppError> {
         });
     }
     Image::measure(image)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn digest_of(dir: &Path) -> String {
-        let mut entries = Vec::new();
-        walk(dir, dir, &mut entries).unwrap();
-        folder_digest(entries)
-    }
-
-    #[test]
-    fn folder_digest_is_injective_where_digest_lines_were_not() {
-        // Two files `a` and `b`, against one file whose name carries the second digest line:
-        // joined as `<sha256>  <path>\n` lines both folders read the same.
-        let tmp = tempfile::tempdir().unwrap();
-        let (two, one) = (tmp.path().join("two"), tmp.path().join("one"));
-        std::fs::create_dir_all(&two).unwrap();
-        std::fs::create_dir_all(&one).unwrap();
-        std::fs::write(two.join("a"), b"A").unwrap();
-        std::fs::write(two.join("b"), b"B").unwrap();
-        let b_line = format!("{}  b", hex::encode(Sha256::digest(b"B")));
-        std::fs::write(one.join(format!("a\n{b_line}")), b"A").unwrap();
-        assert_ne!(digest_of(&two), digest_of(&one));
-
-        // A link and a file holding the link's target are different things.
-        let (link, file) = (tmp.path().join("link"), tmp.path().join("file"));
-        std::fs::create_dir_all(&link).unwrap();
-        std::fs::create_dir_all(&file).unwrap();
-        std::os::unix::fs::symlink("x", link.join("p")).unwrap();
-        std::fs::write(file.join("p"), b"x").unwrap();
-        assert_ne!(digest_of(&link), digest_of(&file));
-        // The same folder twice is the same digest.
-        assert_eq!(digest_of(&two), digest_of(&two));
-    }
 }

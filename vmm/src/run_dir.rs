@@ -104,6 +104,7 @@ fn made_by_berm(name: &OsStr) -> bool {
                 | "probe.erofs"
                 | "probe.stage"
                 | "sandbox-probe"
+                | "record.dsse.json"
         )
         || numbered("rpc-", ".sock")
         || numbered("app-", ".erofs")
@@ -163,7 +164,13 @@ fn check_existing(dir: &Path, meta: &std::fs::Metadata) -> Result<(), RunDirErro
             });
         }
     }
-    Ok(())
+    // A previous run's signed record would sit beside this run's vmm.jsonl until this run
+    // signs its own: it goes now.
+    let record = dir.join("record.dsse.json");
+    match std::fs::remove_file(&record) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(io(&record)(e)),
+        _ => Ok(()),
+    }
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> RunDirError + '_ {

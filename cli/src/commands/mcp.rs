@@ -3,9 +3,10 @@
 //! It copies bytes between stdin/stdout and `$BERM_HOME/mcp.sock` (or, with
 //! `--socket`, any bermd MCP socket, such as a VM app's `rpc-<i>.sock`, or with
 //! `--vm NAME` that of a VM `berm vm up` started); bermd speaks MCP on the other
-//! end. It does not start bermd, nor a VM: a harness that
-//! launched one per session would hold programs nobody deployed to, so when
-//! bermd is not running it says how to start it and exits 2.
+//! end. Plain `berm mcp` does not start bermd: a harness that launched one per
+//! session would hold programs nobody deployed to, so when bermd is not running it
+//! says how to start it and exits 2. `berm mcp --app DIR` is the one form that
+//! starts something: the app folder's own VM ([`super::vm_app`]).
 
 use std::path::{Path, PathBuf};
 
@@ -21,19 +22,32 @@ use crate::Exit;
 pub struct Args {
     /// Bridge to this MCP socket instead of the local bermd's, e.g. a VM
     /// app's `<run-dir>/rpc-0.sock` (once the app is ready).
-    #[arg(long, value_name = "PATH", conflicts_with = "vm")]
+    #[arg(long, value_name = "PATH", conflicts_with_all = ["vm", "app"])]
     socket: Option<PathBuf>,
     /// Bridge to an app of the VM `berm vm up` started under this name (it must be
     /// running; nothing is started).
     #[arg(long, value_name = "NAME")]
     vm: Option<String>,
-    /// With --vm: which app, by name or index (needed when the VM serves several).
-    #[arg(long, value_name = "NAME|INDEX", requires = "vm")]
+    /// Without --vm: an app folder; bridge to it in its own VM (named as `berm vm up` names
+    /// it), booting one if none runs and rebooting it when the folder changed. With --vm:
+    /// which app, by name or index (needed when the VM serves several).
+    #[arg(long, value_name = "DIR|NAME|INDEX")]
     app: Option<String>,
+    /// With --app DIR: seconds a VM this booted stays up after its last client left.
+    #[arg(long, value_name = "SECONDS", default_value_t = 600)]
+    idle_timeout: u64,
+    /// With --app DIR: how to boot the VM.
+    #[command(flatten)]
+    boot: super::vm_run::VmOptions,
 }
 
 /// Bridges until either side closes.
 pub async fn run(home: &Path, args: Args) -> anyhow::Result<Exit> {
+    if args.vm.is_none()
+        && let Some(dir) = &args.app
+    {
+        return super::vm_app::run(Path::new(dir), args.idle_timeout, &args.boot).await;
+    }
     let named = match &args.vm {
         Some(vm) => Some(super::vm_run::socket_of(vm, args.app.as_deref())?),
         None => args.socket.clone(),

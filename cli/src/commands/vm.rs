@@ -55,6 +55,9 @@ pub enum Command {
     Stop(super::vm_run::StopArgs),
     /// Print a VM's guest log (or its console, or berm-vmm's host lines).
     Logs(super::vm_run::LogsArgs),
+    /// The idle watchdog of a VM `berm mcp --app` booted (started by it, not by hand).
+    #[command(hide = true)]
+    Watch(super::vm_app::WatchArgs),
 }
 
 /// Arguments of `berm vm install`.
@@ -109,6 +112,7 @@ pub async fn run(command: Command) -> anyhow::Result<Exit> {
         Command::Ls(args) => super::vm_run::ls(args),
         Command::Stop(args) => super::vm_run::stop(args),
         Command::Logs(args) => super::vm_run::logs(args),
+        Command::Watch(args) => super::vm_app::watch(args),
     }
 }
 

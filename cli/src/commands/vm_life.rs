@@ -14,6 +14,8 @@
 //! | `vm.json` | the pid file: berm-vmm's pid, its start time and command line, the apps, the run dir |
 //! | `vmm.stderr` | berm-vmm's stderr: its JSON host lines, then its last words |
 //! | `stopping` | present while `stop` stops it |
+//! | `clients` | share-`flock`ed by each attached `berm mcp --app` bridge (the kernel drops a killed one's) |
+//! | `watch.lock`, `watch.log` | locked by the idle watchdog of a VM `mcp --app` booted; its words |
 //! | `last.json` | the `vm.json` of the last run that ended, for `logs` and `attest` |
 //! | `run/` | berm-vmm's run dir, when `$XDG_RUNTIME_DIR` is set; else berm-vmm makes its own (a fresh random one under the temp dir) and `vm.json` names it |
 
@@ -50,6 +52,12 @@ const LOCK_FILE: &str = "lock";
 pub const HOST_LINES: &str = "vmm.stderr";
 /// Present while `stop` stops the VM.
 pub const STOPPING: &str = "stopping";
+/// Share-locked by every attached `berm mcp --app` bridge: the clients the idle watchdog counts.
+pub const CLIENTS: &str = "clients";
+/// Locked by the idle watchdog of a VM `berm mcp --app` booted, for as long as it runs.
+pub const WATCH: &str = "watch.lock";
+/// The idle watchdog's own words.
+pub const WATCH_LOG: &str = "watch.log";
 
 /// The directory the variable `var` names, when it names an absolute path (the XDG rule:
 /// a relative one is ignored).
@@ -187,6 +195,19 @@ pub fn private_file(path: &Path, truncate: bool) -> anyhow::Result<File> {
 pub struct Lock(#[expect(dead_code, reason = "held for its flock")] File);
 
 impl Lock {
+    /// Takes the lock of `vm_dir` if nobody holds it.
+    pub fn try_take(vm_dir: &Path) -> anyhow::Result<Option<Self>> {
+        let path = vm_dir.join(LOCK_FILE);
+        let file = private_file(&path, false)?;
+        match file.try_lock() {
+            Ok(()) => Ok(Some(Self(file))),
+            Err(fs::TryLockError::WouldBlock) => Ok(None),
+            Err(fs::TryLockError::Error(e)) => {
+                Err(e).with_context(|| format!("locking {}", path.display()))
+            }
+        }
+    }
+
     /// Takes the lock of `vm_dir`, waiting for whoever holds it (saying so once on stderr).
     pub fn take(vm_dir: &Path, name: &str, who: &str) -> anyhow::Result<Self> {
         let path = vm_dir.join(LOCK_FILE);
@@ -247,6 +268,14 @@ pub struct Launch {
     pub state: Option<PathBuf>,
     /// berm-vmm's run dir, once known.
     pub run_dir: Option<PathBuf>,
+    /// For a VM `berm mcp --app` booted: the seconds it stays up after its last client
+    /// left. `None` (`berm vm up`): it runs until `berm vm stop`.
+    #[serde(default)]
+    pub idle_timeout_s: Option<u64>,
+    /// Each app folder as measured when the VM booted, in port order: what a changed folder
+    /// is compared against.
+    #[serde(default)]
+    pub measured: Vec<super::vm_app::Measured>,
 }
 
 impl Launch {

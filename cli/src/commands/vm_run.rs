@@ -24,6 +24,42 @@ use super::vm_life::{
 };
 use crate::Exit;
 
+/// How to boot a VM: what `berm vm up` and `berm mcp --app` pass to berm-vmm.
+#[derive(clap::Args, Clone, Debug)]
+pub struct VmOptions {
+    /// The state disk [default: ~/.local/share/berm/state/N.img, created on first use].
+    #[arg(long, value_name = "FILE", conflicts_with = "no_state")]
+    pub state: Option<PathBuf>,
+    /// Run without a state disk (the apps' workspaces are then a tmpfs).
+    #[arg(long)]
+    pub no_state: bool,
+    /// The guest's architecture.
+    #[arg(long, value_name = "ARCH", default_value = berm_pins::HOST_ARCH, value_parser = berm_pins::ARCHES)]
+    pub arch: String,
+    /// berm-vmm's `--hypervisor`.
+    #[arg(long, value_name = "NAME", default_value = "auto", value_parser = ["auto", "krun", "qemu"])]
+    pub hypervisor: String,
+    /// berm-vmm's `--cpus`.
+    #[arg(long, value_name = "N")]
+    pub cpus: Option<u8>,
+    /// berm-vmm's `--memory` (MiB).
+    #[arg(long, value_name = "MiB")]
+    pub memory: Option<u32>,
+    /// berm-vmm's `--key`: the host key the run's record is signed with.
+    #[arg(long, value_name = "FILE")]
+    pub key: Option<PathBuf>,
+    /// berm-vmm's `--env` (repeatable): a guest setting.
+    #[arg(long = "env", value_name = "NAME=VALUE")]
+    pub env: Vec<String>,
+    /// Seconds to wait for every app to be ready before stopping the VM and failing.
+    #[arg(long, value_name = "SECONDS", default_value_t = 300)]
+    pub timeout: u64,
+    /// When the running VM's app folders changed in their tools, descriptions, schemas or
+    /// grants: reboot it with them anyway (a change in nothing else needs no --accept).
+    #[arg(long)]
+    pub accept: bool,
+}
+
 /// Arguments of `berm vm up`.
 #[derive(clap::Args)]
 pub struct UpArgs {
@@ -33,33 +69,8 @@ pub struct UpArgs {
     /// The VM's name [default: the first app's `name` in its berm.toml].
     #[arg(long, value_name = "N")]
     name: Option<String>,
-    /// The state disk [default: ~/.local/share/berm/state/N.img, created on first use].
-    #[arg(long, value_name = "FILE", conflicts_with = "no_state")]
-    state: Option<PathBuf>,
-    /// Run without a state disk (the apps' workspaces are then a tmpfs).
-    #[arg(long)]
-    no_state: bool,
-    /// The guest's architecture.
-    #[arg(long, value_name = "ARCH", default_value = berm_pins::HOST_ARCH, value_parser = berm_pins::ARCHES)]
-    arch: String,
-    /// berm-vmm's `--hypervisor`.
-    #[arg(long, value_name = "NAME", default_value = "auto", value_parser = ["auto", "krun", "qemu"])]
-    hypervisor: String,
-    /// berm-vmm's `--cpus`.
-    #[arg(long, value_name = "N")]
-    cpus: Option<u8>,
-    /// berm-vmm's `--memory` (MiB).
-    #[arg(long, value_name = "MiB")]
-    memory: Option<u32>,
-    /// berm-vmm's `--key`: the host key the run's record is signed with.
-    #[arg(long, value_name = "FILE")]
-    key: Option<PathBuf>,
-    /// berm-vmm's `--env` (repeatable): a guest setting.
-    #[arg(long = "env", value_name = "NAME=VALUE")]
-    env: Vec<String>,
-    /// Seconds to wait for every app to be ready before stopping the VM and failing.
-    #[arg(long, value_name = "SECONDS", default_value_t = 300)]
-    timeout: u64,
+    #[command(flatten)]
+    vm: VmOptions,
     /// Print the VM (as `berm vm ls --json` shows it) as one JSON object.
     #[arg(long)]
     json: bool,
@@ -143,45 +154,152 @@ fn default_state(name: &str) -> anyhow::Result<PathBuf> {
 /// Runs `berm vm up`.
 pub fn up(args: UpArgs) -> anyhow::Result<Exit> {
     let layout = Layout::from_env()?;
+    let first = berm_app::load(&args.apps[0])?;
+    let name = args.name.clone().unwrap_or(first.name);
+    layout.check_name(&name)?;
+    let vm_dir = layout.create_vm_dir(&name)?;
+    let _lock = Lock::take(&vm_dir, &name, "berm vm up")?;
+    let dirs: Vec<PathBuf> = args
+        .apps
+        .iter()
+        .map(|dir| fs::canonicalize(dir).with_context(|| format!("reading {}", dir.display())))
+        .collect::<anyhow::Result<_>>()?;
+    let old = Launch::read(&vm_dir, LAUNCH_FILE)?;
+    if let Some(old) = old.as_ref().filter(|o| o.liveness() == Liveness::Running)
+        && !old.apps.iter().map(|a| &a.dir).eq(dirs.iter())
+    {
+        bail!(
+            "VM \"{name}\" is already running (pid {}) with other apps; stop it first with berm vm stop {name}",
+            old.pid
+        );
+    }
+    let want = Want {
+        layout: &layout,
+        vm_dir: &vm_dir,
+        name: &name,
+        dirs: &dirs,
+        options: &args.vm,
+        idle_timeout_s: None,
+        who: "berm vm up",
+    };
+    let (launch, outcome) = ensure(&want, old)?;
+    if outcome == Outcome::Running {
+        bail!(
+            "VM \"{name}\" is already running (pid {}); stop it first with berm vm stop {name}",
+            launch.pid
+        );
+    }
+    let view = View::of(&vm_dir, &launch);
+    if args.json {
+        super::print_json(&view)?;
+    } else {
+        for app in &view.apps {
+            let socket = app
+                .socket
+                .as_ref()
+                .map_or_else(String::new, |s| s.display().to_string());
+            crate::outln!("{}\t{socket}", app.name);
+        }
+    }
+    eprintln!(
+        "berm vm up: \"{name}\" is ready (berm-vmm pid {}); connect with berm mcp --vm {name}, stop with berm vm stop {name}",
+        launch.pid
+    );
+    Ok(Exit::Ok)
+}
+
+/// What `up` or `mcp --app` wants running under a name, with the name's lock held.
+pub struct Want<'a> {
+    /// Where VMs live.
+    pub layout: &'a Layout,
+    /// The name's VM dir.
+    pub vm_dir: &'a Path,
+    /// The name.
+    pub name: &'a str,
+    /// The app folders, canonical, in port order.
+    pub dirs: &'a [PathBuf],
+    /// How to boot it.
+    pub options: &'a VmOptions,
+    /// `Some` for a VM `mcp --app` boots: it stops this long after its last client left.
+    pub idle_timeout_s: Option<u64>,
+    /// Who says what happened (`berm vm up`, `berm mcp`).
+    pub who: &'a str,
+}
+
+/// What [`ensure`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// The VM was running with these folders unchanged: nothing was done.
+    Running,
+    /// No VM ran (or a stale one was cleaned up): one was booted.
+    Booted,
+    /// The folders changed: the VM was stopped and booted again on the same state disk.
+    Rebooted,
+}
+
+/// Makes the VM `want` names run `want.dirs` as they are now, given the pid file `old`
+/// (read under the lock): leaves a running VM whose folders are unchanged alone, reboots
+/// one whose folders changed (refusing a change that needs `--accept`), cleans up a stale
+/// run and boots.
+pub fn ensure(want: &Want, old: Option<Launch>) -> anyhow::Result<(Launch, Outcome)> {
+    let name = want.name;
+    let mut measured = Vec::new();
     let mut apps = Vec::new();
-    for (index, dir) in args.apps.iter().enumerate() {
-        let app = berm_app::load(dir)?;
+    for (index, dir) in want.dirs.iter().enumerate() {
+        let (app, measure) = super::vm_app::measure(dir)?;
         apps.push(LaunchApp {
             index: u32::try_from(index).context("too many apps")?,
             name: app.name,
             dir: app.dir,
         });
+        measured.push(measure);
     }
-    let name = match &args.name {
-        Some(name) => name.clone(),
-        None => apps[0].name.clone(),
-    };
-    layout.check_name(&name)?;
-    let vm_dir = layout.create_vm_dir(&name)?;
-    let _lock = Lock::take(&vm_dir, &name, "berm vm up")?;
-    if let Some(old) = Launch::read(&vm_dir, LAUNCH_FILE)? {
+    if let Some(old) = old {
         match old.liveness() {
-            Liveness::Running => bail!(
-                "VM \"{name}\" is already running (pid {}); stop it first with berm vm stop {name}",
-                old.pid
-            ),
-            stale => {
-                vm_life::retire(&vm_dir, &old);
+            Liveness::Running => {
+                let Some(changes) = super::vm_app::changes(&old, &apps, &measured) else {
+                    return Ok((old, Outcome::Running));
+                };
+                if !changes.is_empty() && !want.options.accept {
+                    bail!(
+                        "the app folders of VM \"{name}\" changed what its clients are offered:\n{}\nnothing was restarted: add --accept to reboot \"{name}\" with them, or undo the change",
+                        changes.join("\n")
+                    );
+                }
+                let accepted = match changes.is_empty() {
+                    true => String::new(),
+                    false => format!(" (--accept:\n{})", changes.join("\n")),
+                };
                 eprintln!(
-                    "berm vm up: cleaned up a stale \"{name}\": {}",
+                    "{}: the app folders of \"{name}\" changed; rebooting it on the same state disk{accepted}",
+                    want.who
+                );
+                stop_running(want.vm_dir, &old, Duration::from_secs(20));
+                let mut launch = old;
+                launch.measured = measured;
+                launch.run_dir = want.layout.run_dir(name);
+                let launch = spawn_ready(want.vm_dir, launch, want.options.timeout)?;
+                return Ok((launch, Outcome::Rebooted));
+            }
+            stale => {
+                vm_life::retire(want.vm_dir, &old);
+                eprintln!(
+                    "{}: cleaned up a stale \"{name}\": {}",
+                    want.who,
                     stale.why(old.pid)
                 );
             }
         }
     }
-    let _ = fs::remove_file(vm_dir.join(STOPPING));
-    let state = match (&args.state, args.no_state) {
+    let _ = fs::remove_file(want.vm_dir.join(STOPPING));
+    let options = want.options;
+    let state = match (&options.state, options.no_state) {
         (_, true) => None,
         (Some(state), false) => Some(absolute(state)?),
-        (None, false) => Some(default_state(&name)?),
+        (None, false) => Some(default_state(name)?),
     };
     let vmm = berm_vmm()?;
-    let run_dir = layout.run_dir(&name);
+    let run_dir = want.layout.run_dir(name);
     let mut argv: Vec<String> = vec![vmm.to_string_lossy().into_owned(), "run".into()];
     for app in &apps {
         argv.extend(["--app".into(), app.dir.to_string_lossy().into_owned()]);
@@ -195,26 +313,48 @@ pub fn up(args: UpArgs) -> anyhow::Result<Exit> {
     if let Some(run_dir) = &run_dir {
         path_arg("--run-dir", run_dir);
     }
-    if let Some(key) = &args.key {
+    if let Some(key) = &options.key {
         path_arg("--key", &absolute(key)?);
     }
-    argv.extend(["--arch".into(), args.arch.clone()]);
-    argv.extend(["--hypervisor".into(), args.hypervisor.clone()]);
-    if let Some(cpus) = args.cpus {
+    argv.extend(["--arch".into(), options.arch.clone()]);
+    argv.extend(["--hypervisor".into(), options.hypervisor.clone()]);
+    if let Some(cpus) = options.cpus {
         argv.extend(["--cpus".into(), cpus.to_string()]);
     }
-    if let Some(memory) = args.memory {
+    if let Some(memory) = options.memory {
         argv.extend(["--memory".into(), memory.to_string()]);
     }
-    for setting in &args.env {
+    for setting in &options.env {
         argv.extend(["--env".into(), setting.clone()]);
     }
+    let launch = Launch {
+        name: name.to_owned(),
+        pid: 0,
+        start_ticks: None,
+        argv,
+        started_unix: 0,
+        apps,
+        arch: options.arch.clone(),
+        hypervisor: options.hypervisor.clone(),
+        state,
+        run_dir,
+        idle_timeout_s: want.idle_timeout_s,
+        measured,
+    };
+    let launch = spawn_ready(want.vm_dir, launch, options.timeout)?;
+    Ok((launch, Outcome::Booted))
+}
 
+/// Starts `launch.argv` (berm-vmm) detached with its stderr in `vmm.stderr`, writes the pid
+/// file and reads the host lines until every app is ready; on failure says why with
+/// berm-vmm's own reason, stopping what it started.
+fn spawn_ready(vm_dir: &Path, mut launch: Launch, timeout: u64) -> anyhow::Result<Launch> {
+    let name = launch.name.clone();
     let stderr_path = vm_dir.join(HOST_LINES);
     let stderr = vm_life::private_file(&stderr_path, true)?;
-    let mut command = Command::new(&argv[0]);
+    let mut command = Command::new(&launch.argv[0]);
     command
-        .args(&argv[1..])
+        .args(&launch.argv[1..])
         .current_dir("/")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -222,25 +362,16 @@ pub fn up(args: UpArgs) -> anyhow::Result<Exit> {
     crate::sys::new_session(&mut command);
     let mut child = command
         .spawn()
-        .with_context(|| format!("starting {}", vmm.display()))?;
-    let mut launch = Launch {
-        name: name.clone(),
-        pid: child.id(),
-        start_ticks: vm_life::start_ticks(child.id()),
-        argv,
-        started_unix: vm_life::now_unix(),
-        apps,
-        arch: args.arch.clone(),
-        hypervisor: args.hypervisor.clone(),
-        state,
-        run_dir,
-    };
-    launch.write(&vm_dir)?;
+        .with_context(|| format!("starting {}", launch.argv[0]))?;
+    launch.pid = child.id();
+    launch.start_ticks = vm_life::start_ticks(child.id());
+    launch.started_unix = vm_life::now_unix();
+    launch.write(vm_dir)?;
 
     let mut lines = HostLines::default();
     let mut reader =
         File::open(&stderr_path).with_context(|| format!("reading {}", stderr_path.display()))?;
-    let deadline = Instant::now() + Duration::from_secs(args.timeout);
+    let deadline = Instant::now() + Duration::from_secs(timeout);
     let mut read = |lines: &mut HostLines| {
         let mut bytes = Vec::new();
         let _ = reader.read_to_end(&mut bytes);
@@ -252,7 +383,7 @@ pub fn up(args: UpArgs) -> anyhow::Result<Exit> {
             && let Some(endpoints) = &lines.endpoints
         {
             launch.run_dir = Some(endpoints.run_dir.clone());
-            launch.write(&vm_dir)?;
+            launch.write(vm_dir)?;
         }
         if launch.apps.iter().all(|a| lines.ready.contains(&a.index)) {
             break None;
@@ -260,7 +391,7 @@ pub fn up(args: UpArgs) -> anyhow::Result<Exit> {
         if let Some(status) = child.try_wait().context("waiting for berm-vmm")? {
             read(&mut lines);
             lines.finish();
-            vm_life::retire(&vm_dir, &launch);
+            vm_life::retire(vm_dir, &launch);
             let reason = lines
                 .reason()
                 .unwrap_or_else(|| format!("berm-vmm ended ({status}) without a word"));
@@ -284,12 +415,12 @@ pub fn up(args: UpArgs) -> anyhow::Result<Exit> {
             break Some(format!("app {} {how} before it was ready", exited.app));
         }
         if Instant::now() >= deadline {
-            break Some(format!("not every app was ready within {} s", args.timeout));
+            break Some(format!("not every app was ready within {timeout} s"));
         }
-        std::thread::sleep(Duration::from_millis(100));
+        std::thread::sleep(Duration::from_millis(20));
     };
     if let Some(why) = failure {
-        stop_running(&vm_dir, &launch, Duration::from_secs(10));
+        stop_running(vm_dir, &launch, Duration::from_secs(10));
         let _ = child.try_wait();
         let logs = launch
             .run_dir
@@ -301,23 +432,7 @@ pub fn up(args: UpArgs) -> anyhow::Result<Exit> {
             stderr_path.display()
         );
     }
-    let view = View::of(&vm_dir, &launch);
-    if args.json {
-        super::print_json(&view)?;
-    } else {
-        for app in &view.apps {
-            let socket = app
-                .socket
-                .as_ref()
-                .map_or_else(String::new, |s| s.display().to_string());
-            crate::outln!("{}\t{socket}", app.name);
-        }
-    }
-    eprintln!(
-        "berm vm up: \"{name}\" is ready (berm-vmm pid {}); connect with berm mcp --vm {name}, stop with berm vm stop {name}",
-        launch.pid
-    );
-    Ok(Exit::Ok)
+    Ok(launch)
 }
 
 /// Asks the guest to shut down on `control.sock` and waits for its `power_off`; `false`
@@ -339,7 +454,7 @@ fn shutdown(control: &Path, grace: Duration) -> bool {
 /// Stops a running VM: the `shutdown` op (SIGTERM to berm-vmm when it cannot be sent, which
 /// makes berm-vmm send it), SIGKILL after `grace`; then its sockets and pid file go. Says
 /// how it ended.
-fn stop_running(vm_dir: &Path, launch: &Launch, grace: Duration) -> String {
+pub fn stop_running(vm_dir: &Path, launch: &Launch, grace: Duration) -> String {
     let _ = File::create(vm_dir.join(STOPPING));
     let sent = launch
         .run_dir
