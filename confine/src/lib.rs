@@ -136,7 +136,7 @@ impl Role {
 
     #[cfg(target_os = "linux")]
     /// The allow list as reported: one entry per syscall, argument rules in parentheses
-    /// (`clone(no CLONE_NEW*)`, `socket(AF_UNIX|AF_VSOCK)`).
+    /// (`clone(no CLONE_NEW*)`, `socket(AF_INET|AF_INET6)`).
     pub fn describe(self) -> Vec<String> {
         self.allowed().iter().map(Syscall::describe).collect()
     }
@@ -464,12 +464,34 @@ mod tests {
             );
         }
 
-        // bermd: memfd_create answers ENOSYS (Wasmtime then does without), socket EPERM.
+        // bermd: memfd_create answers ENOSYS (Wasmtime then does without), socket EPERM for
+        // every family, vsock included (berm-init's egress broker connects for it), and no
+        // connect; socketpair and recvmsg, the broker's channel, stay.
         let status = under_filter(Role::Bermd, || {
-            // SAFETY: integer arguments and a constant C string.
+            // SAFETY: integer arguments, a constant C string, and a msghdr on the stack.
             unsafe {
                 errno_of(libc::syscall(libc::SYS_memfd_create, c"x".as_ptr(), 0)) == libc::ENOSYS
                     && socket_errno(libc::AF_UNIX) == libc::EPERM
+                    && socket_errno(libc::AF_VSOCK) == libc::EPERM
+                    && errno_of(libc::syscall(libc::SYS_connect, -1, 0, 0)) == libc::EPERM
+                    && {
+                        let mut pair = [-1; 2];
+                        let made = libc::syscall(
+                            libc::SYS_socketpair,
+                            libc::AF_UNIX,
+                            libc::SOCK_SEQPACKET,
+                            0,
+                            pair.as_mut_ptr(),
+                        );
+                        let mut msg: libc::msghdr = std::mem::zeroed();
+                        made == 0
+                            && errno_of(libc::syscall(
+                                libc::SYS_recvmsg,
+                                pair[0],
+                                &raw mut msg,
+                                libc::MSG_DONTWAIT,
+                            )) == libc::EAGAIN
+                    }
                     && errno_of(libc::syscall(
                         libc::SYS_clone,
                         libc::CLONE_NEWUSER,

@@ -283,7 +283,6 @@ fn serve() -> Vec<Syscall> {
 }
 
 const AF_UNIX: (&str, i32) = ("AF_UNIX", libc::AF_UNIX);
-const AF_VSOCK: (&str, i32) = ("AF_VSOCK", libc::AF_VSOCK);
 const AF_INET: (&str, i32) = ("AF_INET", libc::AF_INET);
 const AF_INET6: (&str, i32) = ("AF_INET6", libc::AF_INET6);
 const FIONBIO: (&str, u32) = ("FIONBIO", libc::FIONBIO as u32);
@@ -310,17 +309,18 @@ fn list(own: &[Syscall], extra: &[Syscall]) -> Vec<Syscall> {
 }
 
 /// An app's bermd: a Wasmtime host (code mapped executable, threads), serving MCP on the vsock
-/// listener it is handed as fd 4, writing only its workspace. No new sockets but vsock ones
-/// (tokio's signal pipe is a socketpair; each `http.fetch` connects to the host dialer on its
-/// vsock port, the guest kernel having no other network at all), no exec but the one that
-/// starts it (Landlock lets only bermd's own binary be executed), no namespaces.
+/// listener it is handed as fd 4, writing only its workspace. No `socket` and no `connect` at
+/// all: tokio's signal pipe is a socketpair, and each `http.fetch` gets its connection to the
+/// host dialer from berm-init's egress broker, as `SCM_RIGHTS` on the socketpair bermd is
+/// handed as fd 6 (`recvmsg`). berm-init connects to the app's own egress port only, so a
+/// bermd taken over cannot reach another app's port (and its grants and secrets). No exec but
+/// the one that starts it (Landlock lets only bermd's own binary be executed), no namespaces.
 fn bermd() -> Vec<Syscall> {
     let own = [
         with!(SYS_mmap, Args::Any),
         with!(SYS_mprotect, Args::Any),
         with!(SYS_clone, Args::NoNamespaces),
         with!(SYS_socketpair, Args::Families(&[AF_UNIX])),
-        with!(SYS_socket, Args::Families(&[AF_VSOCK])),
         with!(
             SYS_ioctl,
             Args::Requests(&[FIONBIO, FIOCLEX, TCGETS, PAGEMAP_SCAN])
@@ -342,8 +342,6 @@ fn bermd() -> Vec<Syscall> {
         SYS_pipe2,
         // fs.* opens every path beneath its granted root with RESOLVE_BENEATH.
         SYS_openat2,
-        // http.fetch: to the host dialer (socket is AF_VSOCK only, above).
-        SYS_connect,
         // Program threads run at a lower priority than the threads that read requests, and
         // calls that computed for long in the idle class (SCHED_IDLE; without CAP_SYS_NICE,
         // which bermd does not have, a thread can only lower its own class).

@@ -10,8 +10,9 @@
 //! 2. creates the cgroup `/berm/apps/<name>`, writes `cpu.max`, `memory.max`,
 //!    `memory.swap.max` and `pids.max`, and reads them back;
 //! 3. creates `/workspace/<name>` owned by the app's uid (on the state disk when there is one);
-//! 4. starts `berm-init confine PLAN` (see [`crate::confine`]), which reports on a pipe what is
-//!    in force (`app_started`, or `app_refused` — fail-closed) and execs bermd;
+//! 4. starts the app's egress broker ([`crate::egress_broker`]) and `berm-init confine PLAN`
+//!    (see [`crate::confine`]), which reports on a pipe what is in force (`app_started`, or
+//!    `app_refused` — fail-closed) and execs bermd with the broker's channel on fd 6;
 //! 5. waits for bermd's own ready line on a second pipe (`app_ready`).
 //!
 //! An app that fails at any step is refused with the reason; the others still start. The
@@ -30,11 +31,12 @@ use std::time::{Duration, Instant};
 use berm_vm_protocol::host::{BermdReady, Launch};
 use berm_vm_protocol::{
     APP_UID_BASE, AppExited, AppLimits, AppProgram, AppReady, AppRefused, AppStarted, AppState,
-    AppStatus, EGRESS_PORT_BASE, Event, LogLevel, ProbeCheck, ProbeReport, RPC_PORT_BASE,
+    AppStatus, Event, LogLevel, ProbeCheck, ProbeReport, RPC_PORT_BASE,
 };
 use serde::Deserialize;
 
-use crate::confine::{self, Plan, READY_FD, REPORT_FD, Report};
+use crate::confine::{self, EGRESS_BROKER_FD, Plan, READY_FD, REPORT_FD, Report};
+use crate::egress_broker;
 use crate::hub::{self, Hub};
 use crate::sys;
 
@@ -371,8 +373,18 @@ fn launch(
     let plan = bermd_plan(&name, index, &root);
     let (report_r, report_w) = sys::pipe().map_err(|e| fail(format!("pipe: {e}")))?;
     let (ready_r, ready_w) = sys::pipe().map_err(|e| fail(format!("pipe: {e}")))?;
+    let (broker, egress) = berm_vm_protocol::egress_broker::channel::pair()
+        .map_err(|e| fail(format!("socketpair for its egress broker: {e}")))?;
+    // Before bermd starts: if bermd never does, its end closes and the broker ends.
+    egress_broker::spawn(hub, &name, index, broker)
+        .map_err(|e| fail(format!("no thread for its egress broker: {e}")))?;
     let started = Instant::now();
-    let pid = spawn_confined(hub, &plan, &name, report_w, Some(ready_w)).map_err(fail)?;
+    let fds = vec![
+        (report_w.into(), REPORT_FD),
+        (ready_w.into(), READY_FD),
+        (egress, EGRESS_BROKER_FD),
+    ];
+    let pid = spawn_confined(hub, &plan, &name, fds).map_err(fail)?;
     registry.track(AppStatus {
         app: name.clone(),
         index,
@@ -410,7 +422,7 @@ fn read_launch(root: &str) -> Result<Launch, String> {
 
 /// What app `name` (index `index`, disk mounted at `root`) runs as: bermd under uid and gid
 /// 10000+index in its cgroup, serving MCP on vsock 5000+index, reading its disk, writing only
-/// its workspace.
+/// its workspace, asking PID 1's egress broker for its `http.fetch` connections.
 fn bermd_plan(name: &str, index: u32, root: &str) -> Plan {
     let uid = APP_UID_BASE + index;
     let workspace = format!("{WORKSPACE}/{name}");
@@ -438,8 +450,8 @@ fn bermd_plan(name: &str, index: u32, root: &str) -> Plan {
             &format!("{root}/code"),
             "--cpu-profile",
             "portable",
-            "--egress-vsock",
-            &(EGRESS_PORT_BASE + index).to_string(),
+            "--egress-broker-fd",
+            &EGRESS_BROKER_FD.to_string(),
         ]
         .map(String::from)
         .to_vec(),
@@ -513,21 +525,17 @@ fn start_confine(
     Ok(child.id())
 }
 
-/// Starts `berm-init confine PLAN` with the report pipe on fd 3 (and bermd's ready pipe on
-/// fd 5); its output goes to the logs port under `source`.
+/// Starts `berm-init confine PLAN` with `fds` at their numbers (the report pipe on fd 3,
+/// bermd's ready pipe on fd 5, its egress channel on fd 6); its output goes to the logs port
+/// under `source`.
 fn spawn_confined(
     hub: &Arc<Hub>,
     plan: &Plan,
     source: &str,
-    report: File,
-    ready: Option<File>,
+    fds: Vec<(OwnedFd, i32)>,
 ) -> Result<u32, String> {
     let (out_r, out_w) = sys::pipe().map_err(|e| format!("pipe: {e}"))?;
     let out_w2 = out_w.try_clone().map_err(|e| format!("pipe: {e}"))?;
-    let mut fds: Vec<(OwnedFd, i32)> = vec![(report.into(), REPORT_FD)];
-    if let Some(ready) = ready {
-        fds.push((ready.into(), READY_FD));
-    }
     let pid = start_confine(plan, out_w.into(), out_w2.into(), fds)?;
     let hub = Arc::clone(hub);
     let source = source.to_owned();
@@ -939,6 +947,11 @@ mod tests {
         assert_eq!(flag("--code-dir"), "/run/apps/3/code");
         assert_eq!(flag("--ready-fd"), READY_FD.to_string());
         assert_eq!(flag("--listen-fd"), confine::LISTEN_FD.to_string());
-        assert_eq!(flag("--egress-vsock"), "6003");
+        assert_eq!(flag("--egress-broker-fd"), EGRESS_BROKER_FD.to_string());
+        assert!(
+            !plan.argv.iter().any(|a| a.contains("vsock")),
+            "{:?}",
+            plan.argv
+        );
     }
 }

@@ -7,7 +7,8 @@
 //! 1. joins the app's cgroup (as root, before anything else, so every later allocation is
 //!    charged to the app);
 //! 2. listens on the app's vsock port, handing the socket to bermd as fd 4 (bermd then needs
-//!    no socket(2) of its own, and the seccomp filter refuses it);
+//!    no socket(2) of its own, and the seccomp filter refuses it: its egress connections come
+//!    from PID 1's broker on fd 6);
 //! 3. sets no_new_privs and drops to the app's uid and gid, with no supplementary groups;
 //! 4. applies the Landlock ruleset (read the app image; read and execute bermd and nothing
 //!    else; write, never execute, the app's workspace; no signals or abstract sockets outside
@@ -39,6 +40,8 @@ pub const REPORT_FD: i32 = 3;
 pub const LISTEN_FD: i32 = 4;
 /// The fd bermd writes its ready line to.
 pub const READY_FD: i32 = 5;
+/// The fd bermd asks PID 1's egress broker for connections on (`crate::egress_broker`).
+pub const EGRESS_BROKER_FD: i32 = 6;
 /// Exit code when the plan cannot be carried out in full.
 const REFUSED: i32 = 78;
 
@@ -140,9 +143,9 @@ fn confine(plan: &Plan) -> Result<Report, String> {
                 .map_err(|e| format!("placing fd {LISTEN_FD}: {e}"))?;
         }
     }
-    for fd in [LISTEN_FD, READY_FD] {
-        // Both are meant for the program (fd 5 only when PID 1 passed it); fcntl on a number
-        // that is not open fails with EBADF and changes nothing.
+    for fd in [LISTEN_FD, READY_FD, EGRESS_BROKER_FD] {
+        // All are meant for the program (fds 5 and 6 only when PID 1 passed them); fcntl on a
+        // number that is not open fails with EBADF and changes nothing.
         let _ = sys::inherit(&RawNumber(fd));
     }
     let no_new_privs = sys::set_no_new_privs().map_err(|e| format!("setting no_new_privs: {e}"))?;

@@ -11,6 +11,7 @@
 
 mod apps;
 mod confine;
+mod egress_broker;
 mod hub;
 mod relay;
 mod settings;

@@ -1,7 +1,7 @@
 //! Every raw system call berm-init makes, each behind a safe function.
 //!
-//! PID 1 needs a few calls std does not offer (mount, reboot, AF_VSOCK sockets, the Landlock
-//! and LSM queries, CLOCK_BOOTTIME). Keeping them here means the rest of berm-init is
+//! PID 1 needs a few calls std does not offer (mount, reboot, AF_VSOCK sockets to listen on and,
+//! for the egress broker, to connect with, the Landlock and LSM queries, CLOCK_BOOTTIME). Keeping them here means the rest of berm-init is
 //! `#![forbid(unsafe_code)]`-clean in spirit: one small module to audit.
 
 use std::ffi::CString;
@@ -146,29 +146,80 @@ pub fn lsm_ids() -> io::Result<Vec<u64>> {
     Ok(ids.iter().take(ret as usize).copied().collect())
 }
 
-/// A listening AF_VSOCK stream socket on `port`, any CID.
-pub fn vsock_listen(port: u32) -> io::Result<OwnedFd> {
+/// A new AF_VSOCK stream socket, close-on-exec. (rustix, which the egress broker's channel
+/// uses, has no vsock addresses: the vsock calls are written out here.)
+fn vsock_socket() -> io::Result<OwnedFd> {
     // SAFETY: socket(2) with constant arguments; the result is checked before use.
     let fd =
         check(unsafe { libc::socket(libc::AF_VSOCK, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) })?;
     // SAFETY: `fd` was just returned by socket(2) and is owned by nobody else.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// The vsock address `cid`:`port`.
+fn vsock_addr(cid: u32, port: u32) -> libc::sockaddr_vm {
     // SAFETY: sockaddr_vm is plain old data; all-zero bytes are a valid value.
     let mut addr: libc::sockaddr_vm = unsafe { std::mem::zeroed() };
     addr.svm_family = libc::AF_VSOCK as libc::sa_family_t;
     addr.svm_port = port;
-    addr.svm_cid = libc::VMADDR_CID_ANY;
-    let len = std::mem::size_of::<libc::sockaddr_vm>() as libc::socklen_t;
-    // SAFETY: `addr` is a valid sockaddr_vm of `len` bytes that outlives the call.
+    addr.svm_cid = cid;
+    addr
+}
+
+const VSOCK_ADDR_LEN: libc::socklen_t = std::mem::size_of::<libc::sockaddr_vm>() as libc::socklen_t;
+
+/// A listening AF_VSOCK stream socket on `port`, any CID.
+pub fn vsock_listen(port: u32) -> io::Result<OwnedFd> {
+    let fd = vsock_socket()?;
+    let addr = vsock_addr(libc::VMADDR_CID_ANY, port);
+    // SAFETY: `addr` is a valid sockaddr_vm of VSOCK_ADDR_LEN bytes that outlives the call.
     check(unsafe {
         libc::bind(
             fd.as_raw_fd(),
             (&addr as *const libc::sockaddr_vm).cast(),
-            len,
+            VSOCK_ADDR_LEN,
         )
     })?;
     // SAFETY: listen(2) on a socket this function owns.
     check(unsafe { libc::listen(fd.as_raw_fd(), 16) })?;
+    Ok(fd)
+}
+
+/// The host's CID, as a guest reaches it over vsock.
+pub const VSOCK_HOST_CID: u32 = 2;
+
+/// `SO_VM_SOCKETS_CONNECT_TIMEOUT` (`linux/vm_sockets.h`; on 64-bit targets the same as its
+/// `_OLD` spelling, a `struct timeval`), at level `AF_VSOCK`. libc does not name it.
+const SO_VM_SOCKETS_CONNECT_TIMEOUT: libc::c_int = 6;
+
+/// A connection to the host (CID 2) on `port`, given up after `timeout` (vsock's own connect
+/// timeout; the kernel's default is 2 s).
+pub fn vsock_connect(port: u32, timeout: Duration) -> io::Result<OwnedFd> {
+    let fd = vsock_socket()?;
+    let tv = libc::timeval {
+        tv_sec: timeout.as_secs() as _,
+        tv_usec: timeout.subsec_micros() as _,
+    };
+    // SAFETY: `tv` is a valid timeval of the size passed, alive for the call.
+    check(unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::AF_VSOCK,
+            SO_VM_SOCKETS_CONNECT_TIMEOUT,
+            (&tv as *const libc::timeval).cast(),
+            std::mem::size_of::<libc::timeval>() as libc::socklen_t,
+        )
+    })?;
+    let addr = vsock_addr(VSOCK_HOST_CID, port);
+    // SAFETY: `addr` is a valid sockaddr_vm of VSOCK_ADDR_LEN bytes that outlives the call;
+    // connect(2) only reads it.
+    check(unsafe {
+        libc::connect(
+            fd.as_raw_fd(),
+            (&addr as *const libc::sockaddr_vm).cast(),
+            VSOCK_ADDR_LEN,
+        )
+    })?;
     Ok(fd)
 }
 

@@ -1,5 +1,7 @@
 //! bermd's side of `http`: a deployment's egress built from its `net=` and
 //! `secret:` grants, the CAs HTTPS trusts, and programs' secret values.
+//! In the microVM, each request goes to the host dialer over a connection
+//! berm-init hands over ([`broker`]).
 //!
 //! The rules themselves live in `berm-egress`; this module only wires them
 //! to `$BERM_HOME` (secret values under `secrets/<program>/`, never beside
@@ -19,12 +21,17 @@ use berm_egress::{
 
 use crate::service::Service;
 
+pub mod broker;
+
+pub use broker::EgressBroker;
+
 /// How every deployment's egress is set up.
 pub struct EgressSetup {
     extra_ca: Vec<PathBuf>,
     caps: Caps,
-    /// In the microVM: every fetch goes to the host dialer on this vsock port.
-    vsock_port: Option<u32>,
+    /// In the microVM: every fetch goes to the host dialer, on a connection berm-init's
+    /// broker makes.
+    broker: Option<Arc<EgressBroker>>,
     /// Built on the first deployment that needs it: reading the system's
     /// roots takes milliseconds that a bermd without `http` programs (most
     /// microVM apps) should not spend at start.
@@ -37,12 +44,12 @@ pub struct EgressSetup {
 impl EgressSetup {
     /// Checks the extra CA files now, so a bad one stops bermd at start
     /// with its name rather than failing the first HTTPS request.
-    /// With `vsock_port` (bermd in the microVM, `--egress-vsock`), requests are checked here
+    /// With `broker` (bermd in the microVM, `--egress-broker-fd`), requests are checked here
     /// and then dialed by the host ([`HostDialer`]).
     pub fn new(
         extra_ca: Vec<PathBuf>,
         caps: Caps,
-        vsock_port: Option<u32>,
+        broker: Option<Arc<EgressBroker>>,
     ) -> Result<EgressSetup, TrustError> {
         let trust = if extra_ca.is_empty() {
             None
@@ -52,14 +59,14 @@ impl EgressSetup {
         Ok(EgressSetup {
             extra_ca,
             caps,
-            vsock_port,
+            broker,
             trust: Mutex::new(trust),
             secret_files: Mutex::new(HashMap::new()),
         })
     }
 
     fn trust(&self) -> Result<Trust, TrustError> {
-        if self.vsock_port.is_some() {
+        if self.broker.is_some() {
             // The host dialer verifies HTTPS; this side never dials.
             return Ok(Trust::none());
         }
@@ -109,9 +116,9 @@ impl EgressSetup {
             trust: self.trust()?,
             // The host dialer serves each program with its own grants and secrets: it is
             // told whose request this is.
-            forward: self.vsock_port.map(|port| {
+            forward: self.broker.as_ref().map(|broker| {
                 Arc::new(HostDialer {
-                    port,
+                    broker: Arc::clone(broker),
                     caps: self.caps,
                     program: program.to_string(),
                 }) as Arc<dyn Forward>
@@ -122,10 +129,11 @@ impl EgressSetup {
 
 /// bermd in the microVM: the guest has no network device, so a checked request of one
 /// program goes over vsock to the host dialer in berm-vmm, which holds that program's grants
-/// and secrets and dials (`berm_egress::remote`). One connection per request.
+/// and secrets and dials (`berm_egress::remote`). One connection per request, made by
+/// berm-init's broker to this app's port.
 #[derive(Debug)]
 pub struct HostDialer {
-    port: u32,
+    broker: Arc<EgressBroker>,
     caps: Caps,
     program: String,
 }
@@ -136,13 +144,19 @@ impl Forward for HostDialer {
         request: &Request,
         left: std::time::Duration,
     ) -> Result<Response, FetchError> {
-        let fd = crate::sys::connect_vsock(self.port, left).map_err(|e| FetchError {
+        let unreachable = |e: String| FetchError {
             code: ErrorCode::Io,
-            message: format!(
-                "could not reach the host dialer (vsock port {}): {e}",
-                self.port
-            ),
-        })?;
+            message: format!("could not reach the host dialer: {e}"),
+        };
+        let fd = self.broker.connect(left).map_err(unreachable)?;
+        let timeout = Some(left.max(std::time::Duration::from_millis(1)));
+        for which in [
+            rustix::net::sockopt::Timeout::Recv,
+            rustix::net::sockopt::Timeout::Send,
+        ] {
+            rustix::net::sockopt::set_socket_timeout(&fd, which, timeout)
+                .map_err(|e| unreachable(format!("setting its timeout: {e}")))?;
+        }
         berm_egress::remote::send(
             std::fs::File::from(fd),
             &self.program,

@@ -61,9 +61,9 @@ pub struct ServiceConfig {
     pub extra_ca: Vec<PathBuf>,
     /// Bounds on every program's `http.fetch`.
     pub egress_caps: berm_egress::Caps,
-    /// In the microVM: the vsock port of this app's host dialer, which dials every
-    /// `http.fetch` (`bermd --egress-vsock`); `None` dials here.
-    pub egress_vsock: Option<u32>,
+    /// In the microVM: the channel to berm-init's egress broker, which connects every
+    /// `http.fetch` to this app's host dialer (`bermd --egress-broker-fd`); `None` dials here.
+    pub egress_broker: Option<Arc<crate::egress::EgressBroker>>,
 }
 
 /// The default `tools/list` page: large, because some clients read only the
@@ -84,7 +84,7 @@ impl ServiceConfig {
             tools_page_size: DEFAULT_TOOLS_PAGE_SIZE,
             extra_ca: Vec::new(),
             egress_caps: berm_egress::Caps::default(),
-            egress_vsock: None,
+            egress_broker: None,
         }
     }
 }
@@ -440,7 +440,7 @@ impl Service {
             egress: EgressSetup::new(
                 config.extra_ca.clone(),
                 config.egress_caps,
-                config.egress_vsock,
+                config.egress_broker.clone(),
             )?,
             catalog: RwLock::new(Arc::new(Catalog::default())),
             deployments: RwLock::new(HashMap::new()),

@@ -1,5 +1,6 @@
 //! The unsafe operations bermd performs: taking ownership of a file
-//! descriptor its parent passed by number (`--listen-fd`, `--ready-fd`),
+//! descriptor its parent passed by number (`--listen-fd`, `--ready-fd`,
+//! `--egress-broker-fd`),
 //! putting an owned descriptor on tokio's reactor, and moving a thread to
 //! the idle scheduling class.
 #![allow(unsafe_code)]
@@ -92,48 +93,4 @@ pub(crate) fn schedule_idle() -> std::io::Result<()> {
     } else {
         Err(std::io::Error::last_os_error())
     }
-}
-
-/// The host's CID, as a microVM guest reaches it over vsock.
-pub const VSOCK_HOST_CID: u32 = 2;
-
-/// A blocking vsock connection from the guest to the host's `port`, with `timeout` on
-/// connecting, reading and writing (the host dialer, `--egress-vsock`).
-pub(crate) fn connect_vsock(port: u32, timeout: std::time::Duration) -> std::io::Result<OwnedFd> {
-    // SAFETY: socket(2) takes plain integers and returns a new descriptor or -1.
-    let raw = unsafe { libc::socket(libc::AF_VSOCK, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
-    if raw < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: `raw` is the descriptor socket(2) just returned, owned by nothing else.
-    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-    let timeout = timeout.max(std::time::Duration::from_millis(1));
-    rustix::net::sockopt::set_socket_timeout(
-        &fd,
-        rustix::net::sockopt::Timeout::Recv,
-        Some(timeout),
-    )?;
-    rustix::net::sockopt::set_socket_timeout(
-        &fd,
-        rustix::net::sockopt::Timeout::Send,
-        Some(timeout),
-    )?;
-    // SAFETY: an all-zero sockaddr_vm is a valid value of the plain C struct.
-    let mut addr: libc::sockaddr_vm = unsafe { std::mem::zeroed() };
-    addr.svm_family = libc::AF_VSOCK as libc::sa_family_t;
-    addr.svm_cid = VSOCK_HOST_CID;
-    addr.svm_port = port;
-    // SAFETY: the pointer and length describe `addr`, alive for the whole call; connect(2)
-    // only reads it.
-    let result = unsafe {
-        libc::connect(
-            std::os::fd::AsRawFd::as_raw_fd(&fd),
-            (&raw const addr).cast(),
-            std::mem::size_of::<libc::sockaddr_vm>() as libc::socklen_t,
-        )
-    };
-    if result != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(fd)
 }

@@ -15,6 +15,7 @@
 #![forbid(unsafe_code)]
 
 pub mod client;
+pub mod egress_broker;
 pub mod framing;
 pub mod host;
 pub mod host_event;
@@ -44,8 +45,9 @@ pub const LOGS_PORT: u32 = 1025;
 /// App `i` is served on port `RPC_PORT_BASE + i` (its bermd's MCP endpoint).
 pub const RPC_PORT_BASE: u32 = 5000;
 
-/// App `i`'s bermd sends `http.fetch` to the host dialer on port `EGRESS_PORT_BASE + i`
-/// (guest → host: the guest connects, CID 2). The host tells the apps apart by the port, so
+/// App `i`'s `http.fetch` goes to the host dialer on port `EGRESS_PORT_BASE + i` (guest →
+/// host: berm-init connects, CID 2, and hands the connection to the app's bermd;
+/// [`egress_broker`]). The host tells the apps apart by the port, so
 /// what a guest writes never picks another app's grants.
 pub const EGRESS_PORT_BASE: u32 = 6000;
 

@@ -120,10 +120,12 @@ struct Args {
     #[arg(long = "extra-ca", value_name = "FILE")]
     extra_ca: Vec<PathBuf>,
     /// In the microVM: send every `http.fetch` (once this bermd's grants allow it) to the
-    /// host dialer on this vsock port of the host (CID 2), which checks the app's grants again,
-    /// holds its secrets and dials. berm-init passes 6000+i to app i.
-    #[arg(long, value_name = "PORT")]
-    egress_vsock: Option<u32>,
+    /// host dialer, which checks the app's grants again, holds its secrets and dials, on a
+    /// connection asked for on this inherited SOCK_SEQPACKET socket: berm-init's egress
+    /// broker connects to the app's own port and hands the connection over (bermd opens no
+    /// vsock socket itself).
+    #[arg(long, value_name = "N")]
+    egress_broker_fd: Option<RawFd>,
 }
 
 /// `--cpu-profile`.
@@ -168,10 +170,20 @@ fn start(args: Args, started: Instant) -> Result<(), (Exit, anyhow::Error)> {
     let usage = |e: anyhow::Error| (Exit::Usage, e);
     // Inherited descriptors first, before anything opens a file that could
     // take a number that was not inherited.
-    if args.listen_fd.is_some() && args.listen_fd == args.ready_fd {
-        return Err(usage(anyhow::anyhow!(
-            "--listen-fd and --ready-fd name the same descriptor"
-        )));
+    let inherited = [
+        ("--listen-fd", args.listen_fd),
+        ("--ready-fd", args.ready_fd),
+        ("--egress-broker-fd", args.egress_broker_fd),
+    ];
+    for (i, (flag, fd)) in inherited.iter().enumerate() {
+        if let Some((other, _)) = inherited[i + 1..]
+            .iter()
+            .find(|(_, o)| fd.is_some() && o == fd)
+        {
+            return Err(usage(anyhow::anyhow!(
+                "{flag} and {other} name the same descriptor"
+            )));
+        }
     }
     let listener = match args.listen_fd {
         Some(fd) => {
@@ -184,6 +196,14 @@ fn start(args: Args, started: Instant) -> Result<(), (Exit, anyhow::Error)> {
     let ready = match args.ready_fd {
         Some(fd) => {
             Some(berm_service::sys::inherit_fd("--ready-fd", fd).map_err(|e| usage(e.into()))?)
+        }
+        None => None,
+    };
+    let egress_broker = match args.egress_broker_fd {
+        Some(fd) => {
+            let owned = berm_service::sys::inherit_fd("--egress-broker-fd", fd)
+                .map_err(|e| usage(e.into()))?;
+            Some(berm_service::egress::EgressBroker::new(owned, fd).map_err(|e| usage(e.into()))?)
         }
         None => None,
     };
@@ -236,7 +256,7 @@ fn start(args: Args, started: Instant) -> Result<(), (Exit, anyhow::Error)> {
     service.max_host_ops = args.max_host_ops;
     service.max_host_memory = args.max_host_memory;
     service.extra_ca = args.extra_ca;
-    service.egress_vsock = args.egress_vsock;
+    service.egress_broker = egress_broker;
     let config = DaemonConfig {
         http: args.http.map(|addr| HttpConfig {
             addr,
