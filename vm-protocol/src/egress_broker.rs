@@ -84,7 +84,7 @@ impl Reply {
     /// A datagram of real length `len` (its first bytes in `bytes`), or `None` when it is not
     /// a reply.
     pub fn decode(bytes: &[u8], len: usize) -> Option<Reply> {
-        if len != bytes.len() || len > MAX_REPLY_LEN || len < 9 {
+        if len != bytes.len() || !(9..=MAX_REPLY_LEN).contains(&len) {
             return None;
         }
         let id = u64::from_le_bytes(bytes[..8].try_into().ok()?);
