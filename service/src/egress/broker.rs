@@ -249,7 +249,7 @@ mod tests {
         let err = EgressBroker::new(stream.into(), 6).unwrap_err();
         assert_eq!(
             err.to_string(),
-            "--egress-broker-fd 6: a SocketType::STREAM socket, not SOCK_SEQPACKET"
+            "--egress-broker-fd 6: a SocketType(1) socket, not SOCK_SEQPACKET"
         );
         let (read, _write) = std::io::pipe().unwrap();
         let err = EgressBroker::new(read.into(), 7).unwrap_err();
