@@ -28,24 +28,16 @@ pub enum Requested {
 /// The backend that will run the VM (named in lines as berm-vm-protocol says).
 pub use berm_vm_protocol::host::Backend;
 
-/// What this host offers.
+/// What this host offers: the fields the `vm_config` line lists, with the choosing done here.
 #[derive(Clone, Debug, Serialize)]
-pub struct Detection {
-    /// `/dev/kvm` opens read-write.
-    pub kvm_usable: bool,
-    /// `/dev/kvm` is provided by `kvm_pvm` (cannot run guest user space).
-    pub kvm_pvm: bool,
-    /// `kvm_intel` or `kvm_amd` is loaded: hardware virtualization.
-    pub kvm_hardware: bool,
-    /// macOS: Apple's Hypervisor framework is there (`sysctl kern.hv_support` is 1), which
-    /// libkrun runs on. Always false elsewhere.
-    pub hvf: bool,
-    /// `qemu-system-x86_64`, if found.
-    pub qemu: Option<PathBuf>,
-    /// `qemu-system-aarch64`, if found.
-    pub qemu_aarch64: Option<PathBuf>,
-    /// `vhost-device-vsock`, if found.
-    pub vhost_device_vsock: Option<PathBuf>,
+pub struct Detection(pub HostDetection);
+
+impl std::ops::Deref for Detection {
+    type Target = HostDetection;
+
+    fn deref(&self) -> &HostDetection {
+        &self.0
+    }
 }
 
 impl Requested {
@@ -62,15 +54,7 @@ impl Requested {
 impl Detection {
     /// As the `vm_config` line lists it.
     pub fn line(&self) -> HostDetection {
-        HostDetection {
-            kvm_usable: self.kvm_usable,
-            kvm_pvm: self.kvm_pvm,
-            kvm_hardware: self.kvm_hardware,
-            hvf: self.hvf,
-            qemu: self.qemu.clone(),
-            qemu_aarch64: self.qemu_aarch64.clone(),
-            vhost_device_vsock: self.vhost_device_vsock.clone(),
-        }
+        self.0.clone()
     }
 }
 
@@ -124,7 +108,7 @@ impl Detection {
             .or_else(|| std::env::var_os("XDG_CACHE_HOME").map(|c| PathBuf::from(c).join("berm")))
             .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/berm")))
             .map(|cache| cache.join("tools/bin/vhost-device-vsock"));
-        Self {
+        Self(HostDetection {
             kvm_usable: std::fs::OpenOptions::new()
                 .read(true)
                 .write(true)
@@ -140,7 +124,7 @@ impl Detection {
             vhost_device_vsock: env_path("BERM_VHOST_DEVICE_VSOCK")
                 .or_else(|| find_in_path("vhost-device-vsock"))
                 .or_else(|| tools_bin.filter(|p| p.is_file())),
-        }
+        })
     }
 
     /// libkrun can run guest user space: usable hardware KVM that is not PVM, or Apple's
@@ -327,7 +311,7 @@ mod tests {
     }
 
     fn host(kvm_usable: bool, kvm_pvm: bool, qemu: bool, vhost: bool) -> Detection {
-        Detection {
+        Detection(HostDetection {
             kvm_usable,
             kvm_pvm,
             kvm_hardware: kvm_usable && !kvm_pvm,
@@ -335,7 +319,7 @@ mod tests {
             qemu: qemu.then(|| PathBuf::from("/usr/bin/qemu-system-x86_64")),
             qemu_aarch64: qemu.then(|| PathBuf::from("/usr/bin/qemu-system-aarch64")),
             vhost_device_vsock: vhost.then(|| PathBuf::from("/x/vhost-device-vsock")),
-        }
+        })
     }
 
     #[test]

@@ -116,7 +116,7 @@ fn boots_the_notes_app_from_a_store_installed_from_a_loopback_registry() {
 
     // Boot from that store only, and answer MCP. The host's tools stay where the real HOME
     // has them (scripts/test-vm puts vhost-device-vsock under ~/.cache/berm/tools).
-    let vsock = berm_vmm::detect::Detection::probe().vhost_device_vsock;
+    let vsock = berm_vmm::detect::Detection::probe().0.vhost_device_vsock;
     let mut env = env.to_vec();
     if let Some(vsock) = &vsock {
         env.push(("BERM_VHOST_DEVICE_VSOCK", vsock));
