@@ -362,10 +362,10 @@ impl UnixAddress {
     /// The address of `path`; `None` if it does not fit `sun_path`.
     pub fn new(path: &Path) -> Option<Self> {
         let bytes = path.as_os_str().as_encoded_bytes();
-        let mut addr = libc::sockaddr_un {
-            sun_family: libc::AF_UNIX as libc::sa_family_t,
-            sun_path: [0; 108],
-        };
+        // SAFETY: sockaddr_un is plain old data for which all-zero bytes are valid; zeroing
+        // it also covers fields only some platforms have (macOS's `sun_len`).
+        let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+        addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
         if bytes.is_empty() || bytes.len() >= addr.sun_path.len() || bytes.contains(&0) {
             return None;
         }
@@ -389,7 +389,13 @@ pub fn connect_errno(address: &UnixAddress) -> u32 {
     // SAFETY: socket(2) with integer arguments; connect(2) with a sockaddr_un whose length
     // was computed for it; the socket is closed once.
     unsafe {
-        let socket = libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+        // Linux sets close-on-exec atomically; elsewhere the window is harmless because the
+        // socket is closed before this function returns.
+        #[cfg(target_os = "linux")]
+        let kind = libc::SOCK_STREAM | libc::SOCK_CLOEXEC;
+        #[cfg(not(target_os = "linux"))]
+        let kind = libc::SOCK_STREAM;
+        let socket = libc::socket(libc::AF_UNIX, kind, 0);
         if socket < 0 {
             return errno();
         }

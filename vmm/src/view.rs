@@ -183,6 +183,9 @@ pub const MAX_MOUNTS: usize = 32;
 /// A [`View`] ready to apply in a child without allocating: every path as a C string, and the
 /// user namespace's maps (this user to itself). The child opens each source itself, once it
 /// is in its own mount namespace: a bind mount's source must be a mount of that namespace.
+// Only Linux's `sys::isolate` reads the fields; elsewhere a view is prepared (so its errors
+// show up the same way) and then refused with ENOSYS.
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 pub struct PreparedView {
     /// `(source, target beneath the stage, is a directory)`, in order.
     pub(crate) binds: Vec<(CString, CString, bool)>,
