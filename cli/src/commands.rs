@@ -11,6 +11,7 @@ pub mod http;
 pub mod inspect;
 pub mod ls;
 pub mod mcp;
+pub mod mcp_lines;
 pub mod new;
 pub mod rm;
 pub mod secret;

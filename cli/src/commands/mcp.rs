@@ -12,8 +12,10 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use berm_control::ClientError;
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncWriteExt, BufReader};
 use tokio::net::UnixStream;
+
+use super::mcp_lines::{LineReader, Pending};
 
 use crate::Exit;
 
@@ -77,36 +79,49 @@ pub async fn run(home: &Path, args: Args) -> anyhow::Result<Exit> {
         }
         Err(e) => return Err(e).with_context(|| format!("connecting to {}", path.display())),
     };
-    let (mut from_bermd, mut to_bermd) = stream.into_split();
-    let upstream = async {
-        let mut stdin = tokio::io::stdin();
-        let copied = tokio::io::copy(&mut stdin, &mut to_bermd).await;
-        let _ = to_bermd.shutdown().await;
-        copied
-    };
-    let downstream = async {
-        let mut stdout = tokio::io::stdout();
-        let copied = tokio::io::copy(&mut from_bermd, &mut stdout).await;
-        let _ = stdout.flush().await;
-        // The harness closed its end: nobody is left to answer.
-        if let Err(e) = &copied
-            && e.kind() == std::io::ErrorKind::BrokenPipe
-        {
-            crate::out::closed();
-        }
-        copied
-    };
-    // The session ends when bermd closes its side (after stdin closes, or
-    // when bermd stops).
-    tokio::pin!(upstream);
-    tokio::pin!(downstream);
-    tokio::select! {
-        result = &mut downstream => { result.context("copying from bermd")?; }
-        result = &mut upstream => {
-            result.context("copying to bermd")?;
-            // stdin is done; deliver every answer still on its way.
-            downstream.await.context("copying from bermd")?;
+    let (from_bermd, mut to_bermd) = stream.into_split();
+    let mut from_bermd = LineReader::new(BufReader::new(from_bermd), "the server");
+    let mut stdin = LineReader::new(BufReader::new(tokio::io::stdin()), "the client");
+    let mut stdout = tokio::io::stdout();
+    let mut pending = Pending::default();
+    let mut stdin_open = true;
+    // The session ends when bermd closes its side, or once stdin has ended and every
+    // request has its answer (a VM's bermd never sees the end of stdin: [`mcp_lines`]).
+    while stdin_open || !pending.is_empty() {
+        tokio::select! {
+            line = stdin.next_line(), if stdin_open => match line? {
+                Some(mut line) => {
+                    if !line.ends_with(b"\n") {
+                        // A last line without its newline still ends a frame.
+                        line.push(b'\n');
+                    }
+                    pending.client(&line);
+                    to_bermd.write_all(&line).await.context("copying to bermd")?;
+                }
+                None => {
+                    stdin_open = false;
+                    let _ = to_bermd.shutdown().await;
+                }
+            },
+            line = from_bermd.next_line() => match line? {
+                Some(line) => {
+                    pending.server(&line);
+                    if let Err(e) = write_all_flush(&mut stdout, &line).await {
+                        if e.kind() == std::io::ErrorKind::BrokenPipe {
+                            // The harness closed its end: nobody is left to answer.
+                            crate::out::closed();
+                        }
+                        return Err(e).context("copying from bermd");
+                    }
+                }
+                None => break,
+            },
         }
     }
     Ok(Exit::Ok)
+}
+
+async fn write_all_flush(to: &mut tokio::io::Stdout, line: &[u8]) -> std::io::Result<()> {
+    to.write_all(line).await?;
+    to.flush().await
 }

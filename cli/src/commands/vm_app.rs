@@ -27,10 +27,11 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
+use tokio::io::{AsyncWriteExt, BufReader};
 use tokio::net::UnixStream;
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 
+use super::mcp_lines::{LineReader, Pending};
 use super::vm_life::{
     self, CLIENTS, LAUNCH_FILE, Launch, LaunchApp, Layout, Liveness, Lock, View, WATCH, WATCH_LOG,
 };
@@ -348,77 +349,69 @@ pub fn watch(args: WatchArgs) -> anyhow::Result<Exit> {
 #[derive(Default)]
 struct Session {
     /// The client's `initialize` request line and its id.
-    initialize: Option<(String, Value)>,
+    initialize: Option<(Vec<u8>, Value)>,
     /// Its `notifications/initialized` line.
-    initialized: Option<String>,
-    /// Ids of the client's requests not yet answered.
-    in_flight: Vec<Value>,
+    initialized: Option<Vec<u8>>,
+    /// The client's requests not yet answered.
+    pending: Pending,
 }
 
 impl Session {
-    fn saw_client(&mut self, line: &str) {
-        let Ok(message) = serde_json::from_str::<Value>(line) else {
+    fn saw_client(&mut self, line: &[u8]) {
+        self.pending.client(line);
+        let Ok(message) = serde_json::from_slice::<Value>(line) else {
             return;
         };
         match (
             message.get("method").and_then(Value::as_str),
             message.get("id"),
         ) {
-            (Some("initialize"), Some(id)) => {
-                self.initialize = Some((line.to_owned(), id.clone()));
-                self.in_flight.push(id.clone());
-            }
+            (Some("initialize"), Some(id)) => self.initialize = Some((line.to_owned(), id.clone())),
             (Some("notifications/initialized"), None) => self.initialized = Some(line.to_owned()),
-            (Some(_), Some(id)) => self.in_flight.push(id.clone()),
             _ => {}
-        }
-    }
-
-    fn saw_server(&mut self, line: &str) {
-        let Ok(message) = serde_json::from_str::<Value>(line) else {
-            return;
-        };
-        if message.get("method").is_none()
-            && let Some(id) = message.get("id")
-        {
-            self.in_flight.retain(|pending| pending != id);
         }
     }
 }
 
-type Upstream = (Lines<BufReader<OwnedReadHalf>>, OwnedWriteHalf);
+type Upstream = (LineReader<BufReader<OwnedReadHalf>>, OwnedWriteHalf);
 
 async fn connect(socket: &Path) -> anyhow::Result<Upstream> {
     let stream = UnixStream::connect(socket)
         .await
         .with_context(|| format!("connecting to {}", socket.display()))?;
     let (read, write) = stream.into_split();
-    Ok((BufReader::new(read).lines(), write))
+    Ok((LineReader::new(BufReader::new(read), "the server"), write))
 }
 
-async fn write_line(to: &mut (impl AsyncWriteExt + Unpin), line: &str) -> std::io::Result<()> {
-    to.write_all(format!("{line}\n").as_bytes()).await?;
+/// Writes `line`, which ends with its newline (one is added if it does not: a client's last
+/// line may lack it, and still ends a frame).
+async fn write_line(to: &mut (impl AsyncWriteExt + Unpin), line: &[u8]) -> std::io::Result<()> {
+    to.write_all(line).await?;
+    if !line.ends_with(b"\n") {
+        to.write_all(b"\n").await?;
+    }
     to.flush().await
 }
 
-async fn to_client(stdout: &mut tokio::io::Stdout, line: &str) {
+async fn to_client(stdout: &mut tokio::io::Stdout, line: &[u8]) {
     if write_line(stdout, line).await.is_err() {
         // The client closed its end: nobody is left to answer.
         crate::out::closed();
     }
 }
 
-/// Copies lines between stdio and the app's socket until the client is done, resuming the
-/// session on the new VM when the VM reboots under it.
+/// Copies lines between stdio and the app's socket until the client is done (its stdin
+/// ended and every request it sent has its answer: [`mcp_lines`](super::mcp_lines)),
+/// resuming the session on the new VM when the VM reboots under it.
 async fn bridge(mut at: Attached) -> anyhow::Result<Exit> {
     let (mut upstream, mut to_vm) = connect(&at.socket).await?;
-    let mut stdin = BufReader::new(tokio::io::stdin()).lines();
+    let mut stdin = LineReader::new(BufReader::new(tokio::io::stdin()), "the client");
     let mut stdout = tokio::io::stdout();
     let mut session = Session::default();
     let mut stdin_open = true;
-    loop {
+    while stdin_open || !session.pending.is_empty() {
         tokio::select! {
-            line = stdin.next_line(), if stdin_open => match line.context("reading stdin")? {
+            line = stdin.next_line(), if stdin_open => match line? {
                 Some(line) => {
                     session.saw_client(&line);
                     // A VM going away shows as the end of `upstream`; what was in flight
@@ -432,7 +425,7 @@ async fn bridge(mut at: Attached) -> anyhow::Result<Exit> {
             },
             line = upstream.next_line() => match line {
                 Ok(Some(line)) => {
-                    session.saw_server(&line);
+                    session.pending.server(&line);
                     to_client(&mut stdout, &line).await;
                 }
                 _ if !stdin_open => return Ok(Exit::Ok),
@@ -442,6 +435,7 @@ async fn bridge(mut at: Attached) -> anyhow::Result<Exit> {
             },
         }
     }
+    Ok(Exit::Ok)
 }
 
 /// The VM ended under an open session: waits for whoever holds its lock (a reboot), then
@@ -477,7 +471,7 @@ async fn resume(
                 .next_line()
                 .await?
                 .context("the rebooted VM closed the session before answering initialize")?;
-            let answer: Value = serde_json::from_str(&answer).unwrap_or_default();
+            let answer: Value = serde_json::from_slice(&answer).unwrap_or_default();
             if answer.get("method").is_none() && answer.get("id") == Some(id) {
                 break;
             }
@@ -486,15 +480,15 @@ async fn resume(
             write_line(&mut to_vm, line).await?;
         }
     }
-    for id in std::mem::take(&mut session.in_flight) {
+    for id in session.pending.take() {
         let error = json!({"jsonrpc": "2.0", "id": id, "error": {
             "code": -32000,
             "message": format!("VM \"{name}\" rebooted for a changed app folder before answering; send the request again"),
         }});
-        to_client(stdout, &error.to_string()).await;
+        to_client(stdout, format!("{error}\n").as_bytes()).await;
     }
     let changed = json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"});
-    to_client(stdout, &changed.to_string()).await;
+    to_client(stdout, format!("{changed}\n").as_bytes()).await;
     eprintln!(
         "berm mcp: VM \"{name}\" rebooted for a changed app folder (berm-vmm pid {}); the session goes on",
         at.launch.pid
