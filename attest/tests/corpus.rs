@@ -158,7 +158,7 @@ fn honest_children() -> Value {
 
 /// The record's child of berm-vmm whose role is `role`, to forge a field of.
 fn child_mut<'a>(record: &'a mut Value, role: &str) -> &'a mut Value {
-    record["hostSandbox"]["children"]
+    record["host_sandbox"]["children"]
         .as_array_mut()
         .unwrap()
         .iter_mut()
@@ -181,7 +181,7 @@ fn honest() -> Value {
 
 fn reseal(mut record: Value) -> Value {
     let hash = berm_attest::record_sha256(&record);
-    record["recordSha256"] = hash.into();
+    record["record_sha256"] = hash.into();
     record
 }
 
@@ -309,7 +309,7 @@ fn corpus() -> Vec<Case> {
     );
     add(
         "a mismatched boot id",
-        &|r| event_mut(r, "app_started")["bootId"] = "00000000-0000-0000-0000-000000000000".into(),
+        &|r| event_mut(r, "app_started")["boot_id"] = "00000000-0000-0000-0000-000000000000".into(),
         Code::BootIdMismatch,
     );
     add(
@@ -322,19 +322,21 @@ fn corpus() -> Vec<Case> {
         &|r| event_mut(r, "app_started")["enforcement"]["landlock"] = "partially_enforced".into(),
         Code::EnforcementWeak,
     );
+    // The guest's seccomp word is typed (berm-init can only report `allow_list`): another is
+    // not a weak record but not a record at all.
     add(
         "no seccomp filter on the app",
         &|r| event_mut(r, "app_started")["enforcement"]["seccomp"] = "none".into(),
-        Code::EnforcementWeak,
+        Code::RecordMalformed,
     );
     add(
         "no policy digest",
-        &|r| event_mut(r, "app_started")["enforcement"]["policySha256"] = "".into(),
+        &|r| event_mut(r, "app_started")["enforcement"]["policy_sha256"] = "".into(),
         Code::PolicyDigestMissing,
     );
     add(
         "an app under another policy than the pinned build's",
-        &|r| event_mut(r, "app_started")["enforcement"]["policySha256"] = POLICY_SHA.into(),
+        &|r| event_mut(r, "app_started")["enforcement"]["policy_sha256"] = POLICY_SHA.into(),
         Code::PolicyMismatch,
     );
     add(
@@ -357,7 +359,7 @@ fn corpus() -> Vec<Case> {
             events.retain(|e| e["event"] != "app_started" && e["event"] != "app_ready");
             events.insert(
                 1,
-                json!({"event": "app_refused", "bootId": BOOT_ID, "app": "notes", "index": 0, "reason": "landlock not fully enforced"}),
+                json!({"event": "app_refused", "boot_id": BOOT_ID, "uptime_ms": 850, "app": "notes", "index": 0, "reason": "landlock not fully enforced"}),
             );
         },
         Code::AppRefused,
@@ -374,7 +376,10 @@ fn corpus() -> Vec<Case> {
             r["guest"]["events"][i]["programs"]
                 .as_array_mut()
                 .unwrap()
-                .push(json!({"name": "extra", "sha256": "b".repeat(64), "code": null}));
+                .push(
+                    json!({"name": "extra", "sha256": "b".repeat(64), "code": "compiled",
+                             "code_sha256": null, "ms": 5}),
+                );
         },
         Code::ProgramUnmeasured,
     );
@@ -390,25 +395,25 @@ fn corpus() -> Vec<Case> {
     );
     add(
         "a test boot that attached the enforcement probe",
-        &|r| r["testProbe"] = json!({"imageSha256": "c".repeat(64), "app": 0}),
+        &|r| r["test_probe"] = json!({"image": {"sha256": "c".repeat(64), "size": 4096}, "app": 0}),
         Code::TestProbePresent,
     );
     add(
         "no host_sandbox line",
-        &|r| r["hostSandbox"] = Value::Null,
+        &|r| r["host_sandbox"] = Value::Null,
         Code::HostSandboxMissing,
     );
     add(
         "berm-vmm ran with --no-host-sandbox",
         &|r| {
-            r["hostSandbox"]["enabled"] = false.into();
-            r["hostSandbox"]["reason"] = "--no-host-sandbox".into();
+            r["host_sandbox"]["enabled"] = false.into();
+            r["host_sandbox"]["reason"] = "--no-host-sandbox".into();
         },
         Code::HostSandboxDisabled,
     );
     add(
         "berm-vmm's Landlock partially enforced",
-        &|r| r["hostSandbox"]["landlock"] = "partially_enforced".into(),
+        &|r| r["host_sandbox"]["landlock"] = "partially_enforced".into(),
         Code::HostSandboxWeak,
     );
     add(
@@ -420,19 +425,19 @@ fn corpus() -> Vec<Case> {
         "QEMU measured without a seccomp filter",
         &|r| {
             let qemu = child_mut(r, "qemu");
-            qemu["seccompMode"] = "disabled".into();
-            qemu["seccompFilters"] = 0.into();
+            qemu["seccomp_mode"] = "disabled".into();
+            qemu["seccomp_filters"] = 0.into();
         },
         Code::HostChildWeak,
     );
     add(
         "vhost-device-vsock's probe read outside its ruleset",
-        &|r| child_mut(r, "vhost-device-vsock")["readOutside"] = "allowed".into(),
+        &|r| child_mut(r, "vhost-device-vsock")["read_outside"] = "allowed".into(),
         Code::HostChildWeak,
     );
     add(
         "vhost-device-vsock's probe connected outside its policy",
-        &|r| child_mut(r, "vhost-device-vsock")["connectOutside"] = "allowed".into(),
+        &|r| child_mut(r, "vhost-device-vsock")["connect_outside"] = "allowed".into(),
         Code::HostChildWeak,
     );
     add(
@@ -441,7 +446,7 @@ fn corpus() -> Vec<Case> {
             child_mut(r, "qemu")
                 .as_object_mut()
                 .unwrap()
-                .remove("connectOutside");
+                .remove("connect_outside");
         },
         Code::HostChildUnmeasured,
     );
@@ -458,7 +463,7 @@ fn corpus() -> Vec<Case> {
     add(
         "QEMU's measurement taken out",
         &|r| {
-            r["hostSandbox"]["children"]
+            r["host_sandbox"]["children"]
                 .as_array_mut()
                 .unwrap()
                 .retain(|c| c["role"] != "qemu");
@@ -469,15 +474,18 @@ fn corpus() -> Vec<Case> {
         "QEMU claimed to have measured itself",
         &|r| {
             let qemu = child_mut(r, "qemu");
-            qemu["measuredBy"] = "self_report".into();
-            qemu.as_object_mut().unwrap().remove("readOutside");
+            qemu["measured_by"] = "self_report".into();
+            qemu.as_object_mut().unwrap().remove("read_outside");
         },
         Code::HostChildUnmeasured,
     );
     add(
         "a record from before children were measured",
         &|r| {
-            r["hostSandbox"].as_object_mut().unwrap().remove("children");
+            r["host_sandbox"]
+                .as_object_mut()
+                .unwrap()
+                .remove("children");
         },
         Code::HostChildUnmeasured,
     );
@@ -500,7 +508,7 @@ fn corpus() -> Vec<Case> {
         "no guest at all",
         &|r| {
             r["guest"]["events"] = json!([]);
-            r["guest"]["bootId"] = Value::Null;
+            r["guest"]["boot_id"] = Value::Null;
             r["apps"] = json!([]);
         },
         Code::GuestMissing,
@@ -509,7 +517,8 @@ fn corpus() -> Vec<Case> {
         "a failed boot",
         &|r| {
             r["guest"]["events"].as_array_mut().unwrap().push(json!({
-                "event": "boot_failed", "bootId": BOOT_ID, "step": "state", "message": "mount failed"
+                "event": "boot_failed", "boot_id": BOOT_ID, "uptime_ms": 950, "step": "state",
+                "message": "mount failed", "exit_code": 3
             }));
         },
         Code::BootFailed,
@@ -521,7 +530,7 @@ fn corpus() -> Vec<Case> {
     );
     add(
         "the guest mapped other code",
-        &|r| event_mut(r, "app_ready")["programs"][0]["codeSha256"] = "e".repeat(64).into(),
+        &|r| event_mut(r, "app_ready")["programs"][0]["code_sha256"] = "e".repeat(64).into(),
         Code::CodeDigestMismatch,
     );
     add(
@@ -529,13 +538,13 @@ fn corpus() -> Vec<Case> {
         &|r| {
             let i = event_index(r, "app_ready");
             r["guest"]["events"][i]["programs"][0]["code"] = "compiled".into();
-            r["guest"]["events"][i]["programs"][0]["codeSha256"] = Value::Null;
+            r["guest"]["events"][i]["programs"][0]["code_sha256"] = Value::Null;
         },
         Code::CodeDigestMismatch,
     );
     // Edited after hashing: not re-sealed.
     let mut edited = honest();
-    edited["runDir"] = "/elsewhere".into();
+    edited["run_dir"] = "/elsewhere".into();
     cases.push(Case {
         what: "edited after hashing",
         field: None,
@@ -594,7 +603,7 @@ fn expectation_cases() -> Vec<Case> {
         Case {
             what: "another state disk",
             field: Some("state disk"),
-            input: forged(&|r| r["state"]["chunkedSha256"] = "f".repeat(64).into()),
+            input: forged(&|r| r["state"]["chunked_sha256"] = "f".repeat(64).into()),
             verify: expecting("state", STATE_SHA),
             code: Code::StateUnexpected,
         },
@@ -714,7 +723,7 @@ fn code_cases() -> Vec<Case> {
     let mut forged = record.clone();
     forged["apps"][0]["code"][0]["sha256"] = "d".repeat(64).into();
     let i = event_index(&forged, "app_ready");
-    forged["guest"]["events"][i]["programs"][0]["codeSha256"] = "d".repeat(64).into();
+    forged["guest"]["events"][i]["programs"][0]["code_sha256"] = "d".repeat(64).into();
     vec![
         Case {
             what: "a code digest changed on both sides, consistently",
@@ -745,36 +754,237 @@ fn the_honest_record_verifies() {
     let once = Record::from_run_dir(dir.path()).unwrap();
     assert_eq!(once, Record::from_run_dir(dir.path()).unwrap());
     assert_eq!(record["format"], "berm-attest/2");
-    assert_eq!(record["guest"]["bootId"], BOOT_ID);
+    assert_eq!(record["guest"]["boot_id"], BOOT_ID);
+}
+
+/// A version-2 record as version 1 wrote the same run: camelCase, each part a subset of its
+/// line's fields, the guest's words as strings, no hypervisor child's `connectOutside` or
+/// `view`; sealed with `recordSha256`.
+fn as_version_1(r: &Value) -> Value {
+    let pick = |v: &Value, fields: &[(&str, &str)]| -> Value {
+        fields
+            .iter()
+            .filter(|(from, _)| !v[from].is_null() || v.get(from).is_some())
+            .map(|(from, to)| (to.to_string(), v[from].clone()))
+            .collect::<serde_json::Map<_, _>>()
+            .into()
+    };
+    let apps: Vec<Value> = r["apps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| {
+            json!({
+                "index": a["index"], "name": a["name"], "path": a["path"], "sha256": a["sha256"],
+                "files": a["files"],
+                "programs": a["programs"].as_array().unwrap().iter()
+                    .map(|p| pick(p, &[("name", "name"), ("wasm", "wasm"), ("sha256", "sha256"), ("grants", "grants")]))
+                    .collect::<Vec<_>>(),
+                "image": a["image"],
+                "code": a["code"].as_array().unwrap().iter()
+                    .map(|c| pick(c, &[("program", "program"), ("sha256", "sha256")]))
+                    .collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    let sandbox = &r["host_sandbox"];
+    let children: Vec<Value> = sandbox["children"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            pick(
+                c,
+                &[
+                    ("program", "program"),
+                    ("role", "role"),
+                    ("landlock", "landlock"),
+                    ("no_new_privs", "noNewPrivs"),
+                    ("seccomp", "seccomp"),
+                    ("seccomp_mode", "seccompMode"),
+                    ("seccomp_filters", "seccompFilters"),
+                    ("policy_sha256", "policySha256"),
+                    ("measured_by", "measuredBy"),
+                    ("read_outside", "readOutside"),
+                ],
+            )
+        })
+        .collect();
+    let events: Vec<Value> = r["guest"]["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            let fields: &[(&str, &str)] = match e["event"].as_str().unwrap() {
+                "boot_start" => &[
+                    ("kernel_release", "kernelRelease"),
+                    ("lsm", "lsm"),
+                    ("landlock_abi", "landlockAbi"),
+                ],
+                "app_started" => &[
+                    ("app", "app"),
+                    ("index", "index"),
+                    ("uid", "uid"),
+                    ("pid", "pid"),
+                    ("cgroup", "cgroup"),
+                    ("limits", "limits"),
+                ],
+                "app_ready" => &[("app", "app"), ("index", "index")],
+                "boot_complete" => &[("apps", "apps")],
+                "power_off" => &[("reason", "reason"), ("exit_code", "exitCode")],
+                other => panic!("the honest record has no {other}"),
+            };
+            let mut event = pick(e, fields);
+            event["event"] = e["event"].clone();
+            event["bootId"] = e["boot_id"].clone();
+            if e["event"] == "app_started" {
+                let en = &e["enforcement"];
+                event["enforcement"] = pick(
+                    en,
+                    &[
+                        ("no_new_privs", "noNewPrivs"),
+                        ("landlock_abi", "landlockAbi"),
+                        ("landlock", "landlock"),
+                        ("seccomp", "seccomp"),
+                        ("policy_sha256", "policySha256"),
+                    ],
+                );
+            }
+            if e["event"] == "app_ready" {
+                event["programs"] = e["programs"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|p| {
+                        pick(
+                            p,
+                            &[
+                                ("name", "name"),
+                                ("sha256", "sha256"),
+                                ("code", "code"),
+                                ("code_sha256", "codeSha256"),
+                            ],
+                        )
+                    })
+                    .collect::<Vec<_>>()
+                    .into();
+            }
+            event
+        })
+        .collect();
+    let old = json!({
+        "format": "berm-attest/1",
+        "runDir": r["run_dir"],
+        "kernel": pick(&r["kernel"], &[("arch", "arch"), ("sha256", "sha256"), ("size", "size"), ("pinned", "pinned"), ("cmdline", "cmdline")]),
+        "rootfs": pick(&r["rootfs"], &[("sha256", "sha256"), ("size", "size"), ("pinned", "pinned")]),
+        "state": pick(&r["state"], &[("chunked_sha256", "chunkedSha256"), ("size_bytes", "sizeBytes"), ("created", "created")]),
+        "apps": apps,
+        "testProbe": null,
+        "codeEngine": r["code_engine"],
+        "hypervisor": pick(&r["hypervisor"], &[("chosen", "chosen"), ("accel", "accel")]),
+        "hostSandbox": {
+            "enabled": sandbox["enabled"], "landlockAbi": sandbox["landlock_abi"],
+            "landlock": sandbox["landlock"], "seccomp": sandbox["seccomp"],
+            "allowed": sandbox["allowed"], "policySha256": sandbox["policy_sha256"],
+            "reason": sandbox["reason"], "children": children,
+        },
+        "guest": {"bootId": r["guest"]["boot_id"], "events": events},
+        "exit": pick(&r["exit"], &[("status", "status"), ("code", "code")]),
+        "recordSha256": "",
+    });
+    reseal_v1(old)
+}
+
+fn reseal_v1(mut record: Value) -> Value {
+    record["recordSha256"] = berm_attest::record_sha256(&record).into();
+    record
 }
 
 #[test]
 fn a_version_1_record_still_verifies_without_the_connect_measurement_version_2_requires() {
-    // A record as berm-vmm wrote it before version 2: no connectOutside or view.
-    let mut old = honest();
-    for child in old["hostSandbox"]["children"].as_array_mut().unwrap() {
-        let child = child.as_object_mut().unwrap();
-        child.remove("connectOutside");
-        child.remove("view");
-    }
-    old["format"] = "berm-attest/1".into();
-    let old = reseal(old);
+    let old = as_version_1(&honest());
     let verdict = verify(&old, &pins());
     assert!(verdict.ok, "{:#?}", verdict.problems);
+    assert_eq!(
+        verdict.warnings.iter().map(|w| w.code).collect::<Vec<_>>(),
+        vec![Code::CodeUnverified]
+    );
+    // Its hash covers the version-1 JSON as it was signed: an edit is seen.
+    let mut edited = old.clone();
+    edited["runDir"] = "/elsewhere".into();
+    assert_eq!(
+        verify(&edited, &pins()).codes(),
+        vec![Code::RecordHashMismatch]
+    );
+    // Its checks are those of version 2: a forgery re-sealed is refused with its code.
+    let mut forged = old.clone();
+    forged["hostSandbox"]["children"][1]["landlock"] = "not_enforced".into();
+    assert_eq!(
+        verify(&reseal_v1(forged), &pins()).codes(),
+        vec![Code::HostChildWeak]
+    );
+    // It keeps refusing fields it never had, and the other version's hash field.
+    let mut extra = old.clone();
+    extra["kernel"]["path"] = "/cache/vmlinux".into();
+    assert_eq!(
+        verify(&reseal_v1(extra), &pins()).codes(),
+        vec![Code::RecordMalformed]
+    );
+    // Signed, it verifies too (its subjects are those it names).
+    let dir = tempfile::tempdir().unwrap();
+    let key = host_key(dir.path());
+    let statement = dsse::statement(&Record::from_value(&old).unwrap());
+    let mut statement = statement;
+    statement["predicate"] = old.clone();
+    let envelope = serde_json::to_value(key.sign_statement(&statement)).unwrap();
+    let checked =
+        dsse::verify_document(&envelope, Some(&key.public()), &pins(), &Options::default());
+    assert!(checked.verdict.ok, "{:#?}", checked.verdict);
 
-    // The same record claiming version 2 lacks what version 2 requires.
-    let mut claimed = old.clone();
-    claimed["format"] = "berm-attest/2".into();
-    let verdict = verify(&reseal(claimed), &pins());
+    // A version-2 record lacks what version 2 requires without the connect measurements.
+    let mut unmeasured = honest();
+    for child in unmeasured["host_sandbox"]["children"]
+        .as_array_mut()
+        .unwrap()
+    {
+        let child = child.as_object_mut().unwrap();
+        child.remove("connect_outside");
+        child.remove("view");
+    }
+    let verdict = verify(&reseal(unmeasured), &pins());
     assert!(!verdict.ok);
+    assert_eq!(verdict.codes(), vec![Code::HostChildUnmeasured]);
+}
+
+#[test]
+fn a_record_refuses_fields_its_types_do_not_write_and_guest_lines_it_does_not_keep() {
+    let mut extra = honest();
+    extra["host_sandbox"]["children"][0]["later"] = true.into();
+    let verdict = verify(&reseal(extra), &pins());
+    assert_eq!(verdict.codes(), vec![Code::RecordMalformed]);
     assert!(
-        verdict
-            .codes()
-            .iter()
-            .all(|c| *c == Code::HostChildUnmeasured),
+        verdict.problems[0]
+            .detail
+            .contains("unknown field `host_sandbox.children[0].later`"),
         "{:#?}",
         verdict.problems
     );
+    let mut log = honest();
+    log["guest"]["events"].as_array_mut().unwrap().push(json!({
+        "boot_id": BOOT_ID, "uptime_ms": 5, "event": "log", "level": "info",
+        "source": "berm-init", "message": "hello"
+    }));
+    let verdict = verify(&reseal(log), &pins());
+    assert_eq!(verdict.codes(), vec![Code::RecordMalformed]);
+    // A record built from the run holds every line's fields and reads back as itself.
+    let record = honest();
+    assert_eq!(
+        Record::from_value(&record).unwrap().to_value(),
+        record,
+        "the record round-trips"
+    );
+    assert_eq!(record["kernel"]["path"], "/cache/vmlinux");
+    assert_eq!(record["guest"]["events"][0]["uptime_ms"], 800);
 }
 
 #[test]
@@ -840,7 +1050,7 @@ fn a_consistent_forgery_of_every_measured_field_is_refused_with_its_own_code() {
     for case in cases.iter().filter(|c| c.field.is_some()) {
         // Re-sealed: the hash alone cannot be what refuses it.
         assert_eq!(
-            case.input["recordSha256"],
+            case.input["record_sha256"],
             berm_attest::record_sha256(&case.input),
             "{}",
             case.what
@@ -883,7 +1093,7 @@ fn the_honest_record_verifies_with_warnings_until_its_code_is_re_derived() {
     assert_eq!(uncached(&record).codes(), vec![Code::CodeUnverified]);
     // Another engine's code is unverified, not refused: this berm cannot reproduce it.
     let mut other = record.clone();
-    other["codeEngine"]["fingerprint"] = "ffffffffffffffff".into();
+    other["code_engine"]["fingerprint"] = "ffffffffffffffff".into();
     let verdict = with_programs(programs.path(), Some(cache.path()), false)(&reseal(other));
     assert!(verdict.ok);
     assert!(
@@ -1014,8 +1224,8 @@ fn a_record_with_an_unconfined_child_is_refused_naming_the_child() {
     let mut record = honest();
     let qemu = child_mut(&mut record, "qemu");
     qemu["landlock"] = "not_enforced".into();
-    qemu["noNewPrivs"] = false.into();
-    qemu["readOutside"] = "allowed".into();
+    qemu["no_new_privs"] = false.into();
+    qemu["read_outside"] = "allowed".into();
     let verdict = verify(&reseal(record), &pins());
     let details: Vec<(Code, &str)> = verdict
         .problems
@@ -1087,7 +1297,7 @@ fn an_egress_run_needs_its_vsock_device_confined_to_its_policys_paths() {
     let record = record_of(&honest);
     let kept = &child_mut(&mut record.clone(), "vhost-device-vsock-egress").clone();
     assert_eq!(kept["view"], "policy_paths", "{kept}");
-    assert_eq!(kept["connectOutside"], "ENOENT", "{kept}");
+    assert_eq!(kept["connect_outside"], "ENOENT", "{kept}");
     assert_eq!(problems(&honest), []);
     // Where the kernel refused the namespaces: the device saw the host, and connected out.
     assert_eq!(

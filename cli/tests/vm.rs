@@ -560,8 +560,8 @@ fn attest_a_real_run_and_verify_it_offline() {
 
     // The same record with the host sandbox claimed off, re-sealed: refused with its code.
     let mut record: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    record["hostSandbox"]["enabled"] = false.into();
-    record["recordSha256"] = berm_attest::record_sha256(&record).into();
+    record["host_sandbox"]["enabled"] = false.into();
+    record["record_sha256"] = berm_attest::record_sha256(&record).into();
     std::fs::write(&record_path, record.to_string()).unwrap();
     let refused = berm(
         source.root(),
@@ -580,7 +580,7 @@ fn attest_a_real_run_and_verify_it_offline() {
         .read_to_string(&mut text)
         .unwrap();
     let mut edited: serde_json::Value = serde_json::from_str(&text).unwrap();
-    edited["hostSandbox"]["enabled"] = true.into();
+    edited["host_sandbox"]["enabled"] = true.into();
     std::fs::write(&record_path, edited.to_string()).unwrap();
     let edited = berm(
         source.root(),

@@ -181,7 +181,7 @@ fn code_is_bound_to_its_program(record: &Value, app: &Path, pins: &berm_attest::
         .rfind(|e| e["event"] == "app_ready")
         .unwrap()
         .clone();
-    assert_eq!(ready["programs"][0]["codeSha256"], measured, "{ready}");
+    assert_eq!(ready["programs"][0]["code_sha256"], measured, "{ready}");
     let cache = tempfile::tempdir().unwrap();
     let programs = Programs::from_dir(app)
         .unwrap()
@@ -193,7 +193,7 @@ fn code_is_bound_to_its_program(record: &Value, app: &Path, pins: &berm_attest::
     let verdict = verify_with(record, pins, &options).strict();
     assert!(verdict.ok, "{:#?}", verdict.problems);
     let reseal = |mut r: Value| {
-        r["recordSha256"] = berm_attest::record_sha256(&r).into();
+        r["record_sha256"] = berm_attest::record_sha256(&r).into();
         r
     };
     let i = record["guest"]["events"]
@@ -211,7 +211,7 @@ fn code_is_bound_to_its_program(record: &Value, app: &Path, pins: &berm_attest::
     );
     let mut both = record.clone();
     both["apps"][0]["code"][0]["sha256"] = "d".repeat(64).into();
-    both["guest"]["events"][i]["programs"][0]["codeSha256"] = "d".repeat(64).into();
+    both["guest"]["events"][i]["programs"][0]["code_sha256"] = "d".repeat(64).into();
     let both = reseal(both);
     assert!(
         berm_attest::verify(&both, pins).ok,

@@ -158,14 +158,14 @@ fn fetch_through_the_dialer(arch: GuestArch) {
     let record = berm_attest::Record::from_run_dir(&vmm.run_dir)
         .unwrap()
         .to_value();
-    let kept = record["hostSandbox"]["children"]
+    let kept = record["host_sandbox"]["children"]
         .as_array()
         .unwrap()
         .iter()
         .find(|c| c["role"] == device["role"])
         .unwrap();
     assert_eq!(kept["view"], "policy_paths", "{kept}");
-    assert_eq!(kept["connectOutside"], "ENOENT", "{kept}");
+    assert_eq!(kept["connect_outside"], "ENOENT", "{kept}");
     let verdict = berm_attest::verify(&record, &berm_attest::Pins::compiled_in().unwrap());
     assert!(verdict.ok, "{:#?}", verdict.problems);
 }

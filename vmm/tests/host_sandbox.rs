@@ -299,38 +299,38 @@ fn berm_vmm_confines_itself_and_the_vm_still_works() {
     );
     assert!(verdict.ok, "{:#?}", verdict.problems);
     // The record carries each child's measurement, as the line said it.
-    let kept = record["hostSandbox"]["children"].as_array().unwrap();
+    let kept = record["host_sandbox"]["children"].as_array().unwrap();
     assert_eq!(kept.len(), reported.len(), "{record}");
     for (kept, line) in kept.iter().zip(&reported) {
         for (record_field, line_field) in [
             ("program", "program"),
             ("role", "role"),
             ("landlock", "landlock"),
-            ("noNewPrivs", "no_new_privs"),
+            ("no_new_privs", "no_new_privs"),
             ("seccomp", "seccomp"),
-            ("seccompMode", "seccomp_mode"),
-            ("seccompFilters", "seccomp_filters"),
-            ("policySha256", "policy_sha256"),
-            ("measuredBy", "measured_by"),
+            ("seccomp_mode", "seccomp_mode"),
+            ("seccomp_filters", "seccomp_filters"),
+            ("policy_sha256", "policy_sha256"),
+            ("measured_by", "measured_by"),
         ] {
             assert_eq!(
                 kept[record_field], line[line_field],
                 "{record_field}: {kept}"
             );
         }
-        assert_eq!(kept.get("readOutside"), line.get("read_outside"), "{kept}");
+        assert_eq!(kept.get("read_outside"), line.get("read_outside"), "{kept}");
     }
     // The same record with QEMU measured unconfined (re-sealed, as a forger would) is
     // refused, naming QEMU.
     let mut forged = record.clone();
-    let qemu = forged["hostSandbox"]["children"]
+    let qemu = forged["host_sandbox"]["children"]
         .as_array_mut()
         .unwrap()
         .iter_mut()
         .find(|c| c["role"] == "qemu")
         .unwrap();
-    qemu["noNewPrivs"] = false.into();
-    forged["recordSha256"] = berm_attest::record_sha256(&forged).into();
+    qemu["no_new_privs"] = false.into();
+    forged["record_sha256"] = berm_attest::record_sha256(&forged).into();
     let refused = verify(&forged, &Pins::compiled_in().unwrap());
     assert_eq!(refused.codes(), vec![Code::HostChildWeak]);
     assert!(
@@ -352,7 +352,7 @@ fn berm_vmm_confines_itself_and_the_vm_still_works() {
         berm_attest::dsse::verify_document(&envelope, Some(&key.public()), &pins, &options);
     assert!(checked.verdict.ok, "{:#?}", checked.verdict.problems);
     assert_eq!(
-        berm_attest::dsse::open(&envelope, Some(&key.public())).unwrap()["recordSha256"],
+        berm_attest::dsse::open(&envelope, Some(&key.public())).unwrap()["record_sha256"],
         signed["record_sha256"]
     );
     let other_dir = tempfile::tempdir().unwrap();
