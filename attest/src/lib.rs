@@ -28,7 +28,7 @@ mod verify;
 pub use canonical::{canonical_json, record_sha256};
 pub use code::{Programs, ProgramsError, arch_of_target, engine as code_engine};
 pub use folder::{FolderError, folder_digest};
-pub use record::{BuildError, FORMAT, FORMAT_V1, Guest, Record, is_kept};
+pub use record::{BuildError, FORMAT, FORMAT_V1, Guest, Record, ShapeError, is_kept};
 pub use verify::{
     ArchPins, Code, Options, Pins, PinsError, Problem, Verdict, is_expectation, verify, verify_with,
 };

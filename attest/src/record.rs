@@ -111,6 +111,12 @@ pub fn is_kept(event: &Event) -> bool {
     )
 }
 
+/// Why a JSON value is not a record ([`Record::from_value`]): the field and what is wrong
+/// with it, which `verify` reports as `record_malformed`.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct ShapeError(String);
+
 /// Why a record could not be built from a run dir.
 #[derive(Debug, thiserror::Error)]
 pub enum BuildError {
@@ -217,22 +223,22 @@ impl Record {
     }
 
     /// A record as JSON, of either format: a version-1 record is read in its own shape and
-    /// converted ([`v1`]). Why it is not a record, naming the field.
-    pub fn from_value(value: &Value) -> Result<Self, String> {
+    /// converted ([`v1`]).
+    pub fn from_value(value: &Value) -> Result<Self, ShapeError> {
+        let shape = |e: serde_json::Error| ShapeError(e.to_string());
         if value.get("format").and_then(Value::as_str) == Some(FORMAT_V1) {
-            let old: v1::Record =
-                serde_json::from_value(value.clone()).map_err(|e| e.to_string())?;
-            return old.convert();
+            let old: v1::Record = serde_json::from_value(value.clone()).map_err(shape)?;
+            return old.convert().map_err(ShapeError);
         }
-        let record: Record = serde_json::from_value(value.clone()).map_err(|e| e.to_string())?;
+        let record: Record = serde_json::from_value(value.clone()).map_err(shape)?;
         if let Some(field) = unknown_field(value, &record.to_value(), "") {
-            return Err(format!("unknown field `{field}`"));
+            return Err(ShapeError(format!("unknown field `{field}`")));
         }
         if let Some(line) = record.guest.events.iter().find(|l| !is_kept(&l.event)) {
-            return Err(format!(
+            return Err(ShapeError(format!(
                 "guest.events holds a {} event, which a record does not keep",
                 line.event.name()
-            ));
+            )));
         }
         Ok(record)
     }
