@@ -1,9 +1,10 @@
 //! A corpus of tampered records, each refused with its own code, and the honest record they
 //! are made from, which verifies.
 //!
-//! The honest run dir is written line by line the way berm-vmm writes `vmm.jsonl` (its own
-//! lines and the guest events it relays, in the shapes of docs/design/vm-protocol.md and the
-//! issue-6 app events). A real boot's record is verified in vmm/tests/host_sandbox.rs.
+//! The honest run dir is written line by line the way berm-vmm writes `vmm.jsonl`: its own
+//! lines and the guest events it relays, each a typed `VmmLine` written with
+//! `VmmLine::to_line`, as berm-vmm writes them. The tampered records are JSON, edited as a
+//! forger would edit them. A real boot's record is verified in vmm/tests/host_sandbox.rs.
 //! Every tamper except "edited after hashing" re-seals the record, as a forger would: the hash
 //! is not a signature, so each check must stand on its own.
 //!
@@ -17,6 +18,15 @@ use std::path::{Path, PathBuf};
 
 use berm_attest::dsse::{self, HostKey};
 use berm_attest::{Code, Options, Pins, Programs, Record, Verdict, verify, verify_with};
+use berm_vm_protocol::host::{
+    AppMeasurement, Backend, CodeMeasurement, EngineMeasurement, ExitLine, GreetedLine, HostChild,
+    HostSandboxLine, HypervisorLine, ImageMeasurement, KernelMeasurement, Launch, MeasurementsLine,
+    ProgramMeasurement, RootfsMeasurement, SandboxGrants, StateMeasurement,
+};
+use berm_vm_protocol::{
+    AppExited, AppLimits, AppProgram, AppReady, AppStarted, BootComplete, BootStart, CodeSource,
+    Enforcement, Event, GuestLine, HostEvent, Landlock, PowerOff, Seccomp, VmmLine,
+};
 use serde_json::{Value, json};
 use sha2::{Digest as _, Sha256};
 
@@ -32,128 +42,273 @@ fn pins() -> Pins {
     Pins::compiled_in().expect("the compiled-in pins parse")
 }
 
-fn vmm(event: &str, fields: Value) -> Value {
-    let mut line = json!({"source": "berm-vmm", "event": event});
-    line.as_object_mut()
-        .unwrap()
-        .extend(fields.as_object().unwrap().clone());
-    line
+fn vmm(event: HostEvent) -> VmmLine {
+    VmmLine::Host(event)
 }
 
-fn guest(event: &str, uptime: u64, fields: Value) -> Value {
-    let mut line =
-        json!({"source": "berm-init", "boot_id": BOOT_ID, "uptime_ms": uptime, "event": event});
-    line.as_object_mut()
-        .unwrap()
-        .extend(fields.as_object().unwrap().clone());
-    line
+fn guest(uptime_ms: u64, event: Event) -> VmmLine {
+    VmmLine::Guest(GuestLine {
+        boot_id: BOOT_ID.into(),
+        uptime_ms,
+        event,
+    })
 }
 
 /// The lines of an honest one-app run, as berm-vmm writes them.
-fn honest_lines() -> Vec<Value> {
+fn honest_lines() -> Vec<VmmLine> {
     lines_with(
         WASM_SHA,
         CODE_SHA,
-        json!({"fingerprint": "0123456789abcdef", "target": "x86_64-unknown-linux-musl"}),
+        EngineMeasurement {
+            fingerprint: "0123456789abcdef".into(),
+            target: "x86_64-unknown-linux-musl".into(),
+        },
     )
 }
 
 /// An honest run of one program with this wasm digest, compiled to this code by this engine.
-fn lines_with(wasm_sha: &str, code_sha: &str, engine: Value) -> Vec<Value> {
+fn lines_with(wasm_sha: &str, code_sha: &str, engine: EngineMeasurement) -> Vec<VmmLine> {
     let pins = pins();
+    let pinned = pins.host().unwrap();
     vec![
-        vmm(
-            "hypervisor",
-            json!({"chosen": "qemu", "accel": "tcg", "reason": "kvm_pvm"}),
-        ),
-        vmm(
-            "measurements",
-            json!({
-                "kernel": {"sha256": pins.host().unwrap().kernel.image.sha256.as_str(), "size": pins.host().unwrap().kernel.image.size, "pinned": true,
-                           "path": "/cache/vmlinux", "linux": pins.host().unwrap().kernel.linux,
-                           "config_sha256": pins.host().unwrap().kernel.config_sha256.as_str(),
-                           "cmdline": format!("{} BERM_HYPERVISOR=qemu BERM_APPS=1", pins.host().unwrap().kernel.cmdline), "hash_ms": 9},
-                "rootfs": {"sha256": pins.host().unwrap().rootfs.image.sha256.as_str(), "size": pins.host().unwrap().rootfs.image.size, "pinned": true,
-                           "path": "/cache/rootfs.erofs", "fstype": "erofs", "read_only": true, "hash_ms": 1},
-                "state": {"path": "/s.img", "size_bytes": 268435456u64, "created": true,
-                          "formatted": true, "restored_bytes": 0,
-                          "chunked_sha256": STATE_SHA, "hashed_bytes": 0, "hash_ms": 0},
-                "apps": [{"index": 0, "name": "notes", "path": "/apps/notes", "sha256": FOLDER_SHA, "files": 2,
-                          "programs": [{"name": "notes", "wasm": "notes.wasm", "sha256": wasm_sha}],
-                          "image": {"sha256": IMAGE_SHA, "size": 4096},
-                          "code": [{"program": "notes", "file": "notes.cwasm", "cached": false, "sha256": code_sha}],
-                          "limits": {"name": "notes", "cpu_max": "max 100000", "memory_max": 134217728, "pids_max": 64},
-                          "uid": 10000}],
-                "engine": engine,
+        vmm(HostEvent::Hypervisor(HypervisorLine {
+            chosen: Backend::Qemu,
+            accel: Some("tcg".into()),
+            reason: "kvm_pvm".into(),
+        })),
+        vmm(HostEvent::Measurements(MeasurementsLine {
+            kernel: KernelMeasurement {
+                arch: "x86_64".into(),
+                sha256: pinned.kernel.image.sha256.to_string(),
+                size: pinned.kernel.image.size,
+                pinned: true,
+                path: "/cache/vmlinux".into(),
+                linux: pinned.kernel.linux.clone(),
+                config_sha256: pinned.kernel.config_sha256.to_string(),
+                cmdline: format!("{} BERM_HYPERVISOR=qemu BERM_APPS=1", pinned.kernel.cmdline),
+                hash_ms: 9,
+            },
+            rootfs: RootfsMeasurement {
+                sha256: pinned.rootfs.image.sha256.to_string(),
+                size: pinned.rootfs.image.size,
+                pinned: true,
+                path: "/cache/rootfs.erofs".into(),
+                fstype: "erofs".into(),
+                read_only: true,
+                hash_ms: 1,
+            },
+            state: Some(StateMeasurement {
+                path: "/s.img".into(),
+                size_bytes: 268435456,
+                created: true,
+                formatted: true,
+                restored_bytes: 0,
+                chunked_sha256: STATE_SHA.into(),
+                hashed_bytes: 0,
+                hash_ms: 0,
+            }),
+            apps: vec![AppMeasurement {
+                index: 0,
+                name: "notes".into(),
+                path: "/apps/notes".into(),
+                sha256: FOLDER_SHA.into(),
+                files: 2,
+                programs: vec![ProgramMeasurement {
+                    name: "notes".into(),
+                    wasm: "notes.wasm".into(),
+                    sha256: wasm_sha.into(),
+                    grants: Vec::new(),
+                }],
+                code: vec![CodeMeasurement {
+                    program: "notes".into(),
+                    file: "notes.cwasm".into(),
+                    sha256: code_sha.into(),
+                    cached: false,
+                }],
+                image: ImageMeasurement {
+                    sha256: IMAGE_SHA.into(),
+                    size: 4096,
+                },
+                limits: Launch {
+                    name: "notes".into(),
+                    cpu_max: "max 100000".into(),
+                    memory_max: 134217728,
+                    pids_max: 64,
+                },
+                uid: 10000,
+            }],
+            engine: Some(engine),
+            test_probe: None,
+        })),
+        vmm(HostEvent::HostSandbox(HostSandboxLine {
+            enabled: true,
+            landlock_abi: 7,
+            landlock: Landlock::FullyEnforced,
+            no_new_privs: true,
+            seccomp: "allow_list".into(),
+            allowed: ["read", "write", "clone(no CLONE_NEW*)"]
+                .map(String::from)
+                .into(),
+            scopes: Vec::new(),
+            policy_sha256: POLICY_SHA.into(),
+            grants: SandboxGrants::default(),
+            reason: None,
+            children: honest_children(),
+        })),
+        vmm(HostEvent::GuestGreeted(GreetedLine {
+            after_ms: 900,
+            boot_id: BOOT_ID.into(),
+        })),
+        guest(
+            800,
+            Event::BootStart(BootStart {
+                pid: 1,
+                kernel_release: "6.12.117-berm".into(),
+                lsm: vec!["capability".into(), "landlock".into()],
+                landlock_abi: Some(6),
+                cmdline_bytes: 300,
+                cgroup2: "rw,nsdelegate".into(),
             }),
         ),
-        vmm(
-            "host_sandbox",
-            json!({"enabled": true, "landlock_abi": 7, "landlock": "fully_enforced", "no_new_privs": true,
-                   "seccomp": "allow_list", "allowed": ["read", "write", "clone(no CLONE_NEW*)"], "policy_sha256": POLICY_SHA,
-                   "grants": {"read": [], "read_write": [], "devices": []}, "reason": null,
-                   "children": honest_children()}),
-        ),
-        vmm(
-            "guest_greeted",
-            json!({"after_ms": 900, "boot_id": BOOT_ID}),
-        ),
         guest(
-            "boot_start",
-            800,
-            json!({"pid": 1, "kernel_release": "6.12.117-berm", "lsm": ["capability", "landlock"],
-                   "landlock_abi": 6, "cmdline_bytes": 300, "cgroup2": "rw,nsdelegate"}),
-        ),
-        guest(
-            "app_started",
             850,
-            json!({"app": "notes", "index": 0, "uid": 10000, "gid": 10000, "pid": 40, "port": 5000,
-                   "cgroup": "/berm/apps/notes",
-                   "limits": {"cpu_max": "max 100000", "memory_max": "134217728", "memory_swap_max": "0", "pids_max": "64"},
-                   "enforcement": {"no_new_privs": true, "landlock_abi": 6, "landlock": "fully_enforced",
-                                   "seccomp": "allow_list", "policy_sha256": pins.host().unwrap().rootfs.app_policy_sha256.as_str()}}),
+            Event::AppStarted(AppStarted {
+                app: "notes".into(),
+                index: 0,
+                uid: 10000,
+                gid: 10000,
+                pid: 40,
+                port: 5000,
+                cgroup: "/berm/apps/notes".into(),
+                limits: AppLimits {
+                    cpu_max: "max 100000".into(),
+                    memory_max: "134217728".into(),
+                    memory_swap_max: "0".into(),
+                    pids_max: "64".into(),
+                },
+                enforcement: Enforcement {
+                    no_new_privs: true,
+                    landlock_abi: 6,
+                    landlock: Landlock::FullyEnforced,
+                    seccomp: Seccomp::AllowList,
+                    policy_sha256: pinned.rootfs.app_policy_sha256.to_string(),
+                },
+            }),
         ),
         guest(
-            "app_ready",
             900,
-            json!({"app": "notes", "index": 0, "pid": 40, "ms": 50, "tools": 3,
-                   "programs": [{"name": "notes", "sha256": wasm_sha, "code": "precompiled",
-                                 "code_sha256": code_sha, "ms": 20}]}),
+            Event::AppReady(AppReady {
+                app: "notes".into(),
+                index: 0,
+                pid: 40,
+                ms: 50,
+                tools: 3,
+                programs: vec![AppProgram {
+                    name: "notes".into(),
+                    sha256: wasm_sha.into(),
+                    code: CodeSource::Precompiled,
+                    code_sha256: Some(code_sha.into()),
+                    ms: 20,
+                }],
+            }),
         ),
-        guest("boot_complete", 901, json!({"apps": 1})),
+        guest(901, Event::BootComplete(BootComplete { apps: 1 })),
         guest(
-            "power_off",
             2000,
-            json!({"reason": "requested", "exit_code": 0, "killed": 0, "unmount_failed": []}),
+            Event::PowerOff(PowerOff {
+                reason: "requested".into(),
+                exit_code: 0,
+                killed: 0,
+                unmount_failed: Vec::new(),
+            }),
         ),
-        vmm(
-            "exit",
-            json!({"status": "clean", "code": 0, "message": "the guest powered off (requested)"}),
-        ),
+        vmm(HostEvent::Exit(ExitLine {
+            status: "clean".into(),
+            code: 0,
+            message: "the guest powered off (requested)".into(),
+        })),
     ]
+}
+
+/// One of berm-vmm's children as it measures it (vmm/src/measure.rs).
+fn child(program: &str, pid: u32, role: &str, seccomp: &str, measured_by: &str) -> HostChild {
+    HostChild {
+        program: program.into(),
+        pid,
+        role: role.into(),
+        landlock: Landlock::FullyEnforced,
+        no_new_privs: true,
+        seccomp: seccomp.into(),
+        seccomp_mode: "filter".into(),
+        seccomp_filters: 1,
+        policy_sha256: POLICY_SHA.into(),
+        measured_by: measured_by.into(),
+        read_outside: None,
+        connect_outside: None,
+        view: None,
+    }
 }
 
 /// berm-vmm's children in an honest QEMU run, each measured as berm-vmm measures it
 /// (vmm/src/measure.rs): the exec'd ones by `/proc/PID/status` and a probe, the connector by
 /// itself.
-fn honest_children() -> Value {
-    json!([
-        {"program": "/usr/bin/vhost-device-vsock", "pid": 41, "role": "vhost-device-vsock",
-         "landlock": "fully_enforced", "no_new_privs": true, "seccomp": "allow_list vhost-device-vsock",
-         "seccomp_mode": "filter", "seccomp_filters": 1, "policy_sha256": POLICY_SHA,
-         "measured_by": "proc_status+probe", "read_outside": "EACCES",
-         "connect_outside": "EPERM", "view": "host"},
-        {"program": "/usr/bin/qemu-system-x86_64", "pid": 42, "role": "qemu",
-         "landlock": "fully_enforced", "no_new_privs": true,
-         "seccomp": "allow_list qemu and -sandbox on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
-         "seccomp_mode": "filter", "seccomp_filters": 1, "policy_sha256": POLICY_SHA,
-         "measured_by": "proc_status+probe", "read_outside": "EACCES",
-         "connect_outside": "EPERM", "view": "host"},
-        {"program": "berm-vmm connector", "pid": 43, "role": "berm-vmm-connector",
-         "landlock": "fully_enforced", "no_new_privs": true, "seccomp": "allow_list berm-vmm-connector",
-         "seccomp_mode": "filter", "seccomp_filters": 1, "policy_sha256": POLICY_SHA,
-         "measured_by": "self_report"},
-    ])
+fn honest_children() -> Vec<HostChild> {
+    let probed = |mut c: HostChild| {
+        c.read_outside = Some("EACCES".into());
+        c.connect_outside = Some("EPERM".into());
+        c.view = Some("host".into());
+        c
+    };
+    vec![
+        probed(child(
+            "/usr/bin/vhost-device-vsock",
+            41,
+            "vhost-device-vsock",
+            "allow_list vhost-device-vsock",
+            "proc_status+probe",
+        )),
+        probed(child(
+            "/usr/bin/qemu-system-x86_64",
+            42,
+            "qemu",
+            "allow_list qemu and -sandbox on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
+            "proc_status+probe",
+        )),
+        child(
+            "berm-vmm connector",
+            43,
+            "berm-vmm-connector",
+            "allow_list berm-vmm-connector",
+            "self_report",
+        ),
+    ]
+}
+
+/// An egress grant: a run with one starts the egress dialer.
+fn net_grant() -> berm_abi::grant::Grant {
+    "net=example.com".parse().unwrap()
+}
+
+/// The measurements line of `lines`, to change what was measured.
+fn measurements_mut(lines: &mut [VmmLine]) -> &mut MeasurementsLine {
+    lines
+        .iter_mut()
+        .find_map(|l| match l {
+            VmmLine::Host(HostEvent::Measurements(m)) => Some(m),
+            _ => None,
+        })
+        .expect("a measurements line")
+}
+
+/// The host_sandbox line of `lines`, to change what was measured.
+fn sandbox_mut(lines: &mut [VmmLine]) -> &mut HostSandboxLine {
+    lines
+        .iter_mut()
+        .find_map(|l| match l {
+            VmmLine::Host(HostEvent::HostSandbox(h)) => Some(h),
+            _ => None,
+        })
+        .expect("a host_sandbox line")
 }
 
 /// The record's child of berm-vmm whose role is `role`, to forge a field of.
@@ -166,9 +321,9 @@ fn child_mut<'a>(record: &'a mut Value, role: &str) -> &'a mut Value {
         .unwrap_or_else(|| panic!("no {role} child in the record"))
 }
 
-fn record_of(lines: &[Value]) -> Value {
+fn record_of(lines: &[VmmLine]) -> Value {
     let dir = tempfile::tempdir().unwrap();
-    let mut text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+    let mut text: String = lines.iter().map(VmmLine::to_line).collect();
     // A torn last line (berm-vmm killed mid-write) is ignored, not fatal.
     text.push_str("{\"source\":\"berm-vmm\",\"ev");
     std::fs::write(dir.path().join("vmm.jsonl"), text).unwrap();
@@ -556,14 +711,19 @@ fn corpus() -> Vec<Case> {
     let mut lines = honest_lines();
     let at = lines
         .iter()
-        .position(|l| l["event"] == "boot_complete")
+        .position(|l| matches!(l, VmmLine::Guest(g) if matches!(g.event, Event::BootComplete(_))))
         .unwrap();
     lines.insert(
         at + 1,
         guest(
-            "app_exited",
             1500,
-            json!({"app": "notes", "index": 0, "pid": 40, "code": null, "signal": 9}),
+            Event::AppExited(AppExited {
+                app: "notes".into(),
+                index: 0,
+                pid: 40,
+                code: None,
+                signal: Some(9),
+            }),
         ),
     );
     cases.push(Case {
@@ -679,7 +839,7 @@ fn envelope_cases() -> Vec<Case> {
 
 /// The notes program, its digest, and the digest of its code for the guest, compiled here
 /// with berm's engine directly (not through the code under test).
-fn notes_and_its_code() -> (PathBuf, String, String, Value) {
+fn notes_and_its_code() -> (PathBuf, String, String, EngineMeasurement) {
     let path = berm_fixtures::example_path("notes");
     let wasm = std::fs::read(&path).unwrap();
     let engine = berm::Engine::compile_only(&berm::EngineConfig::vm()).unwrap();
@@ -688,7 +848,10 @@ fn notes_and_its_code() -> (PathBuf, String, String, Value) {
         path,
         hex::encode(Sha256::digest(&wasm)),
         hex::encode(Sha256::digest(&code.bytes)),
-        json!({"fingerprint": engine.fingerprint(), "target": berm::PORTABLE_TARGET}),
+        EngineMeasurement {
+            fingerprint: engine.fingerprint().into(),
+            target: berm::PORTABLE_TARGET.into(),
+        },
     )
 }
 
@@ -749,7 +912,7 @@ fn the_honest_record_verifies() {
     assert!(verdict.ok, "{:#?}", verdict.problems);
     // Stable: building twice from the same run dir gives the same record and hash.
     let dir = tempfile::tempdir().unwrap();
-    let text: String = honest_lines().iter().map(|l| format!("{l}\n")).collect();
+    let text: String = honest_lines().iter().map(VmmLine::to_line).collect();
     std::fs::write(dir.path().join("vmm.jsonl"), text).unwrap();
     let once = Record::from_run_dir(dir.path()).unwrap();
     assert_eq!(once, Record::from_run_dir(dir.path()).unwrap());
@@ -1196,11 +1359,7 @@ fn other_pins_refuse_an_honest_record() {
 #[test]
 fn a_run_dir_without_measurements_is_not_a_record() {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(
-        dir.path().join("vmm.jsonl"),
-        format!("{}\n", vmm("hypervisor", json!({"chosen": "qemu"}))),
-    )
-    .unwrap();
+    std::fs::write(dir.path().join("vmm.jsonl"), honest_lines()[0].to_line()).unwrap();
     let err = Record::from_run_dir(dir.path()).unwrap_err().to_string();
     assert!(err.contains("no measurements line"), "{err}");
     let err = Record::from_run_dir(&dir.path().join("absent"))
@@ -1247,7 +1406,7 @@ fn a_record_with_an_unconfined_child_is_refused_naming_the_child() {
     );
     // A run whose apps may reach the network has a dialer, and it must be measured too.
     let mut lines = honest_lines();
-    lines[1]["apps"][0]["programs"][0]["grants"] = json!(["net=example.com"]);
+    measurements_mut(&mut lines).apps[0].programs[0].grants = vec![net_grant()];
     let verdict = verify(&record_of(&lines), &pins());
     assert_eq!(
         verdict
@@ -1268,25 +1427,26 @@ fn a_record_with_an_unconfined_child_is_refused_naming_the_child() {
 fn an_egress_run_needs_its_vsock_device_confined_to_its_policys_paths() {
     let egress_lines = |view: &str, connect: &str| {
         let mut lines = honest_lines();
-        lines[1]["apps"][0]["programs"][0]["grants"] = json!(["net=example.com"]);
-        let children = lines[2]["children"].as_array_mut().unwrap();
+        measurements_mut(&mut lines).apps[0].programs[0].grants = vec![net_grant()];
+        let children = &mut sandbox_mut(&mut lines).children;
         let vhost = children
             .iter_mut()
-            .find(|c| c["role"] == "vhost-device-vsock")
+            .find(|c| c.role == "vhost-device-vsock")
             .unwrap();
-        vhost["role"] = "vhost-device-vsock-egress".into();
-        vhost["seccomp"] = "allow_list vhost-device-vsock-egress".into();
-        vhost["view"] = view.into();
-        vhost["connect_outside"] = connect.into();
-        children.push(json!(
-            {"program": "berm-vmm dial", "pid": 44, "role": "berm-vmm-dialer",
-             "landlock": "fully_enforced", "no_new_privs": true, "seccomp": "allow_list berm-vmm-dialer",
-             "seccomp_mode": "filter", "seccomp_filters": 1, "policy_sha256": POLICY_SHA,
-             "measured_by": "self_report"}
+        vhost.role = "vhost-device-vsock-egress".into();
+        vhost.seccomp = "allow_list vhost-device-vsock-egress".into();
+        vhost.view = Some(view.into());
+        vhost.connect_outside = Some(connect.into());
+        children.push(child(
+            "berm-vmm dial",
+            44,
+            "berm-vmm-dialer",
+            "allow_list berm-vmm-dialer",
+            "self_report",
         ));
         lines
     };
-    let problems = |lines: &[Value]| -> Vec<(Code, String)> {
+    let problems = |lines: &[VmmLine]| -> Vec<(Code, String)> {
         verify(&record_of(lines), &pins())
             .problems
             .into_iter()
