@@ -6,8 +6,9 @@
 //!
 //! What version 1 did not record (paths, timings, pids, the guest's `uptime_ms`, …) is empty
 //! or zero after the conversion; no check reads it. What cannot be converted (a guest
-//! enforcement word the guest's types do not have, a number out of its line type's range) makes
-//! the record malformed: berm never wrote such a version-1 record.
+//! enforcement word the guest's types do not have, a number out of its line type's range, an
+//! app without its image) makes the record malformed: berm never wrote such a version-1
+//! record.
 
 use std::path::PathBuf;
 
@@ -130,7 +131,7 @@ struct MeasuredProgram {
     /// Its measured grants (egress, `net=` and `secret:NAME=HOST`, never a value, which the
     /// host dialer enforced; and `call=`, the programs it may call), typed as bermd reads
     /// them; absent when it has none (and in records from before issue 15).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(default)]
     grants: Vec<berm_abi::grant::Grant>,
 }
 
@@ -227,17 +228,17 @@ struct HostChild {
     /// `self_report` or `proc_status+probe`.
     measured_by: String,
     /// `proc_status+probe` only: what the probe's read outside the policy gave (`EACCES`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     read_outside: Option<String>,
     /// The hypervisor children (QEMU, vhost-device-vsock, krun-enter): what a connect to a
     /// Unix socket outside every policy gave under the child's confinement (`ENOENT` in the
     /// view of its policy's paths, `EPERM` where its seccomp list has no `connect`,
     /// `allowed` where nothing stopped it).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     connect_outside: Option<String>,
     /// The same children: what they saw of the filesystem, `policy_paths` (only the paths
     /// their policy grants: vmm/src/view.rs) or `host`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     view: Option<String>,
 }
 
