@@ -44,10 +44,13 @@ fn write(value: &Value, out: &mut String) {
     }
 }
 
-/// sha256 (hex) of the canonical form of `record` without its `recordSha256` field.
+/// sha256 (hex) of the canonical form of `record` without its hash field: `record_sha256`
+/// (format `berm-attest/2`) or `recordSha256` (`berm-attest/1`). Either is left out: a record
+/// holding the other format's is refused for its shape anyway.
 pub fn record_sha256(record: &Value) -> String {
     let mut body = record.clone();
     if let Value::Object(map) = &mut body {
+        map.remove("record_sha256");
         map.remove("recordSha256");
     }
     hex::encode(Sha256::digest(canonical_json(&body).as_bytes()))

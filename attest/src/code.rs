@@ -20,7 +20,9 @@ use std::sync::OnceLock;
 
 use sha2::{Digest as _, Sha256};
 
-use crate::record::{CodeEngine, Record};
+use berm_vm_protocol::host::EngineMeasurement as CodeEngine;
+
+use crate::record::Record;
 use crate::verify::{Code, Problem, is_sha256};
 
 /// How deep [`Programs::from_dir`] looks for wasm files.

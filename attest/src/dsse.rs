@@ -2,7 +2,7 @@
 //! signed with the host's ed25519 key.
 //!
 //! The record alone is evidence anyone who can write the run dir can rewrite consistently
-//! (`recordSha256` is a hash, not a signature). berm-vmm therefore signs it at the end of the
+//! (`record_sha256` is a hash, not a signature). berm-vmm therefore signs it at the end of the
 //! run with a key only it and the user can read, in the shapes the supply-chain world already
 //! checks: a [DSSE] envelope (`payloadType` `application/vnd.in-toto+json`) around an
 //! [in-toto Statement v1] whose subjects are what booted — the kernel, the rootfs, each app's
@@ -105,10 +105,13 @@ pub fn subjects(record: &Record) -> Vec<Value> {
         subject("rootfs".into(), &record.rootfs.sha256),
     ];
     for app in &record.apps {
-        let label = app.name.clone().unwrap_or_else(|| app.index.to_string());
-        if let Some(image) = &app.image {
-            out.push(subject(format!("app/{label}/image"), &image.sha256));
-        }
+        // A version-1 record may name no app (its conversion leaves the name empty).
+        let label = if app.name.is_empty() {
+            app.index.to_string()
+        } else {
+            app.name.clone()
+        };
+        out.push(subject(format!("app/{label}/image"), &app.image.sha256));
         for program in &app.programs {
             out.push(subject(
                 format!("app/{label}/program/{}", program.name),
@@ -405,7 +408,7 @@ pub fn open(envelope: &Value, key: Option<&VerifyingKey>) -> Result<Value, Vec<P
         ));
     };
     // A record of the wrong shape is the verifier's to report (record_malformed).
-    if let Ok(parsed) = serde_json::from_value::<Record>(record.clone()) {
+    if let Ok(parsed) = Record::from_value(&record) {
         let expected = subjects(&parsed);
         let claimed = statement.get("subject").cloned().unwrap_or(Value::Null);
         if claimed != Value::Array(expected.clone()) {

@@ -5,13 +5,13 @@
 //! kernel, rootfs, command line, state disk and every app's files and programs), the host
 //! sandbox it applied, and every event the guest reported (the boot id, each app's
 //! enforcement and the programs it loaded). [`Record::from_run_dir`] turns that into a
-//! [`Record`] whose `recordSha256` covers its canonical form; [`verify`] re-derives the verdict
+//! [`Record`] whose `record_sha256` covers its canonical form; [`verify`] re-derives the verdict
 //! from the record alone and a set of [`Pins`] — nothing from the run dir, the guest or the
 //! record's own claims of being "pinned" is taken on trust — and reports every problem with a
 //! [`Code`] from a closed list.
 //!
 //! The record alone is evidence, not a signature: anyone who can edit it can recompute
-//! `recordSha256`. The hash detects edits made without recomputing it; every other check is a
+//! `record_sha256`. The hash detects edits made without recomputing it; every other check is a
 //! consistency check against the pins, between the host's measurements and the guest's
 //! reports, and (given the programs, [`Programs`]) between each program and the native code
 //! compiled from it. [`dsse`] signs the record with the host's key, so that a verifier holding
@@ -28,11 +28,7 @@ mod verify;
 pub use canonical::{canonical_json, record_sha256};
 pub use code::{Programs, ProgramsError, arch_of_target, engine as code_engine};
 pub use folder::{FolderError, folder_digest};
-pub use record::{
-    App, BuildError, CodeEngine, Enforcement, Exit, FORMAT, Guest, GuestEvent, HostSandbox,
-    Hypervisor, Kernel, MeasuredCode, MeasuredImage, MeasuredProgram, ReadyProgram, Record, Rootfs,
-    State, TestProbe,
-};
+pub use record::{BuildError, FORMAT, FORMAT_V1, Guest, Record, ShapeError, is_kept};
 pub use verify::{
     ArchPins, Code, Options, Pins, PinsError, Problem, Verdict, is_expectation, verify, verify_with,
 };

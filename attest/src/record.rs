@@ -1,22 +1,45 @@
 //! The record and how it is built from a run dir's `vmm.jsonl`.
 //!
-//! Building is lenient about what it does not need (lines of other kinds, fields a later
-//! berm-vmm or berm-init adds) and strict about the shape of what it keeps: the record's types
-//! refuse unknown fields, so a verifier sees exactly the evidence that was hashed.
+//! A record is made of berm-vmm's lines, and since format `berm-attest/2` it holds them as
+//! the very types their writers serialize (`berm_vm_protocol`'s [`MeasurementsLine`] parts,
+//! [`HypervisorLine`], [`HostSandboxLine`], [`ExitLine`] and the relayed [`GuestLine`]s), in
+//! their own snake_case, rather than a second set of types that mirror them. So a field a
+//! line gains cannot be forgotten by the record, and the record's JSON is the lines' JSON
+//! (`docs/vm.md`, "Attestation").
+//!
+//! Why not mirror types any more: version 1 re-declared about 18 types, camelCase, each a
+//! subset of its line type with the guest's enums as strings, converted field by field. That
+//! kept the record small and closed (`deny_unknown_fields`), but every line change had to be
+//! made twice, and nothing but review kept the two in step. The line types ignore fields a
+//! later writer adds (a reader of lines must), so the record's own closure is kept another
+//! way: [`Record::from_value`] refuses a record holding any field its types do not write
+//! ([`unknown_field`]), so a verifier still sees exactly the evidence that was hashed. The
+//! guest's enums (Landlock, seccomp, code source, boot step) are typed too: a record saying
+//! something berm-init cannot say is malformed, not weak.
+//!
+//! Version-1 records still verify: [`Record::from_value`] reads one into its own legacy shape
+//! ([`v1`], refusing unknown fields as before) and converts it, while the hash is checked over
+//! the JSON as it was signed (`verify`). Building is lenient about what it does not need
+//! (lines of other kinds, fields a later berm-vmm or berm-init adds) and strict about the
+//! shape of what it keeps.
 
 use std::path::{Path, PathBuf};
 
 use berm_vm_protocol::host::{
-    AppMeasurement, ExitLine, HostSandboxLine, HypervisorLine, MeasurementsLine,
+    AppMeasurement, EngineMeasurement, ExitLine, HostSandboxLine, HypervisorLine,
+    KernelMeasurement, MeasurementsLine, ProbeMeasurement, RootfsMeasurement, StateMeasurement,
 };
 use berm_vm_protocol::{Event, GuestLine, HostEvent, VmmLine, VmmLineError};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+mod v1;
+
 use crate::canonical::record_sha256;
 
-/// The record format this crate writes and verifies. Version 2 added each hypervisor
-/// child's `connectOutside` and `view`, which `verify` requires of it.
+/// The record format this crate writes and verifies. Version 2 holds the lines' own types
+/// (snake_case, with every field the lines carry) and each hypervisor child's
+/// `connect_outside` and `view`, which `verify` requires of it.
 pub const FORMAT: &str = "berm-attest/2";
 
 /// The format before [`FORMAT`], still verified: its records predate the measurement of the
@@ -29,421 +52,70 @@ const RUN_RECORD: &str = "vmm.jsonl";
 /// A run record larger than this is refused rather than read.
 const MAX_RUN_RECORD: u64 = 64 << 20;
 
-/// What one berm-vmm run booted and what its guest reported.
+/// What one berm-vmm run booted and what its guest reported: the lines of the run it is
+/// made of, each as the type its writer serialized.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(deny_unknown_fields)]
 pub struct Record {
-    /// [`FORMAT`].
+    /// [`FORMAT`] (or [`FORMAT_V1`] for a version-1 record read by [`Record::from_value`]).
     pub format: String,
     /// The run dir the record was built from.
     pub run_dir: String,
-    /// The kernel berm-vmm booted.
-    pub kernel: Kernel,
-    /// The root filesystem.
-    pub rootfs: Rootfs,
-    /// The state disk, measured before the guest could write it.
-    pub state: Option<State>,
-    /// Every app, in port order, as berm-vmm measured it.
-    pub apps: Vec<App>,
+    /// The kernel berm-vmm booted (`measurements.kernel`).
+    pub kernel: KernelMeasurement,
+    /// The root filesystem (`measurements.rootfs`).
+    pub rootfs: RootfsMeasurement,
+    /// The state disk, measured before the guest could write it (`measurements.state`).
+    pub state: Option<StateMeasurement>,
+    /// Every app, in port order, as berm-vmm measured it (`measurements.apps`).
+    pub apps: Vec<AppMeasurement>,
     /// The test-only enforcement probe, if this boot attached one (`--test-probe`).
-    pub test_probe: Option<TestProbe>,
+    pub test_probe: Option<ProbeMeasurement>,
     /// The engine berm-vmm compiled every program's code with (absent without apps).
-    pub code_engine: Option<CodeEngine>,
-    /// The backend that ran the VM.
-    pub hypervisor: Option<Hypervisor>,
-    /// How berm-vmm confined itself (`None`: it never said).
-    pub host_sandbox: Option<HostSandbox>,
+    pub code_engine: Option<EngineMeasurement>,
+    /// The backend that ran the VM (the `hypervisor` line).
+    pub hypervisor: Option<HypervisorLine>,
+    /// How berm-vmm confined itself and its children (`None`: it never said).
+    pub host_sandbox: Option<HostSandboxLine>,
     /// What the guest reported.
     pub guest: Guest,
-    /// How the run ended, if it had ended when the record was made.
-    pub exit: Option<Exit>,
+    /// How the run ended (the `exit` line), if it had ended when the record was made.
+    pub exit: Option<ExitLine>,
     /// sha256 of the canonical JSON of this record without this field.
     pub record_sha256: String,
 }
 
-/// The kernel as measured.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct Kernel {
-    /// The guest architecture the kernel is for (`x86_64`, `aarch64`): which pins apply.
-    /// Records from before berm built more than one name none, and were x86_64.
-    #[serde(default = "berm_vm_protocol::host::default_arch")]
-    pub arch: String,
-    /// sha256 of the kernel file.
-    pub sha256: String,
-    /// Its size.
-    pub size: u64,
-    /// What berm-vmm said about it (the verifier re-derives this from the pins).
-    pub pinned: bool,
-    /// The complete command line it booted with.
-    pub cmdline: String,
-}
-
-/// The rootfs as measured.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct Rootfs {
-    /// sha256 of the image.
-    pub sha256: String,
-    /// Its size.
-    pub size: u64,
-    /// What berm-vmm said about it.
-    pub pinned: bool,
-}
-
-/// The state disk as measured.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct State {
-    /// sha256 over its per-MiB chunk hashes.
-    pub chunked_sha256: String,
-    /// Its size.
-    pub size_bytes: u64,
-    /// Whether berm-vmm created it on this run.
-    pub created: bool,
-}
-
-/// One app as measured on the host.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct App {
-    /// Port order: uid 10000+i, vsock 5000+i.
-    pub index: u64,
-    /// Its name, once berm-vmm reports one.
-    pub name: Option<String>,
-    /// The folder.
-    pub path: String,
-    /// Digest of the folder's files.
-    pub sha256: String,
-    /// How many files.
-    pub files: u64,
-    /// Every program image in it.
-    pub programs: Vec<MeasuredProgram>,
-    /// The app's disk image, once berm-vmm builds one.
-    pub image: Option<MeasuredImage>,
-    /// Precompiled code per program.
-    pub code: Vec<MeasuredCode>,
-}
-
-/// The enforcement probe a test boot attached.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct TestProbe {
-    /// sha256 of the probe's disk image.
-    pub image_sha256: String,
-    /// The app whose confinement it ran under.
-    pub app: u64,
-}
-
-/// A program image measured on the host.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct MeasuredProgram {
-    /// The program's name.
-    pub name: String,
-    /// The file in the app folder.
-    pub wasm: String,
-    /// sha256 of the wasm file.
-    pub sha256: String,
-    /// Its measured grants (egress, `net=` and `secret:NAME=HOST`, never a value, which the
-    /// host dialer enforced; and `call=`, the programs it may call), typed as bermd reads
-    /// them; absent when it has none (and in records from before issue 15).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub grants: Vec<berm_abi::grant::Grant>,
-}
-
-/// An app's disk image.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct MeasuredImage {
-    /// sha256 of the image.
-    pub sha256: String,
-    /// Its size.
-    pub size: u64,
-}
-
-/// Precompiled code for one program.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct MeasuredCode {
-    /// The program.
-    pub program: String,
-    /// sha256 of the code.
-    pub sha256: String,
-}
-
-/// The WebAssembly engine a run's code was compiled with: what re-deriving it needs.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct CodeEngine {
-    /// berm's engine fingerprint (Wasmtime's version and every compiler and ISA setting).
-    pub fingerprint: String,
-    /// The target triple the code is for.
-    pub target: String,
-}
-
-/// The backend.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct Hypervisor {
-    /// `krun` or `qemu`.
-    pub chosen: String,
-    /// QEMU's accelerator (`kvm`, `tcg`).
-    pub accel: Option<String>,
-}
-
-/// berm-vmm's `host_sandbox` line.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct HostSandbox {
-    /// Whether berm-vmm was confined.
-    pub enabled: bool,
-    /// The host kernel's Landlock ABI.
-    pub landlock_abi: u64,
-    /// `fully_enforced`, `partially_enforced` or `not_enforced`.
-    pub landlock: String,
-    /// `allow_list` or `none`.
-    pub seccomp: String,
-    /// The allowed syscalls, argument rules in parentheses.
-    pub allowed: Vec<String>,
-    /// sha256 of the policy.
-    pub policy_sha256: String,
-    /// Why it was off.
-    pub reason: Option<String>,
-    /// berm-vmm's confined children (the connector, the egress dialer, QEMU and
-    /// vhost-device-vsock or the libkrun child), each as measured. Absent in records from
-    /// before berm measured them, which `berm attest verify` refuses for a confined run
-    /// (`host_child_unmeasured`).
-    #[serde(default)]
-    pub children: Vec<HostChild>,
-}
-
-/// One confined child of berm-vmm, as measured (vmm/src/measure.rs): by itself once confined
-/// (`self_report`: the connector, the dialer, krun-enter), or by berm-vmm from its
-/// `/proc/PID/status` and a probe of its ruleset (`proc_status+probe`: QEMU,
-/// vhost-device-vsock).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct HostChild {
-    /// The program (`berm-vmm connector`, `berm-vmm dial`, `berm-vmm krun-enter`, or the
-    /// path of QEMU or vhost-device-vsock).
-    pub program: String,
-    /// Its seccomp role.
-    pub role: String,
-    /// Landlock as measured: `fully_enforced`, `partially_enforced` or `not_enforced`.
-    pub landlock: String,
-    /// `NoNewPrivs` as measured.
-    pub no_new_privs: bool,
-    /// The filter berm-vmm installed (`allow_list ROLE`, for QEMU `… and -sandbox …`).
-    pub seccomp: String,
-    /// The seccomp mode as measured: `filter`, `strict` or `disabled`.
-    pub seccomp_mode: String,
-    /// How many seccomp filters the kernel showed.
-    pub seccomp_filters: u64,
-    /// sha256 of the child's policy.
-    pub policy_sha256: String,
-    /// `self_report` or `proc_status+probe`.
-    pub measured_by: String,
-    /// `proc_status+probe` only: what the probe's read outside the policy gave (`EACCES`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub read_outside: Option<String>,
-    /// The hypervisor children (QEMU, vhost-device-vsock, krun-enter): what a connect to a
-    /// Unix socket outside every policy gave under the child's confinement (`ENOENT` in the
-    /// view of its policy's paths, `EPERM` where its seccomp list has no `connect`,
-    /// `allowed` where nothing stopped it).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub connect_outside: Option<String>,
-    /// The same children: what they saw of the filesystem, `policy_paths` (only the paths
-    /// their policy grants: vmm/src/view.rs) or `host`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub view: Option<String>,
-}
-
-impl From<berm_vm_protocol::host::HostChild> for HostChild {
-    fn from(c: berm_vm_protocol::host::HostChild) -> Self {
-        HostChild {
-            program: c.program,
-            role: c.role,
-            landlock: c.landlock.name().into(),
-            no_new_privs: c.no_new_privs,
-            seccomp: c.seccomp,
-            seccomp_mode: c.seccomp_mode,
-            seccomp_filters: c.seccomp_filters.into(),
-            policy_sha256: c.policy_sha256,
-            measured_by: c.measured_by,
-            read_outside: c.read_outside,
-            connect_outside: c.connect_outside,
-            view: c.view,
-        }
-    }
-}
-
 /// What the guest reported, in order.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(deny_unknown_fields)]
 pub struct Guest {
     /// The boot id of the control connection's greeting.
     pub boot_id: Option<String>,
-    /// The lifecycle events that matter to the verdict.
-    pub events: Vec<GuestEvent>,
+    /// The lifecycle events that matter to the verdict ([`is_kept`]), as berm-vmm relayed them.
+    pub events: Vec<GuestLine>,
 }
 
-/// One guest event kept in the record.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(
-    tag = "event",
-    rename_all = "snake_case",
-    rename_all_fields = "camelCase",
-    deny_unknown_fields
-)]
-pub enum GuestEvent {
-    /// PID 1 started.
-    BootStart {
-        /// The boot it belongs to.
-        boot_id: String,
-        /// The guest kernel.
-        kernel_release: String,
-        /// Active LSMs.
-        lsm: Vec<String>,
-        /// The guest's Landlock ABI.
-        landlock_abi: Option<u64>,
-    },
-    /// An app's bermd was started, confined.
-    AppStarted {
-        /// The boot it belongs to.
-        boot_id: String,
-        /// Its name.
-        app: String,
-        /// Its index.
-        index: u64,
-        /// Its uid.
-        uid: u64,
-        /// Its pid.
-        pid: u64,
-        /// Its cgroup.
-        cgroup: String,
-        /// Its cgroup limits as read back.
-        limits: Value,
-        /// How it is confined.
-        enforcement: Enforcement,
-    },
-    /// An app answers.
-    AppReady {
-        /// The boot it belongs to.
-        boot_id: String,
-        /// Its name.
-        app: String,
-        /// Its index.
-        index: u64,
-        /// The programs it loaded.
-        programs: Vec<ReadyProgram>,
-    },
-    /// An app was refused.
-    AppRefused {
-        /// The boot it belongs to.
-        boot_id: String,
-        /// Its name.
-        app: String,
-        /// Its index.
-        index: u64,
-        /// Why.
-        reason: String,
-    },
-    /// An app ended.
-    AppExited {
-        /// The boot it belongs to.
-        boot_id: String,
-        /// Its name.
-        app: String,
-        /// Its index.
-        index: u64,
-        /// Its exit code.
-        code: Option<i64>,
-        /// The signal that ended it.
-        signal: Option<Value>,
-    },
-    /// Boot finished.
-    BootComplete {
-        /// The boot it belongs to.
-        boot_id: String,
-        /// How many apps run.
-        apps: u64,
-    },
-    /// Boot failed.
-    BootFailed {
-        /// The boot it belongs to.
-        boot_id: String,
-        /// Where.
-        step: String,
-        /// Why.
-        message: String,
-    },
-    /// The guest powered off.
-    PowerOff {
-        /// The boot it belongs to.
-        boot_id: String,
-        /// Why.
-        reason: String,
-        /// berm-init's exit code.
-        exit_code: i64,
-    },
+/// Whether a record keeps a guest event of this kind: the lifecycle events the verdict is
+/// made of, not logs, replies or the probe's report.
+pub fn is_kept(event: &Event) -> bool {
+    matches!(
+        event,
+        Event::BootStart(_)
+            | Event::AppStarted(_)
+            | Event::AppReady(_)
+            | Event::AppRefused(_)
+            | Event::AppExited(_)
+            | Event::BootComplete(_)
+            | Event::BootFailed(_)
+            | Event::PowerOff(_)
+    )
 }
 
-impl GuestEvent {
-    /// The boot id the event carries.
-    pub fn boot_id(&self) -> &str {
-        match self {
-            Self::BootStart { boot_id, .. }
-            | Self::AppStarted { boot_id, .. }
-            | Self::AppReady { boot_id, .. }
-            | Self::AppRefused { boot_id, .. }
-            | Self::AppExited { boot_id, .. }
-            | Self::BootComplete { boot_id, .. }
-            | Self::BootFailed { boot_id, .. }
-            | Self::PowerOff { boot_id, .. } => boot_id,
-        }
-    }
-}
-
-/// How the guest confined one app.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct Enforcement {
-    /// `no_new_privs` set.
-    pub no_new_privs: bool,
-    /// The guest's Landlock ABI.
-    pub landlock_abi: u64,
-    /// `fully_enforced`, `partially_enforced` or `not_enforced`.
-    pub landlock: String,
-    /// `filter` or `none`.
-    pub seccomp: String,
-    /// sha256 of the app's policy.
-    pub policy_sha256: String,
-}
-
-/// A program as the guest loaded it.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct ReadyProgram {
-    /// Its name.
-    pub name: String,
-    /// sha256 of the wasm the guest loaded.
-    pub sha256: String,
-    /// How its code was obtained (as the guest reports it).
-    pub code: Option<Value>,
-    /// sha256 of the code file the guest mapped, as it reports it.
-    pub code_sha256: Option<String>,
-}
-
-/// How the run ended.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct Exit {
-    /// berm-vmm's status name.
-    pub status: String,
-    /// Its exit code.
-    pub code: i64,
-}
+/// Why a JSON value is not a record ([`Record::from_value`]): the field and what is wrong
+/// with it, which `verify` reports as `record_malformed`.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct ShapeError(String);
 
 /// Why a record could not be built from a run dir.
 #[derive(Debug, thiserror::Error)]
@@ -522,67 +194,53 @@ impl Record {
         };
         let boot_id = lines
             .greeted_boot_id
-            .or_else(|| lines.events.first().map(|e| e.boot_id().to_owned()));
+            .or_else(|| lines.events.first().map(|e| e.boot_id.clone()));
         let mut record = Record {
             format: FORMAT.into(),
             run_dir: run_dir.display().to_string(),
-            kernel: Kernel {
-                arch: m.kernel.arch,
-                sha256: m.kernel.sha256,
-                size: m.kernel.size,
-                pinned: m.kernel.pinned,
-                cmdline: m.kernel.cmdline,
-            },
-            rootfs: Rootfs {
-                sha256: m.rootfs.sha256,
-                size: m.rootfs.size,
-                pinned: m.rootfs.pinned,
-            },
-            state: m.state.map(|s| State {
-                chunked_sha256: s.chunked_sha256,
-                size_bytes: s.size_bytes,
-                created: s.created,
-            }),
-            apps: m.apps.into_iter().map(App::from).collect(),
-            code_engine: m.engine.map(|e| CodeEngine {
-                fingerprint: e.fingerprint,
-                target: e.target,
-            }),
-            test_probe: m.test_probe.map(|t| TestProbe {
-                image_sha256: t.image.sha256,
-                app: t.app.into(),
-            }),
-            hypervisor: lines.hypervisor.map(|h| Hypervisor {
-                chosen: h.chosen.name().into(),
-                accel: h.accel,
-            }),
-            host_sandbox: lines.host_sandbox.map(|h| HostSandbox {
-                enabled: h.enabled,
-                landlock_abi: h.landlock_abi.into(),
-                landlock: h.landlock.name().into(),
-                seccomp: h.seccomp,
-                allowed: h.allowed,
-                policy_sha256: h.policy_sha256,
-                reason: h.reason,
-                children: h.children.into_iter().map(HostChild::from).collect(),
-            }),
+            kernel: m.kernel,
+            rootfs: m.rootfs,
+            state: m.state,
+            apps: m.apps,
+            test_probe: m.test_probe,
+            code_engine: m.engine,
+            hypervisor: lines.hypervisor,
+            host_sandbox: lines.host_sandbox,
             guest: Guest {
                 boot_id,
                 events: lines.events,
             },
-            exit: lines.exit.map(|e| Exit {
-                status: e.status,
-                code: e.code.into(),
-            }),
+            exit: lines.exit,
             record_sha256: String::new(),
         };
         record.seal();
         Ok(record)
     }
 
-    /// Sets `recordSha256` to the hash of everything else.
+    /// Sets `record_sha256` to the hash of everything else.
     pub fn seal(&mut self) {
         self.record_sha256 = record_sha256(&self.to_value());
+    }
+
+    /// A record as JSON, of either format: a version-1 record is read in its own shape and
+    /// converted ([`v1`]).
+    pub fn from_value(value: &Value) -> Result<Self, ShapeError> {
+        let shape = |e: serde_json::Error| ShapeError(e.to_string());
+        if value.get("format").and_then(Value::as_str) == Some(FORMAT_V1) {
+            let old: v1::Record = serde_json::from_value(value.clone()).map_err(shape)?;
+            return old.convert().map_err(ShapeError);
+        }
+        let record: Record = serde_json::from_value(value.clone()).map_err(shape)?;
+        if let Some(field) = unknown_field(value, &record.to_value(), "") {
+            return Err(ShapeError(format!("unknown field `{field}`")));
+        }
+        if let Some(line) = record.guest.events.iter().find(|l| !is_kept(&l.event)) {
+            return Err(ShapeError(format!(
+                "guest.events holds a {} event, which a record does not keep",
+                line.event.name()
+            )));
+        }
+        Ok(record)
     }
 
     /// The record as a JSON value.
@@ -590,6 +248,31 @@ impl Record {
         // A record holds only strings, integers, booleans, arrays and maps: serializing it
         // cannot fail.
         serde_json::to_value(self).unwrap_or(Value::Null)
+    }
+}
+
+/// The first field of `given` that `typed` (the same record as its types write it) lacks, as
+/// a path: the record's types ignore fields they do not know (line readers must), so this is
+/// how a record keeps refusing them.
+fn unknown_field(given: &Value, typed: &Value, at: &str) -> Option<String> {
+    match (given, typed) {
+        (Value::Object(given), Value::Object(typed)) => given.iter().find_map(|(key, value)| {
+            let path = if at.is_empty() {
+                key.clone()
+            } else {
+                format!("{at}.{key}")
+            };
+            match typed.get(key) {
+                None => Some(path),
+                Some(typed) => unknown_field(value, typed, &path),
+            }
+        }),
+        (Value::Array(given), Value::Array(typed)) => given
+            .iter()
+            .zip(typed)
+            .enumerate()
+            .find_map(|(i, (given, typed))| unknown_field(given, typed, &format!("{at}[{i}]"))),
+        _ => None,
     }
 }
 
@@ -602,7 +285,7 @@ struct Lines {
     host_sandbox: Option<HostSandboxLine>,
     greeted_boot_id: Option<String>,
     exit: Option<ExitLine>,
-    events: Vec<GuestEvent>,
+    events: Vec<GuestLine>,
 }
 
 impl Lines {
@@ -623,8 +306,8 @@ impl Lines {
                 _ => {}
             },
             Ok(VmmLine::Guest(line)) => {
-                if let Some(kept) = GuestEvent::of(line) {
-                    self.events.push(kept);
+                if is_kept(&line.event) {
+                    self.events.push(line);
                 }
             }
             Err(VmmLineError::Shape { event, message }) => {
@@ -651,115 +334,6 @@ const KEPT: [&str; 5] = [
     "guest_greeted",
     "exit",
 ];
-
-impl From<AppMeasurement> for App {
-    fn from(a: AppMeasurement) -> Self {
-        App {
-            index: a.index.into(),
-            name: Some(a.name),
-            path: a.path.display().to_string(),
-            sha256: a.sha256,
-            files: a.files,
-            programs: a
-                .programs
-                .into_iter()
-                .map(|p| MeasuredProgram {
-                    name: p.name,
-                    wasm: p.wasm,
-                    sha256: p.sha256,
-                    grants: p.grants,
-                })
-                .collect(),
-            image: Some(MeasuredImage {
-                sha256: a.image.sha256,
-                size: a.image.size,
-            }),
-            code: a
-                .code
-                .into_iter()
-                .map(|c| MeasuredCode {
-                    program: c.program,
-                    sha256: c.sha256,
-                })
-                .collect(),
-        }
-    }
-}
-
-impl GuestEvent {
-    /// The record's form of a guest event it keeps; `None` for the others (logs, status, …).
-    fn of(line: GuestLine) -> Option<Self> {
-        let boot_id = line.boot_id;
-        Some(match line.event {
-            Event::BootStart(e) => GuestEvent::BootStart {
-                boot_id,
-                kernel_release: e.kernel_release,
-                lsm: e.lsm,
-                landlock_abi: e.landlock_abi.map(u64::from),
-            },
-            Event::AppStarted(e) => GuestEvent::AppStarted {
-                boot_id,
-                app: e.app,
-                index: e.index.into(),
-                uid: e.uid.into(),
-                pid: e.pid.into(),
-                cgroup: e.cgroup,
-                // Limits hold strings only: they serialize.
-                limits: serde_json::to_value(e.limits).unwrap_or(Value::Null),
-                enforcement: Enforcement {
-                    no_new_privs: e.enforcement.no_new_privs,
-                    landlock_abi: e.enforcement.landlock_abi.into(),
-                    landlock: e.enforcement.landlock.name().into(),
-                    seccomp: e.enforcement.seccomp.name().into(),
-                    policy_sha256: e.enforcement.policy_sha256,
-                },
-            },
-            Event::AppReady(e) => GuestEvent::AppReady {
-                boot_id,
-                app: e.app,
-                index: e.index.into(),
-                programs: e
-                    .programs
-                    .into_iter()
-                    .map(|p| ReadyProgram {
-                        name: p.name,
-                        sha256: p.sha256,
-                        code: serde_json::to_value(p.code).ok(),
-                        code_sha256: p.code_sha256,
-                    })
-                    .collect(),
-            },
-            Event::AppRefused(e) => GuestEvent::AppRefused {
-                boot_id,
-                app: e.app,
-                index: e.index.into(),
-                reason: e.reason,
-            },
-            Event::AppExited(e) => GuestEvent::AppExited {
-                boot_id,
-                app: e.app,
-                index: e.index.into(),
-                code: e.code.map(i64::from),
-                signal: e.signal.map(Value::from),
-            },
-            Event::BootComplete(e) => GuestEvent::BootComplete {
-                boot_id,
-                apps: e.apps.into(),
-            },
-            Event::BootFailed(e) => GuestEvent::BootFailed {
-                boot_id,
-                step: e.step.name().into(),
-                message: e.message,
-            },
-            Event::PowerOff(e) => GuestEvent::PowerOff {
-                boot_id,
-                reason: e.reason,
-                exit_code: e.exit_code.into(),
-            },
-            _ => return None,
-        })
-    }
-}
 
 #[cfg(test)]
 mod tests {

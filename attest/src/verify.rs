@@ -10,7 +10,10 @@ use serde_json::Value;
 
 use crate::canonical::record_sha256;
 use crate::code::{Programs, check_code};
-use crate::record::{FORMAT, FORMAT_V1, GuestEvent, Record};
+use berm_vm_protocol::host::{AppMeasurement, Backend, HostChild};
+use berm_vm_protocol::{AppProgram, AppReady, AppRefused, AppStarted, Event, Landlock, Seccomp};
+
+use crate::record::{FORMAT, FORMAT_V1, Record};
 
 /// Extra kernel words berm-vmm adds for libkrun on kvm_pvm hosts (vmm/src/run.rs).
 const PVM_WORDS: &str = " noxsave clearcpuid=popcnt,smap";
@@ -23,7 +26,7 @@ pub enum Code {
     RecordMalformed,
     /// `format` is not one this verifier knows.
     FormatUnsupported,
-    /// `recordSha256` does not cover the record as it is: edited after hashing.
+    /// `record_sha256` does not cover the record as it is: edited after hashing.
     RecordHashMismatch,
     /// A digest field is not 64 lowercase hex digits.
     DigestMalformed,
@@ -401,10 +404,15 @@ pub fn verify_with(record: &Value, pins: &Pins, options: &Options<'_>) -> Verdic
 }
 
 fn check(value: &Value, pins: &Pins, p: &mut Problems) -> Option<Record> {
-    let Some(claimed) = value.get("recordSha256").and_then(Value::as_str) else {
+    // `record_sha256` since version 2, `recordSha256` before; the shape check below refuses
+    // a record with the other version's.
+    let Some(claimed) = ["record_sha256", "recordSha256"]
+        .into_iter()
+        .find_map(|field| value.get(field).and_then(Value::as_str))
+    else {
         p.add(
             Code::RecordMalformed,
-            "the record has no recordSha256 string",
+            "the record has no record_sha256 string",
         );
         return None;
     };
@@ -412,7 +420,7 @@ fn check(value: &Value, pins: &Pins, p: &mut Problems) -> Option<Record> {
     if claimed != actual {
         p.add(
             Code::RecordHashMismatch,
-            format!("recordSha256 is {claimed}, but the record hashes to {actual}"),
+            format!("record_sha256 is {claimed}, but the record hashes to {actual}"),
         );
     }
     if let Some(format) = value.get("format").and_then(Value::as_str)
@@ -425,7 +433,7 @@ fn check(value: &Value, pins: &Pins, p: &mut Problems) -> Option<Record> {
         );
         return None;
     }
-    let record: Record = match serde_json::from_value(value.clone()) {
+    let record = match Record::from_value(value) {
         Ok(record) => record,
         Err(e) => {
             p.add(Code::RecordMalformed, format!("the record's shape: {e}"));
@@ -438,7 +446,7 @@ fn check(value: &Value, pins: &Pins, p: &mut Problems) -> Option<Record> {
             Code::TestProbePresent,
             format!(
                 "the test-only enforcement probe (image {}) ran under app {}'s confinement",
-                probe.image_sha256, probe.app
+                probe.image.sha256, probe.app
             ),
         );
     }
@@ -484,15 +492,16 @@ fn check_exit(r: &Record, p: &mut Problems) {
             format!("berm-vmm exited {} ({})", exit.code, exit.status),
         );
     }
-    for event in &r.guest.events {
-        if let GuestEvent::PowerOff {
-            exit_code, reason, ..
-        } = event
-            && *exit_code != 0
+    for line in &r.guest.events {
+        if let Event::PowerOff(off) = &line.event
+            && off.exit_code != 0
         {
             p.add(
                 Code::ExitFailed,
-                format!("the guest powered off with exit code {exit_code} ({reason})"),
+                format!(
+                    "the guest powered off with exit code {} ({})",
+                    off.exit_code, off.reason
+                ),
             );
         }
     }
@@ -504,7 +513,7 @@ fn check_digests(r: &Record, p: &mut Problems) {
         ("rootfs.sha256".into(), &r.rootfs.sha256),
     ];
     if let Some(state) = &r.state {
-        digests.push(("state.chunkedSha256".into(), &state.chunked_sha256));
+        digests.push(("state.chunked_sha256".into(), &state.chunked_sha256));
     }
     for app in &r.apps {
         digests.push((format!("apps[{}].sha256", app.index), &app.sha256));
@@ -514,9 +523,10 @@ fn check_digests(r: &Record, p: &mut Problems) {
                 &program.sha256,
             ));
         }
-        if let Some(image) = &app.image {
-            digests.push((format!("apps[{}].image.sha256", app.index), &image.sha256));
-        }
+        digests.push((
+            format!("apps[{}].image.sha256", app.index),
+            &app.image.sha256,
+        ));
         for code in &app.code {
             digests.push((
                 format!("apps[{}].code[{}].sha256", app.index, code.program),
@@ -526,19 +536,19 @@ fn check_digests(r: &Record, p: &mut Problems) {
     }
     for child in r.host_sandbox.iter().flat_map(|h| &h.children) {
         digests.push((
-            format!("hostSandbox.children[{}].policySha256", child.program),
+            format!("host_sandbox.children[{}].policy_sha256", child.program),
             &child.policy_sha256,
         ));
     }
-    for event in &r.guest.events {
-        if let GuestEvent::AppReady {
-            index, programs, ..
-        } = event
-        {
-            for program in programs {
+    for line in &r.guest.events {
+        if let Event::AppReady(ready) = &line.event {
+            for program in &ready.programs {
                 if let Some(code) = &program.code_sha256 {
                     digests.push((
-                        format!("app_ready[{index}].programs[{}].codeSha256", program.name),
+                        format!(
+                            "app_ready[{}].programs[{}].code_sha256",
+                            ready.index, program.name
+                        ),
                         code,
                     ));
                 }
@@ -620,7 +630,7 @@ fn check_host_sandbox(r: &Record, p: &mut Problems) {
         );
         return;
     }
-    if sandbox.landlock != "fully_enforced"
+    if sandbox.landlock != Landlock::FullyEnforced
         || sandbox.seccomp != "allow_list"
         || sandbox.allowed.is_empty()
         || !is_sha256(&sandbox.policy_sha256)
@@ -629,7 +639,7 @@ fn check_host_sandbox(r: &Record, p: &mut Problems) {
             Code::HostSandboxWeak,
             format!(
                 "berm-vmm's Landlock is {:?} and its seccomp {:?} ({} syscalls allowed)",
-                sandbox.landlock,
+                sandbox.landlock.name(),
                 sandbox.seccomp,
                 sandbox.allowed.len()
             ),
@@ -662,7 +672,7 @@ const CONNECTS_BY_PATH: &[&str] = &["vhost-device-vsock-egress", "krun-enter-egr
 /// Every child a confined run starts must be there, measured the way it can be, and measured
 /// confined as its policy requires: Landlock fully enforced (for a probed child, the probe's
 /// read outside refused), `no_new_privs`, and a seccomp filter, its role's allow list.
-fn check_host_children(r: &Record, children: &[crate::record::HostChild], p: &mut Problems) {
+fn check_host_children(r: &Record, children: &[HostChild], p: &mut Problems) {
     let has = |roles: &[&str]| children.iter().any(|c| roles.contains(&c.role.as_str()));
     let egress = r.apps.iter().flat_map(|a| &a.programs).any(|program| {
         program.grants.iter().any(|g| {
@@ -673,15 +683,17 @@ fn check_host_children(r: &Record, children: &[crate::record::HostChild], p: &mu
         })
     });
     let mut expected: Vec<(&str, &[&str])> = vec![("the connector", &["berm-vmm-connector"])];
-    match r.hypervisor.as_ref().map(|h| h.chosen.as_str()) {
-        Some("qemu") => {
+    match r.hypervisor.as_ref().map(|h| h.chosen) {
+        Some(Backend::Qemu) => {
             expected.push(("QEMU", &["qemu"]));
             expected.push((
                 "vhost-device-vsock",
                 &["vhost-device-vsock", "vhost-device-vsock-egress"],
             ));
         }
-        Some("krun") => expected.push(("the libkrun child", &["krun-enter", "krun-enter-egress"])),
+        Some(Backend::Krun) => {
+            expected.push(("the libkrun child", &["krun-enter", "krun-enter-egress"]))
+        }
         _ => {}
     }
     if egress {
@@ -716,7 +728,7 @@ fn check_host_children(r: &Record, children: &[crate::record::HostChild], p: &mu
         }
         let filter = format!("allow_list {}", c.role);
         let own_filter = c.seccomp == filter || c.seccomp.starts_with(&format!("{filter} and "));
-        if c.landlock != "fully_enforced"
+        if c.landlock != Landlock::FullyEnforced
             || !c.no_new_privs
             || c.seccomp_mode != "filter"
             || c.seccomp_filters == 0
@@ -729,7 +741,7 @@ fn check_host_children(r: &Record, children: &[crate::record::HostChild], p: &mu
                     c.program,
                     c.role,
                     c.measured_by,
-                    c.landlock,
+                    c.landlock.name(),
                     c.no_new_privs,
                     c.seccomp_mode,
                     c.seccomp_filters,
@@ -757,7 +769,7 @@ fn check_host_children(r: &Record, children: &[crate::record::HostChild], p: &mu
 /// A hypervisor child's connect to a Unix socket outside every policy must have been
 /// measured and refused; the vsock device of a run with egress, whose list has `connect`,
 /// must also have run in the view of its policy's paths.
-fn check_connect_outside(c: &crate::record::HostChild, p: &mut Problems) {
+fn check_connect_outside(c: &HostChild, p: &mut Problems) {
     if !HYPERVISOR.contains(&c.role.as_str()) {
         return;
     }
@@ -789,16 +801,16 @@ fn check_connect_outside(c: &crate::record::HostChild, p: &mut Problems) {
 /// What the guest said about one app index.
 #[derive(Default)]
 struct AppReports<'a> {
-    started: Vec<&'a GuestEvent>,
-    ready: Vec<&'a GuestEvent>,
-    refused: Vec<&'a GuestEvent>,
+    started: Vec<&'a AppStarted>,
+    ready: Vec<&'a AppReady>,
+    refused: Vec<&'a AppRefused>,
 }
 
 fn check_guest(r: &Record, pins: &ArchPins, p: &mut Problems) {
     let events = &r.guest.events;
     if !events
         .iter()
-        .any(|e| matches!(e, GuestEvent::BootStart { .. }))
+        .any(|l| matches!(l.event, Event::BootStart(_)))
     {
         p.add(Code::GuestMissing, "the guest reported no boot_start");
     }
@@ -809,47 +821,48 @@ fn check_guest(r: &Record, pins: &ArchPins, p: &mut Problems) {
             }
         }
         Some(boot_id) => {
-            for event in events {
-                if event.boot_id() != boot_id {
+            for line in events {
+                if line.boot_id != *boot_id {
                     p.add(
                         Code::BootIdMismatch,
                         format!(
                             "a guest event carries boot id {}, not the greeting's {boot_id}",
-                            event.boot_id()
+                            line.boot_id
                         ),
                     );
                 }
             }
         }
     }
-    let mut by_index: BTreeMap<u64, AppReports<'_>> = BTreeMap::new();
-    for event in events {
-        match event {
-            GuestEvent::BootFailed { step, message, .. } => p.add(
+    let mut by_index: BTreeMap<u32, AppReports<'_>> = BTreeMap::new();
+    for line in events {
+        match &line.event {
+            Event::BootFailed(failed) => p.add(
                 Code::BootFailed,
-                format!("the guest's boot failed at {step}: {message}"),
+                format!(
+                    "the guest's boot failed at {}: {}",
+                    failed.step, failed.message
+                ),
             ),
-            GuestEvent::AppStarted { index, .. } => {
-                by_index.entry(*index).or_default().started.push(event)
-            }
-            GuestEvent::AppReady { index, .. } => {
-                by_index.entry(*index).or_default().ready.push(event)
-            }
-            GuestEvent::AppRefused { index, .. } => {
-                by_index.entry(*index).or_default().refused.push(event)
-            }
-            GuestEvent::AppExited {
-                app,
-                index,
-                code,
-                signal,
-                ..
-            } => p.add(
+            Event::AppStarted(started) => by_index
+                .entry(started.index)
+                .or_default()
+                .started
+                .push(started),
+            Event::AppReady(ready) => by_index.entry(ready.index).or_default().ready.push(ready),
+            Event::AppRefused(refused) => by_index
+                .entry(refused.index)
+                .or_default()
+                .refused
+                .push(refused),
+            Event::AppExited(exited) => p.add(
                 Code::AppExited,
                 format!(
-                    "app {index} ({app}) exited while the VM ran (code {}, signal {})",
-                    code.map_or("none".into(), |c| c.to_string()),
-                    signal.as_ref().map_or("none".into(), ToString::to_string)
+                    "app {} ({}) exited while the VM ran (code {}, signal {})",
+                    exited.index,
+                    exited.app,
+                    exited.code.map_or("none".into(), |c| c.to_string()),
+                    exited.signal.map_or("none".into(), |s| s.to_string())
                 ),
             ),
             _ => {}
@@ -866,26 +879,32 @@ fn check_guest(r: &Record, pins: &ArchPins, p: &mut Problems) {
     let none = AppReports::default();
     for app in &r.apps {
         let reports = by_index.get(&app.index).unwrap_or(&none);
-        let label = app.name.clone().unwrap_or_else(|| app.path.clone());
+        // A version-1 record may name no app (its conversion leaves the name empty).
+        let label = if app.name.is_empty() {
+            app.path.display().to_string()
+        } else {
+            app.name.clone()
+        };
         check_app(app.index, &label, app, reports, pins, p);
     }
 }
 
 fn check_app(
-    index: u64,
+    index: u32,
     label: &str,
-    app: &crate::record::App,
+    app: &AppMeasurement,
     reports: &AppReports<'_>,
     pins: &ArchPins,
     p: &mut Problems,
 ) {
     for refused in &reports.refused {
-        if let GuestEvent::AppRefused { reason, .. } = refused {
-            p.add(
-                Code::AppRefused,
-                format!("app {index} ({label}) was refused by the guest: {reason}"),
-            );
-        }
+        p.add(
+            Code::AppRefused,
+            format!(
+                "app {index} ({label}) was refused by the guest: {}",
+                refused.reason
+            ),
+        );
     }
     if !reports.refused.is_empty() {
         return;
@@ -898,15 +917,18 @@ fn check_app(
         return;
     }
     for started in &reports.started {
-        let GuestEvent::AppStarted { enforcement: e, .. } = started else {
-            continue;
-        };
-        if e.landlock != "fully_enforced" || !e.no_new_privs || e.seccomp != "allow_list" {
+        let e = &started.enforcement;
+        if e.landlock != Landlock::FullyEnforced
+            || !e.no_new_privs
+            || e.seccomp != Seccomp::AllowList
+        {
             p.add(
                 Code::EnforcementWeak,
                 format!(
                     "app {index} ({label}) ran with Landlock {:?}, no_new_privs {}, seccomp {:?}",
-                    e.landlock, e.no_new_privs, e.seccomp
+                    e.landlock.name(),
+                    e.no_new_privs,
+                    e.seccomp.name()
                 ),
             );
         }
@@ -929,7 +951,7 @@ fn check_app(
             );
         }
     }
-    let Some(GuestEvent::AppReady { programs, .. }) = reports.ready.last() else {
+    let Some(AppReady { programs, .. }) = reports.ready.last() else {
         p.add(
             Code::AppNotReady,
             format!("app {index} ({label}) started but never reported app_ready"),
@@ -971,10 +993,10 @@ fn check_app(
 
 /// The code the guest says it mapped for each program must be the code the host measured.
 fn check_mapped_code(
-    index: u64,
+    index: u32,
     label: &str,
-    app: &crate::record::App,
-    loaded: &[crate::record::ReadyProgram],
+    app: &AppMeasurement,
+    loaded: &[AppProgram],
     p: &mut Problems,
 ) {
     for program in loaded {
@@ -996,7 +1018,7 @@ fn check_mapped_code(
                 format!(
                     "app {index} ({label}) reports no digest for the code of program {} (code: {}), so it did not map the measured {}",
                     program.name,
-                    program.code.as_ref().map_or("null".into(), Value::to_string),
+                    serde_json::to_value(program.code).map_or("null".into(), |c| c.to_string()),
                     m.sha256
                 ),
             ),
@@ -1019,7 +1041,7 @@ fn check_expected(r: &Record, expect: &BTreeMap<String, String>, p: &mut Problem
                 p.add(
                     Code::StateUnexpected,
                     format!(
-                        "state.chunkedSha256 is {}, the verifier expects {expected}",
+                        "state.chunked_sha256 is {}, the verifier expects {expected}",
                         actual.unwrap_or("absent (no state disk)")
                     ),
                 );
@@ -1031,9 +1053,8 @@ fn check_expected(r: &Record, expect: &BTreeMap<String, String>, p: &mut Problem
             let actual = r
                 .apps
                 .iter()
-                .find(|a| a.name.as_deref() == Some(name))
-                .and_then(|a| a.image.as_ref())
-                .map(|i| i.sha256.as_str());
+                .find(|a| a.name == name)
+                .map(|a| a.image.sha256.as_str());
             if actual != Some(expected.as_str()) {
                 p.add(
                     Code::AppImageUnexpected,

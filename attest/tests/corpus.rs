@@ -1,9 +1,10 @@
 //! A corpus of tampered records, each refused with its own code, and the honest record they
 //! are made from, which verifies.
 //!
-//! The honest run dir is written line by line the way berm-vmm writes `vmm.jsonl` (its own
-//! lines and the guest events it relays, in the shapes of docs/design/vm-protocol.md and the
-//! issue-6 app events). A real boot's record is verified in vmm/tests/host_sandbox.rs.
+//! The honest run dir is written line by line the way berm-vmm writes `vmm.jsonl`: its own
+//! lines and the guest events it relays, each a typed `VmmLine` written with
+//! `VmmLine::to_line`, as berm-vmm writes them. The tampered records are JSON, edited as a
+//! forger would edit them. A real boot's record is verified in vmm/tests/host_sandbox.rs.
 //! Every tamper except "edited after hashing" re-seals the record, as a forger would: the hash
 //! is not a signature, so each check must stand on its own.
 //!
@@ -17,6 +18,15 @@ use std::path::{Path, PathBuf};
 
 use berm_attest::dsse::{self, HostKey};
 use berm_attest::{Code, Options, Pins, Programs, Record, Verdict, verify, verify_with};
+use berm_vm_protocol::host::{
+    AppMeasurement, Backend, CodeMeasurement, EngineMeasurement, ExitLine, GreetedLine, HostChild,
+    HostSandboxLine, HypervisorLine, ImageMeasurement, KernelMeasurement, Launch, MeasurementsLine,
+    ProgramMeasurement, RootfsMeasurement, SandboxGrants, StateMeasurement,
+};
+use berm_vm_protocol::{
+    AppExited, AppLimits, AppProgram, AppReady, AppStarted, BootComplete, BootStart, CodeSource,
+    Enforcement, Event, GuestLine, HostEvent, Landlock, PowerOff, Seccomp, VmmLine,
+};
 use serde_json::{Value, json};
 use sha2::{Digest as _, Sha256};
 
@@ -32,133 +42,278 @@ fn pins() -> Pins {
     Pins::compiled_in().expect("the compiled-in pins parse")
 }
 
-fn vmm(event: &str, fields: Value) -> Value {
-    let mut line = json!({"source": "berm-vmm", "event": event});
-    line.as_object_mut()
-        .unwrap()
-        .extend(fields.as_object().unwrap().clone());
-    line
+fn vmm(event: HostEvent) -> VmmLine {
+    VmmLine::Host(event)
 }
 
-fn guest(event: &str, uptime: u64, fields: Value) -> Value {
-    let mut line =
-        json!({"source": "berm-init", "boot_id": BOOT_ID, "uptime_ms": uptime, "event": event});
-    line.as_object_mut()
-        .unwrap()
-        .extend(fields.as_object().unwrap().clone());
-    line
+fn guest(uptime_ms: u64, event: Event) -> VmmLine {
+    VmmLine::Guest(GuestLine {
+        boot_id: BOOT_ID.into(),
+        uptime_ms,
+        event,
+    })
 }
 
 /// The lines of an honest one-app run, as berm-vmm writes them.
-fn honest_lines() -> Vec<Value> {
+fn honest_lines() -> Vec<VmmLine> {
     lines_with(
         WASM_SHA,
         CODE_SHA,
-        json!({"fingerprint": "0123456789abcdef", "target": "x86_64-unknown-linux-musl"}),
+        EngineMeasurement {
+            fingerprint: "0123456789abcdef".into(),
+            target: "x86_64-unknown-linux-musl".into(),
+        },
     )
 }
 
 /// An honest run of one program with this wasm digest, compiled to this code by this engine.
-fn lines_with(wasm_sha: &str, code_sha: &str, engine: Value) -> Vec<Value> {
+fn lines_with(wasm_sha: &str, code_sha: &str, engine: EngineMeasurement) -> Vec<VmmLine> {
     let pins = pins();
+    let pinned = pins.host().unwrap();
     vec![
-        vmm(
-            "hypervisor",
-            json!({"chosen": "qemu", "accel": "tcg", "reason": "kvm_pvm"}),
-        ),
-        vmm(
-            "measurements",
-            json!({
-                "kernel": {"sha256": pins.host().unwrap().kernel.image.sha256.as_str(), "size": pins.host().unwrap().kernel.image.size, "pinned": true,
-                           "path": "/cache/vmlinux", "linux": pins.host().unwrap().kernel.linux,
-                           "config_sha256": pins.host().unwrap().kernel.config_sha256.as_str(),
-                           "cmdline": format!("{} BERM_HYPERVISOR=qemu BERM_APPS=1", pins.host().unwrap().kernel.cmdline), "hash_ms": 9},
-                "rootfs": {"sha256": pins.host().unwrap().rootfs.image.sha256.as_str(), "size": pins.host().unwrap().rootfs.image.size, "pinned": true,
-                           "path": "/cache/rootfs.erofs", "fstype": "erofs", "read_only": true, "hash_ms": 1},
-                "state": {"path": "/s.img", "size_bytes": 268435456u64, "created": true,
-                          "formatted": true, "restored_bytes": 0,
-                          "chunked_sha256": STATE_SHA, "hashed_bytes": 0, "hash_ms": 0},
-                "apps": [{"index": 0, "name": "notes", "path": "/apps/notes", "sha256": FOLDER_SHA, "files": 2,
-                          "programs": [{"name": "notes", "wasm": "notes.wasm", "sha256": wasm_sha}],
-                          "image": {"sha256": IMAGE_SHA, "size": 4096},
-                          "code": [{"program": "notes", "file": "notes.cwasm", "cached": false, "sha256": code_sha}],
-                          "limits": {"name": "notes", "cpu_max": "max 100000", "memory_max": 134217728, "pids_max": 64},
-                          "uid": 10000}],
-                "engine": engine,
+        vmm(HostEvent::Hypervisor(HypervisorLine {
+            chosen: Backend::Qemu,
+            accel: Some("tcg".into()),
+            reason: "kvm_pvm".into(),
+        })),
+        vmm(HostEvent::Measurements(MeasurementsLine {
+            kernel: KernelMeasurement {
+                arch: "x86_64".into(),
+                sha256: pinned.kernel.image.sha256.to_string(),
+                size: pinned.kernel.image.size,
+                pinned: true,
+                path: "/cache/vmlinux".into(),
+                linux: pinned.kernel.linux.clone(),
+                config_sha256: pinned.kernel.config_sha256.to_string(),
+                cmdline: format!("{} BERM_HYPERVISOR=qemu BERM_APPS=1", pinned.kernel.cmdline),
+                hash_ms: 9,
+            },
+            rootfs: RootfsMeasurement {
+                sha256: pinned.rootfs.image.sha256.to_string(),
+                size: pinned.rootfs.image.size,
+                pinned: true,
+                path: "/cache/rootfs.erofs".into(),
+                fstype: "erofs".into(),
+                read_only: true,
+                hash_ms: 1,
+            },
+            state: Some(StateMeasurement {
+                path: "/s.img".into(),
+                size_bytes: 268435456,
+                created: true,
+                formatted: true,
+                restored_bytes: 0,
+                chunked_sha256: STATE_SHA.into(),
+                hashed_bytes: 0,
+                hash_ms: 0,
+            }),
+            apps: vec![AppMeasurement {
+                index: 0,
+                name: "notes".into(),
+                path: "/apps/notes".into(),
+                sha256: FOLDER_SHA.into(),
+                files: 2,
+                programs: vec![ProgramMeasurement {
+                    name: "notes".into(),
+                    wasm: "notes.wasm".into(),
+                    sha256: wasm_sha.into(),
+                    grants: Vec::new(),
+                }],
+                code: vec![CodeMeasurement {
+                    program: "notes".into(),
+                    file: "notes.cwasm".into(),
+                    sha256: code_sha.into(),
+                    cached: false,
+                }],
+                image: ImageMeasurement {
+                    sha256: IMAGE_SHA.into(),
+                    size: 4096,
+                },
+                limits: Launch {
+                    name: "notes".into(),
+                    cpu_max: "max 100000".into(),
+                    memory_max: 134217728,
+                    pids_max: 64,
+                },
+                uid: 10000,
+            }],
+            engine: Some(engine),
+            test_probe: None,
+        })),
+        vmm(HostEvent::HostSandbox(HostSandboxLine {
+            enabled: true,
+            landlock_abi: 7,
+            landlock: Landlock::FullyEnforced,
+            no_new_privs: true,
+            seccomp: "allow_list".into(),
+            allowed: ["read", "write", "clone(no CLONE_NEW*)"]
+                .map(String::from)
+                .into(),
+            scopes: Vec::new(),
+            policy_sha256: POLICY_SHA.into(),
+            grants: SandboxGrants::default(),
+            reason: None,
+            children: honest_children(),
+        })),
+        vmm(HostEvent::GuestGreeted(GreetedLine {
+            after_ms: 900,
+            boot_id: BOOT_ID.into(),
+        })),
+        guest(
+            800,
+            Event::BootStart(BootStart {
+                pid: 1,
+                kernel_release: "6.12.117-berm".into(),
+                lsm: vec!["capability".into(), "landlock".into()],
+                landlock_abi: Some(6),
+                cmdline_bytes: 300,
+                cgroup2: "rw,nsdelegate".into(),
             }),
         ),
-        vmm(
-            "host_sandbox",
-            json!({"enabled": true, "landlock_abi": 7, "landlock": "fully_enforced", "no_new_privs": true,
-                   "seccomp": "allow_list", "allowed": ["read", "write", "clone(no CLONE_NEW*)"], "policy_sha256": POLICY_SHA,
-                   "grants": {"read": [], "read_write": [], "devices": []}, "reason": null,
-                   "children": honest_children()}),
-        ),
-        vmm(
-            "guest_greeted",
-            json!({"after_ms": 900, "boot_id": BOOT_ID}),
-        ),
         guest(
-            "boot_start",
-            800,
-            json!({"pid": 1, "kernel_release": "6.12.117-berm", "lsm": ["capability", "landlock"],
-                   "landlock_abi": 6, "cmdline_bytes": 300, "cgroup2": "rw,nsdelegate"}),
-        ),
-        guest(
-            "app_started",
             850,
-            json!({"app": "notes", "index": 0, "uid": 10000, "gid": 10000, "pid": 40, "port": 5000,
-                   "cgroup": "/berm/apps/notes",
-                   "limits": {"cpu_max": "max 100000", "memory_max": "134217728", "memory_swap_max": "0", "pids_max": "64"},
-                   "enforcement": {"no_new_privs": true, "landlock_abi": 6, "landlock": "fully_enforced",
-                                   "seccomp": "allow_list", "policy_sha256": pins.host().unwrap().rootfs.app_policy_sha256.as_str()}}),
+            Event::AppStarted(AppStarted {
+                app: "notes".into(),
+                index: 0,
+                uid: 10000,
+                gid: 10000,
+                pid: 40,
+                port: 5000,
+                cgroup: "/berm/apps/notes".into(),
+                limits: AppLimits {
+                    cpu_max: "max 100000".into(),
+                    memory_max: "134217728".into(),
+                    memory_swap_max: "0".into(),
+                    pids_max: "64".into(),
+                },
+                enforcement: Enforcement {
+                    no_new_privs: true,
+                    landlock_abi: 6,
+                    landlock: Landlock::FullyEnforced,
+                    seccomp: Seccomp::AllowList,
+                    policy_sha256: pinned.rootfs.app_policy_sha256.to_string(),
+                },
+            }),
         ),
         guest(
-            "app_ready",
             900,
-            json!({"app": "notes", "index": 0, "pid": 40, "ms": 50, "tools": 3,
-                   "programs": [{"name": "notes", "sha256": wasm_sha, "code": "precompiled",
-                                 "code_sha256": code_sha, "ms": 20}]}),
+            Event::AppReady(AppReady {
+                app: "notes".into(),
+                index: 0,
+                pid: 40,
+                ms: 50,
+                tools: 3,
+                programs: vec![AppProgram {
+                    name: "notes".into(),
+                    sha256: wasm_sha.into(),
+                    code: CodeSource::Precompiled,
+                    code_sha256: Some(code_sha.into()),
+                    ms: 20,
+                }],
+            }),
         ),
-        guest("boot_complete", 901, json!({"apps": 1})),
+        guest(901, Event::BootComplete(BootComplete { apps: 1 })),
         guest(
-            "power_off",
             2000,
-            json!({"reason": "requested", "exit_code": 0, "killed": 0, "unmount_failed": []}),
+            Event::PowerOff(PowerOff {
+                reason: "requested".into(),
+                exit_code: 0,
+                killed: 0,
+                unmount_failed: Vec::new(),
+            }),
         ),
-        vmm(
-            "exit",
-            json!({"status": "clean", "code": 0, "message": "the guest powered off (requested)"}),
-        ),
+        vmm(HostEvent::Exit(ExitLine {
+            status: "clean".into(),
+            code: 0,
+            message: "the guest powered off (requested)".into(),
+        })),
     ]
+}
+
+/// One of berm-vmm's children as it measures it (vmm/src/measure.rs).
+fn child(program: &str, pid: u32, role: &str, seccomp: &str, measured_by: &str) -> HostChild {
+    HostChild {
+        program: program.into(),
+        pid,
+        role: role.into(),
+        landlock: Landlock::FullyEnforced,
+        no_new_privs: true,
+        seccomp: seccomp.into(),
+        seccomp_mode: "filter".into(),
+        seccomp_filters: 1,
+        policy_sha256: POLICY_SHA.into(),
+        measured_by: measured_by.into(),
+        read_outside: None,
+        connect_outside: None,
+        view: None,
+    }
 }
 
 /// berm-vmm's children in an honest QEMU run, each measured as berm-vmm measures it
 /// (vmm/src/measure.rs): the exec'd ones by `/proc/PID/status` and a probe, the connector by
 /// itself.
-fn honest_children() -> Value {
-    json!([
-        {"program": "/usr/bin/vhost-device-vsock", "pid": 41, "role": "vhost-device-vsock",
-         "landlock": "fully_enforced", "no_new_privs": true, "seccomp": "allow_list vhost-device-vsock",
-         "seccomp_mode": "filter", "seccomp_filters": 1, "policy_sha256": POLICY_SHA,
-         "measured_by": "proc_status+probe", "read_outside": "EACCES",
-         "connect_outside": "EPERM", "view": "host"},
-        {"program": "/usr/bin/qemu-system-x86_64", "pid": 42, "role": "qemu",
-         "landlock": "fully_enforced", "no_new_privs": true,
-         "seccomp": "allow_list qemu and -sandbox on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
-         "seccomp_mode": "filter", "seccomp_filters": 1, "policy_sha256": POLICY_SHA,
-         "measured_by": "proc_status+probe", "read_outside": "EACCES",
-         "connect_outside": "EPERM", "view": "host"},
-        {"program": "berm-vmm connector", "pid": 43, "role": "berm-vmm-connector",
-         "landlock": "fully_enforced", "no_new_privs": true, "seccomp": "allow_list berm-vmm-connector",
-         "seccomp_mode": "filter", "seccomp_filters": 1, "policy_sha256": POLICY_SHA,
-         "measured_by": "self_report"},
-    ])
+fn honest_children() -> Vec<HostChild> {
+    let probed = |mut c: HostChild| {
+        c.read_outside = Some("EACCES".into());
+        c.connect_outside = Some("EPERM".into());
+        c.view = Some("host".into());
+        c
+    };
+    vec![
+        probed(child(
+            "/usr/bin/vhost-device-vsock",
+            41,
+            "vhost-device-vsock",
+            "allow_list vhost-device-vsock",
+            "proc_status+probe",
+        )),
+        probed(child(
+            "/usr/bin/qemu-system-x86_64",
+            42,
+            "qemu",
+            "allow_list qemu and -sandbox on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
+            "proc_status+probe",
+        )),
+        child(
+            "berm-vmm connector",
+            43,
+            "berm-vmm-connector",
+            "allow_list berm-vmm-connector",
+            "self_report",
+        ),
+    ]
+}
+
+/// An egress grant: a run with one starts the egress dialer.
+fn net_grant() -> berm_abi::grant::Grant {
+    "net=example.com".parse().unwrap()
+}
+
+/// The measurements line of `lines`, to change what was measured.
+fn measurements_mut(lines: &mut [VmmLine]) -> &mut MeasurementsLine {
+    lines
+        .iter_mut()
+        .find_map(|l| match l {
+            VmmLine::Host(HostEvent::Measurements(m)) => Some(m),
+            _ => None,
+        })
+        .expect("a measurements line")
+}
+
+/// The host_sandbox line of `lines`, to change what was measured.
+fn sandbox_mut(lines: &mut [VmmLine]) -> &mut HostSandboxLine {
+    lines
+        .iter_mut()
+        .find_map(|l| match l {
+            VmmLine::Host(HostEvent::HostSandbox(h)) => Some(h),
+            _ => None,
+        })
+        .expect("a host_sandbox line")
 }
 
 /// The record's child of berm-vmm whose role is `role`, to forge a field of.
 fn child_mut<'a>(record: &'a mut Value, role: &str) -> &'a mut Value {
-    record["hostSandbox"]["children"]
+    record["host_sandbox"]["children"]
         .as_array_mut()
         .unwrap()
         .iter_mut()
@@ -166,9 +321,9 @@ fn child_mut<'a>(record: &'a mut Value, role: &str) -> &'a mut Value {
         .unwrap_or_else(|| panic!("no {role} child in the record"))
 }
 
-fn record_of(lines: &[Value]) -> Value {
+fn record_of(lines: &[VmmLine]) -> Value {
     let dir = tempfile::tempdir().unwrap();
-    let mut text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+    let mut text: String = lines.iter().map(VmmLine::to_line).collect();
     // A torn last line (berm-vmm killed mid-write) is ignored, not fatal.
     text.push_str("{\"source\":\"berm-vmm\",\"ev");
     std::fs::write(dir.path().join("vmm.jsonl"), text).unwrap();
@@ -181,7 +336,7 @@ fn honest() -> Value {
 
 fn reseal(mut record: Value) -> Value {
     let hash = berm_attest::record_sha256(&record);
-    record["recordSha256"] = hash.into();
+    record["record_sha256"] = hash.into();
     record
 }
 
@@ -309,7 +464,7 @@ fn corpus() -> Vec<Case> {
     );
     add(
         "a mismatched boot id",
-        &|r| event_mut(r, "app_started")["bootId"] = "00000000-0000-0000-0000-000000000000".into(),
+        &|r| event_mut(r, "app_started")["boot_id"] = "00000000-0000-0000-0000-000000000000".into(),
         Code::BootIdMismatch,
     );
     add(
@@ -322,19 +477,21 @@ fn corpus() -> Vec<Case> {
         &|r| event_mut(r, "app_started")["enforcement"]["landlock"] = "partially_enforced".into(),
         Code::EnforcementWeak,
     );
+    // The guest's seccomp word is typed (berm-init can only report `allow_list`): another is
+    // not a weak record but not a record at all.
     add(
         "no seccomp filter on the app",
         &|r| event_mut(r, "app_started")["enforcement"]["seccomp"] = "none".into(),
-        Code::EnforcementWeak,
+        Code::RecordMalformed,
     );
     add(
         "no policy digest",
-        &|r| event_mut(r, "app_started")["enforcement"]["policySha256"] = "".into(),
+        &|r| event_mut(r, "app_started")["enforcement"]["policy_sha256"] = "".into(),
         Code::PolicyDigestMissing,
     );
     add(
         "an app under another policy than the pinned build's",
-        &|r| event_mut(r, "app_started")["enforcement"]["policySha256"] = POLICY_SHA.into(),
+        &|r| event_mut(r, "app_started")["enforcement"]["policy_sha256"] = POLICY_SHA.into(),
         Code::PolicyMismatch,
     );
     add(
@@ -357,7 +514,7 @@ fn corpus() -> Vec<Case> {
             events.retain(|e| e["event"] != "app_started" && e["event"] != "app_ready");
             events.insert(
                 1,
-                json!({"event": "app_refused", "bootId": BOOT_ID, "app": "notes", "index": 0, "reason": "landlock not fully enforced"}),
+                json!({"event": "app_refused", "boot_id": BOOT_ID, "uptime_ms": 850, "app": "notes", "index": 0, "reason": "landlock not fully enforced"}),
             );
         },
         Code::AppRefused,
@@ -374,7 +531,10 @@ fn corpus() -> Vec<Case> {
             r["guest"]["events"][i]["programs"]
                 .as_array_mut()
                 .unwrap()
-                .push(json!({"name": "extra", "sha256": "b".repeat(64), "code": null}));
+                .push(
+                    json!({"name": "extra", "sha256": "b".repeat(64), "code": "compiled",
+                             "code_sha256": null, "ms": 5}),
+                );
         },
         Code::ProgramUnmeasured,
     );
@@ -390,25 +550,25 @@ fn corpus() -> Vec<Case> {
     );
     add(
         "a test boot that attached the enforcement probe",
-        &|r| r["testProbe"] = json!({"imageSha256": "c".repeat(64), "app": 0}),
+        &|r| r["test_probe"] = json!({"image": {"sha256": "c".repeat(64), "size": 4096}, "app": 0}),
         Code::TestProbePresent,
     );
     add(
         "no host_sandbox line",
-        &|r| r["hostSandbox"] = Value::Null,
+        &|r| r["host_sandbox"] = Value::Null,
         Code::HostSandboxMissing,
     );
     add(
         "berm-vmm ran with --no-host-sandbox",
         &|r| {
-            r["hostSandbox"]["enabled"] = false.into();
-            r["hostSandbox"]["reason"] = "--no-host-sandbox".into();
+            r["host_sandbox"]["enabled"] = false.into();
+            r["host_sandbox"]["reason"] = "--no-host-sandbox".into();
         },
         Code::HostSandboxDisabled,
     );
     add(
         "berm-vmm's Landlock partially enforced",
-        &|r| r["hostSandbox"]["landlock"] = "partially_enforced".into(),
+        &|r| r["host_sandbox"]["landlock"] = "partially_enforced".into(),
         Code::HostSandboxWeak,
     );
     add(
@@ -420,19 +580,19 @@ fn corpus() -> Vec<Case> {
         "QEMU measured without a seccomp filter",
         &|r| {
             let qemu = child_mut(r, "qemu");
-            qemu["seccompMode"] = "disabled".into();
-            qemu["seccompFilters"] = 0.into();
+            qemu["seccomp_mode"] = "disabled".into();
+            qemu["seccomp_filters"] = 0.into();
         },
         Code::HostChildWeak,
     );
     add(
         "vhost-device-vsock's probe read outside its ruleset",
-        &|r| child_mut(r, "vhost-device-vsock")["readOutside"] = "allowed".into(),
+        &|r| child_mut(r, "vhost-device-vsock")["read_outside"] = "allowed".into(),
         Code::HostChildWeak,
     );
     add(
         "vhost-device-vsock's probe connected outside its policy",
-        &|r| child_mut(r, "vhost-device-vsock")["connectOutside"] = "allowed".into(),
+        &|r| child_mut(r, "vhost-device-vsock")["connect_outside"] = "allowed".into(),
         Code::HostChildWeak,
     );
     add(
@@ -441,7 +601,7 @@ fn corpus() -> Vec<Case> {
             child_mut(r, "qemu")
                 .as_object_mut()
                 .unwrap()
-                .remove("connectOutside");
+                .remove("connect_outside");
         },
         Code::HostChildUnmeasured,
     );
@@ -458,7 +618,7 @@ fn corpus() -> Vec<Case> {
     add(
         "QEMU's measurement taken out",
         &|r| {
-            r["hostSandbox"]["children"]
+            r["host_sandbox"]["children"]
                 .as_array_mut()
                 .unwrap()
                 .retain(|c| c["role"] != "qemu");
@@ -469,15 +629,18 @@ fn corpus() -> Vec<Case> {
         "QEMU claimed to have measured itself",
         &|r| {
             let qemu = child_mut(r, "qemu");
-            qemu["measuredBy"] = "self_report".into();
-            qemu.as_object_mut().unwrap().remove("readOutside");
+            qemu["measured_by"] = "self_report".into();
+            qemu.as_object_mut().unwrap().remove("read_outside");
         },
         Code::HostChildUnmeasured,
     );
     add(
         "a record from before children were measured",
         &|r| {
-            r["hostSandbox"].as_object_mut().unwrap().remove("children");
+            r["host_sandbox"]
+                .as_object_mut()
+                .unwrap()
+                .remove("children");
         },
         Code::HostChildUnmeasured,
     );
@@ -500,7 +663,7 @@ fn corpus() -> Vec<Case> {
         "no guest at all",
         &|r| {
             r["guest"]["events"] = json!([]);
-            r["guest"]["bootId"] = Value::Null;
+            r["guest"]["boot_id"] = Value::Null;
             r["apps"] = json!([]);
         },
         Code::GuestMissing,
@@ -509,7 +672,8 @@ fn corpus() -> Vec<Case> {
         "a failed boot",
         &|r| {
             r["guest"]["events"].as_array_mut().unwrap().push(json!({
-                "event": "boot_failed", "bootId": BOOT_ID, "step": "state", "message": "mount failed"
+                "event": "boot_failed", "boot_id": BOOT_ID, "uptime_ms": 950, "step": "state",
+                "message": "mount failed", "exit_code": 3
             }));
         },
         Code::BootFailed,
@@ -521,7 +685,7 @@ fn corpus() -> Vec<Case> {
     );
     add(
         "the guest mapped other code",
-        &|r| event_mut(r, "app_ready")["programs"][0]["codeSha256"] = "e".repeat(64).into(),
+        &|r| event_mut(r, "app_ready")["programs"][0]["code_sha256"] = "e".repeat(64).into(),
         Code::CodeDigestMismatch,
     );
     add(
@@ -529,13 +693,13 @@ fn corpus() -> Vec<Case> {
         &|r| {
             let i = event_index(r, "app_ready");
             r["guest"]["events"][i]["programs"][0]["code"] = "compiled".into();
-            r["guest"]["events"][i]["programs"][0]["codeSha256"] = Value::Null;
+            r["guest"]["events"][i]["programs"][0]["code_sha256"] = Value::Null;
         },
         Code::CodeDigestMismatch,
     );
     // Edited after hashing: not re-sealed.
     let mut edited = honest();
-    edited["runDir"] = "/elsewhere".into();
+    edited["run_dir"] = "/elsewhere".into();
     cases.push(Case {
         what: "edited after hashing",
         field: None,
@@ -547,14 +711,19 @@ fn corpus() -> Vec<Case> {
     let mut lines = honest_lines();
     let at = lines
         .iter()
-        .position(|l| l["event"] == "boot_complete")
+        .position(|l| matches!(l, VmmLine::Guest(g) if matches!(g.event, Event::BootComplete(_))))
         .unwrap();
     lines.insert(
         at + 1,
         guest(
-            "app_exited",
             1500,
-            json!({"app": "notes", "index": 0, "pid": 40, "code": null, "signal": 9}),
+            Event::AppExited(AppExited {
+                app: "notes".into(),
+                index: 0,
+                pid: 40,
+                code: None,
+                signal: Some(9),
+            }),
         ),
     );
     cases.push(Case {
@@ -594,7 +763,7 @@ fn expectation_cases() -> Vec<Case> {
         Case {
             what: "another state disk",
             field: Some("state disk"),
-            input: forged(&|r| r["state"]["chunkedSha256"] = "f".repeat(64).into()),
+            input: forged(&|r| r["state"]["chunked_sha256"] = "f".repeat(64).into()),
             verify: expecting("state", STATE_SHA),
             code: Code::StateUnexpected,
         },
@@ -670,7 +839,7 @@ fn envelope_cases() -> Vec<Case> {
 
 /// The notes program, its digest, and the digest of its code for the guest, compiled here
 /// with berm's engine directly (not through the code under test).
-fn notes_and_its_code() -> (PathBuf, String, String, Value) {
+fn notes_and_its_code() -> (PathBuf, String, String, EngineMeasurement) {
     let path = berm_fixtures::example_path("notes");
     let wasm = std::fs::read(&path).unwrap();
     let engine = berm::Engine::compile_only(&berm::EngineConfig::vm()).unwrap();
@@ -679,7 +848,10 @@ fn notes_and_its_code() -> (PathBuf, String, String, Value) {
         path,
         hex::encode(Sha256::digest(&wasm)),
         hex::encode(Sha256::digest(&code.bytes)),
-        json!({"fingerprint": engine.fingerprint(), "target": berm::PORTABLE_TARGET}),
+        EngineMeasurement {
+            fingerprint: engine.fingerprint().into(),
+            target: berm::PORTABLE_TARGET.into(),
+        },
     )
 }
 
@@ -714,7 +886,7 @@ fn code_cases() -> Vec<Case> {
     let mut forged = record.clone();
     forged["apps"][0]["code"][0]["sha256"] = "d".repeat(64).into();
     let i = event_index(&forged, "app_ready");
-    forged["guest"]["events"][i]["programs"][0]["codeSha256"] = "d".repeat(64).into();
+    forged["guest"]["events"][i]["programs"][0]["code_sha256"] = "d".repeat(64).into();
     vec![
         Case {
             what: "a code digest changed on both sides, consistently",
@@ -740,41 +912,242 @@ fn the_honest_record_verifies() {
     assert!(verdict.ok, "{:#?}", verdict.problems);
     // Stable: building twice from the same run dir gives the same record and hash.
     let dir = tempfile::tempdir().unwrap();
-    let text: String = honest_lines().iter().map(|l| format!("{l}\n")).collect();
+    let text: String = honest_lines().iter().map(VmmLine::to_line).collect();
     std::fs::write(dir.path().join("vmm.jsonl"), text).unwrap();
     let once = Record::from_run_dir(dir.path()).unwrap();
     assert_eq!(once, Record::from_run_dir(dir.path()).unwrap());
     assert_eq!(record["format"], "berm-attest/2");
-    assert_eq!(record["guest"]["bootId"], BOOT_ID);
+    assert_eq!(record["guest"]["boot_id"], BOOT_ID);
+}
+
+/// A version-2 record as version 1 wrote the same run: camelCase, each part a subset of its
+/// line's fields, the guest's words as strings, no hypervisor child's `connectOutside` or
+/// `view`; sealed with `recordSha256`.
+fn as_version_1(r: &Value) -> Value {
+    let pick = |v: &Value, fields: &[(&str, &str)]| -> Value {
+        fields
+            .iter()
+            .filter(|(from, _)| !v[from].is_null() || v.get(from).is_some())
+            .map(|(from, to)| (to.to_string(), v[from].clone()))
+            .collect::<serde_json::Map<_, _>>()
+            .into()
+    };
+    let apps: Vec<Value> = r["apps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| {
+            json!({
+                "index": a["index"], "name": a["name"], "path": a["path"], "sha256": a["sha256"],
+                "files": a["files"],
+                "programs": a["programs"].as_array().unwrap().iter()
+                    .map(|p| pick(p, &[("name", "name"), ("wasm", "wasm"), ("sha256", "sha256"), ("grants", "grants")]))
+                    .collect::<Vec<_>>(),
+                "image": a["image"],
+                "code": a["code"].as_array().unwrap().iter()
+                    .map(|c| pick(c, &[("program", "program"), ("sha256", "sha256")]))
+                    .collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    let sandbox = &r["host_sandbox"];
+    let children: Vec<Value> = sandbox["children"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            pick(
+                c,
+                &[
+                    ("program", "program"),
+                    ("role", "role"),
+                    ("landlock", "landlock"),
+                    ("no_new_privs", "noNewPrivs"),
+                    ("seccomp", "seccomp"),
+                    ("seccomp_mode", "seccompMode"),
+                    ("seccomp_filters", "seccompFilters"),
+                    ("policy_sha256", "policySha256"),
+                    ("measured_by", "measuredBy"),
+                    ("read_outside", "readOutside"),
+                ],
+            )
+        })
+        .collect();
+    let events: Vec<Value> = r["guest"]["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            let fields: &[(&str, &str)] = match e["event"].as_str().unwrap() {
+                "boot_start" => &[
+                    ("kernel_release", "kernelRelease"),
+                    ("lsm", "lsm"),
+                    ("landlock_abi", "landlockAbi"),
+                ],
+                "app_started" => &[
+                    ("app", "app"),
+                    ("index", "index"),
+                    ("uid", "uid"),
+                    ("pid", "pid"),
+                    ("cgroup", "cgroup"),
+                    ("limits", "limits"),
+                ],
+                "app_ready" => &[("app", "app"), ("index", "index")],
+                "boot_complete" => &[("apps", "apps")],
+                "power_off" => &[("reason", "reason"), ("exit_code", "exitCode")],
+                other => panic!("the honest record has no {other}"),
+            };
+            let mut event = pick(e, fields);
+            event["event"] = e["event"].clone();
+            event["bootId"] = e["boot_id"].clone();
+            if e["event"] == "app_started" {
+                let en = &e["enforcement"];
+                event["enforcement"] = pick(
+                    en,
+                    &[
+                        ("no_new_privs", "noNewPrivs"),
+                        ("landlock_abi", "landlockAbi"),
+                        ("landlock", "landlock"),
+                        ("seccomp", "seccomp"),
+                        ("policy_sha256", "policySha256"),
+                    ],
+                );
+            }
+            if e["event"] == "app_ready" {
+                event["programs"] = e["programs"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|p| {
+                        pick(
+                            p,
+                            &[
+                                ("name", "name"),
+                                ("sha256", "sha256"),
+                                ("code", "code"),
+                                ("code_sha256", "codeSha256"),
+                            ],
+                        )
+                    })
+                    .collect::<Vec<_>>()
+                    .into();
+            }
+            event
+        })
+        .collect();
+    let old = json!({
+        "format": "berm-attest/1",
+        "runDir": r["run_dir"],
+        "kernel": pick(&r["kernel"], &[("arch", "arch"), ("sha256", "sha256"), ("size", "size"), ("pinned", "pinned"), ("cmdline", "cmdline")]),
+        "rootfs": pick(&r["rootfs"], &[("sha256", "sha256"), ("size", "size"), ("pinned", "pinned")]),
+        "state": pick(&r["state"], &[("chunked_sha256", "chunkedSha256"), ("size_bytes", "sizeBytes"), ("created", "created")]),
+        "apps": apps,
+        "testProbe": null,
+        "codeEngine": r["code_engine"],
+        "hypervisor": pick(&r["hypervisor"], &[("chosen", "chosen"), ("accel", "accel")]),
+        "hostSandbox": {
+            "enabled": sandbox["enabled"], "landlockAbi": sandbox["landlock_abi"],
+            "landlock": sandbox["landlock"], "seccomp": sandbox["seccomp"],
+            "allowed": sandbox["allowed"], "policySha256": sandbox["policy_sha256"],
+            "reason": sandbox["reason"], "children": children,
+        },
+        "guest": {"bootId": r["guest"]["boot_id"], "events": events},
+        "exit": pick(&r["exit"], &[("status", "status"), ("code", "code")]),
+        "recordSha256": "",
+    });
+    reseal_v1(old)
+}
+
+fn reseal_v1(mut record: Value) -> Value {
+    record["recordSha256"] = berm_attest::record_sha256(&record).into();
+    record
 }
 
 #[test]
 fn a_version_1_record_still_verifies_without_the_connect_measurement_version_2_requires() {
-    // A record as berm-vmm wrote it before version 2: no connectOutside or view.
-    let mut old = honest();
-    for child in old["hostSandbox"]["children"].as_array_mut().unwrap() {
-        let child = child.as_object_mut().unwrap();
-        child.remove("connectOutside");
-        child.remove("view");
-    }
-    old["format"] = "berm-attest/1".into();
-    let old = reseal(old);
+    let old = as_version_1(&honest());
     let verdict = verify(&old, &pins());
     assert!(verdict.ok, "{:#?}", verdict.problems);
+    assert_eq!(
+        verdict.warnings.iter().map(|w| w.code).collect::<Vec<_>>(),
+        vec![Code::CodeUnverified]
+    );
+    // Its hash covers the version-1 JSON as it was signed: an edit is seen.
+    let mut edited = old.clone();
+    edited["runDir"] = "/elsewhere".into();
+    assert_eq!(
+        verify(&edited, &pins()).codes(),
+        vec![Code::RecordHashMismatch]
+    );
+    // Its checks are those of version 2: a forgery re-sealed is refused with its code.
+    let mut forged = old.clone();
+    forged["hostSandbox"]["children"][1]["landlock"] = "not_enforced".into();
+    assert_eq!(
+        verify(&reseal_v1(forged), &pins()).codes(),
+        vec![Code::HostChildWeak]
+    );
+    // It keeps refusing fields it never had, and the other version's hash field.
+    let mut extra = old.clone();
+    extra["kernel"]["path"] = "/cache/vmlinux".into();
+    assert_eq!(
+        verify(&reseal_v1(extra), &pins()).codes(),
+        vec![Code::RecordMalformed]
+    );
+    // Signed, it verifies too (its subjects are those it names).
+    let dir = tempfile::tempdir().unwrap();
+    let key = host_key(dir.path());
+    let statement = dsse::statement(&Record::from_value(&old).unwrap());
+    let mut statement = statement;
+    statement["predicate"] = old.clone();
+    let envelope = serde_json::to_value(key.sign_statement(&statement)).unwrap();
+    let checked =
+        dsse::verify_document(&envelope, Some(&key.public()), &pins(), &Options::default());
+    assert!(checked.verdict.ok, "{:#?}", checked.verdict);
 
-    // The same record claiming version 2 lacks what version 2 requires.
-    let mut claimed = old.clone();
-    claimed["format"] = "berm-attest/2".into();
-    let verdict = verify(&reseal(claimed), &pins());
+    // A version-2 record lacks what version 2 requires without the connect measurements.
+    let mut unmeasured = honest();
+    for child in unmeasured["host_sandbox"]["children"]
+        .as_array_mut()
+        .unwrap()
+    {
+        let child = child.as_object_mut().unwrap();
+        child.remove("connect_outside");
+        child.remove("view");
+    }
+    let verdict = verify(&reseal(unmeasured), &pins());
     assert!(!verdict.ok);
+    assert_eq!(verdict.codes(), vec![Code::HostChildUnmeasured]);
+}
+
+#[test]
+fn a_record_refuses_fields_its_types_do_not_write_and_guest_lines_it_does_not_keep() {
+    let mut extra = honest();
+    extra["host_sandbox"]["children"][0]["later"] = true.into();
+    let verdict = verify(&reseal(extra), &pins());
+    assert_eq!(verdict.codes(), vec![Code::RecordMalformed]);
     assert!(
-        verdict
-            .codes()
-            .iter()
-            .all(|c| *c == Code::HostChildUnmeasured),
+        verdict.problems[0]
+            .detail
+            .contains("unknown field `host_sandbox.children[0].later`"),
         "{:#?}",
         verdict.problems
     );
+    let mut log = honest();
+    log["guest"]["events"].as_array_mut().unwrap().push(json!({
+        "boot_id": BOOT_ID, "uptime_ms": 5, "event": "log", "level": "info",
+        "source": "berm-init", "message": "hello"
+    }));
+    let verdict = verify(&reseal(log), &pins());
+    assert_eq!(verdict.codes(), vec![Code::RecordMalformed]);
+    // A record built from the run holds every line's fields and reads back as itself.
+    let record = honest();
+    assert_eq!(
+        Record::from_value(&record).unwrap().to_value(),
+        record,
+        "the record round-trips"
+    );
+    assert_eq!(record["kernel"]["path"], "/cache/vmlinux");
+    assert_eq!(record["guest"]["events"][0]["uptime_ms"], 800);
 }
 
 #[test]
@@ -840,7 +1213,7 @@ fn a_consistent_forgery_of_every_measured_field_is_refused_with_its_own_code() {
     for case in cases.iter().filter(|c| c.field.is_some()) {
         // Re-sealed: the hash alone cannot be what refuses it.
         assert_eq!(
-            case.input["recordSha256"],
+            case.input["record_sha256"],
             berm_attest::record_sha256(&case.input),
             "{}",
             case.what
@@ -883,7 +1256,7 @@ fn the_honest_record_verifies_with_warnings_until_its_code_is_re_derived() {
     assert_eq!(uncached(&record).codes(), vec![Code::CodeUnverified]);
     // Another engine's code is unverified, not refused: this berm cannot reproduce it.
     let mut other = record.clone();
-    other["codeEngine"]["fingerprint"] = "ffffffffffffffff".into();
+    other["code_engine"]["fingerprint"] = "ffffffffffffffff".into();
     let verdict = with_programs(programs.path(), Some(cache.path()), false)(&reseal(other));
     assert!(verdict.ok);
     assert!(
@@ -986,11 +1359,7 @@ fn other_pins_refuse_an_honest_record() {
 #[test]
 fn a_run_dir_without_measurements_is_not_a_record() {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(
-        dir.path().join("vmm.jsonl"),
-        format!("{}\n", vmm("hypervisor", json!({"chosen": "qemu"}))),
-    )
-    .unwrap();
+    std::fs::write(dir.path().join("vmm.jsonl"), honest_lines()[0].to_line()).unwrap();
     let err = Record::from_run_dir(dir.path()).unwrap_err().to_string();
     assert!(err.contains("no measurements line"), "{err}");
     let err = Record::from_run_dir(&dir.path().join("absent"))
@@ -1014,8 +1383,8 @@ fn a_record_with_an_unconfined_child_is_refused_naming_the_child() {
     let mut record = honest();
     let qemu = child_mut(&mut record, "qemu");
     qemu["landlock"] = "not_enforced".into();
-    qemu["noNewPrivs"] = false.into();
-    qemu["readOutside"] = "allowed".into();
+    qemu["no_new_privs"] = false.into();
+    qemu["read_outside"] = "allowed".into();
     let verdict = verify(&reseal(record), &pins());
     let details: Vec<(Code, &str)> = verdict
         .problems
@@ -1037,7 +1406,7 @@ fn a_record_with_an_unconfined_child_is_refused_naming_the_child() {
     );
     // A run whose apps may reach the network has a dialer, and it must be measured too.
     let mut lines = honest_lines();
-    lines[1]["apps"][0]["programs"][0]["grants"] = json!(["net=example.com"]);
+    measurements_mut(&mut lines).apps[0].programs[0].grants = vec![net_grant()];
     let verdict = verify(&record_of(&lines), &pins());
     assert_eq!(
         verdict
@@ -1058,25 +1427,26 @@ fn a_record_with_an_unconfined_child_is_refused_naming_the_child() {
 fn an_egress_run_needs_its_vsock_device_confined_to_its_policys_paths() {
     let egress_lines = |view: &str, connect: &str| {
         let mut lines = honest_lines();
-        lines[1]["apps"][0]["programs"][0]["grants"] = json!(["net=example.com"]);
-        let children = lines[2]["children"].as_array_mut().unwrap();
+        measurements_mut(&mut lines).apps[0].programs[0].grants = vec![net_grant()];
+        let children = &mut sandbox_mut(&mut lines).children;
         let vhost = children
             .iter_mut()
-            .find(|c| c["role"] == "vhost-device-vsock")
+            .find(|c| c.role == "vhost-device-vsock")
             .unwrap();
-        vhost["role"] = "vhost-device-vsock-egress".into();
-        vhost["seccomp"] = "allow_list vhost-device-vsock-egress".into();
-        vhost["view"] = view.into();
-        vhost["connect_outside"] = connect.into();
-        children.push(json!(
-            {"program": "berm-vmm dial", "pid": 44, "role": "berm-vmm-dialer",
-             "landlock": "fully_enforced", "no_new_privs": true, "seccomp": "allow_list berm-vmm-dialer",
-             "seccomp_mode": "filter", "seccomp_filters": 1, "policy_sha256": POLICY_SHA,
-             "measured_by": "self_report"}
+        vhost.role = "vhost-device-vsock-egress".into();
+        vhost.seccomp = "allow_list vhost-device-vsock-egress".into();
+        vhost.view = Some(view.into());
+        vhost.connect_outside = Some(connect.into());
+        children.push(child(
+            "berm-vmm dial",
+            44,
+            "berm-vmm-dialer",
+            "allow_list berm-vmm-dialer",
+            "self_report",
         ));
         lines
     };
-    let problems = |lines: &[Value]| -> Vec<(Code, String)> {
+    let problems = |lines: &[VmmLine]| -> Vec<(Code, String)> {
         verify(&record_of(lines), &pins())
             .problems
             .into_iter()
@@ -1087,7 +1457,7 @@ fn an_egress_run_needs_its_vsock_device_confined_to_its_policys_paths() {
     let record = record_of(&honest);
     let kept = &child_mut(&mut record.clone(), "vhost-device-vsock-egress").clone();
     assert_eq!(kept["view"], "policy_paths", "{kept}");
-    assert_eq!(kept["connectOutside"], "ENOENT", "{kept}");
+    assert_eq!(kept["connect_outside"], "ENOENT", "{kept}");
     assert_eq!(problems(&honest), []);
     // Where the kernel refused the namespaces: the device saw the host, and connected out.
     assert_eq!(

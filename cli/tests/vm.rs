@@ -22,6 +22,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use berm_pins::{ArtifactKind, ArtifactStore, KernelPins, RootfsPins, Sha256Hex};
+use berm_vm_protocol::{Event, GuestLine, HostEvent, VmmLine};
 
 fn require_or_skip(why: &str) {
     if std::env::var_os("BERM_VM_REQUIRE").is_some_and(|v| v == "1") {
@@ -480,15 +481,19 @@ fn attest_a_real_run_and_verify_it_offline() {
     for line in lines.by_ref() {
         let line = line.unwrap();
         seen.push(line.clone());
-        if line.contains(r#""event":"boot_complete""#) {
-            break;
-        }
-        if line.contains(r#""event":"exit""#) {
-            let _ = child.wait();
-            if seen.iter().any(|l| l.contains("no_hypervisor")) {
-                return require_or_skip("no hypervisor can boot the guest here");
+        match VmmLine::parse(&line) {
+            Ok(VmmLine::Guest(GuestLine {
+                event: Event::BootComplete(_),
+                ..
+            })) => break,
+            Ok(VmmLine::Host(HostEvent::Exit(exit))) => {
+                let _ = child.wait();
+                if exit.status == "no_hypervisor" {
+                    return require_or_skip("no hypervisor can boot the guest here");
+                }
+                panic!("berm-vmm ended before boot_complete:\n{}", seen.join("\n"));
             }
-            panic!("berm-vmm ended before boot_complete:\n{}", seen.join("\n"));
+            _ => {}
         }
     }
     // SIGTERM asks berm-vmm to shut the guest down in order (docs/vm.md).
@@ -559,10 +564,11 @@ fn attest_a_real_run_and_verify_it_offline() {
     );
 
     // The same record with the host sandbox claimed off, re-sealed: refused with its code.
-    let mut record: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    record["hostSandbox"]["enabled"] = false.into();
-    record["recordSha256"] = berm_attest::record_sha256(&record).into();
-    std::fs::write(&record_path, record.to_string()).unwrap();
+    let printed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let mut record = berm_attest::Record::from_value(&printed).unwrap();
+    record.host_sandbox.as_mut().unwrap().enabled = false;
+    record.seal();
+    std::fs::write(&record_path, record.to_value().to_string()).unwrap();
     let refused = berm(
         source.root(),
         &["attest", "verify", "--json", record_path.to_str().unwrap()],
@@ -579,9 +585,10 @@ fn attest_a_real_run_and_verify_it_offline() {
         .unwrap()
         .read_to_string(&mut text)
         .unwrap();
-    let mut edited: serde_json::Value = serde_json::from_str(&text).unwrap();
-    edited["hostSandbox"]["enabled"] = true.into();
-    std::fs::write(&record_path, edited.to_string()).unwrap();
+    let mut edited =
+        berm_attest::Record::from_value(&serde_json::from_str(&text).unwrap()).unwrap();
+    edited.host_sandbox.as_mut().unwrap().enabled = true;
+    std::fs::write(&record_path, edited.to_value().to_string()).unwrap();
     let edited = berm(
         source.root(),
         &["attest", "verify", record_path.to_str().unwrap()],

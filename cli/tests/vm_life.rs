@@ -358,7 +358,17 @@ fn up_ls_call_through_mcp_stop() {
     assert!(logs.status.success(), "{}", stderr(&logs));
     assert!(String::from_utf8_lossy(&logs.stdout).contains("app_ready"));
     let host = env.berm(&["vm", "logs", "notes", "--host"]);
-    assert!(String::from_utf8_lossy(&host.stdout).contains(r#""event":"endpoints""#));
+    let host_lines = String::from_utf8_lossy(&host.stdout);
+    assert!(
+        host_lines
+            .lines()
+            .filter_map(|l| berm_vm_protocol::VmmLine::parse(l).ok())
+            .any(|l| matches!(
+                l,
+                berm_vm_protocol::VmmLine::Host(berm_vm_protocol::HostEvent::Endpoints(_))
+            )),
+        "{host_lines}"
+    );
 
     let stop_started = Instant::now();
     let stopped = env.berm(&["vm", "stop", "notes"]);

@@ -38,7 +38,7 @@ pub fn host_key(path: Option<&Path>) -> Result<HostKey, KeyError> {
 pub struct Signed {
     /// `<run-dir>/record.dsse.json`.
     pub path: PathBuf,
-    /// The signed record's `recordSha256`.
+    /// The signed record's `record_sha256`.
     pub record_sha256: String,
     /// The signing key's id.
     pub key_id: String,

@@ -11,7 +11,15 @@ use std::path::Path;
 use std::time::Duration;
 
 use berm::GuestArch;
-use common::{BOOT, Mcp, READY, Vmm, app_folder, pinned_for, probe_binary, scratch_to_boot};
+use berm_attest::Record;
+use berm_vm_protocol::{
+    AppExited, AppReady, AppStarted, AppState, CodeSource, Event, Landlock, ProbeReport, Seccomp,
+    Status,
+};
+use common::{
+    BOOT, Mcp, READY, Vmm, app_folder, first_host_event, guest_event, guest_event_where,
+    pinned_for, probe_binary, scratch_to_boot,
+};
 use serde_json::{Value, json};
 
 /// `--arch ARCH` for berm-vmm.
@@ -19,14 +27,18 @@ fn arch_args(arch: GuestArch) -> [&'static str; 2] {
     ["--arch", arch.name()]
 }
 
-fn ready(vmm: &mut Vmm, app: &str) -> Value {
-    vmm.wait_event("berm-init", "app_ready", BOOT + READY, |v| v["app"] == app)
+fn ready(vmm: &mut Vmm, app: &str) -> AppReady {
+    vmm.wait_line(
+        &format!("app_ready of {app}"),
+        BOOT + READY,
+        guest_event_where!(AppReady, |e: &AppReady| e.app == app),
+    )
 }
 
-fn started(vmm: &Vmm, app: &str) -> Value {
-    vmm.events("app_started")
+fn started(vmm: &Vmm, app: &str) -> AppStarted {
+    guest_event!(vmm.guest_lines(), AppStarted)
         .into_iter()
-        .find(|v| v["app"] == app)
+        .find(|e| e.app == app)
         .unwrap_or_else(|| panic!("no app_started for {app}:\n{}", vmm.stderr()))
 }
 
@@ -87,45 +99,43 @@ fn notes_survive_a_reboot(arch: GuestArch) {
     // First boot: a fresh disk, notes added over several connections.
     let mut vmm = Vmm::start(&args, &[]);
     let ready_line = ready(&mut vmm, "notes");
-    assert_eq!(ready_line["index"], 0);
+    assert_eq!(ready_line.index, 0);
     assert_eq!(
-        ready_line["programs"][0]["code"], "precompiled",
-        "{ready_line}"
+        ready_line.programs[0].code,
+        CodeSource::Precompiled,
+        "{ready_line:?}"
     );
-    let measured = &vmm.events("measurements")[0];
-    assert_eq!(measured["kernel"]["arch"], arch.name());
+    let measured = first_host_event!(vmm, Measurements);
+    assert_eq!(measured.kernel.arch, arch.name());
     assert_eq!(
-        measured["engine"]["target"],
-        arch.portable_target(),
+        measured.engine.as_ref().map(|e| e.target.as_str()),
+        Some(arch.portable_target()),
         "programs are compiled for the guest's architecture"
     );
-    let first_digest = measured["state"]["chunked_sha256"].clone();
-    assert_eq!(measured["apps"][0]["name"], "notes");
+    let first_digest = measured.state.as_ref().unwrap().chunked_sha256.clone();
+    assert_eq!(measured.apps[0].name, "notes");
     assert_eq!(
-        measured["apps"][0]["programs"][0]["sha256"], ready_line["programs"][0]["sha256"],
+        measured.apps[0].programs[0].sha256, ready_line.programs[0].sha256,
         "the guest deployed exactly the measured program"
     );
     let start = started(&vmm, "notes");
-    assert_eq!(
-        (start["uid"].as_u64(), start["gid"].as_u64()),
-        (Some(10000), Some(10000))
-    );
-    assert_eq!(start["port"], 5000);
-    assert_eq!(start["cgroup"], "0::/berm/apps/notes");
-    assert_eq!(start["limits"]["cpu_max"], "50000 100000");
-    assert_eq!(start["limits"]["memory_max"], (128u64 << 20).to_string());
-    assert_eq!(start["limits"]["pids_max"], "32");
-    assert_eq!(start["enforcement"]["landlock"], "fully_enforced");
-    assert_eq!(start["enforcement"]["seccomp"], "allow_list");
+    assert_eq!((start.uid, start.gid), (10000, 10000));
+    assert_eq!(start.port, 5000);
+    assert_eq!(start.cgroup, "0::/berm/apps/notes");
+    assert_eq!(start.limits.cpu_max, "50000 100000");
+    assert_eq!(start.limits.memory_max, (128u64 << 20).to_string());
+    assert_eq!(start.limits.pids_max, "32");
+    assert_eq!(start.enforcement.landlock, Landlock::FullyEnforced);
+    assert_eq!(start.enforcement.seccomp, Seccomp::AllowList);
     // Every app of this build reports the policy digest pinned beside the rootfs.
     assert_eq!(
-        start["enforcement"]["policy_sha256"],
+        start.enforcement.policy_sha256,
         berm_pins::RootfsPins::compiled_in_for(arch.name())
             .unwrap()
             .app_policy_sha256
             .as_str()
     );
-    assert_eq!(start["enforcement"]["no_new_privs"], true);
+    assert!(start.enforcement.no_new_privs);
 
     let rpc = vmm.run_dir.join("rpc-0.sock");
     for (title, text) in [("first", "one"), ("second", "two")] {
@@ -136,16 +146,16 @@ fn notes_survive_a_reboot(arch: GuestArch) {
         assert!(!is_error, "{out}");
     }
     let status = control_status(&vmm);
-    assert_eq!(status["apps"][0]["state"], "ready", "{status}");
-    assert_eq!(status["apps"][0]["uid"], 10000);
+    assert_eq!(status.apps[0].state, AppState::Ready, "{status:?}");
+    assert_eq!(status.apps[0].uid, 10000);
     vmm.shut_down();
 
     // Second boot on the same disk: the notes are there, and the disk's digest moved.
     let mut vmm = Vmm::start(&args, &[]);
     ready(&mut vmm, "notes");
-    let measured = &vmm.events("measurements")[0];
-    assert_eq!(measured["state"]["created"], false);
-    assert_ne!(measured["state"]["chunked_sha256"], first_digest);
+    let state = first_host_event!(vmm, Measurements).state.unwrap();
+    assert!(!state.created);
+    assert_ne!(state.chunked_sha256, first_digest);
     let mut mcp = Mcp::connect(&vmm.run_dir.join("rpc-0.sock"));
     let (list, is_error) = mcp.call("notes_list", json!({}));
     assert!(!is_error, "{list}");
@@ -155,33 +165,40 @@ fn notes_survive_a_reboot(arch: GuestArch) {
 
     // The run's attestation record carries the app, its program digests and its
     // enforcement report, and verifies offline against the pins.
-    let record = berm_attest::Record::from_run_dir(&vmm.run_dir)
-        .unwrap()
-        .to_value();
+    let record = Record::from_run_dir(&vmm.run_dir).unwrap();
     let pins = berm_attest::Pins::compiled_in().unwrap();
-    assert_eq!(record["kernel"]["arch"], arch.name());
-    let verdict = berm_attest::verify(&record, &pins);
-    assert!(verdict.ok, "{:#?}\n{record:#}", verdict.problems);
+    assert_eq!(record.kernel.arch, arch.name());
+    let value = record.to_value();
+    let verdict = berm_attest::verify(&value, &pins);
+    assert!(verdict.ok, "{:#?}\n{value:#}", verdict.problems);
     eprintln!(
         "attest: a one-app record is {} bytes",
-        record.to_string().len()
+        value.to_string().len()
     );
     code_is_bound_to_its_program(&record, &app, &pins);
 }
 
 /// A real boot's code digests: the guest reports the code it mapped, the verifier re-derives
 /// it from the program, and a forged code digest (re-sealed) is refused.
-fn code_is_bound_to_its_program(record: &Value, app: &Path, pins: &berm_attest::Pins) {
+fn code_is_bound_to_its_program(record: &Record, app: &Path, pins: &berm_attest::Pins) {
     use berm_attest::{Code, Options, Programs, verify_with};
-    let measured = record["apps"][0]["code"][0]["sha256"].clone();
-    let ready = record["guest"]["events"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .rfind(|e| e["event"] == "app_ready")
-        .unwrap()
-        .clone();
-    assert_eq!(ready["programs"][0]["codeSha256"], measured, "{ready}");
+    let measured = &record.apps[0].code[0].sha256;
+    let last_ready = |r: &Record| {
+        r.guest
+            .events
+            .iter()
+            .rposition(|l| matches!(l.event, Event::AppReady(_)))
+            .expect("an app_ready")
+    };
+    let i = last_ready(record);
+    let Event::AppReady(ready) = &record.guest.events[i].event else {
+        unreachable!()
+    };
+    assert_eq!(
+        ready.programs[0].code_sha256.as_ref(),
+        Some(measured),
+        "{ready:?}"
+    );
     let cache = tempfile::tempdir().unwrap();
     let programs = Programs::from_dir(app)
         .unwrap()
@@ -190,29 +207,26 @@ fn code_is_bound_to_its_program(record: &Value, app: &Path, pins: &berm_attest::
         programs: Some(&programs),
         ..Options::default()
     };
-    let verdict = verify_with(record, pins, &options).strict();
+    let verdict = verify_with(&record.to_value(), pins, &options).strict();
     assert!(verdict.ok, "{:#?}", verdict.problems);
-    let reseal = |mut r: Value| {
-        r["recordSha256"] = berm_attest::record_sha256(&r).into();
-        r
+    // Forged as a forger would: edited, then sealed again.
+    let forge = |edit: &dyn Fn(&mut Record)| {
+        let mut forged = record.clone();
+        edit(&mut forged);
+        forged.seal();
+        forged.to_value()
     };
-    let i = record["guest"]["events"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .rposition(|e| e["event"] == "app_ready")
-        .unwrap();
-    let mut one_side = record.clone();
-    one_side["apps"][0]["code"][0]["sha256"] = "d".repeat(64).into();
-    let one_side = reseal(one_side);
+    let one_side = forge(&|r| r.apps[0].code[0].sha256 = "d".repeat(64));
     assert_eq!(
         berm_attest::verify(&one_side, pins).codes(),
         vec![Code::CodeDigestMismatch]
     );
-    let mut both = record.clone();
-    both["apps"][0]["code"][0]["sha256"] = "d".repeat(64).into();
-    both["guest"]["events"][i]["programs"][0]["codeSha256"] = "d".repeat(64).into();
-    let both = reseal(both);
+    let both = forge(&|r| {
+        r.apps[0].code[0].sha256 = "d".repeat(64);
+        if let Event::AppReady(ready) = &mut r.guest.events[i].event {
+            ready.programs[0].code_sha256 = Some("d".repeat(64));
+        }
+    });
     assert!(
         berm_attest::verify(&both, pins).ok,
         "without the programs nothing can tell"
@@ -223,7 +237,7 @@ fn code_is_bound_to_its_program(record: &Value, app: &Path, pins: &berm_attest::
     );
 }
 
-fn control_status(vmm: &Vmm) -> Value {
+fn control_status(vmm: &Vmm) -> Status {
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     let mut control = berm_vm_protocol::client::GuestConnection::connect(
         &vmm.run_dir.join("control.sock"),
@@ -232,7 +246,10 @@ fn control_status(vmm: &Vmm) -> Value {
     )
     .unwrap();
     let line = control.status(deadline).unwrap();
-    serde_json::to_value(&line).unwrap()
+    let Event::Status(status) = line.event else {
+        panic!("not a status reply: {line:?}")
+    };
+    status
 }
 
 fn confined_apart(arch: GuestArch) {
@@ -278,28 +295,29 @@ fn confined_apart(arch: GuestArch) {
         ready(&mut vmm, app);
     }
     let (a, b) = (started(&vmm, "notes"), started(&vmm, "hostile"));
-    assert_eq!(
-        (a["uid"].as_u64(), b["uid"].as_u64()),
-        (Some(10000), Some(10001))
-    );
-    assert_ne!(a["cgroup"], b["cgroup"]);
-    assert_eq!(b["limits"]["memory_max"], (96u64 << 20).to_string());
-    assert_eq!(b["limits"]["pids_max"], "16");
-    assert_eq!(b["limits"]["cpu_max"], "100000 100000");
+    assert_eq!((a.uid, b.uid), (10000, 10001));
+    assert_ne!(a.cgroup, b.cgroup);
+    assert_eq!(b.limits.memory_max, (96u64 << 20).to_string());
+    assert_eq!(b.limits.pids_max, "16");
+    assert_eq!(b.limits.cpu_max, "100000 100000");
 
     // The probe ran under app 0's confinement and tried what it must not do.
-    let report = vmm.wait_event("berm-init", "probe_report", READY, |_| true);
+    let report = vmm.wait_line(
+        "probe_report",
+        READY,
+        guest_event_where!(ProbeReport, |_: &ProbeReport| true),
+    );
     print_probe_table(&report);
-    assert_eq!(report["uid"], 10000);
-    assert_eq!(report["cgroup"], "0::/berm/apps/notes");
-    assert_eq!(report["enforcement"]["landlock"], "fully_enforced");
-    let checks = report["checks"].as_array().unwrap();
+    assert_eq!(report.uid, 10000);
+    assert_eq!(report.cgroup, "0::/berm/apps/notes");
+    assert_eq!(report.enforcement.landlock, Landlock::FullyEnforced);
+    let checks = &report.checks;
     // 18 rows before issue 13, 9 more for it, and one kill row per other app.
-    assert!(checks.len() >= 29, "{report}");
-    let failed: Vec<&Value> = checks.iter().filter(|c| c["pass"] != true).collect();
+    assert!(checks.len() >= 29, "{report:?}");
+    let failed: Vec<_> = checks.iter().filter(|c| !c.pass).collect();
     assert!(failed.is_empty(), "probe checks failed: {failed:#?}");
     // Each of issue 13's guest rows is there by name (not only counted), each refused above.
-    let names: Vec<&str> = checks.iter().filter_map(|c| c["name"].as_str()).collect();
+    let names: Vec<&str> = checks.iter().map(|c| c.name.as_str()).collect();
     for row in [
         "x32 unshare CLONE_NEWUSER",
         "x32 execve /usr/bin/bermd",
@@ -338,8 +356,12 @@ fn confined_apart(arch: GuestArch) {
     // fragile's bermd dies by its cgroup's memory limit; berm-init says so.
     let mut doomed = Mcp::connect(&vmm.run_dir.join("rpc-2.sock"));
     let _ = doomed.try_call("hostile_memory_bomb", json!({}));
-    let exited = vmm.wait_event("berm-init", "app_exited", READY, |v| v["app"] == "fragile");
-    assert_eq!(exited["signal"], 9, "{exited}");
+    let exited = vmm.wait_line(
+        "app_exited of fragile",
+        READY,
+        guest_event_where!(AppExited, |e: &AppExited| e.app == "fragile"),
+    );
+    assert_eq!(exited.signal, Some(9), "{exited:?}");
     // The others keep answering.
     let (out, is_error) = mcp.call("hostile_counter", json!({}));
     assert_eq!((out.as_str(), is_error), ("1", false));
@@ -347,13 +369,12 @@ fn confined_apart(arch: GuestArch) {
     let (_, is_error) = notes.call("notes_add", json!({"title": "still", "text": "here"}));
     assert!(!is_error);
     let status = control_status(&vmm);
-    let states: Vec<&str> = status["apps"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|a| a["state"].as_str().unwrap())
-        .collect();
-    assert_eq!(states, ["ready", "ready", "exited"], "{status}");
+    let states: Vec<AppState> = status.apps.iter().map(|a| a.state).collect();
+    assert_eq!(
+        states,
+        [AppState::Ready, AppState::Ready, AppState::Exited],
+        "{status:?}"
+    );
     drop((mcp, notes, doomed));
     vmm.shut_down();
 }
@@ -369,23 +390,18 @@ fn failure_text(response: &Value) -> String {
 }
 
 /// Prints the probe's findings as a table (the closing note quotes it).
-fn print_probe_table(report: &Value) {
+fn print_probe_table(report: &ProbeReport) {
     eprintln!(
-        "probe under app {} (uid {}, {}, Landlock ABI {} {}):",
-        report["app"],
-        report["uid"],
-        report["cgroup"],
-        report["enforcement"]["landlock_abi"],
-        report["enforcement"]["landlock"]
+        "probe under app {:?} (uid {}, {:?}, Landlock ABI {} {:?}):",
+        report.app,
+        report.uid,
+        report.cgroup,
+        report.enforcement.landlock_abi,
+        report.enforcement.landlock.name()
     );
     eprintln!("| check | expected | outcome |\n|---|---|---|");
-    for c in report["checks"].as_array().unwrap() {
-        eprintln!(
-            "| {} | {} | {} |",
-            c["name"].as_str().unwrap(),
-            c["expected"].as_str().unwrap(),
-            c["outcome"].as_str().unwrap()
-        );
+    for c in &report.checks {
+        eprintln!("| {} | {} | {} |", c.name, c.expected, c.outcome);
     }
 }
 

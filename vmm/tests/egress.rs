@@ -13,8 +13,13 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use berm::GuestArch;
+use berm_abi::grant::Grant;
 use berm_egress::testing::{Reply, TestServer};
-use common::{BOOT, Mcp, READY, Vmm, app_folder, probe_binary, scratch_to_boot};
+use berm_vm_protocol::{AppReady, Landlock, ProbeReport};
+use common::{
+    BOOT, Mcp, READY, Vmm, app_folder, first_host_event, guest_event_where, probe_binary,
+    scratch_to_boot,
+};
 use serde_json::{Value, json};
 
 #[test]
@@ -44,51 +49,56 @@ fn fetch_through_the_dialer(arch: GuestArch) {
         &["--app", app.to_str().unwrap(), "--arch", arch.name()],
         &[],
     );
-    vmm.wait_event("berm-init", "app_ready", BOOT + READY, |v| {
-        v["app"] == "fetch"
-    });
+    vmm.wait_line(
+        "app_ready of fetch",
+        BOOT + READY,
+        guest_event_where!(AppReady, |e: &AppReady| e.app == "fetch"),
+    );
 
     // The measurement line records the app's grants; the dialer listens on its port, confined.
-    let measured = &vmm.events("measurements")[0];
+    let measured = first_host_event!(vmm, Measurements);
     assert_eq!(
-        measured["apps"][0]["programs"][0]["grants"],
-        json!([grant]),
-        "{measured}"
+        measured.apps[0].programs[0].grants,
+        [grant.parse::<Grant>().unwrap()],
+        "{measured:?}"
     );
-    let endpoints = &vmm.events("endpoints")[0];
-    assert_eq!(endpoints["egress"][0]["port"], 6000, "{endpoints}");
-    let socket = PathBuf::from(endpoints["egress"][0]["socket"].as_str().unwrap());
+    let endpoints = first_host_event!(vmm, Endpoints);
+    assert_eq!(endpoints.egress[0].port, 6000, "{endpoints:?}");
+    let socket = endpoints.egress[0].socket.clone();
     assert_eq!(socket, vmm.run_dir.join("vsock.sock_6000"));
-    let sandbox = &vmm.events("host_sandbox")[0];
-    let dialer = common::child_named(sandbox, "berm-vmm dial");
-    assert_eq!(dialer["seccomp"], "allow_list berm-vmm-dialer");
+    let sandbox = first_host_event!(vmm, HostSandbox);
+    let dialer = common::child_named(&sandbox.children, "berm-vmm dial");
+    assert_eq!(dialer.seccomp, "allow_list berm-vmm-dialer");
     // Measured by the dialer itself once confined, and sent after `ready`.
-    assert_eq!(dialer["measured_by"], "self_report", "{dialer}");
-    assert_eq!(dialer["landlock"], "fully_enforced", "{dialer}");
-    assert_eq!(dialer["no_new_privs"], true, "{dialer}");
-    assert_eq!(dialer["seccomp_mode"], "filter", "{dialer}");
+    assert_eq!(dialer.measured_by, "self_report", "{dialer:?}");
+    assert_eq!(dialer.landlock, Landlock::FullyEnforced, "{dialer:?}");
+    assert!(dialer.no_new_privs, "{dialer:?}");
+    assert_eq!(dialer.seccomp_mode, "filter", "{dialer:?}");
     // The vsock device may connect (to the dialer) only in a run like this one, and only in
     // the view of its policy's paths: its probe's connect to a socket outside the run dir
     // (one berm-vmm bound in the temp dir) finds nothing there.
-    let device = sandbox["children"]
-        .as_array()
-        .unwrap()
+    let device = sandbox
+        .children
         .iter()
         .find(|c| {
-            c["seccomp"] == "allow_list vhost-device-vsock-egress"
-                || c["seccomp"] == "allow_list krun-enter-egress"
+            c.seccomp == "allow_list vhost-device-vsock-egress"
+                || c.seccomp == "allow_list krun-enter-egress"
         })
-        .unwrap_or_else(|| panic!("no egress vsock device: {sandbox}"));
-    eprintln!("egress vsock device: {device}");
-    assert_eq!(device["view"], "policy_paths", "{device}");
-    assert_eq!(device["connect_outside"], "ENOENT", "{device}");
-    assert_eq!(device["landlock"], "fully_enforced", "{device}");
-    if device["measured_by"] == "proc_status+probe" {
-        assert_eq!(device["read_outside"], "EACCES", "{device}");
+        .unwrap_or_else(|| panic!("no egress vsock device: {sandbox:?}"));
+    eprintln!("egress vsock device: {device:?}");
+    assert_eq!(device.view.as_deref(), Some("policy_paths"), "{device:?}");
+    assert_eq!(
+        device.connect_outside.as_deref(),
+        Some("ENOENT"),
+        "{device:?}"
+    );
+    assert_eq!(device.landlock, Landlock::FullyEnforced, "{device:?}");
+    if device.measured_by == "proc_status+probe" {
+        assert_eq!(device.read_outside.as_deref(), Some("EACCES"), "{device:?}");
     }
     // The device itself (not only its probe) runs in a mount namespace of its own, whose
     // root holds the run dir, with the dialer's socket, and not the user's files.
-    let pid = device["pid"].as_u64().unwrap();
+    let pid = device.pid;
     let namespace = |pid: &str| std::fs::read_link(format!("/proc/{pid}/ns/mnt")).unwrap();
     assert_ne!(namespace(&pid.to_string()), namespace("self"));
     let root = PathBuf::from(format!("/proc/{pid}/root"));
@@ -96,10 +106,10 @@ fn fetch_through_the_dialer(arch: GuestArch) {
     assert!(seen_by_device(&socket).exists(), "{socket:?}");
     assert!(!seen_by_device(Path::new("/etc/passwd")).exists());
     // QEMU's list has no connect at all.
-    for child in sandbox["children"].as_array().unwrap() {
-        if child["role"] == "qemu" {
-            assert_eq!(child["connect_outside"], "EPERM", "{child}");
-            assert_eq!(child["view"], "host", "{child}");
+    for child in &sandbox.children {
+        if child.role == "qemu" {
+            assert_eq!(child.connect_outside.as_deref(), Some("EPERM"), "{child:?}");
+            assert_eq!(child.view.as_deref(), Some("host"), "{child:?}");
         }
     }
 
@@ -155,18 +165,21 @@ fn fetch_through_the_dialer(arch: GuestArch) {
 
     vmm.shut_down();
     // The record keeps what was measured, and verifies: the device ran in its view.
-    let record = berm_attest::Record::from_run_dir(&vmm.run_dir)
+    let record = berm_attest::Record::from_run_dir(&vmm.run_dir).unwrap();
+    let kept = record
+        .host_sandbox
+        .as_ref()
         .unwrap()
-        .to_value();
-    let kept = record["hostSandbox"]["children"]
-        .as_array()
-        .unwrap()
+        .children
         .iter()
-        .find(|c| c["role"] == device["role"])
+        .find(|c| c.role == device.role)
         .unwrap();
-    assert_eq!(kept["view"], "policy_paths", "{kept}");
-    assert_eq!(kept["connectOutside"], "ENOENT", "{kept}");
-    let verdict = berm_attest::verify(&record, &berm_attest::Pins::compiled_in().unwrap());
+    assert_eq!(kept.view.as_deref(), Some("policy_paths"), "{kept:?}");
+    assert_eq!(kept.connect_outside.as_deref(), Some("ENOENT"), "{kept:?}");
+    let verdict = berm_attest::verify(
+        &record.to_value(),
+        &berm_attest::Pins::compiled_in().unwrap(),
+    );
     assert!(verdict.ok, "{:#?}", verdict.problems);
 }
 
@@ -192,8 +205,12 @@ fn a_guest_program_cannot_open_a_network_socket_of_its_own() {
         .concat(),
         &[],
     );
-    let report = vmm.wait_event("berm-init", "probe_report", READY, |_| true);
-    let checks = report["checks"].as_array().unwrap();
+    let report = vmm.wait_line(
+        "probe_report",
+        READY,
+        guest_event_where!(ProbeReport, |_: &ProbeReport| true),
+    );
+    let checks = &report.checks;
     for row in [
         "http on its own: socket AF_INET + connect 10.0.2.2:80",
         "raw socket AF_INET SOCK_RAW",
@@ -201,10 +218,10 @@ fn a_guest_program_cannot_open_a_network_socket_of_its_own() {
     ] {
         let check = checks
             .iter()
-            .find(|c| c["name"] == row)
-            .unwrap_or_else(|| panic!("no probe row {row:?}: {report}"));
-        assert_eq!(check["pass"], true, "{check}");
-        assert_eq!(check["outcome"], "EPERM", "{check}");
+            .find(|c| c.name == row)
+            .unwrap_or_else(|| panic!("no probe row {row:?}: {report:?}"));
+        assert!(check.pass, "{check:?}");
+        assert_eq!(check.outcome, "EPERM", "{check:?}");
     }
     vmm.shut_down();
 }

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use berm::GuestArch;
 use berm_vm_protocol::{Event, GuestLine, Service};
-use common::{BOOT, READY, Vmm, app_folder, scratch_to_boot};
+use common::{BOOT, READY, Vmm, app_folder, guest_event_where, scratch_to_boot};
 use serde_json::Value;
 
 /// Tries per socket.
@@ -59,7 +59,11 @@ fn every_relayed_socket_answers_a_client_that_half_closed() {
         "name = \"notes\"\n[[program]]\nname = \"notes\"\nwasm = \"notes.wasm\"\ngrants = [\"kv\"]\n",
     );
     let mut vmm = Vmm::start(&["--app", app.to_str().unwrap()], &[]);
-    vmm.wait_event("berm-init", "app_ready", BOOT + READY, |_| true);
+    vmm.wait_line(
+        "app_ready",
+        BOOT + READY,
+        guest_event_where!(AppReady, |_: &berm_vm_protocol::AppReady| true),
+    );
     let run = vmm.run_dir.clone();
 
     let mut failures = Vec::new();

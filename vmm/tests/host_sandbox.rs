@@ -18,8 +18,10 @@ use std::time::{Duration, Instant};
 use berm::GuestArch;
 use berm_attest::{Code, Pins, Record, verify};
 use berm_vm_protocol::client::GuestConnection;
-use berm_vm_protocol::{Event, Request, Service};
-use common::{BOOT, Vmm, scratch_to_boot};
+use berm_vm_protocol::host::HostSandboxLine;
+use berm_vm_protocol::host_event::SandboxProbeLine;
+use berm_vm_protocol::{Event, HostEvent, Landlock, Request, Service, VmmLine};
+use common::{BOOT, Vmm, host_event, scratch_to_boot};
 use serde_json::Value;
 
 /// The host file `--sandbox-probe` reaches for (`dir/name`, holding `content`), and a
@@ -38,10 +40,20 @@ fn collect(run: &mut Vmm) {
     }
 }
 
-/// The first line with this `event`.
-fn event(run: &mut Vmm, event: &str) -> Option<Value> {
+/// berm-vmm's first `host_sandbox` line so far.
+fn sandbox_line(run: &mut Vmm) -> Option<HostSandboxLine> {
     collect(run);
-    run.events(event).into_iter().next()
+    host_event!(run.host_events(), HostSandbox)
+        .into_iter()
+        .next()
+}
+
+/// berm-vmm's first `host_sandbox_probe` line so far.
+fn probe_line(run: &mut Vmm) -> Option<SandboxProbeLine> {
+    collect(run);
+    host_event!(run.host_events(), HostSandboxProbe)
+        .into_iter()
+        .next()
 }
 
 /// Boots to boot_complete, runs `during`, shuts down and waits for exit 0.
@@ -123,7 +135,7 @@ fn berm_vmm_confines_itself_and_the_vm_still_works() {
         // While the guest runs, the kernel shows berm-vmm filtered and without new privileges,
         // and each hypervisor child without new privileges (Landlock needs it).
         filtered = (proc_status(pid, "Seccomp"), proc_status(pid, "NoNewPrivs"));
-        assert!(event(run, "host_sandbox").is_some());
+        assert!(sandbox_line(run).is_some());
         let list =
             std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
         for child in list.split_whitespace() {
@@ -150,22 +162,17 @@ fn berm_vmm_confines_itself_and_the_vm_still_works() {
         "Seccomp / NoNewPrivs of berm-vmm"
     );
 
-    let sandbox = event(&mut run, "host_sandbox").unwrap();
-    assert_eq!(sandbox["enabled"], true, "{sandbox}");
-    assert_eq!(sandbox["landlock"], "fully_enforced", "{sandbox}");
-    assert_eq!(sandbox["seccomp"], "allow_list", "{sandbox}");
-    assert!(sandbox["landlock_abi"].as_u64().unwrap() >= 5, "{sandbox}");
-    let allowed: Vec<&str> = sandbox["allowed"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|d| d.as_str().unwrap())
-        .collect();
+    let sandbox = sandbox_line(&mut run).unwrap();
+    assert!(sandbox.enabled, "{sandbox:?}");
+    assert_eq!(sandbox.landlock, Landlock::FullyEnforced, "{sandbox:?}");
+    assert_eq!(sandbox.seccomp, "allow_list", "{sandbox:?}");
+    assert!(sandbox.landlock_abi >= 5, "{sandbox:?}");
+    let allowed: Vec<&str> = sandbox.allowed.iter().map(String::as_str).collect();
     // The report is the enforced table itself.
     assert_eq!(
         allowed,
         berm_vmm::sandbox::Role::Vmm.describe(),
-        "{sandbox}"
+        "{sandbox:?}"
     );
     for syscall in [
         "execve",
@@ -181,157 +188,137 @@ fn berm_vmm_confines_itself_and_the_vm_still_works() {
     ] {
         assert!(
             !allowed.iter().any(|a| a.split('(').next() == Some(syscall)),
-            "{syscall} allowed: {sandbox}"
+            "{syscall} allowed: {sandbox:?}"
         );
     }
-    if sandbox["landlock_abi"].as_u64().unwrap() >= 6 {
-        assert_eq!(
-            sandbox["scopes"],
-            serde_json::json!(["abstract_unix_socket"])
-        );
+    if sandbox.landlock_abi >= 6 {
+        assert_eq!(sandbox.scopes, ["abstract_unix_socket"]);
     }
-    let reported: Vec<&Value> = sandbox["children"].as_array().unwrap().iter().collect();
-    assert_eq!(reported.len(), children.len(), "{sandbox}");
+    let reported = &sandbox.children;
+    assert_eq!(reported.len(), children.len(), "{sandbox:?}");
     // Each child's confinement as measured: one of berm-vmm's children by pid, and what the
     // kernel showed the test for it is what the line says.
-    for child in &reported {
-        eprintln!("measured child: {child}");
-        let pid = child["pid"].as_u64().unwrap() as u32;
+    for child in reported {
+        eprintln!("measured child: {child:?}");
         let (name, nnp, seccomp, _) = children
             .iter()
-            .find(|c| c.3 == pid)
-            .unwrap_or_else(|| panic!("{child}: not a child of berm-vmm: {children:?}"));
-        assert_eq!(child["landlock"], "fully_enforced", "{child}");
-        assert_eq!(child["no_new_privs"], nnp.as_deref() == Some("1"), "{name}");
-        assert_eq!(child["seccomp_mode"], "filter", "{child}");
+            .find(|c| c.3 == child.pid)
+            .unwrap_or_else(|| panic!("{child:?}: not a child of berm-vmm: {children:?}"));
+        assert_eq!(child.landlock, Landlock::FullyEnforced, "{child:?}");
+        assert_eq!(child.no_new_privs, nnp.as_deref() == Some("1"), "{name}");
+        assert_eq!(child.seccomp_mode, "filter", "{child:?}");
         assert_eq!(seccomp.as_deref(), Some("2"), "{name}");
-        assert!(child["seccomp_filters"].as_u64().unwrap() >= 1, "{child}");
-        let own = format!("allow_list {}", child["role"].as_str().unwrap());
-        assert!(
-            child["seccomp"].as_str().unwrap().starts_with(&own),
-            "{child}"
-        );
-        if child["program"] == "berm-vmm connector" {
-            assert_eq!(child["measured_by"], "self_report", "{child}");
-            assert!(child.get("read_outside").is_none(), "{child}");
+        assert!(child.seccomp_filters >= 1, "{child:?}");
+        let own = format!("allow_list {}", child.role);
+        assert!(child.seccomp.starts_with(&own), "{child:?}");
+        if child.program == "berm-vmm connector" {
+            assert_eq!(child.measured_by, "self_report", "{child:?}");
+            assert_eq!(child.read_outside, None, "{child:?}");
         } else {
             // QEMU and vhost-device-vsock: /proc/PID/status and the probe of their ruleset.
-            assert_eq!(child["measured_by"], "proc_status+probe", "{child}");
-            assert_eq!(child["read_outside"], "EACCES", "{child}");
+            assert_eq!(child.measured_by, "proc_status+probe", "{child:?}");
+            assert_eq!(child.read_outside.as_deref(), Some("EACCES"), "{child:?}");
         }
     }
-    let roles: std::collections::BTreeSet<&str> = reported
-        .iter()
-        .map(|c| c["role"].as_str().unwrap())
-        .collect();
+    let roles: std::collections::BTreeSet<&str> =
+        reported.iter().map(|c| c.role.as_str()).collect();
     assert_eq!(
         roles,
         ["berm-vmm-connector", "qemu", "vhost-device-vsock"].into(),
-        "{sandbox}"
+        "{sandbox:?}"
     );
     // The connector is one of them: its own allow list, and no file granted.
-    let connector = common::child_named(&sandbox, "berm-vmm connector");
+    let connector = common::child_named(reported, "berm-vmm connector");
     assert_eq!(
-        connector["seccomp"], "allow_list berm-vmm-connector",
-        "{connector}"
+        connector.seccomp, "allow_list berm-vmm-connector",
+        "{connector:?}"
     );
     assert!(
         children.iter().any(|(name, ..)| name == "berm-connector"),
         "{children:?}"
     );
-    let probe = event(&mut run, "host_sandbox_probe").unwrap();
-    eprintln!("host-sandbox probe: {probe}");
-    assert_eq!(probe["read_outside"], "EACCES", "{probe}");
-    assert_eq!(probe["write_outside"], "EACCES", "{probe}");
-    assert_eq!(probe["create_outside"], "EACCES", "{probe}");
-    assert_eq!(probe["exec"], "EPERM", "{probe}");
-    assert_eq!(probe["read_kernel"], "allowed", "{probe}");
-    assert_eq!(probe["x32_call"], "SIGSYS", "{probe}");
-    assert_eq!(probe["kill_parent"], "EPERM", "{probe}");
-    assert_eq!(probe["kill_sibling"], "EPERM", "{probe}");
+    let probe = probe_line(&mut run).unwrap();
+    eprintln!("host-sandbox probe: {probe:?}");
+    assert_eq!(probe.read_outside, "EACCES", "{probe:?}");
+    assert_eq!(probe.write_outside, "EACCES", "{probe:?}");
+    assert_eq!(probe.create_outside, "EACCES", "{probe:?}");
+    assert_eq!(probe.exec, "EPERM", "{probe:?}");
+    assert_eq!(probe.read_kernel, "allowed", "{probe:?}");
+    assert_eq!(probe.x32_call, "SIGSYS", "{probe:?}");
+    assert_eq!(probe.kill_parent, "EPERM", "{probe:?}");
+    assert_eq!(probe.kill_sibling, "EPERM", "{probe:?}");
     let _ = sibling.kill();
     let _ = sibling.wait();
-    if sandbox["landlock_abi"].as_u64().unwrap() >= 6 {
-        assert_eq!(probe["connect_abstract_socket"], "EPERM", "{probe}");
+    if sandbox.landlock_abi >= 6 {
+        assert_eq!(probe.connect_abstract_socket, "EPERM", "{probe:?}");
     }
     // berm-vmm may not make a socket at all (its connector connects for it, to the run dir's
     // sockets only), so the session-bus stand-in the test binds is out of reach.
-    assert_eq!(probe["connect_pathname_outside"], "EPERM", "{probe}");
-    assert_eq!(probe["write_run_dir"], "allowed", "{probe}");
+    assert_eq!(probe.connect_pathname_outside, "EPERM", "{probe:?}");
+    assert_eq!(probe.write_run_dir, "allowed", "{probe:?}");
     assert_eq!(std::fs::read_to_string(&outside).unwrap(), "secret\n");
     assert!(!outside.with_extension("berm-probe-created").exists());
 
     // The run's record: every JSON line berm-vmm printed, in order, mode 0600.
     let record_path = run_dir.join("vmm.jsonl");
     assert_eq!(berm_fixtures::mode(&record_path), 0o600);
-    let printed: Vec<Value> = run
-        .seen
-        .iter()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect();
-    let recorded: Vec<Value> = std::fs::read_to_string(&record_path)
+    let printed = run.vmm_lines();
+    let recorded: Vec<VmmLine> = std::fs::read_to_string(&record_path)
         .unwrap()
         .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
+        .map(|l| VmmLine::parse(l).unwrap_or_else(|e| panic!("{e}: {l}")))
         .collect();
     assert_eq!(printed, recorded);
-    assert_eq!(recorded.first().unwrap()["event"], "hypervisor");
+    assert!(
+        matches!(
+            recorded.first(),
+            Some(VmmLine::Host(HostEvent::Hypervisor(_)))
+        ),
+        "{recorded:?}"
+    );
     // The exit line, then the signing of the record that ends with it.
-    let [.., exit, signed] = recorded.as_slice() else {
-        panic!("{recorded:?}")
+    let [
+        ..,
+        VmmLine::Host(HostEvent::Exit(_)),
+        VmmLine::Host(HostEvent::RecordSigned(signed)),
+    ] = recorded.as_slice()
+    else {
+        panic!("no exit and record_signed lines last: {recorded:?}")
     };
-    assert_eq!(exit["event"], "exit");
-    assert_eq!(signed["event"], "record_signed", "{signed}");
     assert!(
         recorded
             .iter()
-            .any(|l| l["source"] == "berm-init" && l["event"] == "power_off")
+            .any(|l| matches!(l, VmmLine::Guest(g) if matches!(g.event, Event::PowerOff(_))))
     );
 
     // An honest record of a real boot (no apps yet) verifies against the pins.
     let started = Instant::now();
-    let record = Record::from_run_dir(&run_dir).unwrap().to_value();
-    let verdict = verify(&record, &Pins::compiled_in().unwrap());
+    let record = Record::from_run_dir(&run_dir).unwrap();
+    let value = record.to_value();
+    let verdict = verify(&value, &Pins::compiled_in().unwrap());
     eprintln!(
         "attest: record {} bytes, built and verified in {:?}",
-        record.to_string().len(),
+        value.to_string().len(),
         started.elapsed()
     );
     assert!(verdict.ok, "{:#?}", verdict.problems);
-    // The record carries each child's measurement, as the line said it.
-    let kept = record["hostSandbox"]["children"].as_array().unwrap();
-    assert_eq!(kept.len(), reported.len(), "{record}");
-    for (kept, line) in kept.iter().zip(&reported) {
-        for (record_field, line_field) in [
-            ("program", "program"),
-            ("role", "role"),
-            ("landlock", "landlock"),
-            ("noNewPrivs", "no_new_privs"),
-            ("seccomp", "seccomp"),
-            ("seccompMode", "seccomp_mode"),
-            ("seccompFilters", "seccomp_filters"),
-            ("policySha256", "policy_sha256"),
-            ("measuredBy", "measured_by"),
-        ] {
-            assert_eq!(
-                kept[record_field], line[line_field],
-                "{record_field}: {kept}"
-            );
-        }
-        assert_eq!(kept.get("readOutside"), line.get("read_outside"), "{kept}");
-    }
+    // The record carries the host_sandbox line as berm-vmm wrote it, each child's
+    // measurement with it.
+    assert_eq!(record.host_sandbox.as_ref(), Some(&sandbox), "{value}");
     // The same record with QEMU measured unconfined (re-sealed, as a forger would) is
     // refused, naming QEMU.
     let mut forged = record.clone();
-    let qemu = forged["hostSandbox"]["children"]
-        .as_array_mut()
+    let qemu = forged
+        .host_sandbox
+        .as_mut()
         .unwrap()
+        .children
         .iter_mut()
-        .find(|c| c["role"] == "qemu")
+        .find(|c| c.role == "qemu")
         .unwrap();
-    qemu["noNewPrivs"] = false.into();
-    forged["recordSha256"] = berm_attest::record_sha256(&forged).into();
-    let refused = verify(&forged, &Pins::compiled_in().unwrap());
+    qemu.no_new_privs = false;
+    forged.seal();
+    let refused = verify(&forged.to_value(), &Pins::compiled_in().unwrap());
     assert_eq!(refused.codes(), vec![Code::HostChildWeak]);
     assert!(
         refused.problems[0].detail.contains("qemu-system-"),
@@ -352,8 +339,8 @@ fn berm_vmm_confines_itself_and_the_vm_still_works() {
         berm_attest::dsse::verify_document(&envelope, Some(&key.public()), &pins, &options);
     assert!(checked.verdict.ok, "{:#?}", checked.verdict.problems);
     assert_eq!(
-        berm_attest::dsse::open(&envelope, Some(&key.public())).unwrap()["recordSha256"],
-        signed["record_sha256"]
+        berm_attest::dsse::open(&envelope, Some(&key.public())).unwrap()["record_sha256"],
+        signed.record_sha256.as_str()
     );
     let other_dir = tempfile::tempdir().unwrap();
     let other =
@@ -383,14 +370,18 @@ fn no_host_sandbox_runs_unconfined_and_says_so() {
     let mut seccomp = None;
     boot_and_shut_down(&mut run, |_| seccomp = proc_status(pid, "Seccomp"));
     assert_eq!(seccomp.as_deref(), Some("0"));
-    let sandbox = event(&mut run, "host_sandbox").unwrap();
-    assert_eq!(sandbox["enabled"], false, "{sandbox}");
-    assert_eq!(sandbox["reason"], "--no-host-sandbox", "{sandbox}");
-    let probe = event(&mut run, "host_sandbox_probe").unwrap();
-    assert_eq!(probe["read_outside"], "allowed", "{probe}");
-    assert_eq!(probe["exec"], "allowed", "{probe}");
+    let sandbox = sandbox_line(&mut run).unwrap();
+    assert!(!sandbox.enabled, "{sandbox:?}");
+    assert_eq!(
+        sandbox.reason.as_deref(),
+        Some("--no-host-sandbox"),
+        "{sandbox:?}"
+    );
+    let probe = probe_line(&mut run).unwrap();
+    assert_eq!(probe.read_outside, "allowed", "{probe:?}");
+    assert_eq!(probe.exec, "allowed", "{probe:?}");
     // Unconfined, berm-vmm connects by path itself: the row the confined run refuses.
-    assert_eq!(probe["connect_pathname_outside"], "allowed", "{probe}");
+    assert_eq!(probe.connect_pathname_outside, "allowed", "{probe:?}");
     let _ = std::fs::remove_file(outside.with_extension("berm-probe-created"));
     // The record says so too, and the verifier refuses it for exactly that.
     let record = Record::from_run_dir(&run_dir).unwrap().to_value();

@@ -16,7 +16,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Instant;
 
-use common::{BOOT, Mcp, READY, Vmm, bootable, pinned, require_or_skip};
+use berm_vm_protocol::AppReady;
+use common::{
+    BOOT, Mcp, READY, Vmm, bootable, first_host_event, guest_event_where, pinned, require_or_skip,
+};
 use serde_json::{Value, json};
 
 /// `berm ARGS` with `envs`, nothing from the caller's mirror variable.
@@ -132,17 +135,22 @@ fn boots_the_notes_app_from_a_store_installed_from_a_loopback_registry() {
         ],
         &env,
     );
-    vmm.wait_event("berm-init", "app_ready", BOOT + READY, |v| {
-        v["app"] == "notes"
-    });
+    vmm.wait_line(
+        "app_ready of notes",
+        BOOT + READY,
+        guest_event_where!(AppReady, |e: &AppReady| e.app == "notes"),
+    );
     let ready = started.elapsed();
-    let measured = &vmm.events("measurements")[0];
-    for (kind, path) in ["kernel", "rootfs"].into_iter().zip(&installed) {
-        assert_eq!(measured[kind]["pinned"], true, "{measured}");
+    let measured = first_host_event!(vmm, Measurements);
+    let booted = [
+        (measured.kernel.pinned, &measured.kernel.path),
+        (measured.rootfs.pinned, &measured.rootfs.path),
+    ];
+    for ((pinned, booted), path) in booted.into_iter().zip(&installed) {
+        assert!(pinned, "{measured:?}");
         assert_eq!(
-            measured[kind]["path"],
-            path.to_str().unwrap(),
-            "booted from the installed store: {measured}"
+            booted, path,
+            "booted from the installed store: {measured:?}"
         );
     }
     let mut mcp = Mcp::connect(&vmm.run_dir.join("rpc-0.sock"));

@@ -12,10 +12,13 @@ use std::time::{Duration, Instant};
 
 use berm_pins::{ArtifactStore, KernelPins, RootfsPins};
 use berm_vm_protocol::client::GuestConnection;
-use berm_vm_protocol::{Event, Phase, Request, Service};
+use berm_vm_protocol::host::{Backend, ExitLine};
+use berm_vm_protocol::{BootStep, Event, HostEvent, Landlock, Phase, Request, Service, VmmLine};
 use berm_vmm::detect::Detection;
-use common::{BOOT, Vmm, bootable, can_boot, pinned, require_or_skip};
-use serde_json::Value;
+use common::{
+    BOOT, Vmm, bootable, can_boot, first_host_event, guest_event, host_event, pinned,
+    require_or_skip,
+};
 
 /// Boots, checks the greeting, the replayed boot events and `status` on control, the logs
 /// port's greeting, then shuts down and expects exit 0. Returns the stopped Vmm.
@@ -79,7 +82,7 @@ fn boot_and_shut_down(args: &[&str], envs: &[(&str, &Path)]) -> Vmm {
     drop(logs);
     let code = vmm.wait(BOOT);
     assert_eq!(code, 0, "stderr:\n{}", vmm.stderr());
-    assert_eq!(vmm.events("exit")[0]["status"], "clean");
+    assert_eq!(first_host_event!(vmm, Exit).status, "clean");
     vmm
 }
 
@@ -92,15 +95,17 @@ fn the_aarch64_guest_boots_greets_and_shuts_down_cleanly() {
         return;
     }
     let vmm = boot_and_shut_down(&["--arch", "aarch64"], &[]);
-    let m = &vmm.events("measurements")[0];
-    assert_eq!(m["kernel"]["arch"], "aarch64");
+    let m = first_host_event!(vmm, Measurements);
+    assert_eq!(m.kernel.arch, "aarch64");
+    assert_eq!((m.kernel.pinned, m.rootfs.pinned), (true, true));
+    let config = first_host_event!(vmm, VmConfig);
+    assert_eq!(config.arch, "aarch64");
+    assert_eq!(config.hypervisor.chosen, Backend::Qemu, "{config:?}");
     assert_eq!(
-        (&m["kernel"]["pinned"], &m["rootfs"]["pinned"]),
-        (&true.into(), &true.into())
+        config.hypervisor.accel.as_deref(),
+        Some("tcg"),
+        "{config:?}"
     );
-    let config = &vmm.events("vm_config")[0];
-    assert_eq!(config["arch"], "aarch64");
-    assert_eq!(config["hypervisor"]["accel"], "tcg", "{config}");
     let console = std::fs::read_to_string(vmm.run_dir.join("console.log")).unwrap();
     assert!(
         console.contains("Run /sbin/berm-init as init process"),
@@ -120,36 +125,28 @@ fn boots_greets_answers_status_and_shuts_down_cleanly() {
     }
     let vmm = boot_and_shut_down(&[], &[]);
     // The three lines before boot, in order, before any guest line.
-    let order: Vec<String> = vmm
-        .seen
+    let order: Vec<&str> = vmm
+        .vmm_lines()
         .iter()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .map(|v| v["event"].as_str().unwrap_or_default().to_owned())
+        .map(|l| match l {
+            VmmLine::Host(event) => event.name(),
+            VmmLine::Guest(line) => line.event.name(),
+        })
         .collect();
     let pos = |e: &str| {
         order
             .iter()
-            .position(|x| x == e)
+            .position(|x| *x == e)
             .unwrap_or_else(|| panic!("no {e} line: {order:?}"))
     };
     assert!(pos("hypervisor") < pos("endpoints"));
     assert!(pos("endpoints") < pos("vm_config") && pos("vm_config") < pos("measurements"));
     assert!(pos("measurements") < pos("guest_greeted"));
-    let m = &vmm.events("measurements")[0];
-    assert_eq!(m["kernel"]["pinned"], true);
-    assert_eq!(m["rootfs"]["pinned"], true);
-    assert!(
-        m["kernel"]["cmdline"]
-            .as_str()
-            .unwrap()
-            .contains("init=/sbin/berm-init")
-    );
-    let config = &vmm.events("vm_config")[0];
-    assert!(
-        config["hypervisor"]["reason"]
-            .as_str()
-            .is_some_and(|r| !r.is_empty())
-    );
+    let m = first_host_event!(vmm, Measurements);
+    assert!(m.kernel.pinned && m.rootfs.pinned, "{m:?}");
+    assert!(m.kernel.cmdline.contains("init=/sbin/berm-init"), "{m:?}");
+    let config = first_host_event!(vmm, VmConfig);
+    assert!(!config.hypervisor.reason.is_empty(), "{config:?}");
     use std::os::unix::fs::MetadataExt;
     assert_eq!(
         std::fs::metadata(&vmm.run_dir).unwrap().mode() & 0o777,
@@ -161,13 +158,11 @@ fn boots_greets_answers_status_and_shuts_down_cleanly() {
         "{console}"
     );
     // The guest events berm-vmm relayed end with power_off.
-    let guest: Vec<Value> = vmm
-        .seen
-        .iter()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .filter(|v| v["source"] == "berm-init")
-        .collect();
-    assert_eq!(guest.last().unwrap()["event"], "power_off");
+    let guest = vmm.guest_lines();
+    assert!(
+        matches!(guest.last().map(|l| &l.event), Some(Event::PowerOff(_))),
+        "{guest:?}"
+    );
 }
 
 #[test]
@@ -178,16 +173,14 @@ fn a_bad_guest_setting_fails_the_boot_with_exit_10() {
     let mut vmm = Vmm::start(&["--env", "BERM_LOG=loud"], &[]);
     let code = vmm.wait(BOOT);
     assert_eq!(code, 10, "stderr:\n{}", vmm.stderr());
-    let failed = vmm.events("boot_failed");
+    let failed = guest_event!(vmm.guest_lines(), BootFailed);
     assert_eq!(failed.len(), 1, "{}", vmm.stderr());
-    assert_eq!(failed[0]["step"], "settings");
+    assert_eq!(failed[0].step, BootStep::Settings);
     assert!(
-        failed[0]["message"]
-            .as_str()
-            .unwrap()
-            .contains("BERM_LOG=\"loud\"")
+        failed[0].message.contains("BERM_LOG=\"loud\""),
+        "{failed:?}"
     );
-    assert_eq!(vmm.events("exit")[0]["status"], "boot_failed");
+    assert_eq!(first_host_event!(vmm, Exit).status, "boot_failed");
 }
 
 #[test]
@@ -203,9 +196,9 @@ fn an_unpinned_rootfs_override_boots_and_is_reported_unpinned() {
     bytes.extend_from_slice(&[0u8; 4096]);
     std::fs::write(&copy, bytes).unwrap();
     let vmm = boot_and_shut_down(&["--rootfs", copy.to_str().unwrap()], &[]);
-    let m = &vmm.events("measurements")[0];
-    assert_eq!(m["rootfs"]["pinned"], false);
-    assert_eq!(m["kernel"]["pinned"], true);
+    let m = first_host_event!(vmm, Measurements);
+    assert!(!m.rootfs.pinned);
+    assert!(m.kernel.pinned);
 }
 
 #[test]
@@ -216,14 +209,15 @@ fn a_state_disk_is_created_formatted_measured_and_mounted() {
     let tmp = tempfile::tempdir().unwrap();
     let disk = tmp.path().join("state.img");
     let vmm = boot_and_shut_down(&["--state", disk.to_str().unwrap()], &[]);
-    let state = &vmm.events("measurements")[0]["state"];
-    assert_eq!(state["created"], true);
-    assert_eq!(state["size_bytes"], 256 << 20);
-    assert_eq!(state["chunked_sha256"].as_str().unwrap().len(), 64);
+    let state = first_host_event!(vmm, Measurements)
+        .state
+        .expect("a state disk is measured");
+    assert!(state.created);
+    assert_eq!(state.size_bytes, 256 << 20);
+    assert_eq!(state.chunked_sha256.len(), 64);
     assert!(
-        vmm.events("vm_config")[0]["settings"]
-            .as_array()
-            .unwrap()
+        first_host_event!(vmm, VmConfig)
+            .settings
             .iter()
             .any(|s| s == "BERM_STATE=vdb")
     );
@@ -258,13 +252,10 @@ fn a_state_disk_claiming_an_absurd_size_is_refused_with_exit_5_and_left_as_it_is
     let before = std::fs::metadata(&disk).unwrap();
     let mut vmm = Vmm::start(&["--state", disk.to_str().unwrap()], &[]);
     assert_eq!(vmm.wait(Duration::from_secs(60)), 5, "{}", vmm.stderr());
-    let message = vmm.events("exit")[0]["message"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let message = first_host_event!(vmm, Exit).message;
     assert!(message.contains("left as it is"), "{message}");
     assert!(
-        vmm.events("host_sandbox").is_empty(),
+        host_event!(vmm.host_events(), HostSandbox).is_empty(),
         "no hypervisor may start: {}",
         vmm.stderr()
     );
@@ -304,17 +295,11 @@ fn a_tampered_kernel_or_rootfs_is_refused_before_boot() {
         let mut vmm = Vmm::start(&[], &[("BERM_VM_ARTIFACTS", store.path())]);
         let code = vmm.wait(Duration::from_secs(30));
         assert_eq!(code, 4, "{which}: {}", vmm.stderr());
-        let exit = &vmm.events("exit")[0];
-        assert_eq!(exit["status"], "pin_mismatch");
+        let exit: ExitLine = first_host_event!(vmm, Exit);
+        assert_eq!(exit.status, "pin_mismatch");
+        assert!(exit.message.contains(&format!("the {which}")), "{exit:?}");
         assert!(
-            exit["message"]
-                .as_str()
-                .unwrap()
-                .contains(&format!("the {which}")),
-            "{exit}"
-        );
-        assert!(
-            vmm.events("endpoints").is_empty(),
+            host_event!(vmm.host_events(), Endpoints).is_empty(),
             "nothing may start: {}",
             vmm.stderr()
         );
@@ -327,10 +312,7 @@ fn missing_artifacts_name_the_build_scripts() {
     let empty = tempfile::tempdir().unwrap();
     let mut vmm = Vmm::start(&[], &[("BERM_VM_ARTIFACTS", empty.path())]);
     assert_eq!(vmm.wait(Duration::from_secs(30)), 3, "{}", vmm.stderr());
-    let message = vmm.events("exit")[0]["message"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let message = first_host_event!(vmm, Exit).message;
     assert!(
         message.contains("the pinned kernel is missing"),
         "{message}"
@@ -361,7 +343,7 @@ fn guest_setting_injection_is_refused_before_boot() {
         let (vmm, message) = refused_before_boot(&["--env", arg]);
         assert!(message.contains(why), "{arg:?}: {message}");
         assert!(
-            vmm.events("endpoints").is_empty(),
+            host_event!(vmm.host_events(), Endpoints).is_empty(),
             "{arg:?} must be refused before anything starts"
         );
     }
@@ -380,10 +362,7 @@ fn guest_setting_injection_is_refused_before_boot() {
 /// returns the run and its `exit` line's message.
 fn refused_before_boot(args: &[&str]) -> (Vmm, String) {
     let vmm = Vmm::refused(args, Duration::from_secs(30));
-    let message = vmm.events("exit")[0]["message"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let message = first_host_event!(vmm, Exit).message;
     (vmm, message)
 }
 
@@ -408,21 +387,15 @@ fn libkrun_smoke() {
     let code = vmm.wait(Duration::from_secs(90));
     // Everything berm-vmm does before the hypervisor ran, and libkrun itself started.
     assert!(
-        vmm.events("hypervisor")[0]["reason"]
-            .as_str()
-            .unwrap()
+        first_host_event!(vmm, Hypervisor)
+            .reason
             .contains("kvm_pvm"),
         "{}",
         vmm.stderr()
     );
-    let m = &vmm.events("measurements")[0];
-    assert_eq!(m["kernel"]["pinned"], true);
-    assert!(
-        m["kernel"]["cmdline"]
-            .as_str()
-            .unwrap()
-            .contains(berm_vmm::run::PVM_CMDLINE)
-    );
+    let m = first_host_event!(vmm, Measurements);
+    assert!(m.kernel.pinned);
+    assert!(m.kernel.cmdline.contains(berm_vmm::run::PVM_CMDLINE));
     assert!(
         code == 8 || code == 12,
         "on kvm_pvm the guest cannot reach berm-init, so boot_timeout or crashed; got {code}: {}",
@@ -431,20 +404,24 @@ fn libkrun_smoke() {
     let console = std::fs::read_to_string(vmm.run_dir.join("console.log")).unwrap_or_default();
     let log = std::fs::read_to_string(vmm.run_dir.join("hypervisor.log")).unwrap_or_default();
     // The libkrun child confined itself just before krun_start_enter (its stderr is this log).
+    let confined = log.lines().filter_map(|l| VmmLine::parse(l).ok()).any(|l| {
+        matches!(l, VmmLine::Host(HostEvent::ChildSandbox(c))
+            if c.process == "krun-enter"
+                && c.report.landlock == Landlock::FullyEnforced
+                && c.report.seccomp == "allow_list")
+    });
     assert!(
-        log.lines().any(|l| l.contains(r#""process":"krun-enter""#)
-            && l.contains(r#""landlock":"fully_enforced""#)
-            && l.contains(r#""seccomp":"allow_list""#)),
-        "no host_sandbox line from the libkrun child:\n{log}"
+        confined,
+        "no child_sandbox line from the libkrun child:\n{log}"
     );
     // berm-vmm's line carries the child's own measurement of itself, sent once confined.
-    let sandbox = &vmm.events("host_sandbox")[0];
-    let krun = common::child_named(sandbox, "berm-vmm krun-enter");
-    assert_eq!(krun["measured_by"], "self_report", "{krun}");
-    assert_eq!(krun["landlock"], "fully_enforced", "{krun}");
-    assert_eq!(krun["no_new_privs"], true, "{krun}");
-    assert_eq!(krun["seccomp_mode"], "filter", "{krun}");
-    assert_eq!(krun["seccomp_filters"], 1, "{krun}");
+    let sandbox = first_host_event!(vmm, HostSandbox);
+    let krun = common::child_named(&sandbox.children, "berm-vmm krun-enter");
+    assert_eq!(krun.measured_by, "self_report", "{krun:?}");
+    assert_eq!(krun.landlock, Landlock::FullyEnforced, "{krun:?}");
+    assert!(krun.no_new_privs, "{krun:?}");
+    assert_eq!(krun.seccomp_mode, "filter", "{krun:?}");
+    assert_eq!(krun.seccomp_filters, 1, "{krun:?}");
     let kernel_printed = console.contains("Linux version");
     let vsock_up = console.contains("PF_VSOCK");
     eprintln!(
@@ -452,7 +429,7 @@ fn libkrun_smoke() {
          kernel reached its console: {kernel_printed}; vsock device registered: {vsock_up}.\n  \
          libkrun said: {}\n  \
          NOT CHECKED HERE: berm-init under libkrun (PVM faults at guest user space), and {}",
-        vmm.events("exit")[0]["status"],
+        first_host_event!(vmm, Exit).status,
         log.lines()
             .find(|l| l.contains("ERROR"))
             .unwrap_or("(nothing)"),
@@ -485,10 +462,7 @@ fn sigterm_stops_the_guest_in_order() {
     drop(control);
     berm_fixtures::terminate(&vmm.child);
     assert_eq!(vmm.wait(BOOT), 0, "{}", vmm.stderr());
-    assert_eq!(vmm.events("stop_signal").len(), 1);
-    let off = vmm.events("power_off");
-    assert_eq!(
-        (off[0]["reason"].as_str(), off[0]["exit_code"].as_i64()),
-        (Some("requested"), Some(0))
-    );
+    assert_eq!(host_event!(vmm.host_events(), StopSignal).len(), 1);
+    let off = guest_event!(vmm.guest_lines(), PowerOff);
+    assert_eq!((off[0].reason.as_str(), off[0].exit_code), ("requested", 0));
 }

@@ -1,7 +1,7 @@
 //! `berm attest RUN_DIR|NAME` and `berm attest verify RECORD`: the CLI face of berm-attest.
 //!
 //! `berm attest RUN_DIR` prints the record of a berm-vmm run (canonical JSON, one line, with
-//! `recordSha256`) on stdout and its verdict against the compiled-in pins on stderr; a value
+//! `record_sha256`) on stdout and its verdict against the compiled-in pins on stderr; a value
 //! that is not an existing directory names a VM `berm vm up` started, whose run dir is read.
 //! `berm attest verify RECORD` re-derives the verdict offline from the record alone, against
 //! the compiled-in pins or those of `--pins DIR`, and exits 1 when it refuses the record.
@@ -212,10 +212,10 @@ fn verify_file(path: &Path, args: VerifyArgs) -> anyhow::Result<Exit> {
 
 fn report(verdict: &Verdict, sha256: &str) {
     if verdict.ok {
-        eprintln!("berm attest: recordSha256 {sha256}; verifies against the compiled-in pins");
+        eprintln!("berm attest: record_sha256 {sha256}; verifies against the compiled-in pins");
     } else {
         eprintln!(
-            "berm attest: recordSha256 {sha256}; refused by the compiled-in pins ({} problems):",
+            "berm attest: record_sha256 {sha256}; refused by the compiled-in pins ({} problems):",
             verdict.problems.len()
         );
         for problem in &verdict.problems {

@@ -10,6 +10,8 @@ use std::time::{Duration, Instant};
 
 use berm::GuestArch;
 use berm_pins::{ArtifactStore, KernelPins, RootfsPins};
+use berm_vm_protocol::host::HostChild;
+use berm_vm_protocol::{GuestLine, HostEvent, VmmLine};
 use berm_vmm::detect::Detection;
 use serde_json::Value;
 
@@ -191,12 +193,32 @@ impl Vmm {
         }
     }
 
-    /// The JSON lines berm-vmm wrote with this `event`.
-    pub fn events(&self, event: &str) -> Vec<Value> {
-        self.seen
-            .iter()
-            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-            .filter(|v| v["event"] == event)
+    /// Every line berm-vmm wrote that is one of its typed lines (its own events and the
+    /// guest lines it relayed); its words for a person are left out. A line of a known kind
+    /// that does not parse fails the test: the writer and this reader share the type.
+    pub fn vmm_lines(&self) -> Vec<VmmLine> {
+        self.seen.iter().filter_map(|l| vmm_line(l)).collect()
+    }
+
+    /// berm-vmm's own events, in order.
+    pub fn host_events(&self) -> Vec<HostEvent> {
+        self.vmm_lines()
+            .into_iter()
+            .filter_map(|l| match l {
+                VmmLine::Host(event) => Some(event),
+                VmmLine::Guest(_) => None,
+            })
+            .collect()
+    }
+
+    /// The guest lines berm-vmm relayed, in order.
+    pub fn guest_lines(&self) -> Vec<GuestLine> {
+        self.vmm_lines()
+            .into_iter()
+            .filter_map(|l| match l {
+                VmmLine::Guest(line) => Some(line),
+                VmmLine::Host(_) => None,
+            })
             .collect()
     }
 
@@ -213,24 +235,20 @@ impl Drop for Vmm {
 }
 
 impl Vmm {
-    /// Waits for the first stderr line with this `event` (and `source`) that `pred` accepts.
-    pub fn wait_event(
+    /// Waits for the first line berm-vmm writes that `pick` takes (see [`host_event`] and
+    /// [`guest_event`]); `what` names it in a failure.
+    pub fn wait_line<T>(
         &mut self,
-        source: &str,
-        event: &str,
+        what: &str,
         timeout: Duration,
-        pred: impl Fn(&Value) -> bool,
-    ) -> Value {
+        pick: impl Fn(VmmLine) -> Option<T>,
+    ) -> T {
         let deadline = Instant::now() + timeout;
         let mut checked = 0;
         loop {
             for line in &self.seen[checked..] {
-                if let Ok(v) = serde_json::from_str::<Value>(line)
-                    && v["source"] == source
-                    && v["event"] == event
-                    && pred(&v)
-                {
-                    return v;
+                if let Some(picked) = vmm_line(line).and_then(&pick) {
+                    return picked;
                 }
             }
             checked = self.seen.len();
@@ -242,16 +260,13 @@ impl Vmm {
                     continue;
                 }
                 panic!(
-                    "berm-vmm ended ({status}) before {source} {event}; stderr:\n{}",
+                    "berm-vmm ended ({status}) before {what}; stderr:\n{}",
                     self.stderr()
                 );
             }
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                panic!(
-                    "no {source} {event} within {timeout:?}; stderr:\n{}",
-                    self.stderr()
-                );
+                panic!("no {what} within {timeout:?}; stderr:\n{}", self.stderr());
             }
             if let Ok(line) = self
                 .lines
@@ -402,13 +417,84 @@ pub fn app_folder(dir: &Path, name: &str, programs: &[&str], toml: &str) -> Path
     folder
 }
 
-/// The hypervisor child `program` in a `host_sandbox` line (`children`), or a panic naming
-/// the line.
-pub fn child_named<'a>(sandbox: &'a Value, program: &str) -> &'a Value {
-    sandbox["children"]
-        .as_array()
-        .and_then(|children| children.iter().find(|c| c["program"] == program))
-        .unwrap_or_else(|| panic!("no {program} in {sandbox}"))
+/// One of berm-vmm's stderr lines, typed; `None` for its words for a person (not JSON). A
+/// JSON line that is not one of its typed lines fails the test.
+pub fn vmm_line(line: &str) -> Option<VmmLine> {
+    match VmmLine::parse(line) {
+        Ok(line) => Some(line),
+        Err(berm_vm_protocol::VmmLineError::NotJson) => None,
+        Err(e) => panic!("berm-vmm wrote a line no reader can read ({e}): {line}"),
+    }
+}
+
+/// berm-vmm's events of one kind, typed: `host_event!(vmm.host_events(), Exit)` is every
+/// `exit` line as an `ExitLine`.
+#[allow(unused_macros)]
+macro_rules! host_event {
+    ($events:expr, $kind:ident) => {
+        $events
+            .into_iter()
+            .filter_map(|e| match e {
+                berm_vm_protocol::HostEvent::$kind(line) => Some(line),
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use host_event;
+
+/// The relayed guest events of one kind, typed: `guest_event!(vmm.guest_lines(), PowerOff)`.
+#[allow(unused_macros)]
+macro_rules! guest_event {
+    ($lines:expr, $kind:ident) => {
+        $lines
+            .into_iter()
+            .filter_map(|l| match l.event {
+                berm_vm_protocol::Event::$kind(event) => Some(event),
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use guest_event;
+
+/// The first line of `vmm` that is a host event of this kind, or a panic naming the kind.
+#[allow(unused_macros)]
+macro_rules! first_host_event {
+    ($vmm:expr, $kind:ident) => {
+        common::host_event!($vmm.host_events(), $kind)
+            .into_iter()
+            .next()
+            .unwrap_or_else(|| panic!("no {} line; stderr:\n{}", stringify!($kind), $vmm.stderr()))
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use first_host_event;
+
+/// For [`Vmm::wait_line`]: a relayed guest event of this kind that `pred` accepts.
+#[allow(unused_macros)]
+macro_rules! guest_event_where {
+    ($kind:ident, $pred:expr) => {
+        |line: berm_vm_protocol::VmmLine| match line {
+            berm_vm_protocol::VmmLine::Guest(berm_vm_protocol::GuestLine {
+                event: berm_vm_protocol::Event::$kind(event),
+                ..
+            }) if ($pred)(&event) => Some(event),
+            _ => None,
+        }
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use guest_event_where;
+
+/// The child `program` in a `host_sandbox` line's `children`, or a panic naming the line.
+pub fn child_named<'a>(children: &'a [HostChild], program: &str) -> &'a HostChild {
+    children
+        .iter()
+        .find(|c| c.program == program)
+        .unwrap_or_else(|| panic!("no {program} in {children:?}"))
 }
 
 /// `--test-probe PROBE --test-probe-app 0`: the enforcement probe runs in place of app 0's
