@@ -271,7 +271,7 @@ pub struct RunDirCleanupLine {
 pub struct RecordSignedLine {
     /// `record.dsse.json`.
     pub path: PathBuf,
-    /// The signed record's `recordSha256`.
+    /// The signed record's `record_sha256` (`recordSha256` in format `berm-attest/1`).
     pub record_sha256: String,
     /// The key's id.
     pub key_id: String,
