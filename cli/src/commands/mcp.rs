@@ -85,9 +85,13 @@ pub async fn run(home: &Path, args: Args) -> anyhow::Result<Exit> {
     let mut stdout = tokio::io::stdout();
     let mut pending = Pending::default();
     let mut stdin_open = true;
-    // The session ends when bermd closes its side, or once stdin has ended and every
-    // request has its answer (a VM's bermd never sees the end of stdin: [`mcp_lines`]).
-    while stdin_open || !pending.is_empty() {
+    // A VM's bermd (a named socket) never sees the end of stdin, so its session ends once
+    // every request has its answer; the local bermd sees it and closes ([`mcp_lines`]).
+    let relayed = named.is_some();
+    loop {
+        if !stdin_open && relayed && pending.is_empty() {
+            break;
+        }
         tokio::select! {
             line = stdin.next_line(), if stdin_open => match line? {
                 Some(mut line) => {
@@ -100,7 +104,11 @@ pub async fn run(home: &Path, args: Args) -> anyhow::Result<Exit> {
                 }
                 None => {
                     stdin_open = false;
-                    let _ = to_bermd.shutdown().await;
+                    // Never to a VM: libkrun resets a connection whose host side
+                    // half-closes, losing the answers still on their way.
+                    if !relayed {
+                        let _ = to_bermd.shutdown().await;
+                    }
                 }
             },
             line = from_bermd.next_line() => match line? {

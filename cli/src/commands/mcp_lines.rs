@@ -1,12 +1,17 @@
 //! The lines an MCP bridge copies, and which of the client's requests still await an answer.
 //!
-//! A bridge cannot end a session by passing the client's end of stream on and waiting for
-//! the server to close: on a VM's relayed socket the relay keeps the guest's side whole after
-//! a client's half-close (vhost-device-vsock turns an end of stream into a shutdown of both
+//! A bridge to a VM's app cannot end a session by passing the client's end of stream on and
+//! waiting for the server to close: the QEMU relay keeps the guest's side whole after a
+//! client's half-close (vhost-device-vsock turns an end of stream into a shutdown of both
 //! directions, which would lose the reply: vmm/src/qemu.rs), so bermd in the guest never sees
-//! it. So once stdin has ended, a bridge ends as soon as every request it passed on has its
-//! answer, or when the server closes first. Only well-formed requests are counted: bermd
-//! answers a malformed one with a null id, which would otherwise be waited for forever.
+//! it; and libkrun's vsock proxy answers a host-side end of stream with a reset (krun-devices
+//! 1.19, `virtio/vsock/unix.rs`), which loses the answers still on their way. So a bridge to a
+//! VM never half-closes: once stdin has ended, it ends as soon as every request it passed on
+//! has its answer, or when the server closes first. Only requests the guest's bermd reads
+//! whole are counted: well-formed ones (`"jsonrpc": "2.0"`, a method, a string or integer id)
+//! within its frame cap ([`GUEST_FRAME_BYTES`]); it answers any other with a null id, which
+//! would otherwise be waited for forever. (A bridge to the local bermd half-closes and waits
+//! for bermd to close, as bermd sees the end of stream there.)
 //!
 //! Lines are bounded ([`MAX_LINE_BYTES`]): the server may be a guest, and a guest that never
 //! ends a line must not grow the host's bridge without bound.
@@ -18,6 +23,10 @@ use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncReadExt};
 /// The longest line either side may send: well above bermd's largest frame (4 MiB by default,
 /// `--max-frame-bytes`), and a bound on what a hostile peer can make the bridge hold.
 pub const MAX_LINE_BYTES: usize = 64 << 20;
+
+/// The frame cap of a VM's bermd (berm-init starts it with the default `--max-frame-bytes`):
+/// a longer request is answered with a null id, so it is not waited for.
+pub const GUEST_FRAME_BYTES: usize = 4 << 20;
 
 /// A bounded line reader over one side of the bridge. Cancel-safe: a read that a
 /// `tokio::select!` drops keeps what it read in the buffer, and the next call goes on.
@@ -75,6 +84,9 @@ impl Pending {
     /// Notes a line the client sent: a request adds its id; `notifications/cancelled` drops
     /// the request it names, which the server does not answer.
     pub fn client(&mut self, line: &[u8]) {
+        if line.len() > GUEST_FRAME_BYTES {
+            return;
+        }
         let Ok(message) = serde_json::from_slice::<Value>(line) else {
             return;
         };
@@ -139,6 +151,11 @@ mod tests {
         pending.client(br#"{"jsonrpc":"2.0","id":null,"method":"tools/list"}"#);
         pending.client(br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
         pending.client(b"not json\n");
+        let mut oversized =
+            br#"{"jsonrpc":"2.0","id":3,"method":"tools/list","params":{"x":""#.to_vec();
+        oversized.resize(GUEST_FRAME_BYTES, b'x');
+        oversized.extend_from_slice(br#""}}"#);
+        pending.client(&oversized);
         assert_eq!(pending.ids, vec![Value::from(1), Value::from("a")]);
         // A server request (same id space, other direction) answers nothing.
         pending.server(br#"{"jsonrpc":"2.0","id":1,"method":"roots/list"}"#);

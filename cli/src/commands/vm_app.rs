@@ -419,8 +419,10 @@ async fn bridge(mut at: Attached) -> anyhow::Result<Exit> {
                     let _ = write_line(&mut to_vm, &line).await;
                 }
                 None => {
+                    // No half-close is passed on: libkrun resets a connection whose host
+                    // side half-closes, losing the answers still on their way
+                    // ([`mcp_lines`](super::mcp_lines)). The socket is closed once they are in.
                     stdin_open = false;
-                    let _ = to_vm.shutdown().await;
                 }
             },
             line = upstream.next_line() => match line {
