@@ -357,7 +357,9 @@ fn hostile_lines_through_the_mcp_bridge_cost_only_themselves() {
     let (done, finished) = std::sync::mpsc::channel::<()>();
     let pid = bridge.id().to_string();
     let watchdog = std::thread::spawn(move || {
-        if finished.recv_timeout(Duration::from_secs(300)).is_err() {
+        if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
+            finished.recv_timeout(Duration::from_secs(300))
+        {
             let _ = Command::new("kill").args(["-KILL", &pid]).status();
         }
     });
