@@ -100,3 +100,17 @@ install_qemu() {
     apt_install $missing
   fi
 }
+
+# apt_download PACKAGE=VERSION DIR: downloads that exact .deb into DIR and installs nothing
+# (for a tool unpacked into a cache, beside whatever the machine has installed).
+apt_download() {
+  local package=$1 dir=$2 sandbox=()
+  apt_update
+  # As root, apt downloads as its sandbox user `_apt`, who cannot write a directory of root's
+  # such as DIR; it then downloads as root and warns. Say so up front instead.
+  [ "$(id -u)" != 0 ] || sandbox=(-o APT::Sandbox::User=root)
+  if ! (cd "$dir" && apt-get download -qq "${sandbox[@]}" "$package" >/dev/null); then
+    echo "error: apt could not download $package (apt-cache policy ${package%%=*} lists what Debian serves now)" >&2
+    return 1
+  fi
+}
