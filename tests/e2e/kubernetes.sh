@@ -136,6 +136,9 @@ validate "$work/my-app.yaml"
 assert "$work/my-app.yaml" '
 (cm,) = [d for k, d in docs.items() if k.startswith("ConfigMap/berm-app-")]
 assert sorted(cm["data"]) == ["berm.toml"] and sorted(cm["binaryData"]) == ["echo.wasm"], cm.keys()
+import base64
+size = sum(len(v.encode()) for v in cm["data"].values()) + sum(len(base64.b64decode(v)) for v in cm["binaryData"].values())
+assert size <= 1 << 20, f"the app ConfigMap holds {size} bytes, past the 1 MiB a ConfigMap may"
 pod = docs["Deployment/bermd"]["spec"]["template"]["spec"]
 vols = {v["name"]: v for v in pod["volumes"]}
 assert vols["app"]["configMap"]["name"] == cm["metadata"]["name"]
