@@ -15,6 +15,7 @@ pub mod mcp_lines;
 pub mod new;
 pub mod rm;
 pub mod secret;
+pub mod trust;
 pub mod vm;
 pub mod vm_app;
 pub mod vm_life;

@@ -71,6 +71,9 @@ enum Command {
     Push(commands::dist::PushArgs),
     /// Pull a program from a registry into a file, verified against its digest.
     Pull(commands::dist::PullArgs),
+    /// Signed programs, as cosign signs them: `berm trust keygen|sign|verify`.
+    #[command(subcommand)]
+    Trust(commands::trust::Command),
     /// Search the local clone of the program index.
     Search(commands::dist::SearchArgs),
     /// Update the index clone, or write the entry for a pushed program.
@@ -117,6 +120,7 @@ fn main() -> ExitCode {
             Command::Http(args) => commands::http::run(&home, args),
             Command::Push(args) => commands::dist::push(args).await,
             Command::Pull(args) => commands::dist::pull(args).await,
+            Command::Trust(command) => commands::trust::run(command).await,
             Command::Search(args) => commands::dist::search(args),
             Command::Index(command) => commands::dist::index(command).await,
             Command::Vm(command) => commands::vm::run(command).await,

@@ -20,6 +20,9 @@
 //! deploy. bermd never talks to a registry; the CLI pulls with this crate and
 //! hands bermd the verified bytes.
 //!
+//! A program's cosign signatures live beside it under cosign's `sha256-<hex>.sig` tag (the
+//! `signature` module moves them; berm-trust checks them).
+//!
 //! The microVM's pinned kernel and rootfs travel the same way (the `vm` module): one artifact
 //! with two layers that are the files themselves, pushed by `berm vm push` and fetched back
 //! blob by blob by the pinned digests, never trusting a manifest.
@@ -33,6 +36,7 @@ mod files;
 mod pull;
 mod push;
 mod registry;
+mod signature;
 mod vm;
 
 pub use artifact::{
@@ -46,6 +50,11 @@ pub use files::{is_reference, pull_to, push_file};
 pub use pull::{Described, Pulled, describe, pull};
 pub use push::{Published, Pushed, push};
 pub use registry::{RegistryOptions, is_loopback_host, parse_reference};
+pub use signature::{
+    MAX_PAYLOAD_BYTES, MAX_SIGNATURES, SIGNATURE_ANNOTATION, SIMPLE_SIGNING_MEDIA_TYPE,
+    SignatureError, StoredSignature, StoredSignatures, attach_signature, signature_reference,
+    signatures,
+};
 pub use vm::{
     ANNOTATION_VM_ARCH, ANNOTATION_VM_KERNEL, ANNOTATION_VM_ROOTFS, BlobProgress, Fetched,
     PushedVm, RESUME_ATTEMPTS, VM_ARTIFACT_TYPE, VM_CONFIG_MEDIA_TYPE, VM_KERNEL_MEDIA_TYPE,

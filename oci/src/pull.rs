@@ -249,7 +249,7 @@ fn parse_manifest(name: &str, body: &[u8]) -> Result<OciImageManifest, PullError
 /// returns it only if it hashes to the descriptor's digest and has the
 /// descriptor's size. oci-client also checks the digest while streaming;
 /// this check is berm's own and does not depend on it.
-async fn fetch_blob(
+pub(crate) async fn fetch_blob(
     remote: &Remote,
     name: &str,
     descriptor: &OciDescriptor,

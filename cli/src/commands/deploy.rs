@@ -32,6 +32,11 @@ pub struct Args {
     /// Registry access, when SOURCE is a reference.
     #[command(flatten)]
     registry: super::dist::RegistryArgs,
+    /// When SOURCE is a reference: refuse it, before anything is deployed, unless one of
+    /// these public keys (`cosign.pub`) signed it. The trust policy
+    /// (~/.config/berm/trust.toml) applies as well.
+    #[arg(long = "verify-key", value_name = "PUB", conflicts_with = "app")]
+    verify_keys: Vec<PathBuf>,
     /// What the program may reach: log, clock, random, kv,
     /// fs=DIR[:ro|:rw][:bytes=N][:entries=N], net=HOST[:PORT] (`*.example.com`
     /// wildcards; without a port, 80 for http and 443 for https),
@@ -89,12 +94,19 @@ pub async fn run(home: &Path, args: Args) -> anyhow::Result<Exit> {
         _ => anyhow::bail!("berm deploy needs NAME and FILE, or --app DIR"),
     };
     let image = if berm_oci::is_reference(&source) {
-        let pulled = berm_oci::pull(&source, &args.registry.options())
+        let options = args.registry.options();
+        let reference =
+            super::trust::checked_reference(&source, &args.verify_keys, &options).await?;
+        let pulled = berm_oci::pull(&reference, &options)
             .await
             .with_context(|| format!("pulling {source}"))?;
         eprintln!("{pulled}");
         pulled.bytes
     } else {
+        anyhow::ensure!(
+            args.verify_keys.is_empty(),
+            "--verify-key checks a signature on a registry, and `{source}` is a file: deploy it by reference, or without --verify-key"
+        );
         let file = PathBuf::from(&source);
         std::fs::read(&file).with_context(|| format!("reading {}", file.display()))?
     };

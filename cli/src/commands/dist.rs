@@ -3,14 +3,16 @@
 //! verifies; bermd never talks to a registry.
 //!
 //! ```text
-//! berm push REF FILE [--insecure]
-//! berm pull REF -o FILE [--insecure]
+//! berm push REF FILE [--sign-key KEY] [--insecure]
+//! berm pull REF -o FILE [--verify-key PUB]… [--insecure]
 //! berm search TEXT… [--limit N] [--index-dir DIR]
 //! berm index update [--index URL|PATH] [--index-dir DIR]
 //! berm index add REF [--name NAME] [--publisher WHO] [--index-dir DIR] [--insecure]
 //! ```
 
 use std::path::PathBuf;
+
+use anyhow::Context;
 
 use berm_index::{DEFAULT_INDEX_URL, default_index_dir};
 use berm_oci::RegistryOptions;
@@ -45,6 +47,10 @@ pub struct PushArgs {
     /// The program: a `.wasm` module built with berm-guest.
     #[arg(value_name = "FILE")]
     file: PathBuf,
+    /// Sign what was pushed with this cosign private key ($COSIGN_PASSWORD), as
+    /// `berm trust sign` does; the key is read before anything is pushed.
+    #[arg(long, value_name = "KEY")]
+    sign_key: Option<PathBuf>,
     /// Print what was pushed as one JSON object.
     #[arg(long)]
     json: bool,
@@ -62,6 +68,10 @@ pub struct PullArgs {
     /// Where to write the module; replaced atomically, untouched on failure.
     #[arg(short = 'o', long = "output", value_name = "FILE")]
     output: PathBuf,
+    /// Refuse the program unless one of these public keys (`cosign.pub`) signed it; the
+    /// trust policy's rules apply as well.
+    #[arg(long = "verify-key", value_name = "PUB")]
+    verify_keys: Vec<PathBuf>,
     /// Print what was pulled as one JSON object.
     #[arg(long)]
     json: bool,
@@ -144,18 +154,41 @@ pub struct AddArgs {
 
 /// `berm push REF FILE`: refuses a module that would not deploy, pushes it.
 pub async fn push(args: PushArgs) -> anyhow::Result<Exit> {
-    let pushed = berm_oci::push_file(&args.reference, &args.file, &args.registry.options()).await?;
+    let key = match &args.sign_key {
+        Some(path) => Some(super::trust::load_signing_key(path)?),
+        None => None,
+    };
+    let options = args.registry.options();
+    let pushed = berm_oci::push_file(&args.reference, &args.file, &options).await?;
+    let signed = match &key {
+        Some(key) => Some(
+            berm_trust::sign(&pushed, key, &options)
+                .await
+                .with_context(|| format!("pushed {}, but signing it failed", pushed.pinned))?,
+        ),
+        None => None,
+    };
     if args.json {
-        super::print_json(&pushed)?;
+        let mut value = serde_json::to_value(&pushed)?;
+        if let Some(signed) = &signed {
+            value["signed"] = serde_json::to_value(signed)?;
+        }
+        super::print_json(&value)?;
     } else {
         crate::outln!("{pushed}");
+        if let Some(signed) = &signed {
+            crate::outln!("signed   {} ({})", signed.signatures, signed.key);
+        }
     }
     Ok(Exit::Ok)
 }
 
 /// `berm pull REF -o FILE`: on any error the output file is left as it was.
 pub async fn pull(args: PullArgs) -> anyhow::Result<Exit> {
-    let pulled = berm_oci::pull_to(&args.reference, &args.output, &args.registry.options()).await?;
+    let options = args.registry.options();
+    let reference =
+        super::trust::checked_reference(&args.reference, &args.verify_keys, &options).await?;
+    let pulled = berm_oci::pull_to(&reference, &args.output, &options).await?;
     if args.json {
         // The module itself is in the output file; the object says what it is.
         super::print_json(&serde_json::json!({

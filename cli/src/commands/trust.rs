@@ -1,0 +1,206 @@
+//! `berm trust keygen|sign|verify`, and the signature checks before a program from a registry
+//! is pulled or deployed: `--verify-key` and the trust policy (berm-trust has the formats and
+//! the policy; this module has the flags and the output).
+//!
+//! ```text
+//! berm trust keygen [--dir DIR]
+//! berm trust sign REF --key cosign.key [--insecure]
+//! berm trust verify REF [--key cosign.pub]… [--insecure]
+//! ```
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use berm_oci::RegistryOptions;
+use berm_trust::{Policy, PublicKey, Signer, SigningKey, Verified};
+
+use crate::Exit;
+
+/// `berm trust …`.
+#[derive(Debug, Clone, clap::Subcommand)]
+pub enum Command {
+    /// Write a new key pair, `cosign.key` (encrypted with $COSIGN_PASSWORD, mode 0600) and
+    /// `cosign.pub`, in cosign's format; never overwrites.
+    Keygen(KeygenArgs),
+    /// Sign a pushed program with a cosign private key ($COSIGN_PASSWORD); the signature is
+    /// stored where cosign keeps it (`sha256-<digest>.sig`), so `cosign verify` reads it.
+    Sign(SignArgs),
+    /// Check that a program on a registry is signed by one of the given public keys, or by
+    /// what the trust policy requires for it.
+    Verify(VerifyArgs),
+}
+
+/// `berm trust keygen`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct KeygenArgs {
+    /// Where to write `cosign.key` and `cosign.pub`.
+    #[arg(long, value_name = "DIR", default_value = ".")]
+    dir: PathBuf,
+}
+
+/// `berm trust sign REF --key KEY`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct SignArgs {
+    /// The pushed program: `host/repo:tag` or `host/repo@sha256:…`.
+    #[arg(value_name = "REF")]
+    reference: String,
+    /// The private key (`cosign.key`, from `berm trust keygen` or `cosign generate-key-pair`).
+    #[arg(long, value_name = "KEY")]
+    key: PathBuf,
+    /// Print what was signed as one JSON object.
+    #[arg(long)]
+    json: bool,
+    /// Registry access.
+    #[command(flatten)]
+    registry: super::dist::RegistryArgs,
+}
+
+/// `berm trust verify REF [--key PUB]…`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct VerifyArgs {
+    /// The program: `host/repo:tag` or `host/repo@sha256:…`.
+    #[arg(value_name = "REF")]
+    reference: String,
+    /// A public key (`cosign.pub`); repeat for several, any one suffices. Without one, the
+    /// trust policy's rules for REF are checked.
+    #[arg(long = "key", value_name = "PUB")]
+    keys: Vec<PathBuf>,
+    /// Print the signatures that held as one JSON object.
+    #[arg(long)]
+    json: bool,
+    /// Registry access.
+    #[command(flatten)]
+    registry: super::dist::RegistryArgs,
+}
+
+/// Runs `berm trust …`.
+pub async fn run(command: Command) -> anyhow::Result<Exit> {
+    match command {
+        Command::Keygen(args) => {
+            let password = berm_trust::password_from_env()?;
+            let (private, public) = berm_trust::write_key_pair(&args.dir, &password)?;
+            let key = PublicKey::load(&public)?;
+            crate::outln!("private key {} (keep it; mode 0600)", private.display());
+            crate::outln!("public key  {} ({})", public.display(), key.id());
+            Ok(Exit::Ok)
+        }
+        Command::Sign(args) => {
+            let key = load_signing_key(&args.key)?;
+            let options = args.registry.options();
+            let described = berm_oci::describe(&args.reference, &options)
+                .await
+                .with_context(|| format!("reading {}", args.reference))?;
+            let signed = berm_trust::sign(&described, &key, &options).await?;
+            if args.json {
+                super::print_json(&signed)?;
+            } else {
+                crate::outln!("signed     {}", signed.pinned);
+                crate::outln!("by         {} ({})", args.key.display(), signed.key);
+                crate::outln!("stored at  {}", signed.signatures);
+            }
+            Ok(Exit::Ok)
+        }
+        Command::Verify(args) => {
+            let options = args.registry.options();
+            let described = berm_oci::describe(&args.reference, &options)
+                .await
+                .with_context(|| format!("reading {}", args.reference))?;
+            let mut signers = signers_for(&described.pinned, &args.keys)?;
+            if signers.is_empty() {
+                anyhow::bail!(
+                    "nothing to verify {} against: give --key cosign.pub, or a rule for it in {}",
+                    args.reference,
+                    policy_path_text()
+                );
+            }
+            let mut verified = Vec::new();
+            for signer in signers.drain(..) {
+                verified.push(berm_trust::verify(&described, &signer, &options).await?);
+            }
+            if args.json {
+                super::print_json(&serde_json::json!({
+                    "pinned": described.pinned,
+                    "verified": verified,
+                }))?;
+            } else {
+                crate::outln!("verified   {}", described.pinned);
+                for v in &verified {
+                    print_verified(v);
+                }
+            }
+            Ok(Exit::Ok)
+        }
+    }
+}
+
+/// Reads a private key with the password from $COSIGN_PASSWORD.
+pub fn load_signing_key(path: &Path) -> anyhow::Result<SigningKey> {
+    let password = berm_trust::password_from_env()?;
+    Ok(SigningKey::load(path, &password)?)
+}
+
+/// What must have signed `reference`: the `--verify-key` keys (any one), and each rule of
+/// the trust policy that covers it. Empty when nothing is required.
+fn signers_for(reference: &str, verify_keys: &[PathBuf]) -> anyhow::Result<Vec<Signer>> {
+    let mut signers = Vec::new();
+    if !verify_keys.is_empty() {
+        let keys = verify_keys
+            .iter()
+            .map(|k| PublicKey::load(k))
+            .collect::<Result<Vec<_>, _>>()?;
+        let names: Vec<String> = verify_keys
+            .iter()
+            .map(|k| k.display().to_string())
+            .collect();
+        signers.push(Signer {
+            keys,
+            because: format!("--verify-key {}", names.join(" --verify-key ")),
+        });
+    }
+    if let Some(policy) = Policy::load_default()? {
+        let parsed = berm_oci::parse_reference(reference)?;
+        let repository = format!("{}/{}", parsed.resolve_registry(), parsed.repository());
+        signers.extend(policy.requirements_for(&repository).into_iter().cloned());
+    }
+    Ok(signers)
+}
+
+fn policy_path_text() -> String {
+    berm_trust::default_policy_path()
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|| "~/.config/berm/trust.toml".into())
+}
+
+fn print_verified(v: &Verified) {
+    eprintln!(
+        "signed by  {} ({}), signature {}",
+        v.key_source, v.key, v.signature
+    );
+}
+
+/// The reference to pull `reference` by, once every signature it needs has been checked:
+/// pinned to the manifest digest that was verified, so what is pulled is what was checked
+/// (a tag moved in between is not followed). `reference` itself when nothing is required.
+///
+/// # Errors
+/// When a key or the policy cannot be read, or a required signature does not hold.
+pub async fn checked_reference(
+    reference: &str,
+    verify_keys: &[PathBuf],
+    options: &RegistryOptions,
+) -> anyhow::Result<String> {
+    let signers = signers_for(reference, verify_keys)?;
+    if signers.is_empty() {
+        return Ok(reference.to_string());
+    }
+    let described = berm_oci::describe(reference, options)
+        .await
+        .with_context(|| format!("reading {reference}"))?;
+    for signer in &signers {
+        let verified = berm_trust::verify(&described, signer, options)
+            .await
+            .with_context(|| format!("refusing {reference}: {}", signer.because))?;
+        print_verified(&verified);
+    }
+    Ok(described.pinned)
+}

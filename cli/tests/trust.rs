@@ -1,0 +1,300 @@
+//! Signed programs through the CLI, against a real registry (Debian's docker-registry) and a
+//! real bermd: `berm trust keygen`, `berm push --sign-key`, `berm trust verify`, `berm deploy
+//! --verify-key` (the right key deploys; a wrong key, an unsigned program and a malformed key
+//! are refused before anything is deployed) and the trust policy in force for `berm pull`.
+
+#[path = "../../oci/tests/support/registry.rs"]
+mod registry;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use registry::TestRegistry;
+
+const PASSWORD: &str = "correct horse";
+
+/// One user's world: a BERM_HOME with bermd running in it, and a config directory for the
+/// trust policy.
+struct World {
+    dir: tempfile::TempDir,
+    bermd: Child,
+}
+
+impl World {
+    fn start() -> World {
+        let dir = tempfile::tempdir().unwrap();
+        let bermd = Path::new(env!("CARGO_BIN_EXE_berm")).with_file_name("bermd");
+        assert!(
+            bermd.exists(),
+            "{} is not built: run cargo build -p berm-service",
+            bermd.display()
+        );
+        let home = dir.path().join("home");
+        let child = Command::new(bermd)
+            .env("BERM_HOME", &home)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while std::os::unix::net::UnixStream::connect(home.join("control.sock")).is_err() {
+            assert!(Instant::now() < deadline, "bermd did not come up");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        std::fs::create_dir_all(dir.path().join("config/berm")).unwrap();
+        World { dir, bermd: child }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    fn berm_in(&self, cwd: &Path, args: &[&str]) -> Output {
+        Command::new(env!("CARGO_BIN_EXE_berm"))
+            .args(args)
+            .current_dir(cwd)
+            .env("BERM_HOME", self.path("home"))
+            .env("XDG_CONFIG_HOME", self.path("config"))
+            .env("COSIGN_PASSWORD", PASSWORD)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    }
+
+    fn berm(&self, args: &[&str]) -> Output {
+        self.berm_in(self.dir.path(), args)
+    }
+
+    fn ok(&self, args: &[&str]) -> String {
+        let out = self.berm(args);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "berm {args:?}: {}",
+            text(&out.stderr)
+        );
+        format!("{}{}", text(&out.stdout), text(&out.stderr))
+    }
+
+    fn refused(&self, args: &[&str]) -> String {
+        let out = self.berm(args);
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "berm {args:?} should fail: {}",
+            text(&out.stdout)
+        );
+        text(&out.stderr)
+    }
+
+    fn deployed(&self) -> String {
+        self.ok(&["ls"])
+    }
+
+    fn policy(&self, text: &str) {
+        std::fs::write(self.path("config/berm/trust.toml"), text).unwrap();
+    }
+}
+
+impl Drop for World {
+    fn drop(&mut self) {
+        let _ = self.bermd.kill();
+        let _ = self.bermd.wait();
+    }
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn wasm(name: &str) -> String {
+    berm_fixtures::example_path(name).display().to_string()
+}
+
+#[test]
+fn signed_programs_deploy_and_others_are_refused_before_anything_is_deployed() {
+    let registry = TestRegistry::start();
+    let world = World::start();
+    for who in ["alice", "mallory"] {
+        std::fs::create_dir(world.path(who)).unwrap();
+        let out = world.berm_in(&world.path(who), &["trust", "keygen"]);
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        assert!(
+            text(&out.stdout).contains("public key"),
+            "{}",
+            text(&out.stdout)
+        );
+    }
+    let key = |who: &str, file: &str| world.path(&format!("{who}/{file}")).display().to_string();
+    // keygen never overwrites.
+    let again = world.berm_in(&world.path("alice"), &["trust", "keygen"]);
+    assert_eq!(again.status.code(), Some(2));
+    assert!(
+        text(&again.stderr).contains("exists"),
+        "{}",
+        text(&again.stderr)
+    );
+
+    let echo = registry.reference("berm/echo:v1");
+    let notes = registry.reference("berm/notes:v1");
+    let pushed = world.ok(&[
+        "push",
+        &echo,
+        &wasm("echo"),
+        "--sign-key",
+        &key("alice", "cosign.key"),
+    ]);
+    assert!(pushed.contains("signed"), "{pushed}");
+    world.ok(&["push", &notes, &wasm("notes")]);
+
+    // verify: the right key, then a wrong one, then an unsigned program.
+    let verified = world.ok(&[
+        "trust",
+        "verify",
+        &echo,
+        "--key",
+        &key("alice", "cosign.pub"),
+    ]);
+    assert!(
+        verified.contains("verified") && verified.contains("cosign.pub"),
+        "{verified}"
+    );
+    let wrong = world.refused(&[
+        "trust",
+        "verify",
+        &echo,
+        "--key",
+        &key("mallory", "cosign.pub"),
+    ]);
+    assert!(wrong.contains("no valid signature"), "{wrong}");
+    let unsigned = world.refused(&[
+        "trust",
+        "verify",
+        &notes,
+        "--key",
+        &key("alice", "cosign.pub"),
+    ]);
+    assert!(unsigned.contains("is not signed"), "{unsigned}");
+    let nothing = world.refused(&["trust", "verify", &echo]);
+    assert!(
+        nothing.contains("--key") && nothing.contains("trust.toml"),
+        "{nothing}"
+    );
+
+    // deploy --verify-key refuses before anything is deployed.
+    let wrong = world.refused(&[
+        "deploy",
+        "echo",
+        &echo,
+        "--verify-key",
+        &key("mallory", "cosign.pub"),
+    ]);
+    assert!(
+        wrong.contains("refusing") && wrong.contains("no valid signature"),
+        "{wrong}"
+    );
+    let unsigned = world.refused(&[
+        "deploy",
+        "notes",
+        &notes,
+        "--verify-key",
+        &key("alice", "cosign.pub"),
+    ]);
+    assert!(unsigned.contains("is not signed"), "{unsigned}");
+    let private = world.refused(&[
+        "deploy",
+        "echo",
+        &echo,
+        "--verify-key",
+        &key("alice", "cosign.key"),
+    ]);
+    assert!(private.contains("private key"), "{private}");
+    let file = world.refused(&[
+        "deploy",
+        "echo",
+        &wasm("echo"),
+        "--verify-key",
+        &key("alice", "cosign.pub"),
+    ]);
+    assert!(file.contains("is a file"), "{file}");
+    assert!(
+        !world.deployed().contains("echo") && !world.deployed().contains("notes"),
+        "{}",
+        world.deployed()
+    );
+    let out = world.ok(&[
+        "deploy",
+        "echo",
+        &echo,
+        "--verify-key",
+        &key("alice", "cosign.pub"),
+    ]);
+    assert!(
+        out.contains("signed by") && out.contains("deployed echo"),
+        "{out}"
+    );
+
+    // A wrong password is named.
+    let mut command = Command::new(env!("CARGO_BIN_EXE_berm"));
+    let out = command
+        .args([
+            "trust",
+            "sign",
+            &notes,
+            "--key",
+            &key("alice", "cosign.key"),
+        ])
+        .env("COSIGN_PASSWORD", "wrong")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("COSIGN_PASSWORD"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    // The trust policy: the whole `berm` namespace on this registry must be signed by alice.
+    world.policy(&format!(
+        "[[require]]\nreferences = [\"{}/berm/*\"]\nkeys = [\"{}\"]\n",
+        registry.addr,
+        key("alice", "cosign.pub")
+    ));
+    let out_file = world.path("notes.wasm").display().to_string();
+    let refused = world.refused(&["pull", &notes, "-o", &out_file]);
+    assert!(
+        refused.contains("is not signed") && refused.contains("trust.toml"),
+        "{refused}"
+    );
+    assert!(!world.path("notes.wasm").exists(), "nothing is written");
+    let refused = world.refused(&["deploy", "notes", &notes]);
+    assert!(refused.contains("is not signed"), "{refused}");
+    world.ok(&[
+        "pull",
+        &echo,
+        "-o",
+        &world.path("echo.wasm").display().to_string(),
+    ]);
+    // Outside the rule's references, nothing is required.
+    let elsewhere = registry.reference("other/notes:v1");
+    world.ok(&["push", &elsewhere, &wasm("notes")]);
+    world.ok(&["pull", &elsewhere, "-o", &out_file]);
+    // Signed, notes passes the policy too; verify without --key checks the policy's rule.
+    world.ok(&[
+        "trust",
+        "sign",
+        &notes,
+        "--key",
+        &key("alice", "cosign.key"),
+    ]);
+    world.ok(&["trust", "verify", &notes]);
+    world.ok(&["deploy", "notes", &notes]);
+    // A policy that does not parse refuses rather than allows.
+    world.policy("[[require]]\nreference = \"oops\"\n");
+    let refused = world.refused(&["pull", &elsewhere, "-o", &out_file]);
+    assert!(
+        refused.contains("trust policy") && refused.contains("unknown field"),
+        "{refused}"
+    );
+}
