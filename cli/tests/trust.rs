@@ -235,6 +235,27 @@ fn signed_programs_deploy_and_others_are_refused_before_anything_is_deployed() {
         "{out}"
     );
 
+    // inspect REF shows the signatures, and which key holds.
+    let shown = world.ok(&[
+        "inspect",
+        &echo,
+        "--verify-key",
+        &key("alice", "cosign.pub"),
+    ]);
+    assert!(
+        shown.contains("signatures: 1 stored at") && shown.contains("signed by"),
+        "{shown}"
+    );
+    let shown = world.ok(&[
+        "inspect",
+        &echo,
+        "--verify-key",
+        &key("mallory", "cosign.pub"),
+    ]);
+    assert!(shown.contains("NOT verified"), "{shown}");
+    let shown = world.ok(&["inspect", &notes]);
+    assert!(shown.contains("signatures: 0 stored at"), "{shown}");
+
     // A wrong password is named.
     let mut command = Command::new(env!("CARGO_BIN_EXE_berm"));
     let out = command

@@ -15,18 +15,73 @@ use crate::Exit;
 /// Arguments of `berm inspect`.
 #[derive(clap::Args)]
 pub struct Args {
-    /// An image file, or the name of a deployed program.
+    /// An image file, the name of a deployed program, or a registry reference
+    /// (`host/repo:tag`, `host/repo@sha256:…`: pulled and verified, then shown with its
+    /// signatures).
     target: String,
     /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
+    /// For a reference: check its signatures against this public key (`cosign.pub`; repeat
+    /// for several) and show which holds. The trust policy's rules for it are checked too.
+    #[arg(long = "verify-key", value_name = "PUB")]
+    verify_keys: Vec<std::path::PathBuf>,
+    /// Registry access, for a reference.
+    #[command(flatten)]
+    registry: super::dist::RegistryArgs,
+}
+
+/// Who signed a program on a registry, as far as can be checked: `signatures` stored, and
+/// for each required signer (`--verify-key`, the trust policy) the key that verified or why
+/// none did.
+#[derive(serde::Serialize)]
+struct Signatures {
+    stored_at: String,
+    count: usize,
+    verified: Vec<berm_trust::Verified>,
+    failed: Vec<String>,
 }
 
 /// Prints the inspection.
 pub async fn run(home: &Path, args: Args) -> anyhow::Result<Exit> {
     let client = super::client(home);
     let path = Path::new(&args.target);
-    let (digest, manifest, deployments) = if path.is_file() {
+    let mut signatures = None;
+    let (digest, manifest, deployments) = if !path.is_file() && berm_oci::is_reference(&args.target)
+    {
+        let options = args.registry.options();
+        let pulled = berm_oci::pull(&args.target, &options)
+            .await
+            .with_context(|| format!("pulling {}", args.target))?;
+        let described = pulled.described;
+        let stored = berm_oci::signatures(&described, &options).await?;
+        let mut checked = Signatures {
+            stored_at: stored.reference,
+            count: stored.signatures.len(),
+            verified: Vec::new(),
+            failed: Vec::new(),
+        };
+        for signer in super::trust::signers_for(&described.pinned, &args.verify_keys)? {
+            match berm_trust::verify(&described, &signer, &options).await {
+                Ok(v) => checked.verified.push(v),
+                Err(e) => checked.failed.push(e.to_string()),
+            }
+        }
+        signatures = Some(checked);
+        let deployments: Vec<ProgramView> = match client.list().await {
+            Ok(list) => list
+                .into_iter()
+                .filter(|p| p.digest == described.digest.to_string())
+                .collect(),
+            Err(ClientError::NotRunning { .. }) => Vec::new(),
+            Err(e) => return Err(e.into()),
+        };
+        (
+            described.digest.to_string(),
+            described.manifest,
+            deployments,
+        )
+    } else if path.is_file() {
         let image = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
         let digest = format!("sha256:{}", hex::encode(Sha256::digest(&image)));
         let manifest =
@@ -69,11 +124,28 @@ pub async fn run(home: &Path, args: Args) -> anyhow::Result<Exit> {
             "syscalls": manifest.syscalls.iter().map(|s| s.qualified()).collect::<Vec<_>>(),
             "calls": manifest.calls,
             "grants": grants,
+            "signatures": signatures,
         });
         crate::outln!("{}", serde_json::to_string_pretty(&out)?);
         return Ok(Exit::Ok);
     }
     crate::outln!("digest: {digest}");
+    if let Some(signatures) = &signatures {
+        crate::outln!(
+            "signatures: {} stored at {}",
+            signatures.count,
+            signatures.stored_at
+        );
+        for v in &signatures.verified {
+            crate::outln!("  signed by {} ({})", v.key_source, v.key);
+        }
+        for failed in &signatures.failed {
+            crate::outln!("  NOT verified: {failed}");
+        }
+        if signatures.verified.is_empty() && signatures.failed.is_empty() && signatures.count > 0 {
+            crate::outln!("  (who signed is checked against keys: pass --verify-key cosign.pub)");
+        }
+    }
     crate::outln!("description: {}", manifest.description.trim());
     if !manifest.usage.trim().is_empty() {
         crate::outln!("usage: {}", manifest.usage.trim());

@@ -141,7 +141,7 @@ pub fn load_signing_key(path: &Path) -> anyhow::Result<SigningKey> {
 
 /// What must have signed `reference`: the `--verify-key` keys (any one), and each rule of
 /// the trust policy that covers it. Empty when nothing is required.
-fn signers_for(reference: &str, verify_keys: &[PathBuf]) -> anyhow::Result<Vec<Signer>> {
+pub(crate) fn signers_for(reference: &str, verify_keys: &[PathBuf]) -> anyhow::Result<Vec<Signer>> {
     let mut signers = Vec::new();
     if !verify_keys.is_empty() {
         let keys = verify_keys
