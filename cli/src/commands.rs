@@ -5,6 +5,7 @@ pub mod call;
 pub mod completions;
 pub mod deploy;
 pub mod deploy_app;
+pub mod diff;
 pub mod dist;
 pub mod doctor;
 pub mod http;

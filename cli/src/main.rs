@@ -59,6 +59,9 @@ enum Command {
     Secret(commands::secret::Command),
     /// Call a tool: PROGRAM_TOOL (as MCP clients see it) with a JSON arguments object (or - for stdin).
     Call(commands::call::Args),
+    /// What deploying B over A would change that a person must accept: descriptions, tools,
+    /// schemas, syscalls, calls (and grants, between deployed programs).
+    Diff(commands::diff::Args),
     /// Show what an image file or a deployed program claims and reaches.
     Inspect(commands::inspect::Args),
     /// Scaffold a new program crate.
@@ -114,6 +117,7 @@ fn main() -> ExitCode {
             Command::Rm(args) => commands::rm::run(&home, args).await,
             Command::Secret(command) => commands::secret::run(&home, command).await,
             Command::Call(args) => commands::call::run(&home, args).await,
+            Command::Diff(args) => commands::diff::run(&home, args).await,
             Command::Inspect(args) => commands::inspect::run(&home, args).await,
             Command::New(args) => commands::new::run(args),
             Command::Mcp(args) => commands::mcp::run(&home, args).await,

@@ -656,10 +656,80 @@ fn deploy_app_over_state_it_did_not_create_needs_accept() {
     );
     let out = bermd.berm(&["deploy", "--app", other.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+}
 
-    // --accept outside --app is a usage error.
-    let out = bermd.berm(&["deploy", "notes", "x.wasm", "--accept"]);
+/// An upgrade under a deployed name that changes what the model reads or what the program
+/// may reach is refused until `--accept`, naming each change; `berm diff` shows the same.
+#[test]
+fn an_upgrade_that_changes_tools_or_reach_needs_accept() {
+    let bermd = Bermd::start();
+    bermd.deploy_example("echo", &[]);
+    let files = wasm("files");
+    let files = files.to_str().unwrap();
+    let running = text(&bermd.berm(&["ls"]).stdout);
+
+    // Another program under the name `echo`: its tools and syscalls differ.
+    let out = bermd.berm(&["deploy", "echo", files, "--grant", "log"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stdout));
+    let refused = text(&out.stderr);
+    for says in [
+        "changes what the model reads or what it may reach; nothing was deployed",
+        "tool added: read_file",
+        "tool removed: echo",
+        "syscalls now imported: fs.list, fs.read, fs.write",
+        "grants not held before: log",
+        "--accept",
+    ] {
+        assert!(refused.contains(says), "{says}: {refused}");
+    }
+    assert_eq!(
+        text(&bermd.berm(&["ls"]).stdout),
+        running,
+        "nothing was deployed"
+    );
+
+    // berm diff prints the same comparison, file against deployed name.
+    let out = bermd.berm(&["diff", "echo", files]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let diff = text(&out.stdout);
+    assert!(
+        diff.contains("tool added: read_file  [needs --accept]")
+            && diff.contains("grants compared only between two deployed programs"),
+        "{diff}"
+    );
+
+    // With --accept it lands, and says what was accepted.
+    let out = bermd.berm(&["deploy", "echo", files, "--grant", "log", "--accept"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("accepted: tool added: read_file"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    // The same image again with fewer grants is narrower: no acceptance needed.
+    let out = bermd.berm(&["deploy", "echo", files]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("narrower: grants no longer held: log"),
+        "{}",
+        text(&out.stderr)
+    );
+    // And a grant added back is refused again.
+    let out = bermd.berm(&["deploy", "echo", files, "--grant", "log"]);
     assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("grants not held before: log"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    // Between two deployed programs, grants are compared too.
+    bermd.deploy_example("files", &["--grant", "log", "--grant", "clock"]);
+    let out = bermd.berm(&["diff", "echo", "files", "--json"]);
+    let changes: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(changes[0]["change"], "grants_added", "{changes}");
+    assert_eq!(changes[0]["needs_acceptance"], true, "{changes}");
 }
 
 /// `bermd --app` over a name a stored deployment holds refuses to start with the same list,

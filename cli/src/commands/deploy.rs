@@ -27,7 +27,12 @@ pub struct Args {
     /// (a plain deploy, another folder's deployment, or the keyspace and stored secrets a
     /// removed one left), taking that state over. Without it such a folder is refused with
     /// the list, and nothing is deployed; with it the same list is printed.
-    #[arg(long, requires = "app")]
+    ///
+    /// With NAME: deploy even when the new version changes what the model reads (the
+    /// program's or a tool's description, a tool added or removed, a schema) or what it may
+    /// reach (syscalls, programs called, grants not held before) compared with what NAME
+    /// runs now. Without it such a deploy is refused with the list (`berm diff` shows it).
+    #[arg(long)]
     accept: bool,
     /// Registry access, when SOURCE is a reference.
     #[command(flatten)]
@@ -113,7 +118,7 @@ pub async fn run(home: &Path, args: Args) -> anyhow::Result<Exit> {
     // bermd resolves fs directories itself; relative ones are relative to
     // where the command ran, so make them absolute here.
     let cwd = std::env::current_dir().context("reading the current directory")?;
-    let grants = args
+    let grants: Vec<Grant> = args
         .grants
         .into_iter()
         .chain(args.secrets)
@@ -134,6 +139,7 @@ pub async fn run(home: &Path, args: Args) -> anyhow::Result<Exit> {
         deadline_ms: args.deadline_ms,
         memory_bytes: args.memory_mb.map(|mb| mb << 20),
     };
+    check_upgrade(home, &name, &image, &grants, args.accept).await?;
     let deployed = super::client(home)
         .deploy(&name, &DeployRequest::new(&image, grants, limits))
         .await?;
@@ -155,6 +161,43 @@ pub async fn run(home: &Path, args: Args) -> anyhow::Result<Exit> {
     crate::outln!("  tools: {}", tools.join(", "));
     crate::outln!("  grants: {}", super::ls::grants_text(&program.grants));
     Ok(Exit::Ok)
+}
+
+/// Refuses, unless `accept`, a deploy over `name` that changes what the model reads or what
+/// the program may reach; prints what changed either way. Nothing deployed under `name`, or
+/// an image bermd will refuse anyway, passes to bermd as is.
+async fn check_upgrade(
+    home: &Path,
+    name: &str,
+    image: &[u8],
+    grants: &[Grant],
+    accept: bool,
+) -> anyhow::Result<()> {
+    let running = match super::client(home).get(name).await {
+        Ok(view) => view,
+        Err(berm_control::ClientError::Api { status: 404, .. }) => return Ok(()),
+        Err(e) => return Err(e.into()),
+    };
+    let Ok(new) = berm_manifest::Manifest::from_image(image) else {
+        return Ok(());
+    };
+    let changes = berm_trust::compare(&running.manifest, &new, Some((&running.grants, grants)));
+    let (needing, rest): (Vec<_>, Vec<_>) = changes.iter().partition(|c| c.needs_acceptance());
+    if !needing.is_empty() && !accept {
+        let list: Vec<String> = needing.iter().map(|c| format!("  - {c}")).collect();
+        anyhow::bail!(
+            "deploying over `{name}` ({}) changes what the model reads or what it may reach; nothing was deployed:\n{}\nReview it (`berm diff {name} NEW` shows the same), then deploy again with --accept.",
+            running.digest,
+            list.join("\n")
+        );
+    }
+    for change in &needing {
+        eprintln!("accepted: {change}");
+    }
+    for change in &rest {
+        eprintln!("narrower: {change}");
+    }
+    Ok(())
 }
 
 /// `--secret NAME=HOST[:PORT]` as the grant it is.
