@@ -730,6 +730,42 @@ fn an_upgrade_that_changes_tools_or_reach_needs_accept() {
     let changes: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(changes[0]["change"], "grants_added", "{changes}");
     assert_eq!(changes[0]["needs_acceptance"], true, "{changes}");
+
+    // An app folder: redeploying it unchanged needs nothing; a grant added to berm.toml is
+    // refused until --accept, and nothing is deployed meanwhile.
+    let parent = tempfile::tempdir().unwrap();
+    let folder = notes_folder(parent.path(), "app");
+    let folder_arg = folder.to_str().unwrap();
+    for _ in 0..2 {
+        let out = bermd.berm(&["deploy", "--app", folder_arg]);
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    }
+    let toml = std::fs::read_to_string(folder.join("berm.toml")).unwrap();
+    std::fs::write(
+        folder.join("berm.toml"),
+        toml.replace("[\"kv\"]", "[\"kv\", \"clock\"]"),
+    )
+    .unwrap();
+    let before = text(&bermd.berm(&["ls"]).stdout);
+    let out = bermd.berm(&["deploy", "--app", folder_arg]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("notes: grants not held before: clock"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(
+        text(&bermd.berm(&["ls"]).stdout),
+        before,
+        "nothing was deployed"
+    );
+    let out = bermd.berm(&["deploy", "--app", folder_arg, "--accept"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("notes: accepted: grants not held before: clock"),
+        "{}",
+        text(&out.stderr)
+    );
 }
 
 /// `bermd --app` over a name a stored deployment holds refuses to start with the same list,

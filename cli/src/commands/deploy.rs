@@ -28,7 +28,8 @@ pub struct Args {
     /// removed one left), taking that state over. Without it such a folder is refused with
     /// the list, and nothing is deployed; with it the same list is printed.
     ///
-    /// With NAME: deploy even when the new version changes what the model reads (the
+    /// With NAME, or with --app for each program the folder replaces: deploy even when the
+    /// new version changes what the model reads (the
     /// program's or a tool's description, a tool added or removed, a schema) or what it may
     /// reach (syscalls, programs called, grants not held before) compared with what NAME
     /// runs now. Without it such a deploy is refused with the list (`berm diff` shows it).
@@ -163,9 +164,40 @@ pub async fn run(home: &Path, args: Args) -> anyhow::Result<Exit> {
     Ok(Exit::Ok)
 }
 
+/// The changes from what `name` runs now to (`image`, `grants`): none when nothing is
+/// deployed under `name`, or for an image bermd will refuse anyway.
+pub async fn upgrade_changes(
+    client: &berm_control::Client,
+    name: &str,
+    image: &[u8],
+    grants: &[Grant],
+) -> anyhow::Result<Option<(String, Vec<berm_trust::Change>)>> {
+    let running = match client.get(name).await {
+        Ok(view) => view,
+        Err(berm_control::ClientError::Api { status: 404, .. }) => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
+    let Ok(new) = berm_manifest::Manifest::from_image(image) else {
+        return Ok(None);
+    };
+    let changes = berm_trust::compare(&running.manifest, &new, Some((&running.grants, grants)));
+    Ok(Some((running.digest, changes)))
+}
+
+/// Prints each change, marked accepted or narrower.
+pub fn print_changes(prefix: &str, changes: &[berm_trust::Change]) {
+    for change in changes {
+        let kind = if change.needs_acceptance() {
+            "accepted"
+        } else {
+            "narrower"
+        };
+        eprintln!("{prefix}{kind}: {change}");
+    }
+}
+
 /// Refuses, unless `accept`, a deploy over `name` that changes what the model reads or what
-/// the program may reach; prints what changed either way. Nothing deployed under `name`, or
-/// an image bermd will refuse anyway, passes to bermd as is.
+/// the program may reach; prints what changed either way.
 async fn check_upgrade(
     home: &Path,
     name: &str,
@@ -173,30 +205,23 @@ async fn check_upgrade(
     grants: &[Grant],
     accept: bool,
 ) -> anyhow::Result<()> {
-    let running = match super::client(home).get(name).await {
-        Ok(view) => view,
-        Err(berm_control::ClientError::Api { status: 404, .. }) => return Ok(()),
-        Err(e) => return Err(e.into()),
-    };
-    let Ok(new) = berm_manifest::Manifest::from_image(image) else {
+    let Some((digest, changes)) =
+        upgrade_changes(&super::client(home), name, image, grants).await?
+    else {
         return Ok(());
     };
-    let changes = berm_trust::compare(&running.manifest, &new, Some((&running.grants, grants)));
-    let (needing, rest): (Vec<_>, Vec<_>) = changes.iter().partition(|c| c.needs_acceptance());
+    let needing: Vec<String> = changes
+        .iter()
+        .filter(|c| c.needs_acceptance())
+        .map(|c| format!("  - {c}"))
+        .collect();
     if !needing.is_empty() && !accept {
-        let list: Vec<String> = needing.iter().map(|c| format!("  - {c}")).collect();
         anyhow::bail!(
-            "deploying over `{name}` ({}) changes what the model reads or what it may reach; nothing was deployed:\n{}\nReview it (`berm diff {name} NEW` shows the same), then deploy again with --accept.",
-            running.digest,
-            list.join("\n")
+            "deploying over `{name}` ({digest}) changes what the model reads or what it may reach; nothing was deployed:\n{}\nReview it (`berm diff {name} NEW` shows the same), then deploy again with --accept.",
+            needing.join("\n")
         );
     }
-    for change in &needing {
-        eprintln!("accepted: {change}");
-    }
-    for change in &rest {
-        eprintln!("narrower: {change}");
-    }
+    print_changes("", &changes);
     Ok(())
 }
 

@@ -10,7 +10,8 @@
 //! another folder's deployment, state a removed deployment left) is refused before
 //! anything is written, listing it, unless `--accept` is given ([`berm_control::inherit`]).
 //! Each deployment is recorded with the folder it came from, so redeploying the same
-//! folder needs nothing.
+//! folder needs nothing. A program whose new version changes what the model reads or what
+//! it may reach is refused the same way, unless `--accept` (see `berm deploy NAME`).
 
 use std::path::Path;
 
@@ -38,8 +39,28 @@ pub async fn run(home: &Path, dir: &Path, accept: bool, json: bool) -> anyhow::R
     let secrets = secret_values(&app)?;
     let client = super::client(home);
     let takeover = takeover(&client, &app).await?.check(accept)?;
+    let upgrades = upgrades(&client, &prepared).await?;
+    let needing: Vec<String> = upgrades
+        .iter()
+        .flat_map(|(name, changes)| {
+            changes
+                .iter()
+                .filter(|c| c.needs_acceptance())
+                .map(move |c| format!("  - {name}: {c}"))
+        })
+        .collect();
+    if !needing.is_empty() && !accept {
+        anyhow::bail!(
+            "app `{}` changes what the model reads or what its programs may reach, compared with what runs now; nothing was deployed:\n{}\nReview it, then deploy again with --accept.",
+            app.name,
+            needing.join("\n")
+        );
+    }
     if !takeover.is_empty() && !json {
         println!("{}", takeover.notice());
+    }
+    for (name, changes) in &upgrades {
+        super::deploy::print_changes(&format!("{name}: "), changes);
     }
     // bermd wants fs directories to exist; create them only once the whole
     // folder has been checked.
@@ -150,6 +171,24 @@ async fn takeover(client: &Client, app: &berm_app::App) -> anyhow::Result<Takeov
         takeover.add(&state, &sets, Leftovers::Foreign);
     }
     Ok(takeover)
+}
+
+/// For each program of the folder already deployed, what its new version changes.
+async fn upgrades(
+    client: &Client,
+    prepared: &[Prepared],
+) -> anyhow::Result<Vec<(String, Vec<berm_trust::Change>)>> {
+    let mut all = Vec::new();
+    for program in prepared {
+        if let Some((_, changes)) =
+            super::deploy::upgrade_changes(client, &program.name, &program.image, &program.grants)
+                .await?
+            && !changes.is_empty()
+        {
+            all.push((program.name.clone(), changes));
+        }
+    }
+    Ok(all)
 }
 
 /// Reads and checks every program of `app` and resolves its grants against `data`, before
