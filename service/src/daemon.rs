@@ -48,6 +48,9 @@ pub struct DaemonConfig {
     pub service: ServiceConfig,
     /// Streamable HTTP, when asked for.
     pub http: Option<HttpConfig>,
+    /// A listener serving only `/metrics`, without a token (`--metrics ADDR`); checked by
+    /// the caller (loopback unless allowed otherwise).
+    pub metrics: Option<std::net::SocketAddr>,
     /// Largest JSON-RPC line read on the Unix socket.
     pub max_frame_bytes: usize,
     /// Most MCP sessions served at once on each listener (`mcp.sock`, the
@@ -76,6 +79,7 @@ impl DaemonConfig {
         DaemonConfig {
             service,
             http: None,
+            metrics: None,
             max_frame_bytes: crate::transport::DEFAULT_MAX_FRAME_BYTES,
             max_connections: crate::transport::DEFAULT_MAX_CONNECTIONS,
             max_session_rate: crate::transport::DEFAULT_MAX_SESSION_RATE,
@@ -91,6 +95,14 @@ impl DaemonConfig {
 /// Why bermd stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
+    /// The `--metrics` address could not be bound.
+    #[error("cannot listen for /metrics on {addr}: {source}")]
+    MetricsBind {
+        /// The address.
+        addr: std::net::SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
     /// The service could not open.
     #[error(transparent)]
     Open(#[from] OpenError),
@@ -277,6 +289,15 @@ pub async fn run(config: DaemonConfig) -> Result<(), RunError> {
                 tracing::warn!(url = %info.url, "serving MCP over Streamable HTTP with no token (--no-auth)")
             }
         }
+        tasks.spawn(async move { axum::serve(listener, router).await });
+    }
+    if let Some(addr) = config.metrics {
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|source| RunError::MetricsBind { addr, source })?;
+        let local = listener.local_addr().unwrap_or(addr);
+        tracing::info!(url = %format!("http://{local}/metrics"), "serving /metrics (no token)");
+        let router = http::metrics_router(service.clone());
         tasks.spawn(async move { axum::serve(listener, router).await });
     }
     let bind = |path: PathBuf| {

@@ -307,7 +307,8 @@ fn health(service: Arc<Service>, declared: Declared) -> axum::Router {
         )
 }
 
-/// The router serving MCP at `/mcp`, and the probes `/healthz` and `/readyz` ([`health`]).
+/// The router serving MCP at `/mcp`, `/metrics` ([`metrics_router`]) behind the same token,
+/// and the probes `/healthz` and `/readyz` ([`health`]).
 ///
 /// For `/mcp`, in order: the bearer token (401 with `WWW-Authenticate: Bearer`), the
 /// session cap (503: at most `max_sessions` sessions open and requests in
@@ -322,6 +323,7 @@ pub fn router(
     declared: Declared,
 ) -> axum::Router {
     let probes = health(service.clone(), declared);
+    let service_for_metrics = service.clone();
     let hosts = config.hosts();
     let origins: Vec<String> = hosts
         .iter()
@@ -353,6 +355,7 @@ pub fn router(
     };
     let router = axum::Router::new()
         .nest_service("/mcp", mcp)
+        .merge(metrics_router(service_for_metrics))
         .layer(axum::middleware::from_fn(
             move |request: Request, next: Next| {
                 let cap = cap.clone();
@@ -370,6 +373,25 @@ pub fn router(
     };
     // Merged after the layers above, which therefore do not apply to the probes.
     probes.merge(router)
+}
+
+/// `/metrics`: the Prometheus text format of [`crate::metrics::Metrics`]. On the MCP listener
+/// it sits behind the same token as `/mcp`; `bermd --metrics ADDR` serves it alone, without
+/// one, for a scraper that cannot hold the token (it reveals program and tool names and call
+/// counts, never arguments or results).
+pub fn metrics_router(service: Arc<Service>) -> axum::Router {
+    axum::Router::new().route(
+        "/metrics",
+        axum::routing::get(move || async move {
+            (
+                [(
+                    header::CONTENT_TYPE,
+                    "text/plain; version=0.0.4; charset=utf-8",
+                )],
+                service.metrics().encode(),
+            )
+        }),
+    )
 }
 
 /// Bounds HTTP the way [`crate::transport::SessionCap`] bounds a socket:

@@ -27,6 +27,7 @@ pub mod kv;
 pub mod listen;
 pub mod logs;
 pub mod mcp;
+pub mod metrics;
 pub mod service;
 pub mod store;
 pub mod sys;

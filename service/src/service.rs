@@ -400,6 +400,7 @@ pub struct Service {
     /// Deploys and removes happen one at a time, so memory and disk agree.
     changing: Mutex<()>,
     changes: broadcast::Sender<()>,
+    metrics: crate::metrics::Metrics,
 }
 
 fn source_name(source: CompileSource) -> &'static str {
@@ -447,6 +448,7 @@ impl Service {
             keyspaces: Mutex::new(HashMap::new()),
             changing: Mutex::new(()),
             changes,
+            metrics: crate::metrics::Metrics::new(),
         });
         service
             .berm
@@ -722,6 +724,32 @@ impl Service {
         args: &serde_json::Value,
         log: Option<LogTo<'_>>,
     ) -> Result<Result<Done, Failure>, CallError> {
+        let Some((program, tool)) = self
+            .catalog()
+            .get(name)
+            .map(|e| (e.program.clone(), e.tool.clone()))
+        else {
+            self.metrics.unknown_tool();
+            return Err(CallError::NoSuchTool(name.to_string()));
+        };
+        // Dropped with the call's future when it is cancelled: it then counts as such.
+        let timer = self.metrics.start(&program, &tool);
+        let result = self.call_counted(name, args, log).await;
+        timer.finish(match &result {
+            Ok(Ok(_)) => crate::metrics::Outcome::Ok,
+            Ok(Err(_)) => crate::metrics::Outcome::Failed,
+            Err(_) => crate::metrics::Outcome::Error,
+        });
+        result
+    }
+
+    /// Calls, metrics aside: see [`Service::call`].
+    async fn call_counted(
+        &self,
+        name: &str,
+        args: &serde_json::Value,
+        log: Option<LogTo<'_>>,
+    ) -> Result<Result<Done, Failure>, CallError> {
         let catalog = self.catalog();
         let entry = catalog
             .get(name)
@@ -755,6 +783,11 @@ impl Service {
             .await
             .map_err(|e| CallError::Lost(e.to_string()))?;
         checked(name, entry, outcome?)
+    }
+
+    /// Calls and their outcomes, for `/metrics`.
+    pub fn metrics(&self) -> &crate::metrics::Metrics {
+        &self.metrics
     }
 
     /// The one gate every call passes before its program runs, from outside

@@ -28,10 +28,11 @@ class Bermd:
     def __init__(self, home: Path, port: int):
         self.home = home
         self.port = port
+        self.metrics_port = free_port()
         self.env = {**os.environ, "BERM_HOME": str(home)}
         self.log = open(home.parent / "bermd.log", "wb")
         self.proc = subprocess.Popen(
-            [str(BIN / "bermd"), "--http", f"127.0.0.1:{port}"],
+            [str(BIN / "bermd"), "--http", f"127.0.0.1:{port}", "--metrics", f"127.0.0.1:{self.metrics_port}"],
             env=self.env,
             stdout=self.log,
             stderr=subprocess.STDOUT,

@@ -35,6 +35,15 @@ struct Args {
     /// Allow --http on an address that is not loopback.
     #[arg(long, requires = "http")]
     http_allow_remote: bool,
+    /// Serve Prometheus metrics at http://ADDR/metrics, without a token (loopback only
+    /// unless --metrics-allow-remote). With --http they are also at /metrics there, behind
+    /// the token.
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<SocketAddr>,
+    /// Allow --metrics on an address that is not loopback (a scraper in a cluster): anyone
+    /// who reaches it sees program and tool names and call counts, never arguments.
+    #[arg(long, requires = "metrics")]
+    metrics_allow_remote: bool,
     /// A file holding the bearer token HTTP clients must send (at least 32
     /// bytes; surrounding whitespace is ignored).
     /// Without it, bermd makes one into $BERM_HOME/http-token (mode 0600) and
@@ -244,6 +253,14 @@ fn start(args: Args, started: Instant) -> Result<(), (Exit, anyhow::Error)> {
         }
         None => None,
     };
+    if let Some(addr) = args.metrics
+        && !addr.ip().is_loopback()
+        && !args.metrics_allow_remote
+    {
+        return Err(usage(anyhow::anyhow!(
+            "--metrics {addr} is not a loopback address: add --metrics-allow-remote to serve metrics, without a token, to whoever reaches it"
+        )));
+    }
     let mut service = ServiceConfig::new(home);
     service.engine = match args.cpu_profile {
         Cpu::Native => EngineConfig::default(),
@@ -266,6 +283,7 @@ fn start(args: Args, started: Instant) -> Result<(), (Exit, anyhow::Error)> {
             no_auth: args.no_auth,
             allowed_hosts: args.allowed_hosts,
         }),
+        metrics: args.metrics,
         max_frame_bytes: args.max_frame_bytes,
         max_connections: args.max_connections,
         max_session_rate: args.max_session_rate,
