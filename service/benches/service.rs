@@ -6,6 +6,8 @@
 //! - `Service::call`: the same through bermd's service layer (schema
 //!   validation; echo imports nothing that waits, so its call starts on
 //!   the calling task);
+//! - what `/metrics` adds to every call: recording one (in flight, outcome, duration),
+//!   the median over batches of 1,000;
 //! - the floor: a plain thread echoing the same request line over a Unix
 //!   socket (two wake-ups, no MCP);
 //! - MCP `tools/call` over `$BERM_HOME/mcp.sock` from one client: p50/p99;
@@ -64,6 +66,27 @@ fn main() {
         })
         .await
     });
+
+    // What metrics add to each call: one record, timed over batches (a single record is
+    // shorter than the clock's resolution is worth).
+    let metrics_ns = {
+        use berm_service::metrics::Outcome;
+        let metrics = service.metrics();
+        for _ in 0..WARMUP {
+            metrics.start("echo", "echo").finish(Outcome::Ok);
+        }
+        let mut batches: Vec<f64> = (0..200)
+            .map(|_| {
+                let start = Instant::now();
+                for _ in 0..1_000 {
+                    metrics.start("echo", "echo").finish(Outcome::Ok);
+                }
+                start.elapsed().as_nanos() as f64 / 1_000.0
+            })
+            .collect();
+        batches.sort_by(f64::total_cmp);
+        batches[batches.len() / 2]
+    };
 
     // The floor any server on this machine pays: a thread that reads a
     // line from a Unix socket and writes it back, with the request a
@@ -181,6 +204,11 @@ fn main() {
     println!(
         "          Service::call in process       p50 {:>8.1} µs  p99 {:>8.1} µs",
         layer.p50, layer.p99
+    );
+    println!(
+        "          metrics: one call recorded         {:>8.0} ns  ({:.1}% of Service::call p50)",
+        metrics_ns,
+        metrics_ns / (layer.p50 * 1_000.0) * 100.0
     );
     println!(
         "floor     a line echoed by a thread over a Unix socket  p50 {:>8.1} µs  p99 {:>8.1} µs",
