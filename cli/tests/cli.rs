@@ -724,8 +724,18 @@ fn an_upgrade_that_changes_tools_or_reach_needs_accept() {
         text(&out.stderr)
     );
 
+    // An fs grant named by another spelling of the same directory is no change.
+    let data = tempfile::tempdir().unwrap();
+    let canonical = format!("fs={}:ro", data.path().display());
+    let dotted = format!("fs={}/./:ro", data.path().display());
+    bermd.deploy_example("files", &["--grant", &canonical, "--grant", "log"]);
+    let out = bermd.berm(&[
+        "deploy", "files", files, "--grant", &dotted, "--grant", "log",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+
     // Between two deployed programs, grants are compared too.
-    bermd.deploy_example("files", &["--grant", "log", "--grant", "clock"]);
+    bermd.deploy_example("files", &["--grant", "log", "--grant", "clock", "--accept"]);
     let out = bermd.berm(&["diff", "echo", "files", "--json"]);
     let changes: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(changes[0]["change"], "grants_added", "{changes}");

@@ -180,7 +180,24 @@ pub async fn upgrade_changes(
     let Ok(new) = berm_manifest::Manifest::from_image(image) else {
         return Ok(None);
     };
-    let changes = berm_trust::compare(&running.manifest, &new, Some((&running.grants, grants)));
+    // bermd keeps an fs grant's directory canonical; compare the new one the same way, so
+    // `fs=./data` over `fs=/home/me/data` is no change.
+    let grants: Vec<Grant> = grants
+        .iter()
+        .map(|grant| match grant {
+            Grant::Fs {
+                dir,
+                read_only,
+                quota,
+            } => Grant::Fs {
+                dir: std::fs::canonicalize(dir).unwrap_or_else(|_| dir.clone()),
+                read_only: *read_only,
+                quota: quota.clone(),
+            },
+            other => other.clone(),
+        })
+        .collect();
+    let changes = berm_trust::compare(&running.manifest, &new, Some((&running.grants, &grants)));
     Ok(Some((running.digest, changes)))
 }
 
