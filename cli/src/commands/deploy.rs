@@ -192,7 +192,7 @@ pub async fn upgrade_changes(
             } => Grant::Fs {
                 dir: std::fs::canonicalize(dir).unwrap_or_else(|_| dir.clone()),
                 read_only: *read_only,
-                quota: quota.clone(),
+                quota: *quota,
             },
             other => other.clone(),
         })
