@@ -158,11 +158,18 @@ pub(crate) fn signers_for(reference: &str, verify_keys: &[PathBuf]) -> anyhow::R
         });
     }
     if let Some(policy) = Policy::load_default()? {
-        let parsed = berm_oci::parse_reference(reference)?;
-        let repository = format!("{}/{}", parsed.resolve_registry(), parsed.repository());
+        let repository = policy_repository(reference)?;
         signers.extend(policy.requirements_for(&repository).into_iter().cloned());
     }
     Ok(signers)
+}
+
+/// The `registry/repository` a trust policy matches `reference` by: `registry()`, not
+/// `resolve_registry()`, so Docker Hub is `docker.io` as references and cosign name it, not
+/// its API host `index.docker.io`.
+fn policy_repository(reference: &str) -> anyhow::Result<String> {
+    let parsed = berm_oci::parse_reference(reference)?;
+    Ok(format!("{}/{}", parsed.registry(), parsed.repository()))
 }
 
 fn policy_path_text() -> String {
@@ -203,4 +210,28 @@ pub async fn checked_reference(
         print_verified(&verified);
     }
     Ok(described.pinned)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::policy_repository;
+
+    #[test]
+    fn the_policy_matches_references_by_their_written_out_repository() {
+        for (reference, repository) in [
+            ("alpine", "docker.io/library/alpine"),
+            ("docker.io/acme/echo:v1", "docker.io/acme/echo"),
+            (
+                "ghcr.io/acme/echo@sha256:0000000000000000000000000000000000000000000000000000000000000000",
+                "ghcr.io/acme/echo",
+            ),
+            ("127.0.0.1:5000/berm/echo:v1", "127.0.0.1:5000/berm/echo"),
+        ] {
+            assert_eq!(
+                policy_repository(reference).unwrap(),
+                repository,
+                "{reference}"
+            );
+        }
+    }
 }
