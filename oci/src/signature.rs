@@ -7,7 +7,7 @@
 //! This module only moves bytes, bounded and digest-checked like every other pull; what the
 //! payload says and whether the signature holds is berm-trust's business.
 
-use oci_client::manifest::{OciDescriptor, OciImageManifest};
+use oci_client::manifest::{IMAGE_MANIFEST_MEDIA_TYPE, OciDescriptor, OciImageManifest};
 
 use crate::error::{PullError, PushError, RegistryError};
 use crate::pull::{Described, fetch_blob};
@@ -222,7 +222,12 @@ async fn signature_manifest(remote: &Remote) -> Result<Option<OciImageManifest>,
     let reference = remote.reference.whole();
     let body = match remote
         .client
-        .pull_manifest_raw(&remote.reference, &remote.auth, &[MANIFEST_MEDIA_TYPE])
+        // cosign 2 writes an OCI manifest; older cosign, a Docker schema 2 one of the same shape.
+        .pull_manifest_raw(
+            &remote.reference,
+            &remote.auth,
+            &[MANIFEST_MEDIA_TYPE, IMAGE_MANIFEST_MEDIA_TYPE],
+        )
         .await
     {
         Ok((body, _)) => body,
