@@ -724,17 +724,14 @@ impl Service {
         args: &serde_json::Value,
         log: Option<LogTo<'_>>,
     ) -> Result<Result<Done, Failure>, CallError> {
-        let Some((program, tool)) = self
-            .catalog()
-            .get(name)
-            .map(|e| (e.program.clone(), e.tool.clone()))
-        else {
+        let catalog = self.catalog();
+        let Some(entry) = catalog.get(name) else {
             self.metrics.unknown_tool();
             return Err(CallError::NoSuchTool(name.to_string()));
         };
         // Dropped with the call's future when it is cancelled: it then counts as such.
-        let timer = self.metrics.start(&program, &tool);
-        let result = self.call_counted(name, args, log).await;
+        let timer = self.metrics.start(&entry.program, &entry.tool);
+        let result = self.call_counted(name, entry, args, log).await;
         timer.finish(match &result {
             Ok(Ok(_)) => crate::metrics::Outcome::Ok,
             Ok(Err(_)) => crate::metrics::Outcome::Failed,
@@ -747,13 +744,10 @@ impl Service {
     async fn call_counted(
         &self,
         name: &str,
+        entry: &catalog::ToolEntry,
         args: &serde_json::Value,
         log: Option<LogTo<'_>>,
     ) -> Result<Result<Done, Failure>, CallError> {
-        let catalog = self.catalog();
-        let entry = catalog
-            .get(name)
-            .ok_or_else(|| CallError::NoSuchTool(name.to_string()))?;
         // Serializing a Value cannot fail.
         let bytes = serde_json::to_vec(args).unwrap_or_default();
         let slot = self.admit(entry, &bytes, Some(args))?;

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use berm::GuestArch;
 use berm_fixtures::hostile;
-use common::{BOOT, READY, Vmm, app_folder, guest_event_where, scratch_to_boot};
+use common::{boot_notes, scratch_to_boot};
 
 /// The guest's bermd runs with bermd's default frame cap (berm-init passes no
 /// `--max-frame-bytes`): `berm_service::transport::DEFAULT_MAX_FRAME_BYTES`.
@@ -26,18 +26,7 @@ fn each_hostile_line_through_the_relay_costs_only_itself() {
     let Some(tmp) = scratch_to_boot(GuestArch::HOST) else {
         return;
     };
-    let app = app_folder(
-        tmp.path(),
-        "notes",
-        &["notes"],
-        "name = \"notes\"\n[[program]]\nname = \"notes\"\nwasm = \"notes.wasm\"\ngrants = [\"kv\"]\n",
-    );
-    let mut vmm = Vmm::start(&["--app", app.to_str().unwrap()], &[]);
-    vmm.wait_line(
-        "app_ready",
-        BOOT + READY,
-        guest_event_where!(AppReady, |_: &berm_vm_protocol::AppReady| true),
-    );
+    let mut vmm = boot_notes(tmp.path());
     let socket = vmm.run_dir.join("rpc-0.sock");
     let stream = UnixStream::connect(&socket)
         .unwrap_or_else(|e| panic!("connecting to {}: {e}", socket.display()));

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use berm::GuestArch;
 use berm_vm_protocol::{Event, GuestLine, Service};
-use common::{BOOT, READY, Vmm, app_folder, guest_event_where, scratch_to_boot};
+use common::{boot_notes, scratch_to_boot};
 use serde_json::Value;
 
 /// Tries per socket.
@@ -52,18 +52,7 @@ fn every_relayed_socket_answers_a_client_that_half_closed() {
     let Some(tmp) = scratch_to_boot(GuestArch::HOST) else {
         return;
     };
-    let app = app_folder(
-        tmp.path(),
-        "notes",
-        &["notes"],
-        "name = \"notes\"\n[[program]]\nname = \"notes\"\nwasm = \"notes.wasm\"\ngrants = [\"kv\"]\n",
-    );
-    let mut vmm = Vmm::start(&["--app", app.to_str().unwrap()], &[]);
-    vmm.wait_line(
-        "app_ready",
-        BOOT + READY,
-        guest_event_where!(AppReady, |_: &berm_vm_protocol::AppReady| true),
-    );
+    let mut vmm = boot_notes(tmp.path());
     let run = vmm.run_dir.clone();
 
     let mut failures = Vec::new();

@@ -123,18 +123,7 @@ pub async fn run(home: &Path, args: Args) -> anyhow::Result<Exit> {
         .grants
         .into_iter()
         .chain(args.secrets)
-        .map(|grant| match grant {
-            Grant::Fs {
-                dir,
-                read_only,
-                quota,
-            } if dir.is_relative() => Grant::Fs {
-                dir: cwd.join(dir),
-                read_only,
-                quota,
-            },
-            other => other,
-        })
+        .map(|grant| with_fs_dir(grant, |dir| cwd.join(dir)))
         .collect();
     let limits = LimitsSpec {
         deadline_ms: args.deadline_ms,
@@ -184,17 +173,10 @@ pub async fn upgrade_changes(
     // `fs=./data` over `fs=/home/me/data` is no change.
     let grants: Vec<Grant> = grants
         .iter()
-        .map(|grant| match grant {
-            Grant::Fs {
-                dir,
-                read_only,
-                quota,
-            } => Grant::Fs {
-                dir: std::fs::canonicalize(dir).unwrap_or_else(|_| dir.clone()),
-                read_only: *read_only,
-                quota: *quota,
-            },
-            other => other.clone(),
+        .map(|grant| {
+            with_fs_dir(grant.clone(), |dir| {
+                std::fs::canonicalize(&dir).unwrap_or(dir)
+            })
         })
         .collect();
     let changes = berm_trust::compare(&running.manifest, &new, Some((&running.grants, &grants)));
@@ -240,6 +222,22 @@ async fn check_upgrade(
     }
     print_changes("", &changes);
     Ok(())
+}
+
+/// `grant` with its directory passed through `f` when it is an fs grant; any other as is.
+fn with_fs_dir(grant: Grant, f: impl FnOnce(PathBuf) -> PathBuf) -> Grant {
+    match grant {
+        Grant::Fs {
+            dir,
+            read_only,
+            quota,
+        } => Grant::Fs {
+            dir: f(dir),
+            read_only,
+            quota,
+        },
+        other => other,
+    }
 }
 
 /// `--secret NAME=HOST[:PORT]` as the grant it is.

@@ -507,3 +507,22 @@ pub fn probe_in_app0(probe: &Path) -> [&str; 4] {
         "0",
     ]
 }
+
+/// berm-vmm booting the notes example (granted kv) as its one app from a folder in `dir`,
+/// returned once the guest says the app is ready.
+#[allow(dead_code)]
+pub fn boot_notes(dir: &Path) -> Vmm {
+    let app = app_folder(
+        dir,
+        "notes",
+        &["notes"],
+        "name = \"notes\"\n[[program]]\nname = \"notes\"\nwasm = \"notes.wasm\"\ngrants = [\"kv\"]\n",
+    );
+    let mut vmm = Vmm::start(&["--app", app.to_str().unwrap()], &[]);
+    vmm.wait_line(
+        "app_ready",
+        BOOT + READY,
+        guest_event_where!(AppReady, |_: &berm_vm_protocol::AppReady| true),
+    );
+    vmm
+}
