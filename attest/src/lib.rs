@@ -25,7 +25,8 @@ mod folder;
 mod record;
 mod verify;
 
-pub use canonical::{canonical_json, record_sha256};
+pub use berm_dsse::canonical_json;
+pub use canonical::record_sha256;
 pub use code::{Programs, ProgramsError, arch_of_target, engine as code_engine};
 pub use folder::{FolderError, folder_digest};
 pub use record::{BuildError, FORMAT, FORMAT_V1, Guest, Record, ShapeError, is_kept};

@@ -791,7 +791,7 @@ fn with_key(key: &HostKey) -> Box<dyn Fn(&Value) -> Verdict> {
 
 fn signed(key: &HostKey, record: &Value) -> Value {
     let record: Record = serde_json::from_value(record.clone()).unwrap();
-    serde_json::to_value(key.sign(&record)).unwrap()
+    serde_json::to_value(dsse::sign(key, &record)).unwrap()
 }
 
 /// Signed records, checked with `--key`.

@@ -22,12 +22,39 @@ use crate::{DeployError, Digest, Engine, Error, Failure, Manifest, Syscall};
 /// is at depth 1, a program it calls at depth 2, and so on.
 pub const DEFAULT_CALL_DEPTH: u32 = 8;
 
+/// The host's own record of one call, opaque to the runtime: its syscalls add to it
+/// ([`crate::SyscallContext::trace`]), and the [`CallGate`] sees the caller's when a program
+/// calls another. berm-service keeps a call's receipt in it.
+pub type CallTrace = Arc<dyn Any + Send + Sync>;
+
 /// Options for one call from outside.
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Default)]
 pub struct CallOptions {
     /// The deadline for this call (and the calls it makes), instead of the
     /// program's own.
     pub deadline: Option<Duration>,
+    /// The host's record of this call, handed to its syscalls.
+    pub trace: Option<CallTrace>,
+}
+
+impl std::fmt::Debug for CallOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CallOptions")
+            .field("deadline", &self.deadline)
+            .field("trace", &self.trace.is_some())
+            .finish()
+    }
+}
+
+/// What a [`CallGate`] let through: what it holds until the call ends (a call slot) and
+/// the host's record of the call between programs, if it keeps one.
+#[derive(Default)]
+pub struct Admitted {
+    /// Held until the call ends, then dropped.
+    pub hold: Option<Box<dyn Any + Send>>,
+    /// The callee's [`CallTrace`], handed to its syscalls and back to
+    /// [`CallGate::finished`].
+    pub trace: Option<CallTrace>,
 }
 
 /// What a host checks before a call between programs starts, the same checks it makes
@@ -36,8 +63,8 @@ pub struct CallOptions {
 /// fewer checks. Installed with [`Berm::set_call_gate`]; the runtime has already checked
 /// depth, the caller's `call=` grants and manifest `calls`, and the argument cap.
 pub trait CallGate: Send + Sync {
-    /// Admits a call of `program.tool` with `args`, or refuses it with the error a call
-    /// from outside would get. What it returns is held until the call ends (a call slot).
+    /// Admits a call of `program.tool` with `args`, made by the call whose trace is
+    /// `caller`, or refuses it with the error a call from outside would get.
     ///
     /// # Errors
     /// The refusal ([`Error::InvalidArguments`], [`Error::Busy`], …); nothing runs.
@@ -46,7 +73,14 @@ pub trait CallGate: Send + Sync {
         program: &str,
         tool: &str,
         args: &[u8],
-    ) -> Result<Option<Box<dyn Any + Send>>, Error>;
+        caller: Option<&CallTrace>,
+    ) -> Result<Admitted, Error>;
+
+    /// Hears how an admitted call ended, before its caller does. Not called when the call
+    /// is dropped unfinished (its caller stopped): `admitted` is dropped then.
+    fn finished(&self, admitted: Admitted, result: &Result<Result<String, Failure>, Error>) {
+        let _ = (admitted, result);
+    }
 }
 
 /// Where a [`Berm`] looks for compiled code before compiling: first the
@@ -286,6 +320,17 @@ impl Berm {
         self.inner.program(name).map(|p| p.info.clone())
     }
 
+    /// sha256 (hex) of the native code `name` runs, as the `.cwasm` file it was or would be
+    /// loaded from holds it: what a receipt names as the code that ran. Serializes the
+    /// compiled code, so a host asks once per deployment; `None` when nothing is deployed
+    /// under the name or the code cannot be serialized.
+    pub fn code_sha256(&self, name: &str) -> Option<String> {
+        use sha2::Digest as _;
+        let program = self.inner.program(name)?;
+        let code = program.pre.module().serialize().ok()?;
+        Some(hex::encode(sha2::Sha256::digest(&code)))
+    }
+
     /// Calls `program.tool` with `args` (JSON bytes, by the SDK's
     /// convention) on a fresh instance. `caller` names who is asking, for
     /// syscalls that attribute work.
@@ -334,6 +379,7 @@ impl Berm {
             depth: 1,
             deadline: Instant::now() + budget,
             budget,
+            trace: options.trace.clone(),
         };
         invocation::invoke(&self.inner.engine, self.inner.clone(), invocation).await
     }
@@ -428,11 +474,15 @@ impl Programs for Inner {
             let program = self
                 .program(&invocation.program)
                 .ok_or_else(|| Error::NoSuchProgram(invocation.program.clone()))?;
-            let _admitted = match self.gate.get() {
-                Some(gate) => {
-                    gate.admit(&invocation.program, &invocation.tool, &invocation.args)?
-                }
-                None => None,
+            let gate = self.gate.get().cloned();
+            let admitted = match &gate {
+                Some(gate) => gate.admit(
+                    &invocation.program,
+                    &invocation.tool,
+                    &invocation.args,
+                    invocation.trace.as_ref(),
+                )?,
+                None => Admitted::default(),
             };
             // The callee's own deadline applies as it does to a call from outside, within
             // what is left of the caller's.
@@ -442,8 +492,13 @@ impl Programs for Inner {
                 invocation.deadline = own;
                 invocation.budget = program.info.limits.deadline;
             }
+            invocation.trace = admitted.trace.clone();
             let engine = self.engine.clone();
-            invocation::invoke(&engine, self, invocation.of(program)).await
+            let result = invocation::invoke(&engine, self, invocation.of(program)).await;
+            if let Some(gate) = gate {
+                gate.finished(admitted, &result);
+            }
+            result
         })
     }
 }

@@ -44,6 +44,9 @@ pub(crate) struct Invocation<P = Arc<Program>> {
     pub depth: u32,
     pub deadline: Instant,
     pub budget: Duration,
+    /// The host's record of this call ([`crate::CallTrace`]); a nested call starts with its
+    /// caller's, which the gate replaces with the callee's own.
+    pub trace: Option<crate::CallTrace>,
 }
 
 impl<P> Invocation<P> {
@@ -57,6 +60,7 @@ impl<P> Invocation<P> {
             depth: self.depth,
             deadline: self.deadline,
             budget: self.budget,
+            trace: self.trace,
         }
     }
 }
@@ -151,6 +155,7 @@ impl CallState {
             depth: self.call.depth + 1,
             deadline: self.call.deadline,
             budget: self.call.budget,
+            trace: self.call.trace.clone(),
         }
     }
 }

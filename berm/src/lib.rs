@@ -44,7 +44,7 @@ pub mod syscall;
 pub use berm_abi as abi;
 pub use berm_abi::grant::Grant;
 pub use berm_manifest::{self as manifest, Digest, DigestParseError, Manifest, ManifestError};
-pub use call::{Berm, CallGate, CallOptions, CodeDirs};
+pub use call::{Admitted, Berm, CallGate, CallOptions, CallTrace, CodeDirs};
 pub use engine::{
     CpuProfile, Engine, EngineConfig, EngineError, GuestArch, Limits, PORTABLE_FLAGS,
     PORTABLE_TARGET, Precompiled, UnknownArch,

@@ -441,6 +441,7 @@ fn context(state: &CallState) -> SyscallContext<'_> {
         caller: state.call.caller.as_deref(),
         deadline: state.call.deadline,
         data: state.call.program.data.as_deref(),
+        trace: state.call.trace.as_ref(),
         host_memory: &state.call.program.host_memory,
     }
 }

@@ -32,6 +32,7 @@ pub struct SyscallContext<'a> {
     /// the deadline cannot interrupt host code, only wasm.
     pub deadline: Instant,
     pub(crate) data: Option<&'a (dyn Any + Send + Sync)>,
+    pub(crate) trace: Option<&'a crate::CallTrace>,
     pub(crate) host_memory: &'a Arc<HostMemory>,
 }
 
@@ -41,6 +42,12 @@ impl SyscallContext<'_> {
     /// without a lookup per syscall.
     pub fn data<T: 'static>(&self) -> Option<&T> {
         self.data.and_then(|d| d.downcast_ref::<T>())
+    }
+
+    /// The host's record of this call ([`crate::CallOptions::trace`], or the one the
+    /// [`crate::CallGate`] made for a call between programs), if it is a `T`.
+    pub fn trace<T: Send + Sync + 'static>(&self) -> Option<Arc<T>> {
+        self.trace.and_then(|t| Arc::clone(t).downcast::<T>().ok())
     }
 
     /// The program's host memory budget, shared by all its calls. A handler reserves from it

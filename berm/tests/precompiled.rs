@@ -58,6 +58,12 @@ async fn native_precompiled_code_is_used_and_nothing_is_compiled() {
     assert_eq!(info.code_time, deployed.code_time);
     // Loaded, not compiled: nothing was added to the writable cache.
     assert_eq!(std::fs::read_dir(cache.path()).unwrap().count(), 0);
+    // The code a receipt names is the file's, byte for byte.
+    use sha2::Digest as _;
+    assert_eq!(
+        berm.code_sha256("echo").unwrap(),
+        hex::encode(sha2::Sha256::digest(&precompiled.bytes))
+    );
     let answer = berm
         .call(None, "echo", "echo", br#"{"message":"hi"}"#.to_vec())
         .await

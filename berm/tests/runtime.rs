@@ -389,6 +389,7 @@ async fn nested_calls_share_the_outer_deadline() {
     // nested call had a deadline of its own, it would spin for 5 s.
     let options = CallOptions {
         deadline: Some(Duration::from_millis(300)),
+        ..CallOptions::default()
     };
     let args = br#"{"program":"hostile","tool":"spin","args":{}}"#.to_vec();
     let started = std::time::Instant::now();
@@ -428,6 +429,7 @@ async fn every_bound_holds_and_the_next_call_succeeds() {
 
     let options = CallOptions {
         deadline: Some(Duration::from_millis(200)),
+        ..CallOptions::default()
     };
     let e = berm
         .call_with(None, "hostile", "spin", b"{}".to_vec(), &options)

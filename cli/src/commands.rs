@@ -14,6 +14,7 @@ pub mod ls;
 pub mod mcp;
 pub mod mcp_lines;
 pub mod new;
+pub mod receipts;
 pub mod rm;
 pub mod secret;
 pub mod trust;

@@ -90,6 +90,9 @@ enum Command {
     /// The record of a berm-vmm run (`berm attest RUN_DIR`), or its offline check
     /// (`berm attest verify RECORD`).
     Attest(commands::attest::Args),
+    /// The receipts `bermd --receipts DIR` writes: `verify` them offline, or `show` them.
+    #[command(subcommand)]
+    Receipts(commands::receipts::Command),
     /// Print a shell completion script: `berm completions bash > ~/.local/share/bash-completion/completions/berm`.
     Completions(commands::completions::Args),
 }
@@ -130,6 +133,7 @@ fn main() -> ExitCode {
             Command::Vm(command) => commands::vm::run(command).await,
             Command::Doctor(args) => commands::doctor::run(&home, args).await,
             Command::Attest(args) => commands::attest::run(args),
+            Command::Receipts(command) => commands::receipts::run(command),
             Command::Completions(args) => commands::completions::run::<Cli>(args),
         }
     });

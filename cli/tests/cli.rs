@@ -1160,3 +1160,242 @@ fn berm_http_says_when_bermd_serves_no_http() {
         text(&out.stderr)
     );
 }
+
+/// `bermd --receipts`: real calls (a fetch with a secret, a call between programs, a
+/// failure) leave a log `berm receipts verify` accepts, whose receipts say what each call
+/// reached; one call checks against what its client kept; another key is refused.
+#[test]
+fn every_call_leaves_a_receipt_that_verifies() {
+    use berm_egress::testing::{Reply, TestServer};
+    const TOKEN: &str = "receipt-token-5e1d";
+    let (ca, dir, ca_file) = test_ca();
+    let api = TestServer::https(&ca, |seen| match seen.header("authorization") {
+        Some(auth) if auth == format!("Bearer {TOKEN}") => {
+            Reply::ok(r#"[{"number":3,"title":"Receipts","html_url":"https://x/3"}]"#)
+        }
+        _ => Reply {
+            status: 401,
+            ..Reply::ok("bad credentials")
+        },
+    });
+    let receipts = dir.path().join("receipts");
+    let key = dir.path().join("host-key.pem");
+    let mut bermd = Bermd::start_with(
+        &[
+            "--extra-ca",
+            ca_file.to_str().unwrap(),
+            "--receipts",
+            receipts.to_str().unwrap(),
+            "--receipts-key",
+            key.to_str().unwrap(),
+        ],
+        Stdio::null(),
+    );
+    let out = berm_in(
+        &bermd.home,
+        &["secret", "set", "issues", "GITHUB_TOKEN"],
+        Some(&format!("{TOKEN}\n")),
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let host = format!("127.0.0.1:{}", api.port());
+    let (net, secret) = (format!("net={host}"), format!("GITHUB_TOKEN={host}"));
+    bermd.deploy_example("issues", &["--grant", &net, "--secret", &secret]);
+    bermd.deploy_example("echo", &[]);
+    bermd.deploy_example("compose", &["--grant", "call=echo"]);
+    let arguments = format!(r#"{{"repo":"octo/demo","api":"https://{host}"}}"#);
+    let listed = bermd.berm(&["call", "issues_list", &arguments]);
+    assert_eq!(listed.status.code(), Some(0), "{}", text(&listed.stderr));
+    let shout = bermd.berm(&["call", "compose_shout", r#"{"message":"hi"}"#]);
+    assert_eq!(text(&shout.stdout).trim_end(), "HI");
+    let failed = bermd.berm(&["call", "echo_fail", r#"{"message":"no"}"#]);
+    assert_eq!(failed.status.code(), Some(1));
+    berm_fixtures::terminate(&bermd.child);
+    bermd.child.wait().unwrap();
+
+    let public = dir.path().join("host.pub");
+    let out = berm_in(
+        &bermd.home,
+        &["attest", "key", "--key", key.to_str().unwrap()],
+        None,
+    );
+    std::fs::write(&public, &out.stdout).unwrap();
+    let verify = |extra: &[&str]| {
+        let base = [
+            "receipts",
+            "verify",
+            receipts.to_str().unwrap(),
+            "--key",
+            public.to_str().unwrap(),
+        ];
+        berm_in(&bermd.home, &[&base[..], extra].concat(), None)
+    };
+    let out = verify(&["--json"]);
+    let verdict: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(out.status.code(), Some(0), "{verdict}");
+    // issues_list; echo_echo inside compose_shout, then compose_shout; echo_fail.
+    assert_eq!(verdict["receipts"], 4, "{verdict}");
+
+    let shown = berm_in(
+        &bermd.home,
+        &["receipts", "show", receipts.to_str().unwrap()],
+        None,
+    );
+    let receipts_shown: Vec<serde_json::Value> = text(&shown.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let call = |n: usize| &receipts_shown[n]["call"];
+    assert_eq!(call(0)["program"], "issues");
+    assert_eq!(call(0)["outcome"], "ok");
+    assert_eq!(
+        call(0)["http"],
+        serde_json::json!([{"host": host, "status": 200, "error": null}])
+    );
+    assert_eq!(call(0)["secrets"], serde_json::json!(["GITHUB_TOKEN"]));
+    assert!(call(0)["grants"].to_string().contains(&net), "{}", call(0));
+    assert_eq!(call(0)["program_sha256"].as_str().unwrap().len(), 64);
+    assert_eq!(call(0)["code_sha256"].as_str().unwrap().len(), 64);
+    assert!(!receipts_shown[0].to_string().contains(TOKEN));
+    assert_eq!(
+        (&call(1)["program"], &call(1)["caller"]),
+        (&"echo".into(), &"compose".into())
+    );
+    assert_eq!(call(2)["program"], "compose");
+    assert_eq!(call(2)["calls"][0]["program"], "echo");
+    assert_eq!(call(3)["outcome"], "failed");
+    // The callee's receipt is the one its caller names.
+    let file = berm_receipts::log_files(&receipts).unwrap().remove(0);
+    let contents = std::fs::read_to_string(file).unwrap();
+    let echo_line = contents.lines().nth(1).unwrap();
+    assert_eq!(
+        call(2)["calls"][0]["receipt"],
+        berm_receipts::format::sha256_hex(echo_line.as_bytes())
+    );
+
+    // What the client kept: its arguments (in its own key order and spacing) and result.
+    let kept_args = dir.path().join("args.json");
+    std::fs::write(
+        &kept_args,
+        format!(r#"{{ "api": "https://{host}", "repo": "octo/demo" }}"#),
+    )
+    .unwrap();
+    let kept_result = dir.path().join("result.txt");
+    let result = text(&listed.stdout);
+    std::fs::write(&kept_result, result.strip_suffix('\n').unwrap()).unwrap();
+    let (args_path, result_path) = (kept_args.to_str().unwrap(), kept_result.to_str().unwrap());
+    let out = verify(&["--arguments", args_path, "--result", result_path]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
+    assert!(
+        text(&out.stdout).contains("receipt 0 records exactly"),
+        "{}",
+        text(&out.stdout)
+    );
+    std::fs::write(&kept_result, "[]").unwrap();
+    let out = verify(&[
+        "--arguments",
+        args_path,
+        "--result",
+        result_path,
+        "--seq",
+        "0",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stdout).contains("result_mismatch"),
+        "{}",
+        text(&out.stdout)
+    );
+
+    // Another key: every checkpoint refused.
+    let other = dir.path().join("other.pem");
+    let out = berm_in(
+        &bermd.home,
+        &["attest", "key", "--key", other.to_str().unwrap()],
+        None,
+    );
+    std::fs::write(&public, &out.stdout).unwrap();
+    let out = verify(&[]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stdout).contains("signature_invalid"),
+        "{}",
+        text(&out.stdout)
+    );
+}
+
+/// A bermd killed with SIGKILL in the middle of calls loses no receipt of a call it
+/// answered: the next start seals what it left, and every answered call checks.
+#[test]
+fn a_killed_bermd_loses_no_receipt_of_an_answered_call() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex};
+    let dir = tempfile::tempdir().unwrap();
+    let receipts = dir.path().join("receipts");
+    let key = dir.path().join("host-key.pem");
+    let args = [
+        "--receipts",
+        receipts.to_str().unwrap(),
+        "--receipts-key",
+        key.to_str().unwrap(),
+        // Nothing sealed or synced by bermd itself before the kill.
+        "--receipts-interval-ms",
+        "60000",
+    ];
+    let mut bermd = Bermd::start_with(&args, Stdio::null());
+    bermd.deploy_example("echo", &[]);
+    let answered: Arc<Mutex<Vec<(String, String)>>> = Arc::default();
+    let stop = Arc::new(AtomicBool::new(false));
+    let home = bermd.home.clone();
+    let clients: Vec<_> = (0..3)
+        .map(|client| {
+            let (answered, stop, home) = (answered.clone(), stop.clone(), home.clone());
+            std::thread::spawn(move || {
+                for i in 0.. {
+                    if stop.load(Ordering::SeqCst) {
+                        return;
+                    }
+                    let message = format!("client {client} call {i}");
+                    let arguments = serde_json::json!({ "message": message }).to_string();
+                    let out = berm_in(&home, &["call", "echo_echo", &arguments], None);
+                    if out.status.code() != Some(0) {
+                        return;
+                    }
+                    let result = text(&out.stdout).strip_suffix('\n').unwrap().to_string();
+                    answered.lock().unwrap().push((arguments, result));
+                }
+            })
+        })
+        .collect();
+    berm_fixtures::wait_until(
+        Duration::from_secs(60),
+        Duration::from_millis(5),
+        || answered.lock().unwrap().len() >= 30,
+        || "30 calls were not answered".into(),
+    );
+    bermd.child.kill().unwrap();
+    bermd.child.wait().unwrap();
+    stop.store(true, Ordering::SeqCst);
+    for client in clients {
+        client.join().unwrap();
+    }
+    let answered = answered.lock().unwrap().clone();
+
+    // The next start seals what the killed one left; a clean stop then seals its own.
+    let home = bermd.home.clone();
+    let mut again = Bermd::start_in(home, None, &args, Stdio::null());
+    berm_fixtures::terminate(&again.child);
+    again.child.wait().unwrap();
+    let public = berm_dsse::HostKey::load_or_create(Some(&key))
+        .unwrap()
+        .public();
+    let report = berm_receipts::verify_dir(&receipts, &public).unwrap();
+    assert!(report.ok(), "{:?}", report.problems);
+    for (arguments, result) in &answered {
+        let arguments: serde_json::Value = serde_json::from_str(arguments).unwrap();
+        assert!(
+            report.check_call(None, &arguments, result).is_ok(),
+            "no sealed receipt for the answered call {arguments}"
+        );
+    }
+    assert!(report.receipts as usize >= answered.len());
+}

@@ -163,9 +163,12 @@ async fn call(
         Err(e @ CallError::Host(berm::Error::Busy { .. })) => {
             failure(StatusCode::SERVICE_UNAVAILABLE, e.to_string())
         }
-        Err(e @ (CallError::Host(_) | CallError::Lost(_) | CallError::InvalidOutput { .. })) => {
-            failure(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
-        }
+        Err(
+            e @ (CallError::Host(_)
+            | CallError::Lost(_)
+            | CallError::InvalidOutput { .. }
+            | CallError::Receipt(_)),
+        ) => failure(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
     }
 }
 

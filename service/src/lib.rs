@@ -28,6 +28,7 @@ pub mod listen;
 pub mod logs;
 pub mod mcp;
 pub mod metrics;
+mod receipts;
 pub mod service;
 pub mod store;
 pub mod sys;

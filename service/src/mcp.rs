@@ -222,7 +222,10 @@ fn call_result(
             error_result(error.to_string())
         }
         Err(
-            error @ (CallError::Host(_) | CallError::Lost(_) | CallError::InvalidOutput { .. }),
+            error @ (CallError::Host(_)
+            | CallError::Lost(_)
+            | CallError::InvalidOutput { .. }
+            | CallError::Receipt(_)),
         ) => {
             tracing::warn!("tools/call: {error}");
             error_result(error.to_string())

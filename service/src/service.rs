@@ -64,6 +64,8 @@ pub struct ServiceConfig {
     /// In the microVM: the channel to berm-init's egress broker, which connects every
     /// `http.fetch` to this app's host dialer (`bermd --egress-broker-fd`); `None` dials here.
     pub egress_broker: Option<Arc<crate::egress::EgressBroker>>,
+    /// Where each call's receipt goes (`bermd --receipts DIR`); `None` writes none.
+    pub receipts: Option<Arc<berm_receipts::ReceiptLog>>,
 }
 
 /// The default `tools/list` page: large, because some clients read only the
@@ -85,6 +87,7 @@ impl ServiceConfig {
             extra_ca: Vec::new(),
             egress_caps: berm_egress::Caps::default(),
             egress_broker: None,
+            receipts: None,
         }
     }
 }
@@ -207,6 +210,10 @@ pub enum CallError {
     /// shutting down, or the runtime panicked).
     #[error("the call was lost: {0}")]
     Lost(String),
+    /// The call ran but its receipt could not be written (`bermd --receipts`): no result
+    /// is given without one.
+    #[error("the call ran, but its receipt could not be written, so its result is withheld: {0}")]
+    Receipt(String),
 }
 
 /// A tool's successful result.
@@ -380,6 +387,8 @@ struct Deployment {
     slots: Arc<Semaphore>,
     /// The largest arguments it takes: checked before they are validated.
     max_args_bytes: usize,
+    /// What its receipts say of it, when receipts are written.
+    facts: Option<Arc<crate::receipts::ProgramFacts>>,
 }
 
 /// Programs by name, persisted under `$BERM_HOME`.
@@ -401,6 +410,7 @@ pub struct Service {
     changing: Mutex<()>,
     changes: broadcast::Sender<()>,
     metrics: crate::metrics::Metrics,
+    receipts: Option<crate::receipts::Receipts>,
 }
 
 fn source_name(source: CompileSource) -> &'static str {
@@ -449,6 +459,7 @@ impl Service {
             changing: Mutex::new(()),
             changes,
             metrics: crate::metrics::Metrics::new(),
+            receipts: config.receipts.clone().map(crate::receipts::Receipts::new),
         });
         service
             .berm
@@ -740,13 +751,47 @@ impl Service {
         result
     }
 
-    /// Calls, metrics aside: see [`Service::call`].
+    /// Calls, metrics aside, with its receipt when receipts are written: see
+    /// [`Service::call`]. The receipt is written before this returns, so before the reply.
     async fn call_counted(
         &self,
         name: &str,
         entry: &catalog::ToolEntry,
         args: &serde_json::Value,
         log: Option<LogTo<'_>>,
+    ) -> Result<Result<Done, Failure>, CallError> {
+        let Some(receipts) = &self.receipts else {
+            return self.call_traced(name, entry, args, log, None).await;
+        };
+        let Some(facts) = self.facts(&entry.program) else {
+            // Removed meanwhile: the call is refused as for any program that is not there.
+            return Err(berm::Error::NoSuchProgram(entry.program.clone()).into());
+        };
+        let pending = receipts.begin(
+            &entry.program,
+            &entry.tool,
+            facts,
+            berm_receipts::arguments_sha256(args),
+            None,
+        );
+        let outcome = self
+            .call_traced(name, entry, args, log, Some(pending.trace()))
+            .await;
+        let (kind, text) = receipt_of(&outcome);
+        match pending.finish(kind, &text) {
+            Ok(_) => outcome,
+            Err(e) => Err(CallError::Receipt(error_chain(&e))),
+        }
+    }
+
+    /// Runs the call, with `trace` handed to its syscalls.
+    async fn call_traced(
+        &self,
+        name: &str,
+        entry: &catalog::ToolEntry,
+        args: &serde_json::Value,
+        log: Option<LogTo<'_>>,
+        trace: Option<berm::CallTrace>,
     ) -> Result<Result<Done, Failure>, CallError> {
         // Serializing a Value cannot fail.
         let bytes = serde_json::to_vec(args).unwrap_or_default();
@@ -755,7 +800,16 @@ impl Service {
         let run = async move {
             // Held until the call ends, even when its client has gone.
             let _slot = slot;
-            berm.call(None, &program, &tool, bytes).await
+            match trace {
+                None => berm.call(None, &program, &tool, bytes).await,
+                Some(trace) => {
+                    let options = berm::CallOptions {
+                        deadline: None,
+                        trace: Some(trace),
+                    };
+                    berm.call_with(None, &program, &tool, bytes, &options).await
+                }
+            }
         };
         let mut run: Pin<Box<dyn Future<Output = _> + Send>> = match log {
             Some(to) if entry.logs => Box::pin(logs::scope(to.session.for_call(to.peer), run)),
@@ -777,6 +831,20 @@ impl Service {
             .await
             .map_err(|e| CallError::Lost(e.to_string()))?;
         checked(name, entry, outcome?)
+    }
+
+    /// What receipts say of `program`, when receipts are written and it is deployed.
+    fn facts(&self, program: &str) -> Option<Arc<crate::receipts::ProgramFacts>> {
+        self.deployments
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(program)
+            .and_then(|d| d.facts.clone())
+    }
+
+    /// The receipt log, when receipts are written.
+    pub fn receipt_log(&self) -> Option<&Arc<berm_receipts::ReceiptLog>> {
+        self.receipts.as_ref().map(|r| r.log())
     }
 
     /// Calls and their outcomes, for `/metrics`.
@@ -909,6 +977,13 @@ impl Service {
                 host_memory_bytes: Some(self.max_host_memory),
             },
         )?;
+        let facts = self.receipts.as_ref().map(|_| {
+            Arc::new(crate::receipts::ProgramFacts {
+                program_sha256: berm::Digest::of(image).hex(),
+                code_sha256: self.berm.code_sha256(&record.name),
+                grants: record.grants.iter().map(ToString::to_string).collect(),
+            })
+        });
         self.write_deployments().insert(
             record.name.clone(),
             Deployment {
@@ -916,6 +991,7 @@ impl Service {
                 source: deployed.source,
                 slots: Arc::new(Semaphore::new(self.max_calls_per_program)),
                 max_args_bytes,
+                facts,
             },
         );
         Ok(deployed.source)
@@ -1021,17 +1097,87 @@ impl berm::CallGate for NestedCalls {
         program: &str,
         tool: &str,
         args: &[u8],
-    ) -> Result<Option<Box<dyn std::any::Any + Send>>, berm::Error> {
+        caller: Option<&berm::CallTrace>,
+    ) -> Result<berm::Admitted, berm::Error> {
         let Some(service) = self.0.upgrade() else {
-            return Ok(None);
+            return Ok(berm::Admitted::default());
         };
         let catalog = service.catalog();
         // A tool that is not served is not deployed: the runtime names it as for any call.
         let Some(entry) = catalog.get(&berm_abi::served_name(program, tool)) else {
-            return Ok(None);
+            return Ok(berm::Admitted::default());
         };
         let slot = service.admit(entry, args, None)?;
-        Ok(Some(Box::new(slot)))
+        let pending = match (&service.receipts, service.facts(program)) {
+            (Some(receipts), Some(facts)) => {
+                let parent = caller
+                    .and_then(|t| Arc::clone(t).downcast::<crate::receipts::CallRecord>().ok());
+                // Admitted, so the arguments are JSON.
+                let value: serde_json::Value = serde_json::from_slice(args).unwrap_or_default();
+                Some(receipts.begin(
+                    program,
+                    tool,
+                    facts,
+                    berm_receipts::arguments_sha256(&value),
+                    parent,
+                ))
+            }
+            _ => None,
+        };
+        Ok(berm::Admitted {
+            trace: pending.as_ref().map(crate::receipts::Pending::trace),
+            hold: Some(Box::new(NestedHold {
+                _slot: slot,
+                pending,
+            })),
+        })
+    }
+
+    fn finished(
+        &self,
+        admitted: berm::Admitted,
+        result: &Result<Result<String, Failure>, berm::Error>,
+    ) {
+        let Some(hold) = admitted
+            .hold
+            .and_then(|hold| hold.downcast::<NestedHold>().ok())
+        else {
+            return;
+        };
+        if let Some(pending) = hold.pending {
+            let (kind, text): (_, std::borrow::Cow<'_, str>) = match result {
+                Ok(Ok(text)) => (berm_receipts::Outcome::Ok, text.as_str().into()),
+                Ok(Err(failure)) => (
+                    berm_receipts::Outcome::Failed,
+                    failure.message.as_str().into(),
+                ),
+                Err(e) => (berm_receipts::Outcome::Error, e.to_string().into()),
+            };
+            // A failure is logged where it happens; the caller's own receipt still comes.
+            let _ = pending.finish(kind, &text);
+        }
+    }
+}
+
+/// What a call between programs holds until it ends: its call slot, and its receipt
+/// while it is not written.
+struct NestedHold {
+    _slot: OwnedSemaphorePermit,
+    pending: Option<crate::receipts::Pending>,
+}
+
+/// How a receipt names an outcome, and the text the client gets for it (what
+/// `mcp::call_result` puts in the result's content).
+fn receipt_of(
+    outcome: &Result<Result<Done, Failure>, CallError>,
+) -> (berm_receipts::Outcome, std::borrow::Cow<'_, str>) {
+    match outcome {
+        Ok(Ok(done)) => (berm_receipts::Outcome::Ok, done.text.as_str().into()),
+        Ok(Err(failure)) => (
+            berm_receipts::Outcome::Failed,
+            failure.message.as_str().into(),
+        ),
+        Err(e) => (berm_receipts::Outcome::Error, e.to_string().into()),
     }
 }
 

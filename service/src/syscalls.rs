@@ -18,6 +18,7 @@ use tokio::sync::Semaphore;
 
 use crate::fs::{FsError, FsRoot, MAX_PATH_BYTES, MAX_WRITE_BYTES};
 use crate::kv::{KvError, KvStore};
+use crate::receipts::CallRecord;
 
 /// Longest log line a program may write; longer lines are cut.
 pub const MAX_LOG_BYTES: usize = 8 << 10;
@@ -311,9 +312,26 @@ fn http_fetch(cx: &SyscallContext<'_>, request: &mut [u8]) -> Result<Pending, Sy
         .map_err(|e| SyscallError::code(e.code, e.message))?;
     let held = cx.reserve("http.fetch", size)?;
     let deadline = cx.deadline;
+    // With receipts: the host asked for, and the secrets the request names (by name only).
+    let receipt = cx.trace::<CallRecord>().map(|record| {
+        let mut names = Vec::new();
+        for (_, value) in &request.headers {
+            let _ = berm_egress::secret::placeholders(value, &mut names);
+        }
+        let _ = berm_egress::secret::placeholders(&request.body, &mut names);
+        let names: Vec<String> = names.into_iter().map(str::to_string).collect();
+        (record, request.url.clone(), names)
+    });
     Ok(Box::pin(async move {
         let fetched = net.fetch(request, deadline).await;
         drop(held);
+        if let Some((record, url, secrets)) = receipt {
+            let result = match &fetched {
+                Ok(response) => Ok(response.status),
+                Err(e) => Err(e.code.name().to_string()),
+            };
+            record.fetch(&url, result, secrets);
+        }
         match fetched {
             Ok(response) => Ok(Reply::Staged(response.encode())),
             Err(e) => Err(SyscallError::code(e.code, e.message)),

@@ -47,7 +47,7 @@ pub struct Signed {
 /// Builds the record of the run in `run_dir` and writes it signed beside `vmm.jsonl`.
 pub fn sign_run(key: &HostKey, run_dir: &Path) -> Result<Signed, SignError> {
     let record = Record::from_run_dir(run_dir)?;
-    let envelope = key.sign(&record);
+    let envelope = dsse::sign(key, &record);
     let path = run_dir.join(ENVELOPE_FILE);
     dsse::write_envelope(&envelope, &path).map_err(|source| SignError::Write {
         path: path.clone(),

@@ -135,6 +135,24 @@ struct Args {
     /// vsock socket itself).
     #[arg(long, value_name = "N")]
     egress_broker_fd: Option<RawFd>,
+    /// Write a receipt for every call to this directory: what ran (program and native code
+    /// by sha256), the grants in force, the sha256 of the arguments and the result, each
+    /// http.fetch host and status, the secrets named, the calls it made. Hash-chained, and
+    /// signed in checkpoints; check them with `berm receipts verify DIR --key PUB`
+    /// (docs/receipts.md). One bermd per directory.
+    #[arg(long, value_name = "DIR")]
+    receipts: Option<PathBuf>,
+    /// The ed25519 key (PKCS#8 PEM, mode 0600) that signs the receipts' checkpoints.
+    /// Default: berm's host key, $XDG_CONFIG_HOME/berm/host-key.pem (what `berm attest key`
+    /// prints the public half of), created on first use.
+    #[arg(long, value_name = "FILE", requires = "receipts")]
+    receipts_key: Option<PathBuf>,
+    /// How often written receipts are synced to disk and sealed with a signed checkpoint,
+    /// in milliseconds: the most a machine crash can lose. A killed bermd loses none; the
+    /// next start seals what it left.
+    #[arg(long, value_name = "MS", requires = "receipts", default_value_t = 200,
+          value_parser = clap::value_parser!(u64).range(1..=60_000))]
+    receipts_interval_ms: u64,
 }
 
 /// `--cpu-profile`.
@@ -261,7 +279,25 @@ fn start(args: Args, started: Instant) -> Result<(), (Exit, anyhow::Error)> {
             "--metrics {addr} is not a loopback address: add --metrics-allow-remote to serve metrics, without a token, to whoever reaches it"
         )));
     }
+    let receipts = match &args.receipts {
+        Some(dir) => {
+            let key = berm_dsse::HostKey::load_or_create(args.receipts_key.as_deref())
+                .context("the key that signs receipts")
+                .map_err(|e| (Exit::Failed, e))?;
+            let options = berm_receipts::LogOptions {
+                interval: std::time::Duration::from_millis(args.receipts_interval_ms),
+                ..berm_receipts::LogOptions::default()
+            };
+            let log = berm_receipts::ReceiptLog::open(dir, key, options)
+                .context("opening --receipts")
+                .map_err(|e| (Exit::Failed, e))?;
+            tracing::info!(dir = %dir.display(), log = %log.log_id(), "writing a receipt for every call");
+            Some(std::sync::Arc::new(log))
+        }
+        None => None,
+    };
     let mut service = ServiceConfig::new(home);
+    service.receipts = receipts.clone();
     service.engine = match args.cpu_profile {
         Cpu::Native => EngineConfig::default(),
         Cpu::Portable => EngineConfig::vm(),
@@ -299,7 +335,12 @@ fn start(args: Args, started: Instant) -> Result<(), (Exit, anyhow::Error)> {
         .build()
         .context("starting the async runtime")
         .map_err(|e| (Exit::Failed, e))?;
-    runtime
+    let served = runtime
         .block_on(berm_service::run(config))
-        .map_err(|e| (e.exit(), anyhow::Error::new(e)))
+        .map_err(|e| (e.exit(), anyhow::Error::new(e)));
+    // Sealed now rather than at the next start: a clean stop leaves a log that verifies.
+    if let Some(log) = receipts {
+        log.close();
+    }
+    served
 }

@@ -1,0 +1,152 @@
+//! `berm receipts verify DIR --key PUB` and `berm receipts show DIR`: the CLI face of
+//! berm-receipts, the log `bermd --receipts DIR` writes.
+//!
+//! `verify` checks every checkpoint's signature with the public key (`berm attest key`
+//! prints the host's), the chain, and that no receipt is missing, reordered, edited or left
+//! unsigned, and exits 1 listing each problem with its code. With `--arguments FILE
+//! --result FILE` it also checks one call against what its client kept.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use berm_receipts::{Problem, verify_dir};
+use serde_json::{Value, json};
+
+use crate::Exit;
+
+/// `berm receipts`.
+#[derive(clap::Subcommand)]
+pub enum Command {
+    /// Verify a receipt log offline; exit 1 and list every problem (with its code) if it
+    /// does not verify.
+    Verify(VerifyArgs),
+    /// Print the receipts of a log, one JSON line each (not verified: use `verify`).
+    Show {
+        /// The receipt directory (`bermd --receipts DIR`).
+        dir: PathBuf,
+        /// Only this receipt.
+        #[arg(long, value_name = "SEQ")]
+        seq: Option<u64>,
+    },
+}
+
+/// Arguments of `berm receipts verify`.
+#[derive(clap::Args)]
+pub struct VerifyArgs {
+    /// The receipt directory (`bermd --receipts DIR`).
+    dir: PathBuf,
+    /// The public key its checkpoints are signed with (PEM; `berm attest key` prints the
+    /// host's).
+    #[arg(long, value_name = "PUB")]
+    key: PathBuf,
+    /// Check one call: the JSON arguments its client sent (a file, `-` for stdin).
+    #[arg(long, value_name = "FILE", requires = "result")]
+    arguments: Option<PathBuf>,
+    /// Check one call: the text its client got back (the result's text content, or the
+    /// error message of an isError result), a file.
+    #[arg(long, value_name = "FILE", requires = "arguments")]
+    result: Option<PathBuf>,
+    /// With --arguments/--result: that receipt (else the one whose arguments and result
+    /// both match).
+    #[arg(long, value_name = "SEQ", requires = "arguments")]
+    seq: Option<u64>,
+    /// Print the verdict as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Runs `berm receipts`.
+pub fn run(command: Command) -> anyhow::Result<Exit> {
+    match command {
+        Command::Verify(args) => verify(args),
+        Command::Show { dir, seq } => show(&dir, seq),
+    }
+}
+
+fn read(path: &Path) -> anyhow::Result<String> {
+    if path == Path::new("-") {
+        std::io::read_to_string(std::io::stdin()).context("reading stdin")
+    } else {
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))
+    }
+}
+
+fn verify(args: VerifyArgs) -> anyhow::Result<Exit> {
+    let key = berm_dsse::read_public_key(&args.key)?;
+    let report = verify_dir(&args.dir, &key)?;
+    let call = match (&args.arguments, &args.result) {
+        (Some(arguments), Some(result)) => {
+            let text = read(arguments)?;
+            let arguments: Value = serde_json::from_str(&text)
+                .with_context(|| format!("{} is not JSON", arguments.display()))?;
+            let result = read(result)?;
+            Some(report.check_call(args.seq, &arguments, &result))
+        }
+        _ => None,
+    };
+    let call_problems: &[Problem] = match &call {
+        Some(Err(problems)) => problems,
+        _ => &[],
+    };
+    let ok = report.ok() && call_problems.is_empty();
+    if args.json {
+        let mut verdict = json!({
+            "ok": ok,
+            "log": report.log,
+            "receipts": report.receipts,
+            "checkpoints": report.checkpoints,
+            "problems": report.problems.iter().chain(call_problems).collect::<Vec<_>>(),
+        });
+        if let Some(Ok(seq)) = &call {
+            verdict["call"] = json!(seq);
+        }
+        crate::outln!("{verdict}");
+    } else {
+        for problem in report.problems.iter().chain(call_problems) {
+            crate::outln!("{}: {}", problem.code.as_str(), problem.detail);
+        }
+        if report.ok() {
+            crate::outln!(
+                "ok: {} receipts in log {}, sealed by {} checkpoints signed with the given key; \
+                 none missing, reordered or edited",
+                report.receipts,
+                report.log.as_deref().unwrap_or("-"),
+                report.checkpoints
+            );
+        }
+        if let Some(Ok(seq)) = &call {
+            crate::outln!("ok: receipt {seq} records exactly these arguments and this result");
+        }
+    }
+    Ok(if ok { Exit::Ok } else { Exit::ProgramFailed })
+}
+
+fn show(dir: &Path, seq: Option<u64>) -> anyhow::Result<Exit> {
+    let files = berm_receipts::log_files(dir)
+        .with_context(|| format!("reading the receipt directory {}", dir.display()))?;
+    let mut found = false;
+    for file in files {
+        let text = std::fs::read_to_string(&file)
+            .with_context(|| format!("reading {}", file.display()))?;
+        for line in text.lines() {
+            let Ok(value) = serde_json::from_str::<Value>(line) else {
+                continue;
+            };
+            let Some(receipt) = value
+                .get("predicate")
+                .filter(|_| value.get("_type").is_some())
+            else {
+                continue;
+            };
+            if seq.is_some_and(|seq| receipt["seq"].as_u64() != Some(seq)) {
+                continue;
+            }
+            found = true;
+            crate::outln!("{receipt}");
+        }
+    }
+    if let (Some(seq), false) = (seq, found) {
+        anyhow::bail!("{} holds no receipt {seq}", dir.display());
+    }
+    Ok(Exit::Ok)
+}
