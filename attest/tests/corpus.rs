@@ -210,6 +210,7 @@ fn lines_with(wasm_sha: &str, code_sha: &str, engine: EngineMeasurement) -> Vec<
                     code_sha256: Some(code_sha.into()),
                     ms: 20,
                 }],
+                receipt_key: None,
             }),
         ),
         guest(901, Event::BootComplete(BootComplete { apps: 1 })),

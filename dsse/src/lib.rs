@@ -211,7 +211,19 @@ impl HostKey {
         }
     }
 
-    /// Where the key is.
+    /// A key that lives in memory only, made now: for a signer whose public half is
+    /// published elsewhere (a VM's bermd, whose key is in the boot's signed record), so that
+    /// nothing on disk can sign for it after it is gone.
+    pub fn ephemeral() -> Result<HostKey, KeyError> {
+        let mut seed = [0u8; 32];
+        getrandom::fill(&mut seed).map_err(|e| KeyError::Random(e.to_string()))?;
+        Ok(HostKey {
+            key: SigningKey::from_bytes(&seed),
+            path: PathBuf::new(),
+        })
+    }
+
+    /// Where the key is (empty for an [`HostKey::ephemeral`] one).
     pub fn path(&self) -> &Path {
         &self.path
     }
@@ -223,10 +235,7 @@ impl HostKey {
 
     /// The public key as a PEM SubjectPublicKeyInfo, what `berm attest verify --key` reads.
     pub fn public_pem(&self) -> String {
-        // Encoding a valid ed25519 key cannot fail.
-        self.public()
-            .to_public_key_pem(LineEnding::LF)
-            .unwrap_or_default()
+        public_pem(&self.public())
     }
 
     /// Any statement, signed (its canonical JSON is the payload).
@@ -263,6 +272,28 @@ fn read_small(path: &Path) -> Result<String, KeyError> {
         });
     }
     std::fs::read_to_string(path).map_err(io)
+}
+
+/// A public key on one line: its SubjectPublicKeyInfo DER in standard base64, the body of
+/// its PEM. For line protocols, which refuse the PEM's newlines.
+pub fn spki_base64(key: &VerifyingKey) -> String {
+    // Encoding 32 bytes into a fixed SPKI cannot fail.
+    key.to_public_key_der()
+        .map(|der| BASE64.encode(der.as_bytes()))
+        .unwrap_or_default()
+}
+
+/// The key [`spki_base64`] wrote, or why it is not one.
+pub fn from_spki_base64(text: &str) -> Result<VerifyingKey, String> {
+    let der = BASE64
+        .decode(text.trim())
+        .map_err(|e| format!("not base64: {e}"))?;
+    VerifyingKey::from_public_key_der(&der).map_err(|e| format!("not an ed25519 public key: {e}"))
+}
+
+/// The PEM of a public key, what `--key` options read.
+pub fn public_pem(key: &VerifyingKey) -> String {
+    key.to_public_key_pem(LineEnding::LF).unwrap_or_default()
 }
 
 /// Reads a public key (PEM SubjectPublicKeyInfo, as `berm attest key` prints it).
@@ -343,6 +374,15 @@ mod tests {
             pae("http://example.com/HelloWorld", b"hello world"),
             b"DSSEv1 29 http://example.com/HelloWorld 11 hello world".to_vec()
         );
+    }
+
+    #[test]
+    fn a_key_on_one_line_reads_back() {
+        let key = HostKey::ephemeral().unwrap().public();
+        let line = spki_base64(&key);
+        assert!(!line.contains('\n'));
+        assert_eq!(from_spki_base64(&line).unwrap(), key);
+        assert!(from_spki_base64("bm90IGEga2V5").is_err());
     }
 
     #[test]

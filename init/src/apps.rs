@@ -35,7 +35,7 @@ use berm_vm_protocol::{
 };
 use serde::Deserialize;
 
-use crate::confine::{self, EGRESS_BROKER_FD, Plan, READY_FD, REPORT_FD, Report};
+use crate::confine::{self, EGRESS_BROKER_FD, Plan, READY_FD, RECEIPTS_FD, REPORT_FD, Report};
 use crate::egress_broker;
 use crate::hub::{self, Hub};
 use crate::sys;
@@ -57,6 +57,10 @@ const REPORT_TIMEOUT: Duration = Duration::from_secs(30);
 const READY_TIMEOUT: Duration = Duration::from_secs(300);
 /// Longest line read from a report or ready pipe.
 const MAX_PIPE_LINE: u64 = 64 * 1024;
+/// The longest receipt-log line relayed: a receipt is a few KiB, a checkpoint of bermd's 64
+/// receipts about 7 KiB; with the event around it and its escaping, well within the line
+/// protocol's 64 KiB.
+const MAX_RECEIPT_LINE: usize = 24 * 1024;
 
 /// The probe's one output line.
 #[derive(Debug, Deserialize)]
@@ -373,6 +377,7 @@ fn launch(
     let plan = bermd_plan(&name, index, &root);
     let (report_r, report_w) = sys::pipe().map_err(|e| fail(format!("pipe: {e}")))?;
     let (ready_r, ready_w) = sys::pipe().map_err(|e| fail(format!("pipe: {e}")))?;
+    let (receipts_r, receipts_w) = sys::pipe().map_err(|e| fail(format!("pipe: {e}")))?;
     let (broker, egress) = berm_vm_protocol::egress_broker::channel::pair()
         .map_err(|e| fail(format!("socketpair for its egress broker: {e}")))?;
     // Before bermd starts: if bermd never does, its end closes and the broker ends.
@@ -383,8 +388,16 @@ fn launch(
         (report_w.into(), REPORT_FD),
         (ready_w.into(), READY_FD),
         (egress, EGRESS_BROKER_FD),
+        (receipts_w.into(), RECEIPTS_FD),
     ];
     let pid = spawn_confined(hub, &plan, &name, fds).map_err(fail)?;
+    {
+        let (hub, app) = (Arc::clone(hub), name.clone());
+        std::thread::Builder::new()
+            .name(format!("{name}-receipts"))
+            .spawn(move || relay_receipts(&hub, &app, receipts_r))
+            .map_err(|e| fail(format!("no thread for its receipts: {e}")))?;
+    }
     registry.track(AppStatus {
         app: name.clone(),
         index,
@@ -452,6 +465,8 @@ fn bermd_plan(name: &str, index: u32, root: &str) -> Plan {
             "portable",
             "--egress-broker-fd",
             &EGRESS_BROKER_FD.to_string(),
+            "--receipts-fd",
+            &RECEIPTS_FD.to_string(),
         ]
         .map(String::from)
         .to_vec(),
@@ -580,6 +595,52 @@ fn relay_output(hub: &Hub, source: &str, out: File) {
     }
 }
 
+/// Relays an app's receipt log (docs/receipts.md) to the host, each line as bermd wrote it,
+/// until bermd closes it. Never rate-limited: a dropped receipt is a gap every verifier
+/// reports. A line that is not one (too long, not UTF-8, not a JSON object) is not relayed,
+/// and said so; the relay then goes on with the next line.
+fn relay_receipts(hub: &Hub, app: &str, log: File) {
+    let mut reader = BufReader::new(log);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        match reader
+            .by_ref()
+            .take(MAX_RECEIPT_LINE as u64 + 1)
+            .read_until(b'\n', &mut line)
+        {
+            Ok(0) | Err(_) => return,
+            Ok(n) if n > MAX_RECEIPT_LINE || line.last() != Some(&b'\n') => {
+                hub.log(
+                    LogLevel::Error,
+                    format!(
+                        "app {app}: a receipt line over {MAX_RECEIPT_LINE} bytes was not relayed"
+                    ),
+                );
+                // Skip the rest of it.
+                let mut rest = Vec::new();
+                if reader.read_until(b'\n', &mut rest).unwrap_or(0) == 0 {
+                    return;
+                }
+            }
+            Ok(_) => {
+                line.pop();
+                let text = match String::from_utf8(std::mem::take(&mut line)) {
+                    Ok(text) if text.starts_with('{') && !text.contains(char::is_control) => text,
+                    _ => {
+                        hub.log(
+                            LogLevel::Error,
+                            format!("app {app}: a receipt line that is not one JSON object was not relayed"),
+                        );
+                        continue;
+                    }
+                };
+                hub.receipt(app, text);
+            }
+        }
+    }
+}
+
 fn read_line(file: File, timeout: Duration) -> Result<Option<String>, String> {
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
@@ -675,6 +736,7 @@ fn watch(hub: &Arc<Hub>, app: Launched, settled: Sender<Settled>) {
                         ms: p.ms.max(0.0).round() as u64,
                     })
                     .collect(),
+                receipt_key: ready.receipt_key.map(bounded_name),
             }));
             let _ = settled.send(Settled::Ready);
         }
@@ -948,6 +1010,7 @@ mod tests {
         assert_eq!(flag("--ready-fd"), READY_FD.to_string());
         assert_eq!(flag("--listen-fd"), confine::LISTEN_FD.to_string());
         assert_eq!(flag("--egress-broker-fd"), EGRESS_BROKER_FD.to_string());
+        assert_eq!(flag("--receipts-fd"), RECEIPTS_FD.to_string());
         assert!(
             !plan.argv.iter().any(|a| a.contains("vsock")),
             "{:?}",

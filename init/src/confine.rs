@@ -42,6 +42,8 @@ pub const LISTEN_FD: i32 = 4;
 pub const READY_FD: i32 = 5;
 /// The fd bermd asks PID 1's egress broker for connections on (`crate::egress_broker`).
 pub const EGRESS_BROKER_FD: i32 = 6;
+/// The fd bermd writes its receipt log to (`bermd --receipts-fd`), which PID 1 relays.
+pub const RECEIPTS_FD: i32 = 7;
 /// Exit code when the plan cannot be carried out in full.
 const REFUSED: i32 = 78;
 
@@ -143,8 +145,8 @@ fn confine(plan: &Plan) -> Result<Report, String> {
                 .map_err(|e| format!("placing fd {LISTEN_FD}: {e}"))?;
         }
     }
-    for fd in [LISTEN_FD, READY_FD, EGRESS_BROKER_FD] {
-        // All are meant for the program (fds 5 and 6 only when PID 1 passed them); fcntl on a
+    for fd in [LISTEN_FD, READY_FD, EGRESS_BROKER_FD, RECEIPTS_FD] {
+        // All are meant for the program (fds 5 to 7 only when PID 1 passed them); fcntl on a
         // number that is not open fails with EBADF and changes nothing.
         let _ = sys::inherit(&RawNumber(fd));
     }

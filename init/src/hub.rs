@@ -18,8 +18,8 @@ use std::time::Duration;
 
 use berm_vm_protocol::framing::{LineReader, ReadLineError};
 use berm_vm_protocol::{
-    ErrorReply, Event, Greeting, GuestLine, Log, LogLevel, PROTOCOL_VERSION, Phase, Request,
-    Service, Status,
+    ErrorReply, Event, Greeting, GuestLine, Log, LogLevel, PROTOCOL_VERSION, Phase, Receipt,
+    Request, Service, Status,
 };
 
 use crate::apps::Registry;
@@ -177,6 +177,21 @@ impl Hub {
     /// Sends a line to every logs connection and keeps it in the backlog.
     pub fn log(&self, level: LogLevel, message: String) {
         self.log_as("berm-init", level, message);
+    }
+
+    /// Sends a line of `app`'s receipt log to every logs connection, and keeps it in the
+    /// backlog like a log line.
+    pub fn receipt(&self, app: &str, line: String) {
+        let line = self.line(Event::Receipt(Receipt {
+            app: app.into(),
+            line,
+        }));
+        let mut logs = lock(&self.logs);
+        if logs.backlog.len() == LOG_BACKLOG {
+            logs.backlog.pop_front();
+        }
+        logs.backlog.push_back(line.clone());
+        logs.peers.broadcast(&line);
     }
 
     /// Like [`Hub::log`], for a line another process wrote (an app's bermd, under its tag).

@@ -111,6 +111,9 @@ struct Shared {
     key: HostKey,
     options: LogOptions,
     dir: PathBuf,
+    /// Files on a disk, synced before each checkpoint; not for a stream (a pipe), whose
+    /// reader keeps the lines.
+    files: bool,
 }
 
 struct State {
@@ -122,8 +125,8 @@ struct State {
     file_bytes: u64,
     unsealed: Vec<ReceiptRef>,
     closing: bool,
-    /// `_lock` is held for the log's life: the directory's lock.
-    _lock: File,
+    /// Held for the log's life: the directory's lock (none for a stream).
+    _lock: Option<File>,
 }
 
 impl ReceiptLog {
@@ -186,7 +189,7 @@ impl ReceiptLog {
                 file_bytes,
                 unsealed,
                 closing: false,
-                _lock: lock,
+                _lock: Some(lock),
             }),
             wake: Condvar::new(),
             key,
@@ -195,6 +198,7 @@ impl ReceiptLog {
                 ..options
             },
             dir: dir.to_owned(),
+            files: true,
         });
         // What an earlier bermd left unsealed is sealed before anything new is written.
         {
@@ -203,12 +207,59 @@ impl ReceiptLog {
                 shared.seal_now(&mut state)?;
             }
         }
+        ReceiptLog::start(shared)
+    }
+
+    /// A log written to `stream` (a pipe whose reader keeps the lines: in the microVM,
+    /// berm-init relays them to the host), new, signed with `key`. Nothing is synced and
+    /// nothing rotates; `name` says what the stream is in messages.
+    ///
+    /// # Errors
+    /// [`LogError::Io`] when there is no randomness for its id or no thread for its sealer.
+    pub fn stream(
+        stream: File,
+        name: &str,
+        key: HostKey,
+        options: LogOptions,
+    ) -> Result<ReceiptLog, LogError> {
+        let mut id = [0u8; 16];
+        getrandom::fill(&mut id).map_err(|e| LogError::Io {
+            path: name.into(),
+            source: std::io::Error::other(format!("no randomness for a log id: {e}")),
+        })?;
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State {
+                log: hex::encode(id),
+                next_seq: 0,
+                previous: None,
+                file: stream,
+                file_path: name.into(),
+                file_bytes: 0,
+                unsealed: Vec::new(),
+                closing: false,
+                _lock: None,
+            }),
+            wake: Condvar::new(),
+            key,
+            options: LogOptions {
+                max_batch: options.max_batch.max(1),
+                max_file_bytes: u64::MAX,
+                ..options
+            },
+            dir: name.into(),
+            files: false,
+        });
+        ReceiptLog::start(shared)
+    }
+
+    fn start(shared: Arc<Shared>) -> Result<ReceiptLog, LogError> {
+        let dir = shared.dir.clone();
         let sealer = {
             let shared = shared.clone();
             std::thread::Builder::new()
                 .name("berm-receipts".into())
                 .spawn(move || shared.run_sealer())
-                .map_err(io(dir))?
+                .map_err(|source| LogError::Io { path: dir, source })?
         };
         Ok(ReceiptLog {
             shared,
@@ -357,7 +408,10 @@ impl Shared {
             let (log, path) = (state.log.clone(), state.file_path.clone());
             let file = state.file.try_clone();
             drop(state);
-            let synced = file.and_then(|file| file.sync_data());
+            let synced = match self.files {
+                true => file.and_then(|file| file.sync_data()),
+                false => Ok(()),
+            };
             let line = checkpoint_line(&self.key, &log, &batch);
             state = self.lock();
             let written = synced.and_then(|()| state.file.write_all(&line));
@@ -389,7 +443,9 @@ impl Shared {
         if take == 0 {
             return Ok(());
         }
-        state.file.sync_data().map_err(io(&state.file_path))?;
+        if self.files {
+            state.file.sync_data().map_err(io(&state.file_path))?;
+        }
         let line = checkpoint_line(&self.key, &state.log, &state.unsealed[..take]);
         if let Err(e) = state.file.write_all(&line) {
             let _ = state.file.set_len(state.file_bytes);

@@ -251,3 +251,42 @@ fn appends_from_many_threads_chain_in_one_order() {
     assert_eq!(report.receipts, 200);
     assert!(report.checkpoints >= 200 / 7);
 }
+
+#[test]
+fn a_stream_log_is_what_its_reader_keeps_and_verifies_with_its_key() {
+    use std::io::Read as _;
+    let dir = tempfile::tempdir().unwrap();
+    let (mut reader, writer) = std::io::pipe().unwrap();
+    let key = HostKey::ephemeral().unwrap();
+    let public = key.public();
+    let log = ReceiptLog::stream(
+        std::fs::File::from(std::os::fd::OwnedFd::from(writer)),
+        "a pipe",
+        key,
+        LogOptions {
+            max_batch: 4,
+            ..LogOptions::default()
+        },
+    )
+    .unwrap();
+    let kept = std::thread::spawn(move || {
+        let mut bytes = Vec::new();
+        reader.read_to_end(&mut bytes).unwrap();
+        bytes
+    });
+    for i in 0..10 {
+        log.append(call(i)).unwrap();
+    }
+    drop(log);
+    let logdir = dir.path().join("kept");
+    std::fs::create_dir(&logdir).unwrap();
+    std::fs::write(
+        logdir.join("receipts-00000000000000000000.jsonl"),
+        kept.join().unwrap(),
+    )
+    .unwrap();
+    let report = verify_dir(&logdir, &public).unwrap();
+    assert!(report.ok(), "{:?}", report.problems);
+    assert_eq!(report.receipts, 10);
+    assert!(report.checkpoints >= 3, "batches of at most 4");
+}

@@ -224,6 +224,9 @@ pub async fn run(config: DaemonConfig) -> Result<(), RunError> {
         tools: 0,
         ms: 0.0,
         programs,
+        receipt_key: service
+            .receipt_log()
+            .map(|log| berm_dsse::spki_base64(&log.public_key())),
     };
 
     // The ready line goes out once bermd serves, with the tools it serves.

@@ -399,6 +399,10 @@ pub struct BermdReady {
     pub ms: f64,
     /// Every program deployed from app folders, in folder order.
     pub programs: Vec<ReadyProgram>,
+    /// The public key of the receipts it writes to `--receipts-fd`, when it writes them
+    /// (SubjectPublicKeyInfo DER, base64).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub receipt_key: Option<String>,
 }
 
 /// One program of [`BermdReady`].
@@ -452,6 +456,7 @@ mod tests {
                 code_sha256: Some("cd".repeat(32)),
                 ms: 0.25,
             }],
+            receipt_key: None,
         };
         let text = serde_json::to_string(&ready).unwrap();
         assert!(text.contains(r#""code":"precompiled""#), "{text}");

@@ -308,6 +308,23 @@ pub struct AppReady {
     pub tools: u32,
     /// Programs it deployed.
     pub programs: Vec<AppProgram>,
+    /// The public key its bermd signs its receipts' checkpoints with, made at its start and
+    /// never stored: SubjectPublicKeyInfo DER in base64 (the body of its PEM). In the
+    /// boot's signed record, so a receipt chains to the attestation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub receipt_key: Option<String>,
+}
+
+/// One line of an app's receipt log (docs/receipts.md), relayed on the log port as its
+/// bermd wrote it, byte for byte (its sha256 is what the next receipt and the checkpoints
+/// name).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Receipt {
+    /// The app whose bermd wrote it.
+    pub app: String,
+    /// The line, without its newline.
+    pub line: String,
 }
 
 /// An app was not started; the other apps are unaffected.
@@ -480,6 +497,8 @@ pub enum Event {
     Error(ErrorReply),
     /// A log line (logs port only).
     Log(Log),
+    /// A line of an app's receipt log (logs port only).
+    Receipt(Receipt),
     /// An app's confined process started.
     AppStarted(AppStarted),
     /// An app's bermd is ready.
@@ -505,6 +524,7 @@ impl Event {
             Self::Status(_) => "status",
             Self::Error(_) => "error",
             Self::Log(_) => "log",
+            Self::Receipt(_) => "receipt",
             Self::AppStarted(_) => "app_started",
             Self::AppReady(_) => "app_ready",
             Self::AppRefused(_) => "app_refused",
@@ -517,7 +537,7 @@ impl Event {
     pub fn allowed_on(&self, service: Service) -> bool {
         match self {
             Self::Greeting(g) => g.service == service,
-            Self::Log(_) => service == Service::Logs,
+            Self::Log(_) | Self::Receipt(_) => service == Service::Logs,
             _ => service == Service::Control,
         }
     }
@@ -586,7 +606,7 @@ pub enum LineError {
     ControlCharacter(String),
 }
 
-const EVENTS: [&str; 14] = [
+const EVENTS: [&str; 15] = [
     "greeting",
     "boot_start",
     "boot_complete",
@@ -596,6 +616,7 @@ const EVENTS: [&str; 14] = [
     "status",
     "error",
     "log",
+    "receipt",
     "app_started",
     "app_ready",
     "app_refused",
@@ -690,6 +711,7 @@ fn deserialize_event(name: &str, mut object: Map<String, Value>) -> Result<Event
         "status" => Event::Status(serde_json::from_value(value).map_err(shape)?),
         "error" => Event::Error(serde_json::from_value(value).map_err(shape)?),
         "log" => Event::Log(serde_json::from_value(value).map_err(shape)?),
+        "receipt" => Event::Receipt(serde_json::from_value(value).map_err(shape)?),
         "app_started" => Event::AppStarted(serde_json::from_value(value).map_err(shape)?),
         "app_ready" => Event::AppReady(serde_json::from_value(value).map_err(shape)?),
         "app_refused" => Event::AppRefused(serde_json::from_value(value).map_err(shape)?),
@@ -805,6 +827,7 @@ mod tests {
                     code_sha256: Some("ef".repeat(32)),
                     ms: 12,
                 }],
+                receipt_key: Some("MCowBQYDK2VwAyEA".into()),
             }),
             Event::AppRefused(AppRefused {
                 app: "b".into(),

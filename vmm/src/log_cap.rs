@@ -19,6 +19,7 @@
 
 use std::fs::File;
 use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -31,6 +32,11 @@ pub const HYPERVISOR_LOG_CAP: u64 = 8 << 20;
 const HYPERVISOR_PIPE: i32 = 1 << 20;
 /// Bytes `console.log` may reach before it is truncated.
 pub const CONSOLE_LOG_CAP: u64 = 8 << 20;
+/// Bytes of one app's receipt log berm-vmm keeps per boot; past it the rest are dropped (and
+/// `berm receipts verify` reports them missing or unsealed), said once in `guest.log`.
+pub const RECEIPTS_CAP: u64 = 256 << 20;
+/// Apps whose receipts one boot keeps (an app index is below this).
+pub const RECEIPT_APPS: usize = 64;
 /// Bytes of guest events `vmm.jsonl` (and stderr) carries before the rest are dropped.
 pub const RECORD_GUEST_CAP: u64 = 4 << 20;
 /// How often `console.log`'s size is looked at.
@@ -76,6 +82,90 @@ impl CappedLog {
         self.file.write_all(text)?;
         self.written += text.len() as u64;
         Ok(())
+    }
+}
+
+/// The guest apps' receipt logs, as their bermds wrote them (docs/receipts.md), in
+/// `<run-dir>/receipts/<boot id>/<app>/receipts-00000000000000000000.jsonl`: one directory per
+/// boot, since each boot's bermds sign with keys of their own, named in that boot's record.
+/// Bounded per app ([`RECEIPTS_CAP`]) and in apps ([`RECEIPT_APPS`]); names the guest sent
+/// are checked before they become paths.
+pub struct ReceiptFiles {
+    root: PathBuf,
+    open: std::collections::HashMap<String, (File, u64)>,
+    full: std::collections::HashSet<String>,
+}
+
+impl ReceiptFiles {
+    /// Receipts under `root` (`<run-dir>/receipts`).
+    pub fn new(root: PathBuf) -> Self {
+        Self {
+            root,
+            open: std::collections::HashMap::new(),
+            full: std::collections::HashSet::new(),
+        }
+    }
+
+    /// Appends `line` to `app`'s log of boot `boot_id`. `Ok(Some(why))` when it was dropped
+    /// (said once per app and reason).
+    pub fn write(
+        &mut self,
+        boot_id: &str,
+        app: &str,
+        line: &str,
+    ) -> std::io::Result<Option<String>> {
+        let boot_ok = !boot_id.is_empty()
+            && boot_id.len() <= 64
+            && boot_id.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-');
+        if !boot_ok || !berm_abi::is_valid_app_name(app) {
+            return Ok(self.drop_once(
+                "names",
+                format!("receipts of a boot or app with a name berm-vmm will not use as a path ({app:?}) are dropped"),
+            ));
+        }
+        let key = format!("{boot_id}/{app}");
+        if self.full.contains(&key) {
+            return Ok(None);
+        }
+        if !self.open.contains_key(&key) {
+            if self.open.len() >= RECEIPT_APPS {
+                return Ok(self.drop_once(
+                    "apps",
+                    format!("receipts of more than {RECEIPT_APPS} apps are dropped"),
+                ));
+            }
+            let dir = self.root.join(boot_id).join(app);
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(&dir)?;
+            let file = File::options()
+                .create(true)
+                .append(true)
+                .mode(0o600)
+                .open(dir.join("receipts-00000000000000000000.jsonl"))?;
+            let written = file.metadata()?.len();
+            self.open.insert(key.clone(), (file, written));
+        }
+        let Some((file, written)) = self.open.get_mut(&key) else {
+            return Ok(None);
+        };
+        if *written + line.len() as u64 + 1 > RECEIPTS_CAP {
+            self.full.insert(key);
+            return Ok(Some(format!(
+                "app {app}'s receipts reached {RECEIPTS_CAP} bytes; the rest of this boot's are dropped"
+            )));
+        }
+        let mut bytes = Vec::with_capacity(line.len() + 1);
+        bytes.extend_from_slice(line.as_bytes());
+        bytes.push(b'\n');
+        file.write_all(&bytes)?;
+        *written += bytes.len() as u64;
+        Ok(None)
+    }
+
+    fn drop_once(&mut self, what: &str, why: String) -> Option<String> {
+        self.full.insert(format!("!{what}")).then_some(why)
     }
 }
 
@@ -160,6 +250,43 @@ fn truncate_with_marker(path: &Path, size: u64) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn receipts_land_per_boot_and_app_and_hostile_names_never_become_paths() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut files = ReceiptFiles::new(dir.path().join("receipts"));
+        let boot = "0b5c6c1e-1f1a-4c1e-9d1a-1234567890ab";
+        assert_eq!(files.write(boot, "notes", "{\"a\":1}").unwrap(), None);
+        assert_eq!(files.write(boot, "notes", "{\"a\":2}").unwrap(), None);
+        let kept = dir
+            .path()
+            .join("receipts")
+            .join(boot)
+            .join("notes")
+            .join("receipts-00000000000000000000.jsonl");
+        assert_eq!(
+            std::fs::read_to_string(&kept).unwrap(),
+            "{\"a\":1}\n{\"a\":2}\n"
+        );
+        for (boot, app) in [
+            ("../..", "notes"),
+            (boot, "../x"),
+            (boot, "a/b"),
+            ("", "notes"),
+        ] {
+            let said = files.write(boot, app, "{}").unwrap();
+            // Said once, then dropped quietly.
+            let _ = said;
+        }
+        assert_eq!(
+            std::fs::read_dir(dir.path().join("receipts"))
+                .unwrap()
+                .count(),
+            1,
+            "nothing but the one boot's directory"
+        );
+        assert!(!dir.path().join("x").exists());
+    }
 
     /// Checks that the log at `path` rotated into `<path>.1`, both within `cap`, the current
     /// one starting with berm-vmm's truncation marker; returns the current one.

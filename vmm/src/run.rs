@@ -850,9 +850,16 @@ fn supervise(
 ) -> Outcome {
     let logs = run.logs.clone();
     let guest_log = run.dir.join("guest.log");
+    let receipts = run.dir.join("receipts");
     let log_connector = Arc::clone(connector);
     std::thread::spawn(move || {
-        pump_logs(&log_connector, &logs, &guest_log, started + boot_timeout)
+        pump_logs(
+            &log_connector,
+            &logs,
+            &guest_log,
+            receipts,
+            started + boot_timeout,
+        )
     });
     let console = run.console.clone();
     std::thread::spawn(move || {
@@ -992,13 +999,16 @@ fn request_shutdown(connector: Arc<Connector>, control: PathBuf) {
 /// Keeps the guest's log port (berm-init's own lines and every app's bermd output) in
 /// `guest.log` in the run dir, one parsed and re-escaped line each, so a failed app can be
 /// read after the fact. Lines a host connects too late for are still there: the guest keeps a
-/// backlog for new connections.
+/// backlog for new connections. The apps' receipt lines go to their own files
+/// ([`crate::log_cap::ReceiptFiles`]).
 fn pump_logs(
     connector: &Connector,
     logs: &std::path::Path,
     path: &std::path::Path,
+    receipts: PathBuf,
     deadline: Instant,
 ) {
+    let mut receipts = crate::log_cap::ReceiptFiles::new(receipts);
     let open = || connector.connect(Target::Logs);
     let Ok(mut conn) = GuestConnection::connect_with(logs, Service::Logs, deadline, open) else {
         return;
@@ -1007,6 +1017,23 @@ fn pump_logs(
         return;
     };
     while let Ok(line) = conn.receive(Instant::now() + Duration::from_secs(3600)) {
+        if let Event::Receipt(receipt) = &line.event {
+            let note = match receipts.write(&line.boot_id, &receipt.app, &receipt.line) {
+                Ok(note) => note,
+                Err(e) => Some(format!(
+                    "could not keep app {}'s receipts: {e}",
+                    receipt.app.escape_debug()
+                )),
+            };
+            if let Some(note) = note
+                && file
+                    .write(format!("[berm-vmm] {note}\n").as_bytes())
+                    .is_err()
+            {
+                return;
+            }
+            continue;
+        }
         if let Event::Log(log) = &line.event {
             let text = format!(
                 "{:>8} {:?} {}: {}\n",

@@ -105,6 +105,8 @@ fn made_by_berm(name: &OsStr) -> bool {
                 | "probe.stage"
                 | "sandbox-probe"
                 | "record.dsse.json"
+                // The apps' receipts, one directory per boot; kept across runs.
+                | "receipts"
         )
         || numbered("rpc-", ".sock")
         || numbered("app-", ".erofs")

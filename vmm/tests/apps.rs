@@ -148,11 +148,38 @@ fn notes_survive_a_reboot(arch: GuestArch) {
     let status = control_status(&vmm);
     assert_eq!(status.apps[0].state, AppState::Ready, "{status:?}");
     assert_eq!(status.apps[0].uid, 10000);
+    // Each call's receipt reached the run dir through berm-init's relay, sealed by a
+    // checkpoint the guest's own key signed; that key is in the ready line (so the record).
+    let receipt_key = ready_line.receipt_key.as_deref().expect("a receipt key");
+    let receipt_key = berm_dsse::from_spki_base64(receipt_key).unwrap();
+    let receipts = vmm.run_dir.join("receipts");
+    berm_fixtures::wait_until(
+        Duration::from_secs(30),
+        Duration::from_millis(50),
+        || {
+            std::fs::read_dir(&receipts)
+                .into_iter()
+                .flatten()
+                .flatten()
+                .map(|boot| boot.path().join("notes"))
+                .any(|dir| {
+                    berm_receipts::verify_dir(&dir, &receipt_key)
+                        .is_ok_and(|report| report.ok() && report.receipts == 2)
+                })
+        },
+        || format!("no sealed log of 2 receipts under {}", receipts.display()),
+    );
     vmm.shut_down();
 
     // Second boot on the same disk: the notes are there, and the disk's digest moved.
     let mut vmm = Vmm::start(&args, &[]);
-    ready(&mut vmm, "notes");
+    // A new boot, a new key: the record of this one names it.
+    let second_key = ready(&mut vmm, "notes").receipt_key.unwrap();
+    assert_ne!(
+        berm_dsse::from_spki_base64(&second_key).unwrap(),
+        receipt_key,
+        "each boot's bermd signs with a key of its own"
+    );
     let state = first_host_event!(vmm, Measurements).state.unwrap();
     assert!(!state.created);
     assert_ne!(state.chunked_sha256, first_digest);
@@ -171,6 +198,10 @@ fn notes_survive_a_reboot(arch: GuestArch) {
     let value = record.to_value();
     let verdict = berm_attest::verify(&value, &pins);
     assert!(verdict.ok, "{:#?}\n{value:#}", verdict.problems);
+    assert!(
+        value.to_string().contains(&second_key),
+        "the record names the receipt key"
+    );
     eprintln!(
         "attest: a one-app record is {} bytes",
         value.to_string().len()

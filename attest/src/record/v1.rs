@@ -666,6 +666,7 @@ impl GuestEvent {
                     pid: 0,
                     ms: 0,
                     tools: 0,
+                    receipt_key: None,
                     programs: programs
                         .into_iter()
                         .map(|p| -> Result<_, String> {

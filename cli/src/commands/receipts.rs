@@ -20,6 +20,20 @@ pub enum Command {
     /// Verify a receipt log offline; exit 1 and list every problem (with its code) if it
     /// does not verify.
     Verify(VerifyArgs),
+    /// Print the public key (PEM) a microVM app's bermd signed its receipts with, as the
+    /// boot's signed record names it, for `verify --key`; the app's receipt directory goes
+    /// to stderr.
+    Key {
+        /// The VM's run dir (it holds record.dsse.json and receipts/).
+        run_dir: PathBuf,
+        /// The app.
+        #[arg(long)]
+        app: String,
+        /// The host's public key (`berm attest key`): the record's signature is checked
+        /// first. Without it the record is read unchecked, and berm says so.
+        #[arg(long, value_name = "PUB")]
+        host_key: Option<PathBuf>,
+    },
     /// Print the receipts of a log, one JSON line each (not verified: use `verify`).
     Show {
         /// The receipt directory (`bermd --receipts DIR`).
@@ -60,7 +74,48 @@ pub fn run(command: Command) -> anyhow::Result<Exit> {
     match command {
         Command::Verify(args) => verify(args),
         Command::Show { dir, seq } => show(&dir, seq),
+        Command::Key {
+            run_dir,
+            app,
+            host_key,
+        } => app_key(&run_dir, &app, host_key.as_deref()),
     }
+}
+
+fn app_key(run_dir: &Path, app: &str, host_key: Option<&Path>) -> anyhow::Result<Exit> {
+    let path = run_dir.join(berm_attest::dsse::ENVELOPE_FILE);
+    let text =
+        read(&path).context("the run's signed record (berm-vmm writes it when the VM stops)")?;
+    let envelope: Value =
+        serde_json::from_str(&text).with_context(|| format!("{} is not JSON", path.display()))?;
+    let host_key = host_key.map(berm_dsse::read_public_key).transpose()?;
+    let record = berm_attest::dsse::open(&envelope, host_key.as_ref()).map_err(|problems| {
+        let details: Vec<String> = problems.iter().map(|p| p.detail.clone()).collect();
+        anyhow::anyhow!("{}: {}", path.display(), details.join("; "))
+    })?;
+    if host_key.is_none() {
+        eprintln!(
+            "berm receipts: the record's signature was not checked (give --host-key PUB, from `berm attest key`)"
+        );
+    }
+    let ready = record["guest"]["events"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .rfind(|e| e["event"] == "app_ready" && e["app"] == app)
+        .with_context(|| format!("the record names no app {app:?} that got ready"))?;
+    let key = ready["receipt_key"].as_str().with_context(|| {
+        format!("app {app:?} reported no receipt key (a guest from before receipts)")
+    })?;
+    let key = berm_dsse::from_spki_base64(key)
+        .map_err(|e| anyhow::anyhow!("app {app:?}'s receipt key in the record: {e}"))?;
+    let boot = ready["boot_id"].as_str().unwrap_or_default();
+    eprintln!(
+        "berm receipts: app {app}'s receipts of this boot are in {}",
+        run_dir.join("receipts").join(boot).join(app).display()
+    );
+    crate::out!("{}", berm_dsse::public_pem(&key));
+    Ok(Exit::Ok)
 }
 
 fn read(path: &Path) -> anyhow::Result<String> {

@@ -140,17 +140,22 @@ struct Args {
     /// http.fetch host and status, the secrets named, the calls it made. Hash-chained, and
     /// signed in checkpoints; check them with `berm receipts verify DIR --key PUB`
     /// (docs/receipts.md). One bermd per directory.
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", conflicts_with = "receipts_fd")]
     receipts: Option<PathBuf>,
+    /// In the microVM: write the receipts to this inherited descriptor (a pipe berm-init
+    /// relays to the host's run dir), signed with a key made now and never stored (unless
+    /// --receipts-key names one); its public half goes in the ready line.
+    #[arg(long, value_name = "N")]
+    receipts_fd: Option<RawFd>,
     /// The ed25519 key (PKCS#8 PEM, mode 0600) that signs the receipts' checkpoints.
     /// Default: berm's host key, $XDG_CONFIG_HOME/berm/host-key.pem (what `berm attest key`
     /// prints the public half of), created on first use.
-    #[arg(long, value_name = "FILE", requires = "receipts")]
+    #[arg(long, value_name = "FILE")]
     receipts_key: Option<PathBuf>,
     /// How often written receipts are synced to disk and sealed with a signed checkpoint,
     /// in milliseconds: the most a machine crash can lose. A killed bermd loses none; the
     /// next start seals what it left.
-    #[arg(long, value_name = "MS", requires = "receipts", default_value_t = 200,
+    #[arg(long, value_name = "MS", default_value_t = 200,
           value_parser = clap::value_parser!(u64).range(1..=60_000))]
     receipts_interval_ms: u64,
 }
@@ -201,6 +206,7 @@ fn start(args: Args, started: Instant) -> Result<(), (Exit, anyhow::Error)> {
         ("--listen-fd", args.listen_fd),
         ("--ready-fd", args.ready_fd),
         ("--egress-broker-fd", args.egress_broker_fd),
+        ("--receipts-fd", args.receipts_fd),
     ];
     for (i, (flag, fd)) in inherited.iter().enumerate() {
         if let Some((other, _)) = inherited[i + 1..]
@@ -231,6 +237,12 @@ fn start(args: Args, started: Instant) -> Result<(), (Exit, anyhow::Error)> {
             let owned = berm_service::sys::inherit_fd("--egress-broker-fd", fd)
                 .map_err(|e| usage(e.into()))?;
             Some(berm_service::egress::EgressBroker::new(owned, fd).map_err(|e| usage(e.into()))?)
+        }
+        None => None,
+    };
+    let receipts_stream = match args.receipts_fd {
+        Some(fd) => {
+            Some(berm_service::sys::inherit_fd("--receipts-fd", fd).map_err(|e| usage(e.into()))?)
         }
         None => None,
     };
@@ -279,22 +291,50 @@ fn start(args: Args, started: Instant) -> Result<(), (Exit, anyhow::Error)> {
             "--metrics {addr} is not a loopback address: add --metrics-allow-remote to serve metrics, without a token, to whoever reaches it"
         )));
     }
-    let receipts = match &args.receipts {
-        Some(dir) => {
+    if receipts_stream.is_none() && args.receipts.is_none() && args.receipts_key.is_some() {
+        return Err(usage(anyhow::anyhow!(
+            "--receipts-key signs receipts: give --receipts DIR too"
+        )));
+    }
+    let options = berm_receipts::LogOptions {
+        interval: std::time::Duration::from_millis(args.receipts_interval_ms),
+        ..berm_receipts::LogOptions::default()
+    };
+    let failed = |e: anyhow::Error| (Exit::Failed, e);
+    let receipts = match (&args.receipts, receipts_stream) {
+        (Some(dir), _) => {
             let key = berm_dsse::HostKey::load_or_create(args.receipts_key.as_deref())
                 .context("the key that signs receipts")
-                .map_err(|e| (Exit::Failed, e))?;
-            let options = berm_receipts::LogOptions {
-                interval: std::time::Duration::from_millis(args.receipts_interval_ms),
-                ..berm_receipts::LogOptions::default()
-            };
+                .map_err(failed)?;
             let log = berm_receipts::ReceiptLog::open(dir, key, options)
                 .context("opening --receipts")
-                .map_err(|e| (Exit::Failed, e))?;
+                .map_err(failed)?;
             tracing::info!(dir = %dir.display(), log = %log.log_id(), "writing a receipt for every call");
             Some(std::sync::Arc::new(log))
         }
-        None => None,
+        (None, Some(stream)) => {
+            let key = match &args.receipts_key {
+                Some(path) => berm_dsse::HostKey::load_or_create(Some(path)),
+                None => berm_dsse::HostKey::ephemeral(),
+            }
+            .context("the key that signs receipts")
+            .map_err(failed)?;
+            // Checkpoints stay well under the line protocol's 64 KiB once relayed.
+            let options = berm_receipts::LogOptions {
+                max_batch: 64,
+                ..options
+            };
+            let log = berm_receipts::ReceiptLog::stream(
+                std::fs::File::from(stream),
+                "--receipts-fd",
+                key,
+                options,
+            )
+            .context("writing receipts to --receipts-fd")
+            .map_err(failed)?;
+            Some(std::sync::Arc::new(log))
+        }
+        (None, None) => None,
     };
     let mut service = ServiceConfig::new(home);
     service.receipts = receipts.clone();
