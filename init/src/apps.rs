@@ -393,9 +393,13 @@ fn launch(
     let pid = spawn_confined(hub, &plan, &name, fds).map_err(fail)?;
     {
         let (hub, app) = (Arc::clone(hub), name.clone());
+        let relaying = hub.relaying();
         std::thread::Builder::new()
             .name(format!("{name}-receipts"))
-            .spawn(move || relay_receipts(&hub, &app, receipts_r))
+            .spawn(move || {
+                let _relaying = relaying;
+                relay_receipts(&hub, &app, receipts_r)
+            })
             .map_err(|e| fail(format!("no thread for its receipts: {e}")))?;
     }
     registry.track(AppStatus {

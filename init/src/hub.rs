@@ -78,8 +78,19 @@ pub struct Hub {
     phase: Mutex<Phase>,
     min_level: Mutex<LogLevel>,
     open_control: AtomicU32,
+    /// Receipt relays still reading their app's pipe ([`Hub::relaying`]).
+    receipt_relays: AtomicU32,
     commands: Mutex<Sender<Command>>,
     apps: Registry,
+}
+
+/// A running receipt relay, counted by [`Hub::relaying`] until dropped.
+pub struct RelayGuard(Arc<Hub>);
+
+impl Drop for RelayGuard {
+    fn drop(&mut self) {
+        self.0.receipt_relays.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// The longest free text (a log or error message) berm-init puts in one line. With it every
@@ -118,6 +129,7 @@ impl Hub {
             phase: Mutex::new(Phase::Booting),
             min_level: Mutex::new(LogLevel::Info),
             open_control: AtomicU32::new(0),
+            receipt_relays: AtomicU32::new(0),
             commands: Mutex::new(commands),
             apps: Registry::default(),
         })
@@ -179,19 +191,29 @@ impl Hub {
         self.log_as("berm-init", level, message);
     }
 
+    /// Counts a receipt relay as running until the returned guard is dropped.
+    pub fn relaying(self: &Arc<Self>) -> RelayGuard {
+        self.receipt_relays.fetch_add(1, Ordering::SeqCst);
+        RelayGuard(Arc::clone(self))
+    }
+
+    /// Waits (at most `limit`) for every receipt relay to reach its pipe's end: at shutdown,
+    /// once the apps are gone, so their last checkpoints go out before `power_off`.
+    pub fn wait_for_receipts(&self, limit: Duration) {
+        let deadline = std::time::Instant::now() + limit;
+        while self.receipt_relays.load(Ordering::SeqCst) > 0 && std::time::Instant::now() < deadline
+        {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
     /// Sends a line of `app`'s receipt log to every logs connection, and keeps it in the
     /// backlog like a log line.
     pub fn receipt(&self, app: &str, line: String) {
-        let line = self.line(Event::Receipt(Receipt {
+        self.send_log_line(Event::Receipt(Receipt {
             app: app.into(),
             line,
         }));
-        let mut logs = lock(&self.logs);
-        if logs.backlog.len() == LOG_BACKLOG {
-            logs.backlog.pop_front();
-        }
-        logs.backlog.push_back(line.clone());
-        logs.peers.broadcast(&line);
     }
 
     /// Like [`Hub::log`], for a line another process wrote (an app's bermd, under its tag).
@@ -200,11 +222,16 @@ impl Hub {
         if level < *lock(&self.min_level) {
             return;
         }
-        let line = self.line(Event::Log(Log {
+        self.send_log_line(Event::Log(Log {
             level,
             source: source.into(),
             message,
         }));
+    }
+
+    /// Sends a logs-port line to every logs connection and keeps it in the bounded backlog.
+    fn send_log_line(&self, event: Event) {
+        let line = self.line(event);
         let mut logs = lock(&self.logs);
         if logs.backlog.len() == LOG_BACKLOG {
             logs.backlog.pop_front();

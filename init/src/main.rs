@@ -50,6 +50,9 @@ berm_abi::codes! {
 
 /// How long to wait for hosts to close their control connections after `power_off`.
 const CLOSE_WAIT: Duration = Duration::from_millis(500);
+/// How long shutdown waits, once the apps are gone, for their receipt relays to pass on what
+/// their bermds wrote last.
+const RECEIPTS_WAIT: Duration = Duration::from_secs(2);
 /// How long to wait, when no host is connected at `power_off`, for one to connect and read the
 /// history (a boot can fail before berm-vmm's first connection gets through).
 const HOST_WAIT: Duration = Duration::from_secs(3);
@@ -370,6 +373,9 @@ fn shutdown(hub: &Hub, reason: &str, exit_code: i32, grace: Duration, state_moun
         }
     }
 
+    // The apps are gone, their receipt pipes closed: what their bermds sealed last goes out
+    // before power_off.
+    hub.wait_for_receipts(RECEIPTS_WAIT);
     sys::sync();
     let mut unmount_failed = Vec::new();
     let mut targets: Vec<&str> = MOUNTS

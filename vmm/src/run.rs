@@ -840,7 +840,12 @@ impl Seen {
     }
 }
 
-/// Watches the control stream and the hypervisor until the VM ends.
+/// How long berm-vmm waits, once the VM has ended, for the log port's last lines (the
+/// apps' last receipts among them) to be written.
+const LOGS_DRAIN: Duration = Duration::from_secs(2);
+
+/// Watches the control stream and the hypervisor until the VM ends, then lets the log
+/// port's reader finish (at most [`LOGS_DRAIN`]).
 fn supervise(
     run: &RunDir,
     connector: &Arc<Connector>,
@@ -852,6 +857,7 @@ fn supervise(
     let guest_log = run.dir.join("guest.log");
     let receipts = run.dir.join("receipts");
     let log_connector = Arc::clone(connector);
+    let (drained, pumped) = std::sync::mpsc::channel::<()>();
     std::thread::spawn(move || {
         pump_logs(
             &log_connector,
@@ -859,8 +865,23 @@ fn supervise(
             &guest_log,
             receipts,
             started + boot_timeout,
-        )
+        );
+        drop(drained);
     });
+    let outcome = watch(run, connector, children, boot_timeout, started);
+    // Disconnected when the reader ends; a reader still blocked is left behind.
+    let _ = pumped.recv_timeout(LOGS_DRAIN);
+    outcome
+}
+
+/// [`supervise`]'s watch: the control stream and the hypervisor, until the VM ends.
+fn watch(
+    run: &RunDir,
+    connector: &Arc<Connector>,
+    children: &mut [Child],
+    boot_timeout: Duration,
+    started: Instant,
+) -> Outcome {
     let console = run.console.clone();
     std::thread::spawn(move || {
         crate::log_cap::watch_console(&console, crate::log_cap::CONSOLE_LOG_CAP)

@@ -189,6 +189,17 @@ fn notes_survive_a_reboot(arch: GuestArch) {
     assert!(list.contains("first") && list.contains("second"), "{list}");
     drop(mcp);
     vmm.shut_down();
+    // Shut down right after the call: its receipt still arrived, sealed (berm-init waits for
+    // the relays, berm-vmm for the log port's last lines).
+    let second_key = berm_dsse::from_spki_base64(&second_key).unwrap();
+    let sealed = std::fs::read_dir(vmm.run_dir.join("receipts"))
+        .unwrap()
+        .flatten()
+        .map(|boot| berm_receipts::verify_dir(&boot.path().join("notes"), &second_key))
+        .find(|report| report.as_ref().is_ok_and(|r| r.checkpoints > 0));
+    let sealed = sealed.expect("the second boot's receipts").unwrap();
+    assert!(sealed.ok(), "{:?}", sealed.problems);
+    assert_eq!(sealed.receipts, 1, "notes_list");
 
     // The run's attestation record carries the app, its program digests and its
     // enforcement report, and verifies offline against the pins.
@@ -199,7 +210,9 @@ fn notes_survive_a_reboot(arch: GuestArch) {
     let verdict = berm_attest::verify(&value, &pins);
     assert!(verdict.ok, "{:#?}\n{value:#}", verdict.problems);
     assert!(
-        value.to_string().contains(&second_key),
+        value
+            .to_string()
+            .contains(&berm_dsse::spki_base64(&second_key)),
         "the record names the receipt key"
     );
     eprintln!(
