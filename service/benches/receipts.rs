@@ -88,6 +88,11 @@ fn main() {
             ))
             .expect("deploy");
     }
+    let before = [usage(off.pid()), usage(on.pid())];
+    let threads_before = [
+        common::cpu_by_thread(&off.pid().to_string()),
+        common::cpu_by_thread(&on.pid().to_string()),
+    ];
     let mut off_client = McpClient::connect(&off.socket());
     let mut on_client = McpClient::connect(&on.socket());
     let tool = off_client.tool_name("echo", "echo");
@@ -103,6 +108,11 @@ fn main() {
             }
         },
     );
+    let after = [usage(off.pid()), usage(on.pid())];
+    let threads_after = [
+        common::cpu_by_thread(&off.pid().to_string()),
+        common::cpu_by_thread(&on.pid().to_string()),
+    ];
     drop((off, on));
     let written = berm_receipts::log_files(&receipts)
         .expect("receipt files")
@@ -131,6 +141,31 @@ fn main() {
         mcp_off.p99,
         mcp_on.p99
     );
+    let per_call = |side: usize| {
+        let calls = (WARMUP + ROUNDS * PER_ROUND) as f64;
+        (
+            (after[side].0 - before[side].0) / calls * 1e6,
+            (after[side].1 - before[side].1) as f64 / calls,
+        )
+    };
+    let ((cpu_off, switches_off), (cpu_on, switches_on)) = (per_call(0), per_call(1));
+    println!(
+        "bermd per call over mcp.sock: CPU {cpu_off:.1} µs off, {cpu_on:.1} µs on; context switches {switches_off:.2} off, {switches_on:.2} on"
+    );
+    for (side, name) in [(0, "off"), (1, "on")] {
+        let by_thread: Vec<String> = threads_after[side]
+            .iter()
+            .map(|(thread, cpu)| {
+                let was = threads_before[side].get(thread).copied().unwrap_or(0.0);
+                let calls = (WARMUP + ROUNDS * PER_ROUND) as f64;
+                format!("{thread} {:.1}", (cpu - was) / calls * 1e6)
+            })
+            .collect();
+        println!(
+            "  receipts {name}, CPU µs per call by thread: {}",
+            by_thread.join(", ")
+        );
+    }
     println!(
         "receipt log: {written} bytes for {calls} calls ({:.0} bytes per receipt, checkpoints included)",
         written as f64 / calls as f64
@@ -175,6 +210,25 @@ fn alternate(mut a: impl FnMut(usize), mut b: impl FnMut(usize)) -> (Stats, Stat
         }
     }
     (Stats::of(times_a), Stats::of(times_b))
+}
+
+/// CPU seconds and context switches (voluntary and not) of every thread of `pid` so far.
+fn usage(pid: u32) -> (f64, u64) {
+    let cpu = common::cpu_by_thread(&pid.to_string()).values().sum();
+    let mut switches = 0;
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let status = std::fs::read_to_string(task.path().join("status")).unwrap_or_default();
+        switches += status
+            .lines()
+            .filter(|l| l.contains("ctxt_switches"))
+            .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+            .sum::<u64>();
+    }
+    (cpu, switches)
 }
 
 fn echo(client: &mut McpClient, tool: &str) {
