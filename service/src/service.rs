@@ -800,16 +800,11 @@ impl Service {
         let run = async move {
             // Held until the call ends, even when its client has gone.
             let _slot = slot;
-            match trace {
-                None => berm.call(None, &program, &tool, bytes).await,
-                Some(trace) => {
-                    let options = berm::CallOptions {
-                        deadline: None,
-                        trace: Some(trace),
-                    };
-                    berm.call_with(None, &program, &tool, bytes, &options).await
-                }
-            }
+            let options = berm::CallOptions {
+                deadline: None,
+                trace,
+            };
+            berm.call_with(None, &program, &tool, bytes, &options).await
         };
         let mut run: Pin<Box<dyn Future<Output = _> + Send>> = match log {
             Some(to) if entry.logs => Box::pin(logs::scope(to.session.for_call(to.peer), run)),
@@ -1107,18 +1102,23 @@ impl berm::CallGate for NestedCalls {
         let Some(entry) = catalog.get(&berm_abi::served_name(program, tool)) else {
             return Ok(berm::Admitted::default());
         };
-        let slot = service.admit(entry, args, None)?;
-        let pending = match (&service.receipts, service.facts(program)) {
-            (Some(receipts), Some(facts)) => {
+        // With receipts the arguments are parsed once, here, for the schema and the hash (the
+        // runtime has checked their size); arguments that are not JSON are left to `admit`,
+        // which refuses them as for any call.
+        let parsed = service
+            .receipts
+            .as_ref()
+            .and_then(|_| serde_json::from_slice::<serde_json::Value>(args).ok());
+        let slot = service.admit(entry, args, parsed.as_ref())?;
+        let pending = match (&service.receipts, service.facts(program), &parsed) {
+            (Some(receipts), Some(facts), Some(value)) => {
                 let parent = caller
                     .and_then(|t| Arc::clone(t).downcast::<crate::receipts::CallRecord>().ok());
-                // Admitted, so the arguments are JSON.
-                let value: serde_json::Value = serde_json::from_slice(args).unwrap_or_default();
                 Some(receipts.begin(
                     program,
                     tool,
                     facts,
-                    berm_receipts::arguments_sha256(&value),
+                    berm_receipts::arguments_sha256(value),
                     parent,
                 ))
             }
