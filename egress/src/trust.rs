@@ -84,6 +84,14 @@ impl Trust {
         }
     }
 
+    /// The same roots for another protocol's TLS (PostgreSQL's, for `bermd
+    /// --kv-url-file`): no ALPN, since that names HTTP/1.1.
+    pub fn client_config(&self) -> rustls::ClientConfig {
+        let mut config = (*self.config).clone();
+        config.alpn_protocols.clear();
+        config
+    }
+
     /// Trusts no CA: every https request fails verification.
     pub fn none() -> Trust {
         Trust::from_roots(RootCertStore::empty())

@@ -27,7 +27,7 @@ use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 const OP_PUT: u8 = 1;
 const OP_DELETE: u8 = 2;
@@ -59,6 +59,30 @@ impl Default for KvCaps {
             max_value_bytes: 1 << 20,
             max_total_bytes: 64 << 20,
         }
+    }
+}
+
+impl KvCaps {
+    /// Checks `key` and `value` against the per-item caps, before anything
+    /// is copied (either backend).
+    pub fn check(&self, key: &[u8], value: Option<&[u8]>) -> Result<(), KvError> {
+        if key.len() > self.max_key_bytes {
+            return Err(KvError::TooLarge {
+                what: "the key",
+                size: key.len(),
+                cap: self.max_key_bytes,
+            });
+        }
+        if let Some(value) = value
+            && value.len() > self.max_value_bytes
+        {
+            return Err(KvError::TooLarge {
+                what: "the value",
+                size: value.len(),
+                cap: self.max_value_bytes,
+            });
+        }
+        Ok(())
     }
 }
 
@@ -112,6 +136,134 @@ pub enum KvError {
         /// The cap.
         cap: usize,
     },
+}
+
+/// A program's keyspace as its kv syscalls reach it, in whichever backend bermd keeps it,
+/// or why it is not served. Both backends answer with the same semantics and the same
+/// errors (tested by one suite against both, `tests/kv.rs`).
+#[derive(Clone)]
+pub enum Keyspace {
+    /// Its log on this machine's disk, served from memory.
+    Log(Arc<KvStore>),
+    /// Its rows in PostgreSQL (`bermd --kv-url-file`), shared with every replica: every
+    /// operation goes to the database.
+    Postgres(berm_kv_postgres::Keyspace, KvCaps),
+    /// Not served: every operation fails with this message (for example a log corrupt in
+    /// the middle, with how to recover).
+    Unavailable(Arc<str>),
+}
+
+/// Why a keyspace operation failed, as a program is told: the ABI code and a message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyspaceError {
+    /// `too_large` past a cap, `io` for anything the program cannot fix.
+    pub code: berm_abi::word::ErrorCode,
+    /// What happened, and what to do where someone can.
+    pub message: String,
+}
+
+impl From<KvError> for KeyspaceError {
+    fn from(error: KvError) -> Self {
+        use berm_abi::word::ErrorCode;
+        let code = match error {
+            KvError::TooLarge { .. } => ErrorCode::TooLarge,
+            KvError::Open { .. } | KvError::Write { .. } | KvError::Corrupt { .. } => ErrorCode::Io,
+        };
+        KeyspaceError {
+            code,
+            message: crate::service::error_chain(&error),
+        }
+    }
+}
+
+impl From<berm_kv_postgres::PgKvError> for KeyspaceError {
+    fn from(error: berm_kv_postgres::PgKvError) -> Self {
+        use berm_abi::word::ErrorCode;
+        let code = match error {
+            berm_kv_postgres::PgKvError::TooLarge { .. } => ErrorCode::TooLarge,
+            _ => ErrorCode::Io,
+        };
+        KeyspaceError {
+            code,
+            message: crate::service::error_chain(&error),
+        }
+    }
+}
+
+impl Keyspace {
+    fn unavailable(why: &str) -> KeyspaceError {
+        KeyspaceError {
+            code: berm_abi::word::ErrorCode::Io,
+            message: why.to_string(),
+        }
+    }
+
+    /// Checks `key` and `value` against the per-item caps, before anything is copied.
+    pub fn check(&self, key: &[u8], value: Option<&[u8]>) -> Result<(), KvError> {
+        match self {
+            Keyspace::Log(kv) => kv.check(key, value),
+            Keyspace::Postgres(_, caps) => caps.check(key, value),
+            Keyspace::Unavailable(_) => Ok(()),
+        }
+    }
+
+    /// The value under `key`.
+    pub async fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, KeyspaceError> {
+        match self {
+            Keyspace::Log(kv) => Ok(kv.get(key)),
+            Keyspace::Postgres(kv, _) => Ok(kv.get(key.to_vec()).await?),
+            Keyspace::Unavailable(why) => Err(Self::unavailable(why)),
+        }
+    }
+
+    /// Stores `value` under `key`: durable (the log synced, or the transaction committed)
+    /// when it returns `Ok`.
+    pub async fn put(&self, key: Vec<u8>, value: Vec<u8>) -> Result<(), KeyspaceError> {
+        self.check(&key, Some(&value))?;
+        match self {
+            Keyspace::Log(kv) => {
+                let kv = kv.clone();
+                blocking(move || kv.put(&key, &value)).await
+            }
+            Keyspace::Postgres(kv, _) => Ok(kv.put(key, value).await?),
+            Keyspace::Unavailable(why) => Err(Self::unavailable(why)),
+        }
+    }
+
+    /// Deletes `key`; returns whether it existed. Durable when it returns.
+    pub async fn delete(&self, key: Vec<u8>) -> Result<bool, KeyspaceError> {
+        self.check(&key, None)?;
+        match self {
+            Keyspace::Log(kv) => {
+                let kv = kv.clone();
+                blocking(move || kv.delete(&key)).await
+            }
+            Keyspace::Postgres(kv, _) => Ok(kv.delete(key).await?),
+            Keyspace::Unavailable(why) => Err(Self::unavailable(why)),
+        }
+    }
+
+    /// Every key starting with `prefix`, in byte order.
+    pub async fn list(&self, prefix: &[u8]) -> Result<Vec<Vec<u8>>, KeyspaceError> {
+        match self {
+            Keyspace::Log(kv) => Ok(kv.list(prefix)),
+            Keyspace::Postgres(kv, _) => Ok(kv.list(prefix.to_vec()).await?),
+            Keyspace::Unavailable(why) => Err(Self::unavailable(why)),
+        }
+    }
+}
+
+/// A log write on tokio's blocking threads: it waits on the disk.
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, KvError> + Send + 'static,
+) -> Result<T, KeyspaceError> {
+    match tokio::task::spawn_blocking(work).await {
+        Ok(result) => Ok(result?),
+        Err(e) => Err(KeyspaceError {
+            code: berm_abi::word::ErrorCode::Io,
+            message: format!("the keyspace write failed in bermd: {e}"),
+        }),
+    }
 }
 
 /// One program's keyspace.
@@ -238,23 +390,7 @@ impl KvStore {
     /// Checks `key` and `value` against the per-item caps, before anything
     /// is copied.
     pub fn check(&self, key: &[u8], value: Option<&[u8]>) -> Result<(), KvError> {
-        if key.len() > self.caps.max_key_bytes {
-            return Err(KvError::TooLarge {
-                what: "the key",
-                size: key.len(),
-                cap: self.caps.max_key_bytes,
-            });
-        }
-        if let Some(value) = value
-            && value.len() > self.caps.max_value_bytes
-        {
-            return Err(KvError::TooLarge {
-                what: "the value",
-                size: value.len(),
-                cap: self.caps.max_value_bytes,
-            });
-        }
-        Ok(())
+        self.caps.check(key, value)
     }
 
     /// Stores `value` under `key`; durable when this returns `Ok`.

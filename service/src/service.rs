@@ -66,6 +66,9 @@ pub struct ServiceConfig {
     pub egress_broker: Option<Arc<crate::egress::EgressBroker>>,
     /// Where each call's receipt goes (`bermd --receipts DIR`); `None` writes none.
     pub receipts: Option<Arc<berm_receipts::ReceiptLog>>,
+    /// Every program's keyspace in PostgreSQL (`bermd --kv-url-file`), shared with other
+    /// replicas; `None` keeps each in its log under `$BERM_HOME/state`.
+    pub kv_postgres: Option<Arc<berm_kv_postgres::PgKv>>,
 }
 
 /// The default `tools/list` page: large, because some clients read only the
@@ -88,6 +91,7 @@ impl ServiceConfig {
             egress_caps: berm_egress::Caps::default(),
             egress_broker: None,
             receipts: None,
+            kv_postgres: None,
         }
     }
 }
@@ -167,6 +171,9 @@ pub enum StateError {
         #[source]
         source: std::io::Error,
     },
+    /// Its keyspace in PostgreSQL could not be read.
+    #[error("could not read the keyspace in PostgreSQL")]
+    Database(#[source] berm_kv_postgres::PgKvError),
 }
 
 /// Why a remove was refused.
@@ -406,6 +413,7 @@ pub struct Service {
     catalog: RwLock<Arc<Catalog>>,
     deployments: RwLock<HashMap<String, Deployment>>,
     keyspaces: Mutex<HashMap<String, Arc<KvStore>>>,
+    kv_postgres: Option<Arc<berm_kv_postgres::PgKv>>,
     /// Deploys and removes happen one at a time, so memory and disk agree.
     changing: Mutex<()>,
     changes: broadcast::Sender<()>,
@@ -456,6 +464,7 @@ impl Service {
             catalog: RwLock::new(Arc::new(Catalog::default())),
             deployments: RwLock::new(HashMap::new()),
             keyspaces: Mutex::new(HashMap::new()),
+            kv_postgres: config.kv_postgres.clone(),
             changing: Mutex::new(()),
             changes,
             metrics: crate::metrics::Metrics::new(),
@@ -686,6 +695,18 @@ impl Service {
                 digest: d.record.digest.clone(),
                 app_dir: d.record.app_dir.clone(),
             });
+        if let Some(pg) = &self.kv_postgres {
+            let (keys, bytes) = pg
+                .keyspace(name)
+                .size_blocking()
+                .map_err(StateError::Database)?;
+            return Ok(NameState {
+                program: name.to_string(),
+                deployment,
+                keyspace: (keys > 0).then_some(KeyspaceSize { keys, bytes }),
+                secrets,
+            });
+        }
         let path = self.home.state_root().join(name).join("kv.log");
         let fail = |source| StateError::Keyspace {
             path: path.clone(),
@@ -997,16 +1018,19 @@ impl Service {
     /// the reason and how to recover, and the file stays as it is. It is
     /// opened again on the next deploy or restart.
     fn keyspace(&self, name: &str) -> Result<Keyspace, DeployError> {
+        if let Some(pg) = &self.kv_postgres {
+            return Ok(Keyspace::Postgres(pg.keyspace(name), self.kv_caps));
+        }
         let mut keyspaces = self.keyspaces.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(kv) = keyspaces.get(name) {
-            return Ok(Keyspace::Open(kv.clone()));
+            return Ok(Keyspace::Log(kv.clone()));
         }
         let path = self.home.state(name)?.join("kv.log");
         match KvStore::open(&path, self.kv_caps) {
             Ok(kv) => {
                 let kv = Arc::new(kv);
                 keyspaces.insert(name.to_string(), kv.clone());
-                Ok(Keyspace::Open(kv))
+                Ok(Keyspace::Log(kv))
             }
             Err(source @ KvError::Corrupt { .. }) => {
                 let message = format!("`{name}`: {source}");

@@ -17,7 +17,8 @@ use berm_abi::word::ErrorCode;
 use tokio::sync::Semaphore;
 
 use crate::fs::{FsError, FsRoot, MAX_PATH_BYTES, MAX_WRITE_BYTES};
-use crate::kv::{KvError, KvStore};
+pub use crate::kv::Keyspace;
+use crate::kv::{KeyspaceError, KvError};
 use crate::receipts::CallRecord;
 
 /// Longest log line a program may write; longer lines are cut.
@@ -44,16 +45,6 @@ pub struct ProgramHost {
     /// instead of queueing without bound.
     pub ops: Arc<Semaphore>,
     max_ops: usize,
-}
-
-/// A program's keyspace, or why it is not served.
-#[derive(Clone)]
-pub enum Keyspace {
-    /// Open and served.
-    Open(Arc<KvStore>),
-    /// Not served: every kv syscall fails with this message (for example a
-    /// log corrupt in the middle, with how to recover).
-    Unavailable(Arc<str>),
 }
 
 impl ProgramHost {
@@ -88,48 +79,69 @@ pub fn table() -> Vec<Syscall> {
         Syscall::new("log", "write", log_write),
         Syscall::new("clock", "now", clock_now),
         Syscall::new("random", "fill", random_fill),
-        Syscall::new("kv", "get", |cx, req| {
+        Syscall::blocking("kv", "get", |cx, req| {
             let [key] = fields::<1>(req)?;
-            match kv(cx)?.get(key) {
+            let found = |value: Option<Vec<u8>>| match value {
                 Some(value) => Ok(Reply::Staged(value)),
                 None => Err(SyscallError::code(ErrorCode::NotFound, "no such key")),
+            };
+            let keyspace = kv(cx)?;
+            if let Keyspace::Log(kv) = keyspace {
+                // In memory: answered in place.
+                return done(found(kv.get(key)));
             }
+            let (keyspace, key) = (keyspace.clone(), key.to_vec());
+            host_op(
+                cx,
+                "kv.get",
+                async move { found(keyspace.get(&key).await?) },
+            )
         }),
         Syscall::blocking("kv", "put", |cx, req| {
             let [key, value] = fields::<2>(req)?;
-            let kv = kv(cx)?.clone();
-            kv.check(key, Some(value)).map_err(kv_error)?;
+            let keyspace = kv(cx)?.clone();
+            keyspace.check(key, Some(value)).map_err(kv_error)?;
             let held = cx.reserve("kv.put", key.len() + value.len())?;
             let (key, value) = (key.to_vec(), value.to_vec());
-            offload(cx, "kv.put", move || {
+            host_op(cx, "kv.put", async move {
                 let _held = held;
-                kv.put(&key, &value).map_err(kv_error)?;
+                keyspace.put(key, value).await?;
                 Ok(Reply::Word(0))
             })
         }),
         Syscall::blocking("kv", "delete", |cx, req| {
             let [key] = fields::<1>(req)?;
-            let kv = kv(cx)?.clone();
-            kv.check(key, None).map_err(kv_error)?;
+            let keyspace = kv(cx)?.clone();
+            keyspace.check(key, None).map_err(kv_error)?;
             let key = key.to_vec();
-            offload(cx, "kv.delete", move || {
-                match kv.delete(&key).map_err(kv_error)? {
+            host_op(cx, "kv.delete", async move {
+                match keyspace.delete(key).await? {
                     true => Ok(Reply::Word(0)),
                     false => Err(SyscallError::code(ErrorCode::NotFound, "no such key")),
                 }
             })
         }),
-        Syscall::new("kv", "list", |cx, req| {
+        Syscall::blocking("kv", "list", |cx, req| {
             let [prefix] = fields::<1>(req)?;
-            let keys = kv(cx)?.list(prefix);
             // Reserved before the reply is framed: each key is a 4-byte length and its bytes.
-            let size = keys.iter().map(|key| 4 + key.len()).sum();
-            let held = cx.reserve("kv.list", size)?;
-            let mut reply = Vec::with_capacity(size);
-            for key in keys {
-                frame::push(&mut reply, &key);
+            let framed = |keys: Vec<Vec<u8>>, memory: &Arc<berm::HostMemory>| {
+                let size = keys.iter().map(|key| 4 + key.len()).sum();
+                let held = memory.reserve("kv.list", size)?;
+                let mut reply = Vec::with_capacity(size);
+                for key in keys {
+                    frame::push(&mut reply, &key);
+                }
+                Ok(Reply::Reserved(reply, held))
+            };
+            let keyspace = kv(cx)?;
+            if let Keyspace::Log(kv) = keyspace {
+                return done(framed(kv.list(prefix), cx.host_memory()));
             }
-            Ok(Reply::Reserved(reply, held))
+            let (keyspace, prefix) = (keyspace.clone(), prefix.to_vec());
+            let memory = cx.host_memory().clone();
+            host_op(cx, "kv.list", async move {
+                framed(keyspace.list(&prefix).await?, &memory)
+            })
         }),
         Syscall::blocking("fs", "read", |cx, req| {
             let [path] = fields::<1>(req)?;
@@ -202,23 +214,7 @@ fn offload(
     let program = cx.program.to_string();
     let deadline = tokio::time::Instant::from_std(cx.deadline);
     Ok(Box::pin(async move {
-        let permit = match tokio::time::timeout_at(deadline, ops.acquire_owned()).await {
-            Ok(Ok(permit)) => permit,
-            Ok(Err(_)) => {
-                return Err(SyscallError::Trap(
-                    "bermd is shutting down this program's host operations".into(),
-                ));
-            }
-            Err(_) => {
-                return Err(SyscallError::code(
-                    ErrorCode::Io,
-                    format!(
-                        "`{what}`: `{program}` already has {max_ops} host operations in flight \
-                         (the cap, bermd --max-host-ops) and none finished before the call's deadline"
-                    ),
-                ));
-            }
-        };
+        let permit = permit(&ops, max_ops, deadline, what, &program).await?;
         let task = tokio::task::spawn_blocking(move || {
             let _permit = permit;
             job()
@@ -232,6 +228,29 @@ fn offload(
             )),
         }
     }))
+}
+
+/// One of the program's host-op permits, waited for until the call's deadline.
+async fn permit(
+    ops: &Arc<Semaphore>,
+    max_ops: usize,
+    deadline: tokio::time::Instant,
+    what: &str,
+    program: &str,
+) -> Result<tokio::sync::OwnedSemaphorePermit, SyscallError> {
+    match tokio::time::timeout_at(deadline, ops.clone().acquire_owned()).await {
+        Ok(Ok(permit)) => Ok(permit),
+        Ok(Err(_)) => Err(SyscallError::Trap(
+            "bermd is shutting down this program's host operations".into(),
+        )),
+        Err(_) => Err(SyscallError::code(
+            ErrorCode::Io,
+            format!(
+                "`{what}`: `{program}` already has {max_ops} host operations in flight \
+                 (the cap, bermd --max-host-ops) and none finished before the call's deadline"
+            ),
+        )),
+    }
 }
 
 /// A path from the program, copied once it is known to be short and UTF-8.
@@ -265,13 +284,53 @@ fn host<'a>(cx: &'a SyscallContext<'_>) -> Result<&'a ProgramHost, SyscallError>
         .ok_or_else(|| SyscallError::Trap("bermd attached no host data to this program".into()))
 }
 
-fn kv<'a>(cx: &'a SyscallContext<'_>) -> Result<&'a Arc<KvStore>, SyscallError> {
+/// The program's keyspace, if it is served.
+fn kv<'a>(cx: &'a SyscallContext<'_>) -> Result<&'a Keyspace, SyscallError> {
     match &host(cx)?.kv {
-        Some(Keyspace::Open(kv)) => Ok(kv),
         Some(Keyspace::Unavailable(why)) => Err(SyscallError::code(ErrorCode::Io, why.as_ref())),
+        Some(keyspace) => Ok(keyspace),
         None => Err(SyscallError::Trap(
             "kv is granted but no keyspace is open".into(),
         )),
+    }
+}
+
+/// A syscall answered in place, as a [`Syscall::blocking`] one's answer.
+fn done(reply: Result<Reply, SyscallError>) -> Result<Pending, SyscallError> {
+    Ok(Box::pin(std::future::ready(reply)))
+}
+
+/// Runs a keyspace operation once the program has a free host-op permit (the bound on
+/// its disk and database operations in flight), and gives up at the call's deadline. An
+/// operation that outlives it ends on its own (a log write on its blocking thread, a
+/// statement in the database); the call goes on and meets its deadline.
+fn host_op(
+    cx: &SyscallContext<'_>,
+    what: &'static str,
+    work: impl Future<Output = Result<Reply, SyscallError>> + Send + 'static,
+) -> Result<Pending, SyscallError> {
+    let host = host(cx)?;
+    let (ops, max_ops) = (host.ops.clone(), host.max_ops);
+    let program = cx.program.to_string();
+    let deadline = tokio::time::Instant::from_std(cx.deadline);
+    Ok(Box::pin(async move {
+        let _permit = permit(&ops, max_ops, deadline, what, &program).await?;
+        match tokio::time::timeout_at(deadline, work).await {
+            Ok(result) => result,
+            Err(_) => Err(SyscallError::code(
+                ErrorCode::Io,
+                format!("`{what}` did not finish before the call's deadline"),
+            )),
+        }
+    }))
+}
+
+impl From<KeyspaceError> for SyscallError {
+    fn from(error: KeyspaceError) -> Self {
+        if error.code == ErrorCode::Io {
+            tracing::warn!("kv: {}", error.message);
+        }
+        SyscallError::code(error.code, error.message)
     }
 }
 
@@ -283,15 +342,7 @@ fn fs(cx: &SyscallContext<'_>) -> Result<Arc<FsRoot>, SyscallError> {
 }
 
 fn kv_error(error: KvError) -> SyscallError {
-    let code = match error {
-        KvError::TooLarge { .. } => ErrorCode::TooLarge,
-        KvError::Open { .. } | KvError::Write { .. } | KvError::Corrupt { .. } => ErrorCode::Io,
-    };
-    let message = crate::service::error_chain(&error);
-    if code == ErrorCode::Io {
-        tracing::warn!("kv: {message}");
-    }
-    SyscallError::code(code, message)
+    KeyspaceError::from(error).into()
 }
 
 fn fs_error(error: crate::fs::FsError) -> SyscallError {

@@ -68,8 +68,9 @@ PY
 render "$kube/base" "$work/base.yaml"
 render "$kube/overlays/kata" "$work/kata.yaml"
 render "$kube/overlays/single-replica" "$work/single-replica.yaml"
-for f in base kata single-replica; do validate "$work/$f.yaml"; done
-check "the base and overlays kata and single-replica render with kustomize v2.0.3 and validate strictly against Kubernetes $k8s_version"
+render "$kube/overlays/postgres" "$work/postgres.yaml"
+for f in base kata single-replica postgres; do validate "$work/$f.yaml"; done
+check "the base and overlays kata, single-replica and postgres render with kustomize v2.0.3 and validate strictly against Kubernetes $k8s_version"
 
 assert "$work/base.yaml" '
 assert sorted(docs) == ["Deployment/bermd", "HorizontalPodAutoscaler/bermd", "NetworkPolicy/bermd",
@@ -101,7 +102,18 @@ h = docs["HorizontalPodAutoscaler/bermd"]["spec"]
 assert h["minReplicas"] == 1 and h["maxReplicas"] == 1
 assert "PersistentVolumeClaim/berm-home" in docs
 '
-check "non-root, read-only root, no capability, seccomp RuntimeDefault, probes on /healthz and /readyz, ClientIP affinity; kata adds a RuntimeClass; single-replica pins one replica on a claim"
+assert "$work/postgres.yaml" '
+d = docs["Deployment/bermd"]["spec"]
+assert d["replicas"] == 2 and docs["HorizontalPodAutoscaler/bermd"]["spec"]["maxReplicas"] > 1
+(c,) = d["template"]["spec"]["containers"]
+(kv,) = [e for e in c["env"] if e["name"] == "BERM_KV_URL"]
+assert kv["valueFrom"] == {"secretKeyRef": {"name": "bermd-kv", "key": "url"}}, kv
+assert not any("postgres://" in a for a in c["args"]), "no URL on the command line"
+egress = docs["NetworkPolicy/bermd"]["spec"]["egress"]
+assert {"port": 5432, "protocol": "TCP"} in [p for rule in egress for p in rule["ports"]], egress
+assert {"port": 53, "protocol": "UDP"} in [p for rule in egress for p in rule["ports"]], egress
+'
+check "non-root, read-only root, no capability, seccomp RuntimeDefault, probes on /healthz and /readyz, ClientIP affinity; kata adds a RuntimeClass; single-replica pins one replica on a claim; postgres keeps the replicas, takes BERM_KV_URL from a Secret and lets 5432 out"
 
 # 2. The validator refuses what is wrong, so the step above can fail.
 sed 's/readOnlyRootFilesystem: true/readOnlyRootFileSystem: true/' "$work/base.yaml" >"$work/misspelt.yaml"

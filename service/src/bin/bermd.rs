@@ -128,6 +128,19 @@ struct Args {
     /// test server's. Repeat for several. Verification is never turned off.
     #[arg(long = "extra-ca", value_name = "FILE")]
     extra_ca: Vec<PathBuf>,
+    /// Keep every program's keyspace in PostgreSQL instead of a log per program under
+    /// $BERM_HOME/state, so that replicas behind one load balancer share one state: a file
+    /// holding one postgres:// URL (postgres://USER[:PASSWORD]@HOST[:PORT]/DB, sslmode
+    /// disable, prefer or require; TLS verified against the system's roots and --extra-ca).
+    /// Or set BERM_KV_URL. Never put a password on the command line. bermd migrates the
+    /// schema itself; give it an ordinary role (docs/kubernetes.md).
+    #[arg(long, value_name = "FILE")]
+    kv_url_file: Option<PathBuf>,
+    /// Connections to PostgreSQL at most, shared by every program (with --kv-url-file or
+    /// BERM_KV_URL).
+    #[arg(long, value_name = "N", default_value_t = berm_kv_postgres::DEFAULT_MAX_CONNECTIONS,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1000))]
+    kv_connections: usize,
     /// In the microVM: send every `http.fetch` (once this bermd's grants allow it) to the
     /// host dialer, which checks the app's grants again, holds its secrets and dials, on a
     /// connection asked for on this inherited SOCK_SEQPACKET socket: berm-init's egress
@@ -336,7 +349,46 @@ fn start(args: Args, started: Instant) -> Result<(), (Exit, anyhow::Error)> {
         }
         (None, None) => None,
     };
+    let kv_url = match (&args.kv_url_file, std::env::var("BERM_KV_URL")) {
+        (Some(_), Ok(_)) => {
+            return Err(usage(anyhow::anyhow!(
+                "both --kv-url-file and BERM_KV_URL name a kv database: keep one"
+            )));
+        }
+        (Some(path), Err(_)) => Some(
+            std::fs::read_to_string(path)
+                .with_context(|| format!("reading --kv-url-file {}", path.display()))
+                .map_err(usage)?
+                .trim()
+                .to_string(),
+        ),
+        (None, Ok(url)) => Some(url.trim().to_string()),
+        (None, Err(_)) => None,
+    };
+    let kv_postgres = match kv_url {
+        Some(url) => {
+            let trust = berm_egress::Trust::new(&args.extra_ca)
+                .context("the CAs PostgreSQL's TLS is verified against")
+                .map_err(usage)?;
+            let caps = berm_service::kv::KvCaps::default();
+            let pg = berm_kv_postgres::PgKv::connect(
+                &url,
+                trust.client_config(),
+                berm_kv_postgres::Caps {
+                    per_key_bytes: berm_service::kv::PER_KEY_BYTES,
+                    max_total_bytes: caps.max_total_bytes,
+                },
+                args.kv_connections,
+            )
+            .context("the kv database (--kv-url-file or BERM_KV_URL)")
+            .map_err(failed)?;
+            tracing::info!(database = %pg.target(), "every program's keyspace is in PostgreSQL");
+            Some(std::sync::Arc::new(pg))
+        }
+        None => None,
+    };
     let mut service = ServiceConfig::new(home);
+    service.kv_postgres = kv_postgres;
     service.receipts = receipts.clone();
     service.engine = match args.cpu_profile {
         Cpu::Native => EngineConfig::default(),
