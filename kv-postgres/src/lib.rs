@@ -60,6 +60,10 @@ pub const DEFAULT_MAX_CONNECTIONS: usize = 16;
 /// How long an operation waits for a free connection, or for a new one to connect.
 const CONNECTION_WAIT: Duration = Duration::from_secs(10);
 
+/// How long a connection may be idle before TCP keepalives probe it, so that a database
+/// gone without a word is noticed in about a minute rather than the system's two hours.
+const KEEPALIVE_IDLE: Duration = Duration::from_secs(30);
+
 /// What one program's keyspace may hold, as the log backend counts it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Caps {
@@ -156,9 +160,17 @@ impl PgKv {
         caps: Caps,
         max_connections: usize,
     ) -> Result<PgKv, PgKvError> {
-        let config: tokio_postgres::Config = url
+        let mut config: tokio_postgres::Config = url
             .parse()
             .map_err(|e: tokio_postgres::Error| PgKvError::Url(e.to_string()))?;
+        // A database that does not answer costs a bounded wait, not a hung start or a
+        // connection held forever; the URL may say otherwise.
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(CONNECTION_WAIT);
+        }
+        if !url.contains("keepalives_idle") {
+            config.keepalives_idle(KEEPALIVE_IDLE);
+        }
         let target = describe(&config);
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
