@@ -16,6 +16,7 @@
 #![forbid(unsafe_code)]
 
 pub mod secret_file;
+pub mod store;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -26,6 +27,7 @@ use std::path::{Component, Path, PathBuf};
 pub use berm_abi::grant::{Grant, GrantParseError};
 use serde::Deserialize;
 use sha2::{Digest as _, Sha256};
+pub use store::{ImageRef, ProgramStore, StoreError};
 
 /// The manifest's file name inside an app folder.
 pub const MANIFEST: &str = "berm.toml";
@@ -90,10 +92,19 @@ pub struct App {
 pub struct Program {
     /// The name it is deployed under; its tools are `name.tool`.
     pub name: String,
-    /// The wasm file, absolute: `dir.join(wasm_relative)`.
+    /// The wasm file, absolute: `dir.join(wasm_relative)`; for a program named by
+    /// [`Program::image`], its file in the program store once [`App::resolve_images`] found
+    /// it (empty before).
     pub wasm: PathBuf,
-    /// The wasm file as `berm.toml` names it, relative to the folder.
+    /// The wasm file as `berm.toml` names it, relative to the folder; or its image
+    /// reference.
     pub wasm_relative: String,
+    /// `image = "REGISTRY/REPO@sha256:…"`: the program is pulled into a program store
+    /// ([`store`]) rather than kept in the folder.
+    pub image: Option<ImageRef>,
+    /// The sha256 (hex) the program's bytes must have, when known: an image's layer
+    /// digest. [`Program::read`] refuses other bytes.
+    pub expected_sha256: Option<String>,
     /// Its grants, read by berm's one grant parser (`fs=DIR` with DIR relative to the
     /// directory bermd chooses; see [`Program::resolve_grants`]).
     pub grants: Vec<Grant>,
@@ -371,6 +382,67 @@ pub enum AppError {
         /// Why.
         source: std::io::Error,
     },
+    /// A program gives neither `wasm` nor `image`, or both.
+    #[error(
+        "{}: program `{program}`: {}", file.display(),
+        if *both { "give `wasm` (a file in the folder) or `image` (a pinned reference), not both" }
+        else { "give `wasm = \"FILE.wasm\"` (a file in the folder) or `image = \"REGISTRY/REPO@sha256:…\"`" }
+    )]
+    WasmOrImage {
+        /// berm.toml.
+        file: PathBuf,
+        /// The program.
+        program: String,
+        /// Both were given (else neither).
+        both: bool,
+    },
+    /// A program's `image` is not a reference pinned by digest.
+    #[error("{}: program `{program}`: `image` = {value:?}: {problem}", file.display())]
+    Image {
+        /// berm.toml.
+        file: PathBuf,
+        /// The program.
+        program: String,
+        /// What it says.
+        value: Box<str>,
+        /// What is wrong.
+        problem: Box<str>,
+    },
+    /// A program named by image was read before it was found in a program store.
+    #[error(
+        "program `{program}` is the image {reference}: it is read from a program store \
+         (bermd --programs DIR, filled by `berm pull --app FOLDER`), not the folder"
+    )]
+    ImageNotResolved {
+        /// The program.
+        program: String,
+        /// Its reference.
+        reference: String,
+    },
+    /// A program named by image is not in the program store, or does not verify there.
+    #[error("program `{program}`: {source}")]
+    Store {
+        /// The program.
+        program: String,
+        /// What the store said.
+        #[source]
+        source: Box<StoreError>,
+    },
+    /// A program's bytes are not the ones its pin names.
+    #[error(
+        "program `{program}`: {} hashes to sha256:{actual}, not the sha256:{expected} its image names; remove it and pull again",
+        path.display()
+    )]
+    WasmMismatch {
+        /// The program.
+        program: String,
+        /// The file.
+        path: PathBuf,
+        /// What it should hash to.
+        expected: Box<str>,
+        /// What it hashes to.
+        actual: Box<str>,
+    },
     /// A program's wasm file resolves (through a symlink) outside the folder.
     #[error(
         "program `{program}`: wasm file {} leads outside the app folder {} (to {})",
@@ -456,7 +528,8 @@ impl Number {
 #[serde(deny_unknown_fields)]
 struct RawProgram {
     name: String,
-    wasm: String,
+    wasm: Option<String>,
+    image: Option<String>,
     #[serde(default)]
     grants: Vec<String>,
     memory_mb: Option<u64>,
@@ -534,11 +607,31 @@ pub fn load(dir: &Path) -> Result<App, AppError> {
             });
         }
         let grants = check_grants(&file, &program.name, &program.grants)?;
-        let wasm = wasm_file(&file, &dir, &program.name, &program.wasm)?;
+        let (wasm, wasm_relative, image) = match (program.wasm, program.image) {
+            (Some(wasm), None) => (wasm_file(&file, &dir, &program.name, &wasm)?, wasm, None),
+            (None, Some(image)) => {
+                let image = ImageRef::parse(&image).map_err(|problem| AppError::Image {
+                    file: file.clone(),
+                    program: program.name.clone(),
+                    value: image.as_str().into(),
+                    problem: problem.into(),
+                })?;
+                (PathBuf::new(), image.reference.clone(), Some(image))
+            }
+            (wasm, _) => {
+                return Err(AppError::WasmOrImage {
+                    file,
+                    program: program.name,
+                    both: wasm.is_some(),
+                });
+            }
+        };
         let mut checked = Program {
             name: program.name,
             wasm,
-            wasm_relative: program.wasm,
+            wasm_relative,
+            image,
+            expected_sha256: None,
             grants,
             memory_mb: program.memory_mb,
             secret_files: BTreeMap::new(),
@@ -687,6 +780,12 @@ impl Program {
     /// [`AppError::WasmMissing`] when the file cannot be read, [`AppError::WasmTooLarge`]
     /// when it is larger than [`MAX_WASM_BYTES`].
     pub fn read(&self) -> Result<Vec<u8>, AppError> {
+        if let (Some(image), None) = (&self.image, &self.expected_sha256) {
+            return Err(AppError::ImageNotResolved {
+                program: self.name.clone(),
+                reference: image.reference.clone(),
+            });
+        }
         let missing = |source| AppError::WasmMissing {
             program: self.name.clone(),
             path: self.wasm.clone(),
@@ -704,7 +803,47 @@ impl Program {
                 size: bytes.len() as u64,
             });
         }
+        if let Some(expected) = &self.expected_sha256 {
+            let actual = sha256_hex(&bytes);
+            if &actual != expected {
+                return Err(AppError::WasmMismatch {
+                    program: self.name.clone(),
+                    path: self.wasm.clone(),
+                    expected: expected.as_str().into(),
+                    actual: actual.into(),
+                });
+            }
+        }
         Ok(bytes)
+    }
+}
+
+impl App {
+    /// The programs named by image reference, with their references.
+    pub fn images(&self) -> impl Iterator<Item = (&Program, &ImageRef)> {
+        self.programs
+            .iter()
+            .filter_map(|p| p.image.as_ref().map(|image| (p, image)))
+    }
+
+    /// Finds every program named by image reference in `store`, verified, so that
+    /// [`Program::read`] reads it from there (and checks its bytes).
+    ///
+    /// # Errors
+    /// [`AppError::Store`] for the first program that is not there or does not verify.
+    pub fn resolve_images(&mut self, store: &ProgramStore) -> Result<(), AppError> {
+        for program in &mut self.programs {
+            let Some(image) = &program.image else {
+                continue;
+            };
+            let stored = store.get(image).map_err(|source| AppError::Store {
+                program: program.name.clone(),
+                source: Box::new(source),
+            })?;
+            program.wasm = stored.wasm;
+            program.expected_sha256 = Some(stored.sha256);
+        }
+        Ok(())
     }
 }
 

@@ -180,7 +180,7 @@ fn refuses_a_missing_name_or_wasm() {
     let message = refusal(ONE, &["notes.wasm"]);
     assert_has(&message, &["missing field `name`"]);
     let message = refusal("name = \"a\"\n[[program]]\nname = \"p\"\n", &[]);
-    assert_has(&message, &["missing field `wasm`"]);
+    assert_has(&message, &["program `p`: give `wasm = "]);
 }
 
 #[test]
@@ -769,4 +769,60 @@ fn a_secret_bound_to_http_names_cleartext_and_other_schemes_are_refused() {
         &refusal(&manifest("secret:T=ftp://a.example.com"), &["notes.wasm"]),
         &["http:// (cleartext, named explicitly), https:// or no scheme (HTTPS)"],
     );
+}
+
+#[test]
+fn a_program_is_a_file_in_the_folder_or_a_pinned_image_and_not_both() {
+    let hex = "0".repeat(64);
+    let both = refusal(
+        &format!(
+            "name = \"a\"\n[[program]]\nname = \"p\"\nwasm = \"p.wasm\"\nimage = \"r.test/p@sha256:{hex}\"\n"
+        ),
+        &["p.wasm"],
+    );
+    assert_has(&both, &["program `p`", "not both"]);
+    let neither = refusal("name = \"a\"\n[[program]]\nname = \"p\"\n", &[]);
+    assert_has(&neither, &["program `p`", "`wasm = ", "`image = "]);
+    let tag = refusal(
+        "name = \"a\"\n[[program]]\nname = \"p\"\nimage = \"r.test/p:v1\"\n",
+        &[],
+    );
+    assert_has(&tag, &["`image` = \"r.test/p:v1\"", "not pinned by digest"]);
+}
+
+#[test]
+fn an_image_is_read_from_the_store_only_once_found_and_only_as_pinned() {
+    let wasm = b"\0asm\x01\0\0\0".to_vec();
+    let manifest = format!(
+        r#"{{"schemaVersion":2,"layers":[{{"digest":"sha256:{}","size":8}}]}}"#,
+        sha256_hex(&wasm)
+    );
+    let pin = sha256_hex(manifest.as_bytes());
+    let dir = folder(
+        &format!("name = \"a\"\n[[program]]\nname = \"p\"\nimage = \"r.test/p@sha256:{pin}\"\n"),
+        &[],
+    );
+    let mut app = load(dir.path()).unwrap();
+    assert_eq!(
+        app.programs[0].wasm_relative,
+        format!("r.test/p@sha256:{pin}")
+    );
+    // Not yet found: reading says where it comes from.
+    let unresolved = app.programs[0].read().unwrap_err().to_string();
+    assert_has(
+        &unresolved,
+        &["program `p`", "program store", "berm pull --app"],
+    );
+    let store_dir = tempfile::tempdir().unwrap();
+    let store = ProgramStore::new(store_dir.path());
+    let missing = app.resolve_images(&store).unwrap_err().to_string();
+    assert_has(&missing, &["program `p`", "not in the program store"]);
+    let image = app.programs[0].image.clone().unwrap();
+    store.put(&image, manifest.as_bytes(), &wasm).unwrap();
+    app.resolve_images(&store).unwrap();
+    assert_eq!(app.programs[0].read().unwrap(), wasm);
+    // Bytes swapped under the store after it was found are refused when read.
+    fs::write(&app.programs[0].wasm, b"\0asm\x01\0\0\0\0").unwrap();
+    let swapped = app.programs[0].read().unwrap_err().to_string();
+    assert_has(&swapped, &["program `p`", "not the sha256:"]);
 }

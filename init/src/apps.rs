@@ -465,6 +465,8 @@ fn bermd_plan(name: &str, index: u32, root: &str) -> Plan {
             &READY_FD.to_string(),
             "--code-dir",
             &format!("{root}/code"),
+            "--programs",
+            &format!("{root}/programs"),
             "--cpu-profile",
             "portable",
             "--egress-broker-fd",
@@ -1011,6 +1013,7 @@ mod tests {
         assert_eq!(flag("--home"), "/workspace/notes");
         assert_eq!(flag("--app"), "/run/apps/3/app");
         assert_eq!(flag("--code-dir"), "/run/apps/3/code");
+        assert_eq!(flag("--programs"), "/run/apps/3/programs");
         assert_eq!(flag("--ready-fd"), READY_FD.to_string());
         assert_eq!(flag("--listen-fd"), confine::LISTEN_FD.to_string());
         assert_eq!(flag("--egress-broker-fd"), EGRESS_BROKER_FD.to_string());

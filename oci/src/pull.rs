@@ -34,6 +34,9 @@ pub struct Pulled {
     pub described: Described,
     /// The module.
     pub bytes: Vec<u8>,
+    /// The OCI manifest, byte for byte as the registry served it (it hashes to
+    /// `described.manifest_digest`): what a program store keeps to prove the module later.
+    pub manifest_bytes: Vec<u8>,
 }
 
 impl fmt::Display for Pulled {
@@ -53,7 +56,7 @@ impl fmt::Display for Pulled {
 /// config is refused here too.
 pub async fn describe(reference: &str, options: &RegistryOptions) -> Result<Described, PullError> {
     let remote = Remote::new(reference, options)?;
-    let (described, _) = describe_remote(&remote).await?;
+    let (described, _, _) = describe_remote(&remote).await?;
     Ok(described)
 }
 
@@ -67,7 +70,7 @@ pub async fn describe(reference: &str, options: &RegistryOptions) -> Result<Desc
 /// written or deployed.
 pub async fn pull(reference: &str, options: &RegistryOptions) -> Result<Pulled, PullError> {
     let remote = Remote::new(reference, options)?;
-    let (described, layer) = describe_remote(&remote).await?;
+    let (described, layer, manifest_bytes) = describe_remote(&remote).await?;
     let name = described.reference.clone();
     let bytes = fetch_blob(&remote, &name, &layer, "layer", MAX_PROGRAM_BYTES).await?;
     // fetch_blob verified the bytes against `layer.digest`; the program's
@@ -90,11 +93,18 @@ pub async fn pull(reference: &str, options: &RegistryOptions) -> Result<Pulled, 
     if manifest != described.manifest {
         return Err(PullError::ConfigDisagrees { reference: name });
     }
-    Ok(Pulled { described, bytes })
+    Ok(Pulled {
+        described,
+        bytes,
+        manifest_bytes,
+    })
 }
 
-/// The manifest and config of `remote`, checked; also the layer descriptor.
-async fn describe_remote(remote: &Remote) -> Result<(Described, OciDescriptor), PullError> {
+/// The manifest and config of `remote`, checked; also the layer descriptor and the
+/// manifest's bytes.
+async fn describe_remote(
+    remote: &Remote,
+) -> Result<(Described, OciDescriptor, Vec<u8>), PullError> {
     let name = remote.reference.whole();
     let accepted = [
         MANIFEST_MEDIA_TYPE,
@@ -182,7 +192,7 @@ async fn describe_remote(remote: &Remote) -> Result<(Described, OciDescriptor), 
         size: layer_size,
         manifest: config.berm,
     };
-    Ok((described, layer))
+    Ok((described, layer, body.to_vec()))
 }
 
 /// Parses a manifest strictly into berm's shape: an OCI image manifest with

@@ -239,6 +239,8 @@ mod tests {
                     name: p.to_string(),
                     wasm: std::path::PathBuf::from(format!("/apps/{name}/{p}.wasm")),
                     wasm_relative: format!("{p}.wasm"),
+                    image: None,
+                    expected_sha256: None,
                     grants: Vec::new(),
                     memory_mb: None,
                     secret_files: Default::default(),

@@ -86,7 +86,11 @@ sc = c["securityContext"]
 assert sc["readOnlyRootFilesystem"] is True and sc["allowPrivilegeEscalation"] is False
 assert sc["capabilities"] == {"drop": ["ALL"]} and sc["seccompProfile"] == {"type": "RuntimeDefault"}
 assert c["livenessProbe"]["httpGet"]["path"] == "/healthz" and c["readinessProbe"]["httpGet"]["path"] == "/readyz"
-assert "--http-token-file" in c["args"] and "--app" in c["args"]
+assert "--http-token-file" in c["args"] and "--app" in c["args"] and "--programs" in c["args"]
+(init,) = pod["initContainers"]
+assert init["command"][:5] == ["/usr/local/bin/berm", "pull", "--app", "/etc/berm/app", "--store"], init["command"]
+isc = init["securityContext"]
+assert isc["readOnlyRootFilesystem"] is True and isc["capabilities"] == {"drop": ["ALL"]} and isc["runAsNonRoot"] is True
 assert docs["Service/bermd"]["spec"]["sessionAffinity"] == "ClientIP"
 '
 assert "$work/kata.yaml" '
@@ -113,7 +117,7 @@ egress = docs["NetworkPolicy/bermd"]["spec"]["egress"]
 assert {"port": 5432, "protocol": "TCP"} in [p for rule in egress for p in rule["ports"]], egress
 assert {"port": 53, "protocol": "UDP"} in [p for rule in egress for p in rule["ports"]], egress
 '
-check "non-root, read-only root, no capability, seccomp RuntimeDefault, probes on /healthz and /readyz, ClientIP affinity; kata adds a RuntimeClass; single-replica pins one replica on a claim; postgres keeps the replicas, takes BERM_KV_URL from a Secret and lets 5432 out"
+check "non-root, read-only root, no capability, seccomp RuntimeDefault (the init container that pulls programs by image too), probes on /healthz and /readyz, ClientIP affinity; kata adds a RuntimeClass; single-replica pins one replica on a claim; postgres keeps the replicas, takes BERM_KV_URL from a Secret and lets 5432 out"
 
 # 2. The validator refuses what is wrong, so the step above can fail.
 sed 's/readOnlyRootFilesystem: true/readOnlyRootFileSystem: true/' "$work/base.yaml" >"$work/misspelt.yaml"
@@ -211,7 +215,8 @@ assert sorted(d["kind"] for d in docs) == ["ConfigMap", "Deployment", "Secret"],
 (pod,) = [d["spec"]["template"]["spec"] for d in docs if d["kind"] == "Deployment"]
 empty = {v["name"] for v in pod["volumes"] if "emptyDir" in v}
 assert empty == {"berm-home", "tmp"}, empty
-for item in pod["volumes"] + pod["containers"][0]["volumeMounts"]:
+mounts = [m for c in pod["containers"] + pod.get("initContainers", []) for m in c["volumeMounts"]]
+for item in pod["volumes"] + mounts:
     if item["name"] in empty:
         item["name"] = f"{sys.argv[3]}-{item['name']}"
 yaml.safe_dump_all(docs, open(sys.argv[2], "w"))

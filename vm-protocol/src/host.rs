@@ -197,7 +197,8 @@ pub struct AppMeasurement {
 pub struct ProgramMeasurement {
     /// Its name.
     pub name: String,
-    /// Its wasm file, relative to the folder.
+    /// Its wasm file, relative to the folder; or, for a program `berm.toml` names by image,
+    /// its reference (`REGISTRY/REPO@sha256:<manifest digest>`).
     pub wasm: String,
     /// sha256 of the wasm.
     pub sha256: String,

@@ -5,6 +5,8 @@
 //! An app disk holds:
 //!
 //! - `app/` — the folder exactly as given (its digest is in the measurement line);
+//! - `programs/` — the programs its `berm.toml` names by image, as the program store holds
+//!   them (manifest and module; the guest's bermd verifies both against the pin);
 //! - `code/` — each program's machine code, compiled here on the host by [`crate::code`]
 //!   for the guest's engine settings (compiling in a TCG guest is ~200× slower);
 //! - `launch.json` — the app's name and cgroup limits, derived from `berm.toml`, so berm-init
@@ -44,6 +46,19 @@ pub enum AppError {
         /// The I/O error.
         #[source]
         source: std::io::Error,
+    },
+    /// A program is named by image and no program store was given.
+    #[error(
+        "app {app}: program `{program}` is the image {reference}: give --programs DIR, a program \
+         store `berm pull --app FOLDER --store DIR` filled (berm vm up passes $BERM_HOME/programs)"
+    )]
+    NoProgramStore {
+        /// The app.
+        app: String,
+        /// The program.
+        program: String,
+        /// Its reference.
+        reference: String,
     },
     /// Two apps share a name (their cgroups and workspaces would collide).
     #[error("two apps are named {0}; app names must be unique in one VM")]
@@ -125,6 +140,7 @@ impl App {
 /// folder in order into `run_dir`.
 pub fn prepare(
     folders: &[PathBuf],
+    programs: Option<&Path>,
     run_dir: &Path,
     arch: berm::GuestArch,
 ) -> Result<Vec<App>, AppError> {
@@ -134,10 +150,28 @@ pub fn prepare(
     let mut names = HashSet::new();
     let mut apps = Vec::new();
     for (index, path) in folders.iter().enumerate() {
-        let app = berm_app::load(path).map_err(|source| AppError::Folder {
+        let mut app = berm_app::load(path).map_err(|source| AppError::Folder {
             path: path.clone(),
             source,
         })?;
+        let first_image = app
+            .images()
+            .next()
+            .map(|(program, image)| (program.name.clone(), image.reference.clone()));
+        if let Some((program, reference)) = first_image {
+            let Some(store) = programs else {
+                return Err(AppError::NoProgramStore {
+                    app: app.name.clone(),
+                    program,
+                    reference,
+                });
+            };
+            app.resolve_images(&berm_app::ProgramStore::new(store))
+                .map_err(|source| AppError::Folder {
+                    path: path.clone(),
+                    source,
+                })?;
+        }
         if !names.insert(app.name.clone()) {
             return Err(AppError::DuplicateName(app.name));
         }
@@ -172,6 +206,19 @@ fn pack(
     let code_dir = stage.join("code");
     std::fs::create_dir_all(&code_dir).map_err(read_error(&code_dir))?;
     copy_tree(&app.dir, &stage.join("app"))?;
+    // The programs named by image, as the guest's bermd reads them (`--programs`): each
+    // store entry whole, so the guest verifies the same chain from pin to bytes.
+    let store = stage.join("programs");
+    std::fs::create_dir_all(&store).map_err(read_error(&store))?;
+    for (program, image) in app.images() {
+        let entry = berm_app::ProgramStore::new(&store).entry(image);
+        std::fs::create_dir_all(&entry).map_err(read_error(&entry))?;
+        let from = program.wasm.parent().unwrap_or(Path::new("/"));
+        for file in ["manifest.json", "program.wasm"] {
+            let (source, target) = (from.join(file), entry.join(file));
+            std::fs::copy(&source, &target).map_err(read_error(&source))?;
+        }
+    }
 
     let mut programs = Vec::new();
     let mut code = Vec::new();

@@ -33,6 +33,11 @@ enum Commands {
         /// An app folder (repeatable); app i is served on rpc-<i>.sock (vsock 5000+i).
         #[arg(long = "app", value_name = "DIR")]
         apps: Vec<PathBuf>,
+        /// The program store the apps' `image = "…@sha256:…"` programs are read from,
+        /// verified against their pins (`berm pull --app DIR` fills it; berm vm up passes
+        /// $BERM_HOME/programs). berm-vmm never talks to a registry.
+        #[arg(long, value_name = "DIR")]
+        programs: Option<PathBuf>,
         /// The state disk (vdb); created and formatted ext4 if missing.
         #[arg(long, value_name = "DISK")]
         state: Option<PathBuf>,
@@ -125,6 +130,7 @@ fn main() -> ExitCode {
     match cli.command {
         Commands::Run {
             apps,
+            programs,
             state,
             run_dir,
             cpus,
@@ -164,6 +170,7 @@ fn main() -> ExitCode {
             };
             let config = RunConfig {
                 apps,
+                programs,
                 state,
                 run_dir,
                 cpus,

@@ -67,6 +67,8 @@ const DRAIN: Duration = Duration::from_secs(1);
 pub struct RunConfig {
     /// App folders, in port order.
     pub apps: Vec<PathBuf>,
+    /// The program store for the apps' programs named by image (`--programs`).
+    pub programs: Option<PathBuf>,
     /// State disk (created and formatted if missing).
     pub state: Option<PathBuf>,
     /// Run directory (default: a fresh `berm-vmm-<random>` under `$XDG_RUNTIME_DIR`, else
@@ -458,7 +460,12 @@ impl Prepared {
     fn fill(config: &RunConfig, run: &RunDir) -> Result<Filled, RunError> {
         report::record_to(&run.dir)?;
         let state = config.state.as_deref().map(state::prepare).transpose()?;
-        let apps = apps::prepare(&config.apps, &run.dir, config.arch)?;
+        let apps = apps::prepare(
+            &config.apps,
+            config.programs.as_deref(),
+            &run.dir,
+            config.arch,
+        )?;
         let probe = config
             .test_probe
             .as_deref()

@@ -70,6 +70,10 @@ macro_rules! on_host_and_aarch64 {
 }
 
 on_host_and_aarch64! {
+    /// A program the folder names by image boots from the program store: measured by its
+    /// own sha256 and reference, carried to the guest with its manifest, served.
+    a_program_named_by_image_boots_from_the_program_store,
+    a_program_named_by_image_boots_from_the_program_store_on_aarch64 => image_program;
     /// One app answers MCP, and its notes survive a reboot on the state disk.
     one_app_answers_mcp_and_its_notes_survive_a_reboot,
     one_app_answers_mcp_and_its_notes_survive_a_reboot_on_aarch64 => notes_survive_a_reboot;
@@ -473,6 +477,41 @@ fn a_bad_app_folder_is_refused_before_boot() {
         vmm.stderr()
     );
 
+    // A program named by image, and no program store to read it from.
+    let byimage = app_folder(
+        tmp.path(),
+        "byimage",
+        &[],
+        &format!(
+            "name = \"byimage\"\n[[program]]\nname = \"echo\"\nimage = \"registry.test/e@sha256:{}\"\n",
+            "0".repeat(64)
+        ),
+    );
+    let vmm = Vmm::refused(
+        &["--app", byimage.to_str().unwrap()],
+        Duration::from_secs(30),
+    );
+    assert!(
+        vmm.stderr().contains("give --programs DIR"),
+        "{}",
+        vmm.stderr()
+    );
+    let empty_store = tmp.path().join("empty-store");
+    let vmm = Vmm::refused(
+        &[
+            "--app",
+            byimage.to_str().unwrap(),
+            "--programs",
+            empty_store.to_str().unwrap(),
+        ],
+        Duration::from_secs(30),
+    );
+    assert!(
+        vmm.stderr().contains("not in the program store"),
+        "{}",
+        vmm.stderr()
+    );
+
     // A refusal after the app's image was packed (here: a probe binary that is not there)
     // leaves no image, stage or socket in the run dir.
     let solo = app_folder(tmp.path(), "c", &["echo"], &echo_toml("solo"));
@@ -489,6 +528,56 @@ fn a_bad_app_folder_is_refused_before_boot() {
         .filter(|n| n.ends_with(".erofs") || n.ends_with(".stage") || n.ends_with(".sock"))
         .collect();
     assert!(left.is_empty(), "left behind: {left:?}");
+}
+
+/// echo as a registry would hold it: a one-layer OCI manifest, put in a program store at
+/// `store`; its reference.
+fn echo_in_store(store: &Path) -> (berm_app::ImageRef, Vec<u8>) {
+    let wasm = berm_fixtures::example("echo");
+    let manifest = format!(
+        r#"{{"schemaVersion":2,"layers":[{{"mediaType":"application/wasm","digest":"sha256:{}","size":{}}}]}}"#,
+        berm_app::sha256_hex(&wasm),
+        wasm.len()
+    );
+    let pin = berm_app::sha256_hex(manifest.as_bytes());
+    let image =
+        berm_app::ImageRef::parse(&format!("registry.test/berm/echo@sha256:{pin}")).unwrap();
+    berm_app::ProgramStore::new(store)
+        .put(&image, manifest.as_bytes(), &wasm)
+        .unwrap();
+    (image, wasm)
+}
+
+fn image_program(arch: GuestArch) {
+    let Some(tmp) = scratch_to_boot(arch) else {
+        return;
+    };
+    let store = tmp.path().join("programs");
+    let (image, wasm) = echo_in_store(&store);
+    let toml = format!(
+        "name = \"byimage\"\n[[program]]\nname = \"echo\"\nimage = \"{}\"\n",
+        image.reference
+    );
+    let app = app_folder(tmp.path(), "byimage", &[], &toml);
+    let args = [
+        "--app",
+        app.to_str().unwrap(),
+        "--programs",
+        store.to_str().unwrap(),
+        arch_args(arch)[0],
+        arch_args(arch)[1],
+    ];
+    let mut vmm = Vmm::start(&args, &[]);
+    let ready_line = ready(&mut vmm, "byimage");
+    let measured = first_host_event!(vmm, Measurements);
+    let program = &measured.apps[0].programs[0];
+    assert_eq!(program.wasm, image.reference);
+    assert_eq!(program.sha256, berm_app::sha256_hex(&wasm));
+    assert_eq!(ready_line.programs[0].sha256, program.sha256);
+    let mut mcp = Mcp::connect(&vmm.run_dir.join("rpc-0.sock"));
+    let (out, is_error) = mcp.call("echo_echo", json!({"message": "by image"}));
+    assert!(!is_error, "{out}");
+    assert_eq!(out, "by image");
 }
 
 fn echo_toml(name: &str) -> String {

@@ -35,7 +35,8 @@ pub struct Args {
     /// runs now. Without it such a deploy is refused with the list (`berm diff` shows it).
     #[arg(long)]
     accept: bool,
-    /// Registry access, when SOURCE is a reference.
+    /// Registry access, when SOURCE is a reference (or, with --app, for the programs the
+    /// folder names by `image`).
     #[command(flatten)]
     registry: super::dist::RegistryArgs,
     /// When SOURCE is a reference: refuse it, before anything is deployed, unless one of
@@ -93,7 +94,8 @@ impl<'a> DeployedJson<'a> {
 pub async fn run(home: &Path, args: Args) -> anyhow::Result<Exit> {
     let (name, source) = match (args.app, args.name, args.source) {
         (Some(dir), _, _) => {
-            return super::deploy_app::run(home, &dir, args.accept, args.json).await;
+            let options = args.registry.options();
+            return super::deploy_app::run(home, &dir, args.accept, args.json, &options).await;
         }
         (None, Some(name), Some(source)) => (name, source),
         // clap requires NAME and SOURCE unless --app is given.

@@ -31,8 +31,26 @@ struct Prepared {
 
 /// Deploys every program of the folder `dir` and prints what happened (as one JSON object
 /// when `json`).
-pub async fn run(home: &Path, dir: &Path, accept: bool, json: bool) -> anyhow::Result<Exit> {
-    let app = berm_app::load(dir)?;
+pub async fn run(
+    home: &Path,
+    dir: &Path,
+    accept: bool,
+    json: bool,
+    options: &berm_oci::RegistryOptions,
+) -> anyhow::Result<Exit> {
+    let mut app = berm_app::load(dir)?;
+    // Programs named by `image` are pulled (the trust policy applies) into the program
+    // store bermd reads, $BERM_HOME/programs, and read from there, verified.
+    let store = berm_app::ProgramStore::new(home.join(berm_app::store::DEFAULT_DIR));
+    for pulled in super::dist::pull_images(&app, &store, &[], options).await? {
+        if pulled.status == "pulled" && !json {
+            eprintln!(
+                "pulled {} {} ({})",
+                pulled.program, pulled.reference, pulled.sha256
+            );
+        }
+    }
+    app.resolve_images(&store)?;
     // Where bermd keeps an app's files: `fs=DIR` means `$BERM_HOME/data/DIR`,
     // as under `bermd --app`.
     let prepared = prepare(&app, &home.join("data"))?;

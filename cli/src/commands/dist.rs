@@ -63,11 +63,28 @@ pub struct PushArgs {
 #[derive(Debug, Clone, clap::Args)]
 pub struct PullArgs {
     /// What to pull: `host/repo:tag` or `host/repo@sha256:<manifest digest>`.
-    #[arg(value_name = "REF")]
-    reference: String,
+    #[arg(
+        value_name = "REF",
+        required_unless_present = "app",
+        conflicts_with = "app"
+    )]
+    reference: Option<String>,
     /// Where to write the module; replaced atomically, untouched on failure.
-    #[arg(short = 'o', long = "output", value_name = "FILE")]
-    output: PathBuf,
+    #[arg(
+        short = 'o',
+        long = "output",
+        value_name = "FILE",
+        required_unless_present = "app"
+    )]
+    output: Option<PathBuf>,
+    /// Instead of one REF: every program the app folder's berm.toml names by `image`, into
+    /// the program store (--store), verified, so that bermd --app and berm-vmm (which never
+    /// talk to a registry) find them. What the store already holds, verified, is kept.
+    #[arg(long, value_name = "DIR", conflicts_with = "output")]
+    app: Option<PathBuf>,
+    /// The program store --app fills [default: $BERM_HOME/programs, where bermd looks].
+    #[arg(long, value_name = "DIR", requires = "app")]
+    store: Option<PathBuf>,
     /// Refuse the program unless one of these public keys (`cosign.pub`) signed it; the
     /// trust policy's rules apply as well.
     #[arg(long = "verify-key", value_name = "PUB")]
@@ -186,19 +203,132 @@ pub async fn push(args: PushArgs) -> anyhow::Result<Exit> {
 /// `berm pull REF -o FILE`: on any error the output file is left as it was.
 pub async fn pull(args: PullArgs) -> anyhow::Result<Exit> {
     let options = args.registry.options();
-    let reference =
-        super::trust::checked_reference(&args.reference, &args.verify_keys, &options).await?;
-    let pulled = berm_oci::pull_to(&reference, &args.output, &options).await?;
+    if let Some(dir) = &args.app {
+        let app = berm_app::load(dir)?;
+        let store = berm_app::ProgramStore::new(args.store.clone().unwrap_or_else(default_store));
+        let pulled = pull_images(&app, &store, &args.verify_keys, &options).await?;
+        if args.json {
+            super::print_json(&serde_json::json!({
+                "store": store.dir(),
+                "programs": pulled,
+            }))?;
+        } else if pulled.is_empty() {
+            crate::outln!("{}: no program is named by image", app.dir.display());
+        } else {
+            for p in &pulled {
+                crate::outln!(
+                    "{:<8} {} {} ({})",
+                    p.status,
+                    p.program,
+                    p.reference,
+                    p.sha256
+                );
+            }
+        }
+        return Ok(Exit::Ok);
+    }
+    let (Some(reference), Some(output)) = (&args.reference, &args.output) else {
+        anyhow::bail!("give REF and -o FILE, or --app DIR");
+    };
+    let reference = super::trust::checked_reference(reference, &args.verify_keys, &options).await?;
+    let pulled = berm_oci::pull_to(&reference, output, &options).await?;
     if args.json {
         // The module itself is in the output file; the object says what it is.
         super::print_json(&serde_json::json!({
-            "output": args.output,
+            "output": output,
             "pulled": pulled.described,
         }))?;
     } else {
         crate::outln!("{pulled}");
     }
     Ok(Exit::Ok)
+}
+
+/// The program store bermd reads by default: `$BERM_HOME/programs`.
+pub fn default_store() -> PathBuf {
+    berm_control::home::berm_home().join(berm_app::store::DEFAULT_DIR)
+}
+
+/// Before a VM boots the app folders `dirs`: every program they name by image, in the
+/// default program store ([`default_store`]), pulled where missing (registry access from
+/// the environment; the trust policy applies). Says on stderr what it pulled.
+pub async fn pull_folders(dirs: &[PathBuf]) -> anyhow::Result<()> {
+    let store = berm_app::ProgramStore::new(default_store());
+    let options = RegistryOptions::from_environment(false);
+    for dir in dirs {
+        let app = berm_app::load(dir)?;
+        for pulled in pull_images(&app, &store, &[], &options).await? {
+            if pulled.status == "pulled" {
+                eprintln!(
+                    "pulled {} {} ({})",
+                    pulled.program, pulled.reference, pulled.sha256
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+/// One program of a folder, in the store.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct PulledImage {
+    /// The program's name in the folder.
+    pub program: String,
+    /// Its reference, as berm.toml pins it.
+    pub reference: String,
+    /// The module's sha256 (`sha256:<hex>`).
+    pub sha256: String,
+    /// `pulled`, or `present` when the store already held it, verified.
+    pub status: &'static str,
+}
+
+/// Brings every program `app` names by image into `store`: kept when the store already
+/// holds it and it verifies (manifest and module), else pulled by its pinned reference
+/// once the trust policy (and `verify_keys`) is satisfied, verified, and stored. Nothing of
+/// a program that fails is stored.
+pub async fn pull_images(
+    app: &berm_app::App,
+    store: &berm_app::ProgramStore,
+    verify_keys: &[PathBuf],
+    options: &berm_oci::RegistryOptions,
+) -> anyhow::Result<Vec<PulledImage>> {
+    let mut pulled = Vec::new();
+    for (program, image) in app.images() {
+        let entry = |sha256: &str, status| PulledImage {
+            program: program.name.clone(),
+            reference: image.reference.clone(),
+            sha256: format!("sha256:{sha256}"),
+            status,
+        };
+        let mut held = program.clone();
+        if let Ok(stored) = store.get(image) {
+            held.wasm = stored.wasm;
+            held.expected_sha256 = Some(stored.sha256.clone());
+            if held.read().is_ok() {
+                pulled.push(entry(&stored.sha256, "present"));
+                continue;
+            }
+        }
+        let reference = super::trust::checked_reference(&image.reference, verify_keys, options)
+            .await
+            .with_context(|| format!("program `{}`", program.name))?;
+        let got = berm_oci::pull(&reference, options)
+            .await
+            .with_context(|| format!("program `{}`: pulling {reference}", program.name))?;
+        if got.described.manifest_digest != image.manifest_digest() {
+            anyhow::bail!(
+                "program `{}`: {reference} is the manifest {}, not the {} berm.toml pins",
+                program.name,
+                got.described.manifest_digest,
+                image.manifest_digest()
+            );
+        }
+        let stored = store
+            .put(image, &got.manifest_bytes, &got.bytes)
+            .with_context(|| format!("program `{}`", program.name))?;
+        pulled.push(entry(&stored.sha256, "pulled"));
+    }
+    Ok(pulled)
 }
 
 /// `berm search TEXT…`: ranked results on stdout, skipped entries on stderr.
@@ -256,7 +386,7 @@ mod tests {
             panic!("not pull")
         };
         assert!(p.registry.insecure);
-        assert_eq!(p.output, PathBuf::from("x.wasm"));
+        assert_eq!(p.output, Some(PathBuf::from("x.wasm")));
         let Cmd::Push(p) = Cmd::parse_from(["t", "push", "h/r:t", "f.wasm"]) else {
             panic!("not push")
         };

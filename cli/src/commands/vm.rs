@@ -108,7 +108,10 @@ pub async fn run(command: Command) -> anyhow::Result<Exit> {
     match command {
         Command::Install(args) => install(args).await,
         Command::Push(args) => push(args).await,
-        Command::Up(args) => super::vm_run::up(args),
+        Command::Up(args) => {
+            super::dist::pull_folders(&args.apps).await?;
+            super::vm_run::up(args)
+        }
         Command::Ls(args) => super::vm_run::ls(args),
         Command::Stop(args) => super::vm_run::stop(args),
         Command::Logs(args) => super::vm_run::logs(args),

@@ -66,7 +66,8 @@ pub struct Offered {
 
 /// Loads and measures the app folder `dir`.
 pub fn measure(dir: &Path) -> anyhow::Result<(berm_app::App, Measured)> {
-    let app = berm_app::load(dir)?;
+    let mut app = berm_app::load(dir)?;
+    app.resolve_images(&berm_app::ProgramStore::new(super::dist::default_store()))?;
     let (digest, _) = berm_attest::folder_digest(&app.dir)?;
     let mut programs = Vec::new();
     for program in &app.programs {
@@ -171,6 +172,7 @@ struct Attached {
 
 /// Runs `berm mcp --app DIR`.
 pub async fn run(dir: &Path, idle_timeout_s: u64, options: &VmOptions) -> anyhow::Result<Exit> {
+    super::dist::pull_folders(std::slice::from_ref(&dir.to_path_buf())).await?;
     let attached = attach(dir, idle_timeout_s, options)?;
     bridge(attached).await
 }

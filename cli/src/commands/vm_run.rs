@@ -65,7 +65,7 @@ pub struct VmOptions {
 pub struct UpArgs {
     /// An app folder (repeatable); app i is served on `rpc-<i>.sock`.
     #[arg(long = "app", value_name = "DIR", required = true)]
-    apps: Vec<PathBuf>,
+    pub apps: Vec<PathBuf>,
     /// The VM's name [default: the first app's `name` in its berm.toml].
     #[arg(long, value_name = "N")]
     name: Option<String>,
@@ -304,6 +304,10 @@ pub fn ensure(want: &Want, old: Option<Launch>) -> anyhow::Result<(Launch, Outco
     for app in &apps {
         argv.extend(["--app".into(), app.dir.to_string_lossy().into_owned()]);
     }
+    // Where `berm pull --app` (run by `berm vm up` and `berm mcp --app` first) put the
+    // programs the folders name by image.
+    let store = super::dist::default_store();
+    argv.extend(["--programs".into(), store.to_string_lossy().into_owned()]);
     let mut path_arg = |flag: &str, path: &Path| {
         argv.extend([flag.to_owned(), path.to_string_lossy().into_owned()]);
     };

@@ -88,6 +88,12 @@ struct Args {
     /// place. Repeat for several folders.
     #[arg(long = "app", value_name = "DIR")]
     apps: Vec<PathBuf>,
+    /// Where the programs an app folder names by `image = "REGISTRY/REPO@sha256:…"` are
+    /// read from, verified against their pins: a program store filled by `berm pull --app
+    /// DIR --store DIR` (or `berm deploy --app`). bermd itself never talks to a registry.
+    /// [default: $BERM_HOME/programs]
+    #[arg(long, value_name = "DIR")]
+    programs: Option<PathBuf>,
     /// With --app: deploy the folders even over program names that a stored deployment
     /// holds (a plain `berm deploy`, or `berm deploy --app` of another folder), taking over
     /// its keyspace and stored secrets. Without it bermd refuses to start and lists what
@@ -260,7 +266,7 @@ fn start(args: Args, started: Instant) -> Result<(), (Exit, anyhow::Error)> {
         None => None,
     };
     // Every folder is read and checked whole before anything is deployed.
-    let apps = args
+    let mut apps = args
         .apps
         .iter()
         .map(|dir| berm_app::load(dir))
@@ -268,6 +274,16 @@ fn start(args: Args, started: Instant) -> Result<(), (Exit, anyhow::Error)> {
         .map_err(|e| usage(e.into()))?;
     berm_service::app::check_distinct(&apps).map_err(|e| usage(e.into()))?;
     let home = args.home.unwrap_or_else(berm_control::home::berm_home);
+    let store = berm_app::ProgramStore::new(
+        args.programs
+            .clone()
+            .unwrap_or_else(|| home.join(berm_app::store::DEFAULT_DIR)),
+    );
+    for app in &mut apps {
+        app.resolve_images(&store)
+            .with_context(|| format!("app folder {}", app.dir.display()))
+            .map_err(usage)?;
+    }
     // On any other address --no-auth is refused once the lock is taken.
     if args.no_auth && args.http.is_some_and(|addr| addr.ip().is_loopback()) {
         eprintln!(
