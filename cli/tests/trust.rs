@@ -291,6 +291,28 @@ fn signed_programs_deploy_and_others_are_refused_before_anything_is_deployed() {
     assert!(!world.path("notes.wasm").exists(), "nothing is written");
     let refused = world.refused(&["deploy", "notes", &notes]);
     assert!(refused.contains("is not signed"), "{refused}");
+    // An app folder naming it by image is held to the same policy when its programs are
+    // pulled into a program store.
+    let pushed: serde_json::Value =
+        serde_json::from_str(&world.ok(&["push", &notes, &wasm("notes"), "--json"])).unwrap();
+    let app = world.path("app");
+    std::fs::create_dir(&app).unwrap();
+    std::fs::write(
+        app.join("berm.toml"),
+        format!(
+            "name = \"signed\"\n[[program]]\nname = \"notes\"\nimage = \"{}\"\n",
+            pushed["pinned"].as_str().unwrap()
+        ),
+    )
+    .unwrap();
+    let store = world.path("store").display().to_string();
+    let pull_app = ["pull", "--app", app.to_str().unwrap(), "--store", &store];
+    let refused = world.refused(&pull_app);
+    assert!(
+        refused.contains("is not signed") && refused.contains("program `notes`"),
+        "{refused}"
+    );
+    assert!(!world.path("store/sha256").exists(), "nothing is stored");
     world.ok(&[
         "pull",
         &echo,
@@ -311,6 +333,8 @@ fn signed_programs_deploy_and_others_are_refused_before_anything_is_deployed() {
     ]);
     world.ok(&["trust", "verify", &notes]);
     world.ok(&["deploy", "notes", &notes]);
+    let pulled = world.ok(&pull_app);
+    assert!(pulled.contains("pulled   notes"), "{pulled}");
     // A policy that does not parse refuses rather than allows.
     world.policy("[[require]]\nreference = \"oops\"\n");
     let refused = world.refused(&["pull", &elsewhere, "-o", &out_file]);
