@@ -15,6 +15,22 @@
 use std::fs::File;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Whether a value file as kubelet writes a Secret volume for a pod that runs berm as a
+/// non-root user with `fsGroup` is admitted: see [`admit_pod_secret_volumes`].
+static POD_SECRET_VOLUMES: AtomicBool = AtomicBool::new(false);
+
+/// Also admit, from now on in this process, a value file as kubelet writes a Secret volume
+/// for a pod whose user is not root and whose `fsGroup` is berm's own group (`bermd
+/// --pod-secret-volumes`): owned by root, its group berm's effective gid, mode 0440 at most
+/// (read for root and that group; write and others nothing). kubelet can write no file a
+/// non-root pod user owns, so without this such a pod cannot be given secret files at all.
+/// Off by default: outside a pod a root-owned file readable by one's group is not one's own
+/// private file. Never for berm run as root, which owns its files already.
+pub fn admit_pod_secret_volumes(admit: bool) {
+    POD_SECRET_VOLUMES.store(admit, Ordering::Relaxed);
+}
 
 /// Why a secret's value file is refused. Every message names the file and what to do.
 #[derive(Debug, thiserror::Error)]
@@ -163,6 +179,15 @@ pub fn open(path: &Path) -> Result<File, SecretFileError> {
         return Err(SecretFileError::NotFile { path, via });
     }
     let user = rustix::process::geteuid().as_raw();
+    let mode = meta.mode() & 0o777;
+    if POD_SECRET_VOLUMES.load(Ordering::Relaxed)
+        && user != 0
+        && meta.uid() == 0
+        && meta.gid() == rustix::process::getegid().as_raw()
+        && mode & !0o440 == 0
+    {
+        return Ok(file);
+    }
     if meta.uid() != user {
         return Err(SecretFileError::NotOwned {
             path,
@@ -171,7 +196,6 @@ pub fn open(path: &Path) -> Result<File, SecretFileError> {
             user,
         });
     }
-    let mode = meta.mode() & 0o777;
     if mode & 0o077 != 0 {
         return Err(SecretFileError::Open { path, via, mode });
     }
@@ -319,6 +343,72 @@ mod tests {
                 token.display()
             )
         );
+    }
+
+    /// kubelet's Secret volume for a non-root pod with `fsGroup`: root's file, the pod's
+    /// group, 0440. Admitted only with the opt-in, only as that shape, never to root.
+    #[test]
+    fn a_pod_secret_volume_is_admitted_only_when_asked_and_only_as_kubelet_writes_it() {
+        if rustix::process::geteuid().as_raw() != 0 {
+            eprintln!("skipped: needs root to make a file root's and to change uids");
+            return;
+        }
+        let (_mount, stamp, token) = kubelet_volume();
+        let file = stamp.join("TOKEN");
+        std::os::unix::fs::chown(&file, Some(0), Some(4242)).unwrap();
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o440)).unwrap();
+        // The volume is reachable by the child's uid, as kubelet's mounts are.
+        std::fs::set_permissions(_mount.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let check = |admit: bool, gid: u32, mode: u32| {
+            std::fs::set_permissions(&file, std::fs::Permissions::from_mode(mode)).unwrap();
+            child_admits(&token, admit, gid)
+        };
+        assert!(!check(false, 4242, 0o440), "off by default");
+        assert!(check(true, 4242, 0o440));
+        assert!(check(true, 4242, 0o040), "group read only");
+        assert!(!check(true, 4243, 0o440), "another group's file");
+        assert!(!check(true, 4242, 0o460), "group may write");
+        assert!(!check(true, 4242, 0o444), "others may read");
+    }
+
+    /// Whether `open(token)` admits the file in a child test process running as uid 4000
+    /// and gid `gid` (the opt-in and the ids are process-wide), with the opt-in `admit`.
+    fn child_admits(token: &Path, admit: bool, gid: u32) -> bool {
+        use std::os::unix::process::CommandExt;
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "secret_file::tests::pod_volume_child",
+                "--nocapture",
+                "--include-ignored",
+            ])
+            .env("BERM_TEST_POD_TOKEN", token)
+            .env("BERM_TEST_POD_ADMIT", if admit { "1" } else { "0" })
+            .uid(4000)
+            .gid(gid)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            stdout.contains("pod-volume:"),
+            "{stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        stdout.contains("pod-volume: admitted")
+    }
+
+    /// The child half of the test above: run only through it.
+    #[test]
+    #[ignore = "run by a_pod_secret_volume_is_admitted_only_when_asked_and_only_as_kubelet_writes_it"]
+    fn pod_volume_child() {
+        let Ok(token) = std::env::var("BERM_TEST_POD_TOKEN") else {
+            return;
+        };
+        admit_pod_secret_volumes(std::env::var("BERM_TEST_POD_ADMIT").as_deref() == Ok("1"));
+        match open(Path::new(&token)) {
+            Ok(_) => println!("pod-volume: admitted"),
+            Err(e) => println!("pod-volume: refused: {e}"),
+        }
     }
 
     #[test]

@@ -86,7 +86,7 @@ sc = c["securityContext"]
 assert sc["readOnlyRootFilesystem"] is True and sc["allowPrivilegeEscalation"] is False
 assert sc["capabilities"] == {"drop": ["ALL"]} and sc["seccompProfile"] == {"type": "RuntimeDefault"}
 assert c["livenessProbe"]["httpGet"]["path"] == "/healthz" and c["readinessProbe"]["httpGet"]["path"] == "/readyz"
-assert "--http-token-file" in c["args"] and "--app" in c["args"] and "--programs" in c["args"]
+assert "--http-token-file" in c["args"] and "--app" in c["args"] and "--programs" in c["args"] and "--pod-secret-volumes" in c["args"]
 (init,) = pod["initContainers"]
 assert init["command"][:5] == ["/usr/local/bin/berm", "pull", "--app", "/etc/berm/app", "--store"], init["command"]
 isc = init["securityContext"]

@@ -94,6 +94,13 @@ struct Args {
     /// [default: $BERM_HOME/programs]
     #[arg(long, value_name = "DIR")]
     programs: Option<PathBuf>,
+    /// In a Kubernetes pod that runs bermd as a non-root user with fsGroup: also admit the
+    /// secret value files ([program.secrets]) kubelet writes for a Secret volume, owned by
+    /// root, their group bermd's own, mode 0440 at most. Without it a value file must be
+    /// bermd's user's own and private (0600 or 0400), which kubelet cannot write for a
+    /// non-root pod.
+    #[arg(long)]
+    pod_secret_volumes: bool,
     /// With --app: deploy the folders even over program names that a stored deployment
     /// holds (a plain `berm deploy`, or `berm deploy --app` of another folder), taking over
     /// its keyspace and stored secrets. Without it bermd refuses to start and lists what
@@ -266,6 +273,7 @@ fn start(args: Args, started: Instant) -> Result<(), (Exit, anyhow::Error)> {
         None => None,
     };
     // Every folder is read and checked whole before anything is deployed.
+    berm_app::secret_file::admit_pod_secret_volumes(args.pod_secret_volumes);
     let mut apps = args
         .apps
         .iter()
