@@ -91,11 +91,10 @@ pub fn table() -> Vec<Syscall> {
                 return done(found(kv.get(key)));
             }
             let (keyspace, key) = (keyspace.clone(), key.to_vec());
-            host_op(
-                cx,
-                "kv.get",
-                async move { found(keyspace.get(&key).await?) },
-            )
+            host_op(cx, "kv.get", move |permit| async move {
+                let _permit = permit;
+                found(keyspace.get(&key).await?)
+            })
         }),
         Syscall::blocking("kv", "put", |cx, req| {
             let [key, value] = fields::<2>(req)?;
@@ -103,23 +102,38 @@ pub fn table() -> Vec<Syscall> {
             keyspace.check(key, Some(value)).map_err(kv_error)?;
             let held = cx.reserve("kv.put", key.len() + value.len())?;
             let (key, value) = (key.to_vec(), value.to_vec());
-            host_op(cx, "kv.put", async move {
-                let _held = held;
-                keyspace.put(key, value).await?;
-                Ok(Reply::Word(0))
-            })
+            match keyspace {
+                // On a blocking thread that keeps the permit while the disk holds it.
+                Keyspace::Log(kv) => offload(cx, "kv.put", move || {
+                    let _held = held;
+                    kv.put(&key, &value).map_err(kv_error)?;
+                    Ok(Reply::Word(0))
+                }),
+                keyspace => host_op(cx, "kv.put", move |permit| async move {
+                    let (_permit, _held) = (permit, held);
+                    keyspace.put(key, value).await?;
+                    Ok(Reply::Word(0))
+                }),
+            }
         }),
         Syscall::blocking("kv", "delete", |cx, req| {
             let [key] = fields::<1>(req)?;
             let keyspace = kv(cx)?.clone();
             keyspace.check(key, None).map_err(kv_error)?;
             let key = key.to_vec();
-            host_op(cx, "kv.delete", async move {
-                match keyspace.delete(key).await? {
-                    true => Ok(Reply::Word(0)),
-                    false => Err(SyscallError::code(ErrorCode::NotFound, "no such key")),
-                }
-            })
+            let deleted = |existed: bool| match existed {
+                true => Ok(Reply::Word(0)),
+                false => Err(SyscallError::code(ErrorCode::NotFound, "no such key")),
+            };
+            match keyspace {
+                Keyspace::Log(kv) => offload(cx, "kv.delete", move || {
+                    deleted(kv.delete(&key).map_err(kv_error)?)
+                }),
+                keyspace => host_op(cx, "kv.delete", move |permit| async move {
+                    let _permit = permit;
+                    deleted(keyspace.delete(key).await?)
+                }),
+            }
         }),
         Syscall::blocking("kv", "list", |cx, req| {
             let [prefix] = fields::<1>(req)?;
@@ -139,7 +153,8 @@ pub fn table() -> Vec<Syscall> {
             }
             let (keyspace, prefix) = (keyspace.clone(), prefix.to_vec());
             let memory = cx.host_memory().clone();
-            host_op(cx, "kv.list", async move {
+            host_op(cx, "kv.list", move |permit| async move {
+                let _permit = permit;
                 framed(keyspace.list(&prefix).await?, &memory)
             })
         }),
@@ -209,19 +224,39 @@ fn offload(
     what: &'static str,
     job: impl FnOnce() -> Result<Reply, SyscallError> + Send + 'static,
 ) -> Result<Pending, SyscallError> {
+    host_op(cx, what, move |permit| async move {
+        let task = tokio::task::spawn_blocking(move || {
+            let _permit = permit;
+            job()
+        });
+        match task.await {
+            Ok(result) => result,
+            Err(e) => Err(SyscallError::Trap(format!("`{what}` failed in bermd: {e}"))),
+        }
+    })
+}
+
+/// Runs `work` once the program has a free host-op permit (the bound on its disk and
+/// database operations in flight), and gives up at the call's deadline. `work` gets the
+/// permit and holds it as long as its operation can run: a blocking job takes it onto its
+/// thread ([`offload`]); a database operation holds it in its future, and one that outlives
+/// the deadline ends in the database on its own, within the connection pool's bound.
+fn host_op<F>(
+    cx: &SyscallContext<'_>,
+    what: &'static str,
+    work: impl FnOnce(tokio::sync::OwnedSemaphorePermit) -> F + Send + 'static,
+) -> Result<Pending, SyscallError>
+where
+    F: Future<Output = Result<Reply, SyscallError>> + Send + 'static,
+{
     let host = host(cx)?;
     let (ops, max_ops) = (host.ops.clone(), host.max_ops);
     let program = cx.program.to_string();
     let deadline = tokio::time::Instant::from_std(cx.deadline);
     Ok(Box::pin(async move {
         let permit = permit(&ops, max_ops, deadline, what, &program).await?;
-        let task = tokio::task::spawn_blocking(move || {
-            let _permit = permit;
-            job()
-        });
-        match tokio::time::timeout_at(deadline, task).await {
-            Ok(Ok(result)) => result,
-            Ok(Err(e)) => Err(SyscallError::Trap(format!("`{what}` failed in bermd: {e}"))),
+        match tokio::time::timeout_at(deadline, work(permit)).await {
+            Ok(result) => result,
             Err(_) => Err(SyscallError::code(
                 ErrorCode::Io,
                 format!("`{what}` did not finish before the call's deadline"),
@@ -298,31 +333,6 @@ fn kv<'a>(cx: &'a SyscallContext<'_>) -> Result<&'a Keyspace, SyscallError> {
 /// A syscall answered in place, as a [`Syscall::blocking`] one's answer.
 fn done(reply: Result<Reply, SyscallError>) -> Result<Pending, SyscallError> {
     Ok(Box::pin(std::future::ready(reply)))
-}
-
-/// Runs a keyspace operation once the program has a free host-op permit (the bound on
-/// its disk and database operations in flight), and gives up at the call's deadline. An
-/// operation that outlives it ends on its own (a log write on its blocking thread, a
-/// statement in the database); the call goes on and meets its deadline.
-fn host_op(
-    cx: &SyscallContext<'_>,
-    what: &'static str,
-    work: impl Future<Output = Result<Reply, SyscallError>> + Send + 'static,
-) -> Result<Pending, SyscallError> {
-    let host = host(cx)?;
-    let (ops, max_ops) = (host.ops.clone(), host.max_ops);
-    let program = cx.program.to_string();
-    let deadline = tokio::time::Instant::from_std(cx.deadline);
-    Ok(Box::pin(async move {
-        let _permit = permit(&ops, max_ops, deadline, what, &program).await?;
-        match tokio::time::timeout_at(deadline, work).await {
-            Ok(result) => result,
-            Err(_) => Err(SyscallError::code(
-                ErrorCode::Io,
-                format!("`{what}` did not finish before the call's deadline"),
-            )),
-        }
-    }))
 }
 
 impl From<KeyspaceError> for SyscallError {
