@@ -85,6 +85,33 @@ apt_install() {
   rm -f "$log"
 }
 
+# Servers Debian's packages start the moment they are installed, wherever no
+# /usr/sbin/policy-rc.d forbids it (a container image usually has one that does; a fresh VM
+# has none): nginx on port 80, and PostgreSQL's default cluster (15/main) on port 5432. The
+# tests start private servers of their own and need neither.
+apt_started_services="nginx postgresql"
+
+# service_running SERVICE: true when the init system (systemd or the init.d scripts) says
+# SERVICE runs; false when it is stopped or unknown.
+service_running() { /usr/sbin/service "$1" status >/dev/null 2>&1; }
+
+# apt_install_stopped PACKAGE...: apt_install, then stops each of $apt_started_services that
+# the install started (running after it, not before it), and says so. A server that ran
+# before is left running. The packages still enable their services at boot, as Debian does.
+apt_install_stopped() {
+  [ $# -gt 0 ] || return 0
+  local service idle=()
+  for service in $apt_started_services; do
+    service_running "$service" || idle+=("$service")
+  done
+  apt_install "$@" || return 1
+  for service in "${idle[@]}"; do
+    service_running "$service" || continue
+    echo "[setup] stopping $service, which its package started on install (the tests run their own)" >&2
+    $(apt_sudo) /usr/sbin/service "$service" stop >/dev/null || { echo "error: could not stop $service" >&2; return 1; }
+  done
+}
+
 # install_qemu PACKAGE...: installs the missing QEMU packages from the suite qemu_suite chooses.
 install_qemu() {
   local missing suite
