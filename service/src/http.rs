@@ -336,7 +336,9 @@ pub fn router(
             [format!("http://{host}:*"), format!("https://{host}:*")]
         })
         .collect();
-    let http = StreamableHttpServerConfig::default()
+    let http = StreamableHttpServerConfig::default();
+    let max_body = http.max_request_body_bytes;
+    let http = http
         .with_legacy_session_mode(true)
         .with_allowed_hosts(hosts)
         .with_allowed_origins(origins)
@@ -352,6 +354,7 @@ pub fn router(
         in_flight: Arc::new(tokio::sync::Semaphore::new(max_sessions.max(1))),
         max: max_sessions.max(1),
         rate: SessionRate::new(per_second),
+        max_body,
     };
     let router = axum::Router::new()
         .nest_service("/mcp", mcp)
@@ -406,6 +409,8 @@ struct HttpCap {
     in_flight: Arc<tokio::sync::Semaphore>,
     max: usize,
     rate: SessionRate,
+    /// rmcp's own cap on one request's body, so reading it first refuses nothing rmcp takes.
+    max_body: usize,
 }
 
 impl HttpCap {
@@ -424,8 +429,29 @@ impl HttpCap {
         let Ok(_permit) = self.in_flight.clone().try_acquire_owned() else {
             return busy("HTTP requests in flight");
         };
-        let opens_session = request.method() == axum::http::Method::POST
-            && !request.headers().contains_key("mcp-session-id");
+        // Only an `initialize` opens a session (rmcp routes every other request without a
+        // session id statelessly, as 2026-07-28 has it, or refuses it), so only an
+        // initialize counts against the session cap and rate: a 2026-07-28 client's every
+        // call is a POST without a session id, and must not be rate-limited as a new session.
+        let mut request = request;
+        let mut opens_session = false;
+        if request.method() == axum::http::Method::POST
+            && !request.headers().contains_key("mcp-session-id")
+        {
+            let (parts, body) = request.into_parts();
+            let Ok(bytes) = axum::body::to_bytes(body, self.max_body).await else {
+                return (
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    format!(
+                        "the request is over {} bytes, bermd's cap on one MCP message",
+                        self.max_body
+                    ),
+                )
+                    .into_response();
+            };
+            opens_session = is_initialize(&bytes);
+            request = Request::from_parts(parts, axum::body::Body::from(bytes));
+        }
         if opens_session && self.sessions.sessions.read().await.len() >= self.max {
             return busy("HTTP sessions open");
         }
@@ -444,6 +470,19 @@ impl HttpCap {
         }
         next.run(request).await
     }
+}
+
+/// Whether a POST body is a JSON-RPC `initialize` request: only its `method` is read.
+fn is_initialize(body: &[u8]) -> bool {
+    #[derive(serde::Deserialize)]
+    struct Head<'a> {
+        #[serde(borrow)]
+        method: Option<std::borrow::Cow<'a, str>>,
+    }
+    serde_json::from_slice::<Head<'_>>(body)
+        .ok()
+        .and_then(|head| head.method)
+        .is_some_and(|method| method == "initialize")
 }
 
 async fn require_bearer(token: &Token, request: Request, next: Next) -> Response {

@@ -440,6 +440,59 @@ fn past_the_session_rate_an_http_client_gets_429_and_sessions_go_on() {
     drop(bermd);
 }
 
+/// A 2026-07-28 client opens no session: each call is a POST without a session id, and none
+/// of them counts against the session rate or cap, which bound `initialize` alone.
+#[test]
+fn stateless_calls_do_not_count_as_new_sessions() {
+    let addr = format!("127.0.0.1:{}", free_port());
+    let bermd = Bermd::start(&[
+        "--http",
+        &addr,
+        "--max-session-rate",
+        "1",
+        "--max-connections",
+        "1",
+    ]);
+    let bearer = home_bearer(&bermd);
+    let headers = [
+        ("Authorization", bearer.as_str()),
+        ("MCP-Protocol-Version", "2026-07-28"),
+        ("Mcp-Method", "tools/list"),
+    ];
+    for id in 1..=10 {
+        let list = post(
+            &addr,
+            &addr,
+            &headers,
+            &format!(
+                r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/list","params":{{"_meta":{{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{{}}}}}}}}"#
+            ),
+        );
+        assert_eq!(
+            list.status, 200,
+            "stateless call {id}: {}{}",
+            list.head, list.body
+        );
+        assert!(
+            !list.head.to_lowercase().contains("mcp-session-id"),
+            "{}",
+            list.head
+        );
+    }
+    // An initialize still opens a session, and the next one within the second is refused.
+    let auth = [("Authorization", bearer.as_str())];
+    let first = initialize(&addr, &addr, &auth);
+    assert_eq!(first.status, 200, "{}", first.head);
+    let second = initialize(&addr, &addr, &auth);
+    assert!(
+        [429, 503].contains(&second.status),
+        "{}{}",
+        second.head,
+        second.body
+    );
+    drop(bermd);
+}
+
 /// GETs `path` from `http://{connect}` with `Host: {host}` and no token: the status and body.
 fn get(connect: &str, host: &str, path: &str) -> (u16, String) {
     let mut stream = TcpStream::connect(connect).unwrap();

@@ -81,11 +81,9 @@ psql -d postgres -c 'CREATE DATABASE berm OWNER berm' || fail "CREATE DATABASE b
 printf 'postgres://berm@/berm?host=%s\n' "$work/pg" >"$work/kv-url"
 check "PostgreSQL $("$pg_bin/postgres" --version | awk '{print $3}') from Debian's package, on a Unix socket only, role and database berm"
 
-# Three replicas of one app folder, the same token, the same database, each its own home.
-# bermd counts every POST without an Mcp-Session-Id against --max-session-rate (100 new
-# sessions a second), and a 2026-07-28 call never has one, so past 100 calls a second a
-# replica answers 429 (docs/kubernetes.md, "The replicas test"). The rate is lifted here so
-# the test and the bench see the replicas, not that cap.
+# Three replicas of one app folder, the same token, the same database, each its own home,
+# with bermd's default caps (a 2026-07-28 call opens no session, so --max-session-rate does
+# not bound these calls).
 head -c 32 /dev/urandom | base64 | tr -d '\n' >"$work/token"
 chmod 0600 "$work/token"
 token=$(cat "$work/token")
@@ -94,7 +92,7 @@ for i in 1 2 3; do
   port=$(free_port)
   ports+=("$port")
   BERM_HOME=$work/home$i "$bermd" --http "127.0.0.1:$port" --http-token-file "$work/token" \
-    --app "$app" --kv-url-file "$work/kv-url" --max-session-rate 1000000 >"$work/bermd$i.log" 2>&1 &
+    --app "$app" --kv-url-file "$work/kv-url" >"$work/bermd$i.log" 2>&1 &
   pids+=($!)
   # Out of bash's job table, so the SIGKILL below is reported by the client, in order, not
   # by bash as a job's "Killed" line; the cleanup still ends them by pid.
