@@ -201,6 +201,18 @@ cat >"$work/e2e/podman.yaml" <<EOF
 - op: add
   path: /spec/template/spec/containers/0/args/-
   value: --allowed-host=localhost
+# podman 4.3 removes a kube play init container once it exits, and can race itself doing so
+# ("failed to remove once init container … as it is running", containers/podman#18477); an
+# init container of type "always" is kept, exited, and the pod comes up. podman 4.3 reads the
+# annotation from the Deployment's own metadata; the template's is where later podman looks.
+- op: add
+  path: /metadata/annotations
+  value:
+    io.podman.annotations.init.container.type: always
+- op: add
+  path: /spec/template/metadata/annotations
+  value:
+    io.podman.annotations.init.container.type: always
 EOF
 render "$work/e2e" "$work/e2e.yaml"
 validate "$work/e2e.yaml"
@@ -238,8 +250,10 @@ export CONTAINERS_CONF=$work/containers.conf
 podman kube play "$play" >"$work/play.log" 2>&1 || { cat "$work/play.log" >&2; fail "podman kube play runs the rendered Deployment"; }
 pod=$(podman pod ps --filter "name=^$name-bermd" --format '{{.Name}}')
 [ -n "$pod" ] || { cat "$work/play.log" >&2; fail "podman made the Deployment's pod"; }
-container=$(podman ps -a --filter "pod=$pod" --format '{{.Names}} {{.IsInfra}}' | awk '$2 == "false" {print $1}')
+container=$(podman ps -a --filter "pod=$pod" --format '{{.Names}} {{.IsInfra}}' | awk '$2 == "false" && $1 ~ /-bermd$/ {print $1}')
 [ -n "$container" ] || fail "the pod has bermd's container"
+init=$(podman ps -a --filter "pod=$pod" --format '{{.Names}}' | grep -- '-pull-programs$' || true)
+[ -n "$init" ] || fail "the pod has the init container pull-programs"
 ready=
 for _ in $(seq 300); do
   ready=$(curl -s "http://127.0.0.1:$port/readyz" || true)
@@ -250,7 +264,10 @@ done
 [ "$(curl -s "http://127.0.0.1:$port/healthz")" = ok ] || fail "/healthz says ok"
 status=$(curl -s -o /dev/null -w '%{http_code}' -X POST "http://localhost:$port/mcp")
 [ "$status" = 401 ] || fail "/mcp without the token is 401, not $status"
-check "podman kube play runs the rendered Deployment: /readyz and /healthz answer without a token, /mcp needs it"
+[ "$(podman inspect "$init" --format '{{.State.ExitCode}}')" = 0 ] || { podman logs "$init" >&2; fail "the init container pull-programs exits 0"; }
+pulled=$(podman logs "$init" 2>&1)
+case "$pulled" in *"no program is named by image"*) ;; *) printf '%s\n' "$pulled" >&2; fail "pull-programs says the echo folder names no program by image" ;; esac
+check "podman kube play runs the rendered Deployment: pull-programs (berm pull --app) ran first and found nothing to pull; /readyz and /healthz answer without a token, /mcp needs it"
 
 inspect=$(podman inspect "$container" --format '{{.HostConfig.ReadonlyRootfs}} {{.Config.User}} {{len .EffectiveCaps}}')
 [ "$inspect" = "true 65532:65532 0" ] || fail "read-only root, user 65532:65532 and no capability, not $inspect"
