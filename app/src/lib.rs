@@ -105,6 +105,11 @@ pub struct Program {
     /// The sha256 (hex) the program's bytes must have, when known: an image's layer
     /// digest. [`Program::read`] refuses other bytes.
     pub expected_sha256: Option<String>,
+    /// `accept = "sha256:…"`: the version (by the sha256 of its bytes) whose changes to
+    /// what the model reads or what the program may reach, against what runs now, the
+    /// folder's author has reviewed and accepts, as `--accept` would. It holds for those
+    /// bytes only: once the program changes again, the upgrade is refused until accepted.
+    pub accept: Option<String>,
     /// Its grants, read by berm's one grant parser (`fs=DIR` with DIR relative to the
     /// directory bermd chooses; see [`Program::resolve_grants`]).
     pub grants: Vec<Grant>,
@@ -396,6 +401,19 @@ pub enum AppError {
         /// Both were given (else neither).
         both: bool,
     },
+    /// A program's `accept` is not a program digest.
+    #[error(
+        "{}: program `{program}`: `accept` = {value:?}: name the accepted version's digest as sha256:<64 lowercase hex digits>, as berm ls and berm diff show it",
+        file.display()
+    )]
+    Accept {
+        /// berm.toml.
+        file: PathBuf,
+        /// The program.
+        program: String,
+        /// What it says.
+        value: Box<str>,
+    },
     /// A program's `image` is not a reference pinned by digest.
     #[error("{}: program `{program}`: `image` = {value:?}: {problem}", file.display())]
     Image {
@@ -533,6 +551,7 @@ struct RawProgram {
     #[serde(default)]
     grants: Vec<String>,
     memory_mb: Option<u64>,
+    accept: Option<String>,
     #[serde(default)]
     secrets: BTreeMap<String, String>,
 }
@@ -626,12 +645,21 @@ pub fn load(dir: &Path) -> Result<App, AppError> {
                 });
             }
         };
+        let accept = match program.accept {
+            None => None,
+            Some(value) => Some(accepted_digest(&value).ok_or_else(|| AppError::Accept {
+                file: file.clone(),
+                program: program.name.clone(),
+                value: value.into(),
+            })?),
+        };
         let mut checked = Program {
             name: program.name,
             wasm,
             wasm_relative,
             image,
             expected_sha256: None,
+            accept,
             grants,
             memory_mb: program.memory_mb,
             secret_files: BTreeMap::new(),
@@ -845,6 +873,14 @@ impl App {
         }
         Ok(())
     }
+}
+
+/// The hex of `sha256:<64 lowercase hex>`, else `None`.
+fn accepted_digest(value: &str) -> Option<String> {
+    value
+        .strip_prefix("sha256:")
+        .filter(|h| h.len() == 64 && h.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')))
+        .map(str::to_string)
 }
 
 /// The sha256 of `bytes` in lowercase hex: a program's identity (berm prints

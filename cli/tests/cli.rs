@@ -776,6 +776,49 @@ fn an_upgrade_that_changes_tools_or_reach_needs_accept() {
         "{}",
         text(&out.stderr)
     );
+
+    // The acceptance recorded in berm.toml instead: `accept` naming another version is
+    // stale and says so; naming these bytes lets the change land without --accept.
+    let digest = berm_app::sha256_hex(&std::fs::read(wasm("notes")).unwrap());
+    let toml = std::fs::read_to_string(folder.join("berm.toml")).unwrap();
+    let widened = toml.replace("[\"kv\", \"clock\"]", "[\"kv\", \"clock\", \"random\"]");
+    let with_accept = |digest: &str| {
+        let accept = format!("accept = \"sha256:{digest}\"\n");
+        std::fs::write(folder.join("berm.toml"), format!("{widened}{accept}")).unwrap();
+    };
+    with_accept(&"0".repeat(64));
+    let out = bermd.berm(&["deploy", "--app", folder_arg]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stdout));
+    let refused = text(&out.stderr);
+    assert!(
+        refused.contains("notes: grants not held before: random")
+            && refused.contains(&format!(
+                "berm.toml's `accept` for `notes` names sha256:{}, not this version, sha256:{digest}",
+                "0".repeat(64)
+            )),
+        "{refused}"
+    );
+    with_accept(&digest);
+    let out = bermd.berm(&["deploy", "--app", folder_arg]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("notes: accepted: grants not held before: random"),
+        "{}",
+        text(&out.stderr)
+    );
+    // A malformed acceptance is refused when the folder is read.
+    std::fs::write(
+        folder.join("berm.toml"),
+        format!("{widened}accept = \"v2\"\n"),
+    )
+    .unwrap();
+    let out = bermd.berm(&["deploy", "--app", folder_arg]);
+    assert_ne!(out.status.code(), Some(0));
+    assert!(
+        text(&out.stderr).contains("`accept` = \"v2\""),
+        "{}",
+        text(&out.stderr)
+    );
 }
 
 /// `bermd --app` over a name a stored deployment holds refuses to start with the same list,

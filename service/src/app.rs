@@ -241,6 +241,7 @@ mod tests {
                     wasm_relative: format!("{p}.wasm"),
                     image: None,
                     expected_sha256: None,
+                    accept: None,
                     grants: Vec::new(),
                     memory_mb: None,
                     secret_files: Default::default(),

@@ -25,6 +25,10 @@ use crate::Exit;
 struct Prepared {
     name: String,
     image: Vec<u8>,
+    /// berm.toml's `accept` names exactly these bytes.
+    accepted: bool,
+    /// berm.toml's `accept`, when it names other bytes: a stale acceptance.
+    stale_accept: Option<String>,
     grants: Vec<Grant>,
     limits: LimitsSpec,
 }
@@ -58,8 +62,11 @@ pub async fn run(
     let client = super::client(home);
     let takeover = takeover(&client, &app).await?.check(accept)?;
     let upgrades = upgrades(&client, &prepared).await?;
+    // A program whose berm.toml `accept` names its bytes needs no --accept.
+    let accepted_in_folder = |name: &str| prepared.iter().any(|p| p.name == name && p.accepted);
     let needing: Vec<String> = upgrades
         .iter()
+        .filter(|(name, _)| !accepted_in_folder(name))
         .flat_map(|(name, changes)| {
             changes
                 .iter()
@@ -68,8 +75,25 @@ pub async fn run(
         })
         .collect();
     if !needing.is_empty() && !accept {
+        let stale: Vec<String> = prepared
+            .iter()
+            .filter(|p| upgrades.iter().any(|(name, _)| name == &p.name))
+            .filter_map(|p| {
+                let named = p.stale_accept.as_ref()?;
+                Some(format!(
+                    "  berm.toml's `accept` for `{}` names sha256:{named}, not this version, sha256:{}",
+                    p.name,
+                    berm_app::sha256_hex(&p.image)
+                ))
+            })
+            .collect();
+        let stale = if stale.is_empty() {
+            String::new()
+        } else {
+            format!("\n{}", stale.join("\n"))
+        };
         anyhow::bail!(
-            "app `{}` changes what the model reads or what its programs may reach, compared with what runs now; nothing was deployed:\n{}\nReview it, then deploy again with --accept.",
+            "app `{}` changes what the model reads or what its programs may reach, compared with what runs now; nothing was deployed:\n{}{stale}\nReview it, then deploy again with --accept, or record the acceptance in berm.toml: accept = \"sha256:<the new version>\" in the program's [[program]].",
             app.name,
             needing.join("\n")
         );
@@ -226,8 +250,11 @@ fn prepare(app: &berm_app::App, data: &Path) -> anyhow::Result<Vec<Prepared>> {
                 )
             })?;
         let grants = program.resolve_grants(data);
+        let digest = berm_app::sha256_hex(&image);
         prepared.push(Prepared {
             name: program.name.clone(),
+            accepted: program.accept.as_deref() == Some(digest.as_str()),
+            stale_accept: program.accept.clone().filter(|a| *a != digest),
             image,
             grants,
             limits: LimitsSpec {

@@ -62,6 +62,12 @@ pub struct Offered {
     pub grants: Vec<String>,
     /// Its tools, as its manifest declares them.
     pub tools: Vec<berm_manifest::Tool>,
+    /// The sha256 of its bytes.
+    #[serde(default)]
+    pub sha256: String,
+    /// berm.toml's `accept` names exactly these bytes: their changes need no --accept.
+    #[serde(default)]
+    pub accepted: bool,
 }
 
 /// Loads and measures the app folder `dir`.
@@ -81,10 +87,13 @@ pub fn measure(dir: &Path) -> anyhow::Result<(berm_app::App, Measured)> {
         })?;
         let mut grants: Vec<String> = program.grants.iter().map(ToString::to_string).collect();
         grants.sort();
+        let sha256 = berm_app::sha256_hex(&bytes);
         programs.push(Offered {
             name: program.name.clone(),
             grants,
             tools: manifest.tools,
+            accepted: program.accept.as_deref() == Some(sha256.as_str()),
+            sha256,
         });
     }
     Ok((app, Measured { digest, programs }))
@@ -115,7 +124,9 @@ fn offered_changes(app: &str, was: &[Offered], now: &[Offered], out: &mut Vec<St
     for gone in was.iter().filter(|p| !now.iter().any(|n| n.name == p.name)) {
         out.push(format!("  app `{app}`: program `{}` removed", gone.name));
     }
-    for program in now {
+    // A program whose berm.toml `accept` names its bytes was reviewed: its changes need
+    // no --accept (and do not stop an automatic reboot).
+    for program in now.iter().filter(|p| !p.accepted) {
         let Some(before) = was.iter().find(|p| p.name == program.name) else {
             out.push(format!("  app `{app}`: program `{}` added", program.name));
             continue;
@@ -520,6 +531,8 @@ mod tests {
             name: "notes".into(),
             grants: vec!["kv".into()],
             tools: vec![tool("add", "Adds"), tool("list", "Lists")],
+            sha256: "1".repeat(64),
+            accepted: false,
         }];
         let mut now = was.clone();
         let mut out = Vec::new();
@@ -532,6 +545,8 @@ mod tests {
             name: "tags".into(),
             grants: vec![],
             tools: vec![],
+            sha256: "2".repeat(64),
+            accepted: false,
         });
         offered_changes("notes", &was, &now, &mut out);
         assert_eq!(
@@ -544,5 +559,10 @@ mod tests {
                 "  app `notes`: program `tags` added",
             ]
         );
+        // berm.toml's `accept` naming a program's bytes takes its changes off the list.
+        now[0].accepted = true;
+        let mut out = Vec::new();
+        offered_changes("notes", &was, &now, &mut out);
+        assert_eq!(out, ["  app `notes`: program `tags` added"]);
     }
 }
