@@ -43,9 +43,19 @@ fn bermd_path() -> PathBuf {
     bermd
 }
 
+/// A running bermd, stopped when dropped, so a failing assertion leaves none behind.
+struct Running(Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        berm_fixtures::terminate(&self.0);
+        let _ = self.0.wait();
+    }
+}
+
 /// bermd on `home` with `args`, once its control socket answers; or its exit and stderr
 /// when it stops first.
-fn bermd(home: &Path, args: &[&str]) -> Result<Child, (Option<i32>, String)> {
+fn bermd(home: &Path, args: &[&str]) -> Result<Running, (Option<i32>, String)> {
     let log = home.with_extension("log");
     let mut child = Command::new(bermd_path())
         .args(args)
@@ -60,16 +70,15 @@ fn bermd(home: &Path, args: &[&str]) -> Result<Child, (Option<i32>, String)> {
             return Err((status.code(), std::fs::read_to_string(&log).unwrap()));
         }
         if std::os::unix::net::UnixStream::connect(home.join("control.sock")).is_ok() {
-            return Ok(child);
+            return Ok(Running(child));
         }
         assert!(Instant::now() < deadline, "bermd did not come up");
         std::thread::sleep(Duration::from_millis(20));
     }
 }
 
-fn stop(mut child: Child) {
-    berm_fixtures::terminate(&child);
-    child.wait().unwrap();
+fn stop(running: Running) {
+    drop(running);
 }
 
 #[test]
