@@ -645,14 +645,19 @@ pub fn load(dir: &Path) -> Result<App, AppError> {
                 });
             }
         };
-        let accept = match program.accept {
-            None => None,
-            Some(value) => Some(accepted_digest(&value).ok_or_else(|| AppError::Accept {
-                file: file.clone(),
-                program: program.name.clone(),
-                value: value.into(),
-            })?),
-        };
+        let accept =
+            match program.accept {
+                None => None,
+                Some(value) => {
+                    Some(sha256_digits(&value).map(str::to_string).ok_or_else(|| {
+                        AppError::Accept {
+                            file: file.clone(),
+                            program: program.name.clone(),
+                            value: value.into(),
+                        }
+                    })?)
+                }
+            };
         let mut checked = Program {
             name: program.name,
             wasm,
@@ -875,12 +880,12 @@ impl App {
     }
 }
 
-/// The hex of `sha256:<64 lowercase hex>`, else `None`.
-fn accepted_digest(value: &str) -> Option<String> {
-    value
+/// The 64 lowercase hex digits of a `sha256:<hex>` digest, else `None`: the one check for
+/// every digest a folder or a store names.
+pub(crate) fn sha256_digits(digest: &str) -> Option<&str> {
+    digest
         .strip_prefix("sha256:")
         .filter(|h| h.len() == 64 && h.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')))
-        .map(str::to_string)
 }
 
 /// The sha256 of `bytes` in lowercase hex: a program's identity (berm prints

@@ -51,14 +51,14 @@ impl ImageRef {
                     .into(),
             );
         };
-        let Some(hex) = digest.strip_prefix("sha256:") else {
+        if !digest.starts_with("sha256:") {
             return Err(format!("`{digest}`: only sha256 digests are taken"));
-        };
-        if hex.len() != 64 || !hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
+        }
+        let Some(hex) = crate::sha256_digits(digest) else {
             return Err(format!(
                 "`{digest}`: a sha256 digest is 64 lowercase hex digits"
             ));
-        }
+        };
         if name.is_empty()
             || !name.contains('/')
             || name.chars().any(|c| c.is_whitespace() || c.is_control())
@@ -248,10 +248,7 @@ fn layer_of(image: &ImageRef, manifest: &[u8]) -> Result<String, String> {
             parsed.layers.len()
         ));
     };
-    let hex = layer
-        .digest
-        .strip_prefix("sha256:")
-        .filter(|h| h.len() == 64 && h.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')))
+    let hex = crate::sha256_digits(&layer.digest)
         .ok_or_else(|| format!("the layer digest `{}` is not a sha256 digest", layer.digest))?;
     Ok(hex.to_string())
 }

@@ -81,18 +81,14 @@ fn stop(running: Running) {
     drop(running);
 }
 
-#[test]
-fn programs_named_by_image_are_pulled_into_a_store_and_read_from_it_verified() {
-    let registry = TestRegistry::start();
-    let dir = tempfile::tempdir().unwrap();
-    let home = dir.path().join("home");
-    std::fs::create_dir_all(home.join("config")).unwrap();
+/// `berm push` of the echo example to `repo_and_tag` on `registry`: its pinned reference.
+fn push_echo(home: &Path, registry: &TestRegistry, repo_and_tag: &str) -> String {
     let echo = berm_fixtures::example_path("echo");
     let out = ok(
-        &home,
+        home,
         &[
             "push",
-            &registry.reference("berm/echo:v1"),
+            &registry.reference(repo_and_tag),
             echo.to_str().unwrap(),
             "--json",
         ],
@@ -100,6 +96,17 @@ fn programs_named_by_image_are_pulled_into_a_store_and_read_from_it_verified() {
     let pushed: serde_json::Value = serde_json::from_str(out.lines().next().unwrap()).unwrap();
     let pinned = pushed["pinned"].as_str().unwrap().to_string();
     assert!(pinned.contains("@sha256:"), "{pinned}");
+    pinned
+}
+
+#[test]
+fn programs_named_by_image_are_pulled_into_a_store_and_read_from_it_verified() {
+    let registry = TestRegistry::start();
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    std::fs::create_dir_all(home.join("config")).unwrap();
+    let echo = berm_fixtures::example_path("echo");
+    let pinned = push_echo(&home, &registry, "berm/echo:v1");
 
     // A folder with one program by image and one in the folder.
     let app = dir.path().join("app");
@@ -197,18 +204,7 @@ fn deploy_app_pulls_what_the_folder_names_by_image_into_berm_home() {
     let dir = tempfile::tempdir().unwrap();
     let home = dir.path().join("home");
     std::fs::create_dir_all(home.join("config")).unwrap();
-    let echo = berm_fixtures::example_path("echo");
-    let out = ok(
-        &home,
-        &[
-            "push",
-            &registry.reference("berm/echo:v2"),
-            echo.to_str().unwrap(),
-            "--json",
-        ],
-    );
-    let pushed: serde_json::Value = serde_json::from_str(out.lines().next().unwrap()).unwrap();
-    let pinned = pushed["pinned"].as_str().unwrap();
+    let pinned = push_echo(&home, &registry, "berm/echo:v2");
     let app = dir.path().join("app");
     std::fs::create_dir(&app).unwrap();
     std::fs::write(

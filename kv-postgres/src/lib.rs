@@ -296,12 +296,11 @@ impl Keyspace {
         let (pool, program) = (self.kv.pool.clone(), self.program.clone());
         self.kv
             .run(async move {
-                let client = connection(&pool).await?;
-                let statement = prepare(&client, "SELECT berm_kv_get($1, $2)").await?;
+                let (client, statement) = prepared(&pool, "SELECT berm_kv_get($1, $2)").await?;
                 let row = client
                     .query_one(&statement, &[&&*program, &key])
                     .await
-                    .map_err(|e| PgKvError::Database(db_error(&e)))?;
+                    .map_err(database)?;
                 Ok(row.get::<_, Option<Vec<u8>>>(0))
             })
             .await
@@ -313,8 +312,8 @@ impl Keyspace {
         let (pool, program, caps) = (self.kv.pool.clone(), self.program.clone(), self.kv.caps);
         self.kv
             .run(async move {
-                let client = connection(&pool).await?;
-                let statement = prepare(&client, "SELECT berm_kv_put($1, $2, $3, $4, $5)").await?;
+                let (client, statement) =
+                    prepared(&pool, "SELECT berm_kv_put($1, $2, $3, $4, $5)").await?;
                 let per_key = caps.per_key_bytes as i64;
                 let cap = i64::try_from(caps.max_total_bytes).unwrap_or(i64::MAX);
                 match client
@@ -333,7 +332,7 @@ impl Keyspace {
                             per_key: caps.per_key_bytes,
                         })
                     }
-                    Err(e) => Err(PgKvError::Database(db_error(&e))),
+                    Err(e) => Err(database(e)),
                 }
             })
             .await
@@ -344,13 +343,13 @@ impl Keyspace {
         let (pool, program, caps) = (self.kv.pool.clone(), self.program.clone(), self.kv.caps);
         self.kv
             .run(async move {
-                let client = connection(&pool).await?;
-                let statement = prepare(&client, "SELECT berm_kv_delete($1, $2, $3)").await?;
+                let (client, statement) =
+                    prepared(&pool, "SELECT berm_kv_delete($1, $2, $3)").await?;
                 let per_key = caps.per_key_bytes as i64;
                 let row = client
                     .query_one(&statement, &[&&*program, &key, &per_key])
                     .await
-                    .map_err(|e| PgKvError::Database(db_error(&e)))?;
+                    .map_err(database)?;
                 Ok(row.get::<_, bool>(0))
             })
             .await
@@ -361,13 +360,13 @@ impl Keyspace {
         let (pool, program) = (self.kv.pool.clone(), self.program.clone());
         self.kv
             .run(async move {
-                let client = connection(&pool).await?;
-                let statement = prepare(&client, "SELECT berm_kv_list($1, $2, $3)").await?;
+                let (client, statement) =
+                    prepared(&pool, "SELECT berm_kv_list($1, $2, $3)").await?;
                 let upper = prefix_end(&prefix);
                 let rows = client
                     .query(&statement, &[&&*program, &prefix, &upper])
                     .await
-                    .map_err(|e| PgKvError::Database(db_error(&e)))?;
+                    .map_err(database)?;
                 Ok(rows.iter().map(|row| row.get::<_, Vec<u8>>(0)).collect())
             })
             .await
@@ -382,7 +381,7 @@ impl Keyspace {
             let row = client
                 .query_one("SELECT keys, bytes FROM berm_kv_size($1)", &[&&*program])
                 .await
-                .map_err(|e| PgKvError::Database(db_error(&e)))?;
+                .map_err(database)?;
             let (keys, bytes): (i64, i64) = (row.get(0), row.get(1));
             Ok((keys.max(0) as u64, bytes.max(0) as u64))
         })
@@ -408,14 +407,19 @@ async fn connection(pool: &Pool) -> Result<deadpool_postgres::Object, PgKvError>
         .map_err(|e| PgKvError::Database(pool_error(&e)))
 }
 
-async fn prepare(
-    client: &deadpool_postgres::Object,
+/// A pooled connection and `query` prepared on it (cached per connection).
+async fn prepared(
+    pool: &Pool,
     query: &str,
-) -> Result<tokio_postgres::Statement, PgKvError> {
-    client
-        .prepare_cached(query)
-        .await
-        .map_err(|e| PgKvError::Database(db_error(&e)))
+) -> Result<(deadpool_postgres::Object, tokio_postgres::Statement), PgKvError> {
+    let client = connection(pool).await?;
+    let statement = client.prepare_cached(query).await.map_err(database)?;
+    Ok((client, statement))
+}
+
+/// An operation's error from the database, as [`PgKvError::Database`].
+fn database(e: tokio_postgres::Error) -> PgKvError {
+    PgKvError::Database(db_error(&e))
 }
 
 /// Brings the schema to the newest [`MIGRATIONS`] version; returns it.
