@@ -439,7 +439,7 @@ impl Service {
         let berm = Berm::with_code_dirs(
             &engine,
             berm::call::DEFAULT_CALL_DEPTH,
-            syscalls::table(),
+            syscalls::table(config.kv_postgres.is_some()),
             CodeDirs {
                 cache: Some(home.code_cache()),
                 precompiled: config.code_dir.clone(),

@@ -72,30 +72,15 @@ impl Default for ProgramHost {
 /// What touches the disk is a [`Syscall::blocking`] syscall: the work runs on
 /// tokio's blocking threads, bounded per program by [`ProgramHost::ops`] and
 /// in time by the call's deadline, so a slow disk or a stuck file holds only
-/// the call that reached for it. Reads of the keyspace never wait on the disk
-/// and are answered in place.
-pub fn table() -> Vec<Syscall> {
+/// the call that reached for it. Reads of a keyspace in its log never wait on
+/// the disk and are answered in place; with `kv_reads_wait` (the keyspaces are in
+/// PostgreSQL) they are blocking syscalls too.
+pub fn table(kv_reads_wait: bool) -> Vec<Syscall> {
     vec![
         Syscall::new("log", "write", log_write),
         Syscall::new("clock", "now", clock_now),
         Syscall::new("random", "fill", random_fill),
-        Syscall::blocking("kv", "get", |cx, req| {
-            let [key] = fields::<1>(req)?;
-            let found = |value: Option<Vec<u8>>| match value {
-                Some(value) => Ok(Reply::Staged(value)),
-                None => Err(SyscallError::code(ErrorCode::NotFound, "no such key")),
-            };
-            let keyspace = kv(cx)?;
-            if let Keyspace::Log(kv) = keyspace {
-                // In memory: answered in place.
-                return done(found(kv.get(key)));
-            }
-            let (keyspace, key) = (keyspace.clone(), key.to_vec());
-            host_op(cx, "kv.get", move |permit| async move {
-                let _permit = permit;
-                found(keyspace.get(&key).await?)
-            })
-        }),
+        kv_read("get", kv_get, kv_reads_wait),
         Syscall::blocking("kv", "put", |cx, req| {
             let [key, value] = fields::<2>(req)?;
             let keyspace = kv(cx)?.clone();
@@ -135,29 +120,7 @@ pub fn table() -> Vec<Syscall> {
                 }),
             }
         }),
-        Syscall::blocking("kv", "list", |cx, req| {
-            let [prefix] = fields::<1>(req)?;
-            // Reserved before the reply is framed: each key is a 4-byte length and its bytes.
-            let framed = |keys: Vec<Vec<u8>>, memory: &Arc<berm::HostMemory>| {
-                let size = keys.iter().map(|key| 4 + key.len()).sum();
-                let held = memory.reserve("kv.list", size)?;
-                let mut reply = Vec::with_capacity(size);
-                for key in keys {
-                    frame::push(&mut reply, &key);
-                }
-                Ok(Reply::Reserved(reply, held))
-            };
-            let keyspace = kv(cx)?;
-            if let Keyspace::Log(kv) = keyspace {
-                return done(framed(kv.list(prefix), cx.host_memory()));
-            }
-            let (keyspace, prefix) = (keyspace.clone(), prefix.to_vec());
-            let memory = cx.host_memory().clone();
-            host_op(cx, "kv.list", move |permit| async move {
-                let _permit = permit;
-                framed(keyspace.list(&prefix).await?, &memory)
-            })
-        }),
+        kv_read("list", kv_list, kv_reads_wait),
         Syscall::blocking("fs", "read", |cx, req| {
             let [path] = fields::<1>(req)?;
             let (fs, path) = (fs(cx)?, path_of(path)?);
@@ -214,6 +177,78 @@ pub fn table() -> Vec<Syscall> {
         }),
         Syscall::blocking("http", "fetch", http_fetch),
     ]
+}
+
+/// A kv read's answer: at once from a log, or work to wait for from the database.
+enum KvRead {
+    Now(Reply),
+    Later(Pending),
+}
+
+/// A kv read, `kv.{name}`: answered in place where keyspaces are logs, a blocking syscall
+/// where they are in the database ([`table`]).
+fn kv_read(
+    name: &'static str,
+    read: fn(&SyscallContext<'_>, &[u8]) -> Result<KvRead, SyscallError>,
+    waits: bool,
+) -> Syscall {
+    if waits {
+        return Syscall::blocking("kv", name, move |cx, req| match read(cx, req)? {
+            KvRead::Now(reply) => done(Ok(reply)),
+            KvRead::Later(pending) => Ok(pending),
+        });
+    }
+    Syscall::new("kv", name, move |cx, req| match read(cx, req)? {
+        KvRead::Now(reply) => Ok(reply),
+        KvRead::Later(_) => Err(SyscallError::Trap(format!(
+            "kv.{name} is served in place, but this keyspace is in the database: a bermd bug"
+        ))),
+    })
+}
+
+/// `kv.get`: from a log in place, from the database as host work.
+fn kv_get(cx: &SyscallContext<'_>, req: &[u8]) -> Result<KvRead, SyscallError> {
+    let [key] = fields::<1>(req)?;
+    let found = |value: Option<Vec<u8>>| match value {
+        Some(value) => Ok(Reply::Staged(value)),
+        None => Err(SyscallError::code(ErrorCode::NotFound, "no such key")),
+    };
+    let keyspace = kv(cx)?;
+    if let Keyspace::Log(kv) = keyspace {
+        return found(kv.get(key)).map(KvRead::Now);
+    }
+    let (keyspace, key) = (keyspace.clone(), key.to_vec());
+    host_op(cx, "kv.get", move |permit| async move {
+        let _permit = permit;
+        found(keyspace.get(&key).await?)
+    })
+    .map(KvRead::Later)
+}
+
+/// `kv.list`: the keys with a prefix, each a 4-byte length and its bytes, reserved before
+/// the reply is framed.
+fn kv_list(cx: &SyscallContext<'_>, req: &[u8]) -> Result<KvRead, SyscallError> {
+    let [prefix] = fields::<1>(req)?;
+    let framed = |keys: Vec<Vec<u8>>, memory: &Arc<berm::HostMemory>| {
+        let size = keys.iter().map(|key| 4 + key.len()).sum();
+        let held = memory.reserve("kv.list", size)?;
+        let mut reply = Vec::with_capacity(size);
+        for key in keys {
+            frame::push(&mut reply, &key);
+        }
+        Ok(Reply::Reserved(reply, held))
+    };
+    let keyspace = kv(cx)?;
+    if let Keyspace::Log(kv) = keyspace {
+        return framed(kv.list(prefix), cx.host_memory()).map(KvRead::Now);
+    }
+    let (keyspace, prefix) = (keyspace.clone(), prefix.to_vec());
+    let memory = cx.host_memory().clone();
+    host_op(cx, "kv.list", move |permit| async move {
+        let _permit = permit;
+        framed(keyspace.list(&prefix).await?, &memory)
+    })
+    .map(KvRead::Later)
 }
 
 /// Runs `job` on a blocking thread once the program has a free host-op
@@ -453,7 +488,7 @@ mod tests {
 
     #[test]
     fn every_abi_syscall_is_served_exactly_once() {
-        let served: Vec<String> = table()
+        let served: Vec<String> = table(false)
             .iter()
             .map(|s| format!("{}.{}", s.module(), s.name()))
             .collect();
