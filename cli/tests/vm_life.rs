@@ -795,7 +795,8 @@ fn touch_wasm(wasm: &Path) {
 /// A changed app folder: the next `mcp --app` reboots the VM on the same state disk (a note
 /// written before is still there) and the attached bridge resumes its session with
 /// `list_changed`; an unchanged folder does not reboot; a changed grant is refused with the
-/// list of changes until `--accept`.
+/// list of changes until `--accept`; and a stopped VM's folder changed since it last ran on
+/// the state disk is refused at boot.
 #[test]
 fn a_changed_app_folder_reboots_the_vm_on_the_same_disk() {
     let Some((store, built)) = bootable() else {
@@ -897,6 +898,29 @@ fn a_changed_app_folder_reboots_the_vm_on_the_same_disk() {
     drop(attached.stdin);
     let status = attached.child.wait().unwrap();
     assert_eq!(status.code(), Some(2));
+
+    // With no VM running there is nothing to compare with on the host, but the guest's bermd
+    // compares the folder with what last ran on the state disk: refused at boot, in its words.
+    std::fs::write(
+        app.join("berm.toml"),
+        toml.replace(
+            r#"grants = ["kv"]"#,
+            r#"grants = ["kv", "clock", "random"]"#,
+        ),
+    )
+    .unwrap();
+    let up = env.berm(&[
+        "vm", "up", "--app", app_arg, "--state", &state, "--key", &env.key,
+    ]);
+    assert_eq!(up.status.code(), Some(2), "{}", stderr(&up));
+    let said = stderr(&up);
+    assert!(
+        said.contains("app notes exited with code 2 before it was ready:")
+            && said.contains("changed since it last ran here")
+            && said.contains("program `notes`: grants not held before: random")
+            && said.contains("--accept"),
+        "{said}"
+    );
 }
 
 fn libc_sigpipe() -> i32 {

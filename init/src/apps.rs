@@ -135,7 +135,13 @@ enum Settled {
 
 /// Starts every app and waits until each is ready, refused or gone; returns how many are
 /// ready. `probe` names the app whose confinement the test probe runs under.
-pub fn start_all(hub: &Arc<Hub>, count: u32, state_mounted: bool, probe: Option<u32>) -> u32 {
+pub fn start_all(
+    hub: &Arc<Hub>,
+    count: u32,
+    state_mounted: bool,
+    probe: Option<u32>,
+    accept: bool,
+) -> u32 {
     let registry = hub.apps();
     if let Err(message) = prepare(state_mounted, registry) {
         for index in 0..count {
@@ -148,7 +154,7 @@ pub fn start_all(hub: &Arc<Hub>, count: u32, state_mounted: bool, probe: Option<
     let mut launched = Vec::new();
     for index in 0..count {
         let fallback = format!("app-{index}");
-        match launch(hub, index, &mut names) {
+        match launch(hub, index, &mut names, accept) {
             Ok(app) => {
                 launched.push(app.clone());
                 let watcher_hub = Arc::clone(hub);
@@ -355,6 +361,7 @@ fn launch(
     hub: &Arc<Hub>,
     index: u32,
     names: &mut HashSet<String>,
+    accept: bool,
 ) -> Result<Launched, (Option<String>, String)> {
     let registry = hub.apps();
     let root = format!("{APPS_DIR}/{index}");
@@ -374,7 +381,7 @@ fn launch(
     let workspace = format!("{WORKSPACE}/{name}");
     mkdir(&workspace, 0o700).map_err(fail)?;
     sys::chown(&workspace, uid, uid).map_err(|e| fail(format!("chown {workspace}: {e}")))?;
-    let plan = bermd_plan(&name, index, &root);
+    let plan = bermd_plan(&name, index, &root, accept);
     let (report_r, report_w) = sys::pipe().map_err(|e| fail(format!("pipe: {e}")))?;
     let (ready_r, ready_w) = sys::pipe().map_err(|e| fail(format!("pipe: {e}")))?;
     let (receipts_r, receipts_w) = sys::pipe().map_err(|e| fail(format!("pipe: {e}")))?;
@@ -440,7 +447,7 @@ fn read_launch(root: &str) -> Result<Launch, String> {
 /// What app `name` (index `index`, disk mounted at `root`) runs as: bermd under uid and gid
 /// 10000+index in its cgroup, serving MCP on vsock 5000+index, reading its disk, writing only
 /// its workspace, asking PID 1's egress broker for its `http.fetch` connections.
-fn bermd_plan(name: &str, index: u32, root: &str) -> Plan {
+fn bermd_plan(name: &str, index: u32, root: &str, accept: bool) -> Plan {
     let uid = APP_UID_BASE + index;
     let workspace = format!("{WORKSPACE}/{name}");
     let rules = AppRules::of(index, name);
@@ -453,29 +460,37 @@ fn bermd_plan(name: &str, index: u32, root: &str) -> Plan {
         read: rules.read,
         exec: rules.exec,
         write: rules.write,
-        argv: [
-            BERMD,
-            "--home",
-            &workspace,
-            "--app",
-            &format!("{root}/app"),
-            "--listen-fd",
-            &confine::LISTEN_FD.to_string(),
-            "--ready-fd",
-            &READY_FD.to_string(),
-            "--code-dir",
-            &format!("{root}/code"),
-            "--programs",
-            &format!("{root}/programs"),
-            "--cpu-profile",
-            "portable",
-            "--egress-broker-fd",
-            &EGRESS_BROKER_FD.to_string(),
-            "--receipts-fd",
-            &RECEIPTS_FD.to_string(),
-        ]
-        .map(String::from)
-        .to_vec(),
+        argv: {
+            let mut argv = [
+                BERMD,
+                "--home",
+                &workspace,
+                "--app",
+                &format!("{root}/app"),
+                "--listen-fd",
+                &confine::LISTEN_FD.to_string(),
+                "--ready-fd",
+                &READY_FD.to_string(),
+                "--code-dir",
+                &format!("{root}/code"),
+                "--programs",
+                &format!("{root}/programs"),
+                "--cpu-profile",
+                "portable",
+                "--egress-broker-fd",
+                &EGRESS_BROKER_FD.to_string(),
+                "--receipts-fd",
+                &RECEIPTS_FD.to_string(),
+            ]
+            .map(String::from)
+            .to_vec();
+            // berm-vmm --accept: what the folder changed since it last ran on this state disk
+            // (bermd's record in the workspace) is accepted for this boot.
+            if accept {
+                argv.push("--accept".into());
+            }
+            argv
+        },
         env: vec![
             ("HOME".into(), workspace),
             ("BERM_LOG".into(), "info".into()),
@@ -998,7 +1013,7 @@ mod tests {
 
     #[test]
     fn bermd_runs_as_the_apps_uid_on_its_port_writing_only_its_workspace() {
-        let plan = bermd_plan("notes", 3, "/run/apps/3");
+        let plan = bermd_plan("notes", 3, "/run/apps/3", false);
         assert_eq!((plan.uid, plan.gid), (10003, 10003));
         assert_eq!(plan.listen_port, Some(5003));
         assert_eq!(plan.cgroup, "/sys/fs/cgroup/berm/apps/notes");

@@ -198,7 +198,13 @@ fn main() {
                 std::thread::sleep(Duration::from_millis(50));
             }
         });
-        let ready = apps::start_all(&hub, settings.apps, state_mounted, settings.probe);
+        let ready = apps::start_all(
+            &hub,
+            settings.apps,
+            state_mounted,
+            settings.probe,
+            settings.accept,
+        );
         reaping.store(false, std::sync::atomic::Ordering::Relaxed);
         let _ = reaper.join();
         ready

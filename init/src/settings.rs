@@ -27,6 +27,9 @@ pub struct Settings {
     /// Test boots only: run the enforcement probe (disk serial `probe`) under the confinement
     /// of this app (`BERM_PROBE=<index>`).
     pub probe: Option<u32>,
+    /// Accept what the app folders changed since they last ran on this state disk
+    /// (`BERM_ACCEPT=1`, berm-vmm's `--accept`): each bermd starts with `--accept`.
+    pub accept: bool,
 }
 
 /// Reads and checks every `BERM_*` variable in `vars`.
@@ -37,6 +40,7 @@ pub fn parse(vars: impl IntoIterator<Item = (String, String)>) -> Result<Setting
         log_level: LogLevel::Info,
         stop_grace: Duration::from_millis(2000),
         probe: None,
+        accept: false,
     };
     for (name, value) in vars {
         if !name.starts_with("BERM_") {
@@ -89,6 +93,8 @@ pub fn parse(vars: impl IntoIterator<Item = (String, String)>) -> Result<Setting
                     || format!("BERM_PROBE={value:?} is not an app index below {MAX_APPS}"),
                 )?);
             }
+            "BERM_ACCEPT" if value == "1" => settings.accept = true,
+            "BERM_ACCEPT" => return Err(format!("BERM_ACCEPT={value:?} is not 1")),
             // Informational: which backend berm-vmm chose.
             "BERM_HYPERVISOR" if matches!(value.as_str(), "krun" | "qemu") => {}
             "BERM_HYPERVISOR" => {
@@ -125,6 +131,9 @@ mod tests {
             (2, Some("vdb"), LogLevel::Debug)
         );
         assert_eq!(parse(vars(&[("BERM_PROBE", "1")])).unwrap().probe, Some(1));
+        assert!(!s.accept);
+        assert!(parse(vars(&[("BERM_ACCEPT", "1")])).unwrap().accept);
+        assert!(parse(vars(&[("BERM_ACCEPT", "yes")])).is_err());
     }
 
     #[test]

@@ -9,9 +9,13 @@
 //! A crate of its own so that the CLI, the registry client and the index can
 //! read manifests without linking a WebAssembly compiler. [`Digest`] lives
 //! here for the same reason: `berm ls`, the registry client and the index
-//! must print a program's identity from one definition.
+//! must print a program's identity from one definition. [`upgrade`] compares
+//! two versions here too, so bermd (which links no signing code) checks an
+//! app folder that changed between two starts the way `berm deploy` checks an
+//! upgrade.
 
 mod digest;
+pub mod upgrade;
 
 use std::collections::BTreeSet;
 

@@ -62,7 +62,9 @@ pub struct DaemonConfig {
     /// App folders whose programs are deployed at start (`--app`).
     pub apps: Vec<berm_app::App>,
     /// Deploy the folders even over names a stored deployment holds (`--accept`), taking
-    /// over its keyspace and stored secrets; otherwise bermd refuses to start, listing them.
+    /// over its keyspace and stored secrets, and even when they changed what the model reads
+    /// or what a program may reach since they last ran from this home
+    /// ([`crate::app_record`]); otherwise bermd refuses to start, listing what it found.
     pub accept: bool,
     /// An inherited listening socket to serve MCP on instead of creating
     /// any socket (`--listen-fd`): no mcp.sock, no control.sock, no HTTP.
@@ -139,6 +141,10 @@ pub enum RunError {
     /// An app folder would take over what a stored deployment left, without `--accept`.
     #[error(transparent)]
     NotAccepted(#[from] NotAccepted),
+    /// An app folder changed since it last ran from this home, without `--accept`; or its
+    /// record could not be read or kept.
+    #[error(transparent)]
+    Record(#[from] crate::app_record::RecordError),
     /// What an app folder's program names hold could not be read.
     #[error("could not tell what the app folders' program names hold")]
     State(#[from] StateError),
@@ -166,7 +172,11 @@ impl RunError {
                 | HttpError::WeakToken { .. },
             )
             | RunError::Listen(_)
-            | RunError::NotAccepted(_) => Exit::Usage,
+            | RunError::NotAccepted(_)
+            | RunError::Record(
+                crate::app_record::RecordError::NotAccepted { .. }
+                | crate::app_record::RecordError::Unreadable { .. },
+            ) => Exit::Usage,
             _ => Exit::Failed,
         }
     }
@@ -207,6 +217,16 @@ pub async fn run(config: DaemonConfig) -> Result<(), RunError> {
         let takeover = takeover.check(config.accept)?;
         eprintln!("bermd: {}", takeover.notice());
     }
+    // Then each folder against what it offered when it last ran from this home: every folder
+    // is judged before the first is deployed, and its record is kept once all are.
+    let mut checked = Vec::with_capacity(config.apps.len());
+    for folder in &config.apps {
+        let judged = crate::app_record::check(&home, folder, config.accept)?;
+        for change in &judged.changes {
+            eprintln!("bermd: app `{}`: {}", folder.name, change.trim_start());
+        }
+        checked.push(judged);
+    }
     let mut programs = Vec::new();
     for folder in &config.apps {
         // Deploying may compile; nothing else runs yet, so blocking here
@@ -214,6 +234,9 @@ pub async fn run(config: DaemonConfig) -> Result<(), RunError> {
         programs.extend(tokio::task::block_in_place(|| {
             app::deploy(&service, folder)
         })?);
+    }
+    for judged in &checked {
+        judged.keep()?;
     }
     let ready = Ready {
         ready: true,

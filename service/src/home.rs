@@ -119,7 +119,7 @@ impl Home {
     }
 }
 
-fn create_private_dir(path: &Path) -> Result<(), HomeError> {
+pub(crate) fn create_private_dir(path: &Path) -> Result<(), HomeError> {
     let fail = |source| HomeError::CreateDir {
         path: path.to_path_buf(),
         source,

@@ -16,6 +16,7 @@
 #![deny(unsafe_code)]
 
 pub mod app;
+pub mod app_record;
 pub mod catalog;
 pub mod control;
 pub mod daemon;

@@ -49,8 +49,13 @@ struct VmBermd {
 
 impl VmBermd {
     fn start(extra: &[&str]) -> VmBermd {
+        VmBermd::start_home(None, extra)
+    }
+
+    /// Started on `home` (kept by the caller across starts), else on a fresh one.
+    fn start_home(home: Option<&Path>, extra: &[&str]) -> VmBermd {
         let dir = tempfile::tempdir().unwrap();
-        let home = dir.path().join("home");
+        let home = home.map_or_else(|| dir.path().join("home"), Path::to_path_buf);
         let socket = dir.path().join("rpc-0.sock");
         let listener = UnixListener::bind(&socket).unwrap();
         let (ready_read, ready_write) = std::io::pipe().unwrap();
@@ -390,5 +395,129 @@ fn an_app_beside_the_usual_sockets_is_listed_and_not_stored() {
             .count(),
         0,
         "an app's programs are not recorded in the store"
+    );
+}
+
+/// bermd run to completion on `home`, as `bermd_output` but on a home the caller keeps.
+fn bermd_output_on(home: &Path, args: &[&str]) -> Output {
+    let _spawning = SPAWN.lock().unwrap_or_else(|p| p.into_inner());
+    Command::new(env!("CARGO_BIN_EXE_bermd"))
+        .arg("--home")
+        .arg(home)
+        .args(args)
+        .env("BERM_LOG", "warn")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn an_app_folder_that_changed_since_it_last_ran_here_needs_accept() {
+    let tmp = tempfile::tempdir().unwrap();
+    let home = tmp.path().join("home");
+    let folder = tmp.path().join("notes");
+    std::fs::create_dir(&folder).unwrap();
+    let notes = std::fs::read(app_folder("notes").join("notes.wasm")).unwrap();
+    let echo = std::fs::read(app_folder("echo").join("echo.wasm")).unwrap();
+    let toml = |grants: &str, accept: Option<&[u8]>| {
+        let accept = accept
+            .map(|bytes| format!("accept = \"sha256:{}\"\n", berm_app::sha256_hex(bytes)))
+            .unwrap_or_default();
+        std::fs::write(
+            folder.join("berm.toml"),
+            format!("name = \"notes\"\n[[program]]\nname = \"notes\"\nwasm = \"notes.wasm\"\ngrants = [{grants}]\n{accept}"),
+        )
+        .unwrap();
+    };
+    let app = ["--app", folder.to_str().unwrap()];
+    let with_accept = ["--app", folder.to_str().unwrap(), "--accept"];
+    let refused = |args: &[&str]| {
+        let output = bermd_output_on(&home, args);
+        assert_eq!(output.status.code(), Some(2), "{output:?}");
+        String::from_utf8_lossy(&output.stderr).into_owned()
+    };
+    let starts = |args: &[&str]| {
+        let mut bermd = VmBermd::start_home(Some(&home), args);
+        assert_eq!(bermd.ready["ready"], json!(true));
+        let _ = bermd.child.kill();
+        let mut stderr = String::new();
+        bermd
+            .child
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut stderr)
+            .unwrap();
+        stderr
+    };
+
+    // The first start has nothing to compare with, and keeps the record.
+    std::fs::write(folder.join("notes.wasm"), &notes).unwrap();
+    toml("\"kv\"", None);
+    starts(&app);
+    let record = home.join("apps/notes.json");
+    assert!(record.exists(), "no record at {}", record.display());
+    // Unchanged: nothing to accept.
+    starts(&app);
+
+    // A grant not held before is refused, naming it; nothing starts.
+    toml("\"kv\", \"clock\"", None);
+    let stderr = refused(&app);
+    assert!(
+        stderr.contains("app `notes`")
+            && stderr.contains("changed since it last ran here")
+            && stderr.contains("program `notes`: grants not held before: clock")
+            && stderr.contains("--accept"),
+        "{stderr}"
+    );
+    // --accept starts it and says what it accepted; the record moves on, so the next
+    // start needs nothing.
+    let stderr = starts(&with_accept);
+    assert!(
+        stderr.contains("grants not held before: clock (--accept)"),
+        "{stderr}"
+    );
+    starts(&app);
+    // Narrowing needs no acceptance.
+    toml("\"kv\"", None);
+    let stderr = starts(&app);
+    assert!(
+        stderr.contains("grants no longer held: clock (narrower)"),
+        "{stderr}"
+    );
+
+    // Other bytes under the same name: their tools and syscalls changed. berm.toml's
+    // `accept` naming exactly those bytes accepts them.
+    std::fs::write(folder.join("notes.wasm"), &echo).unwrap();
+    let stderr = refused(&app);
+    assert!(
+        stderr.contains("program `notes`: tool removed: add")
+            && stderr.contains("program `notes`: tool added: echo"),
+        "{stderr}"
+    );
+    toml("\"kv\"", Some(&echo));
+    let stderr = starts(&app);
+    assert!(
+        stderr.contains("tool added: echo (accepted in berm.toml)"),
+        "{stderr}"
+    );
+    // The acceptance holds for those bytes only.
+    std::fs::write(folder.join("notes.wasm"), &notes).unwrap();
+    let stderr = refused(&app);
+    assert!(
+        stderr.contains(&format!(
+            "berm.toml's `accept` for `notes` names sha256:{}, not this version, sha256:{}",
+            berm_app::sha256_hex(&echo),
+            berm_app::sha256_hex(&notes)
+        )),
+        "{stderr}"
+    );
+
+    // A record bermd did not write is refused, not guessed at.
+    std::fs::write(&record, b"{\"format\":\"other\"}").unwrap();
+    let stderr = refused(&app);
+    assert!(
+        stderr.contains("cannot be read") && stderr.contains("remove the file"),
+        "{stderr}"
     );
 }

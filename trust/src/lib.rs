@@ -7,9 +7,6 @@
 //! program's OCI manifest digest, and the signature stored under cosign's `sha256-<hex>.sig`
 //! tag (berm-oci moves it). The formats come from the `sigstore` crate.
 //!
-//! An upgrade under the same name is compared with what runs ([`compare`]): a changed tool
-//! description or schema, or a wider reach, must be accepted by a person before it lands.
-//!
 //! A trust policy ([`Policy`], `~/.config/berm/trust.toml`) says which registries and
 //! repositories must be signed, and by whom; the CLI applies it to every pull and deploy.
 //!
@@ -24,11 +21,9 @@
 mod error;
 mod keys;
 mod policy;
-mod upgrade;
 mod verify;
 
 pub use error::TrustError;
 pub use keys::{PASSWORD_ENV, PublicKey, SigningKey, password_from_env, write_key_pair};
 pub use policy::{Policy, Requirement, default_policy_path};
-pub use upgrade::{Change, compare};
 pub use verify::{Signed, Signer, Verified, sign, verify};

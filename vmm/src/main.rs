@@ -38,6 +38,12 @@ enum Commands {
         /// $BERM_HOME/programs). berm-vmm never talks to a registry.
         #[arg(long, value_name = "DIR")]
         programs: Option<PathBuf>,
+        /// Accept what the app folders changed since they last ran on this state disk (a
+        /// tool's description or schema, a tool or program added or removed, a syscall or
+        /// grant not held before); without it such an app is refused at boot, naming each
+        /// change (berm.toml's `accept = "sha256:…"` accepts one program's new bytes).
+        #[arg(long)]
+        accept: bool,
         /// The state disk (vdb); created and formatted ext4 if missing.
         #[arg(long, value_name = "DISK")]
         state: Option<PathBuf>,
@@ -131,6 +137,7 @@ fn main() -> ExitCode {
         Commands::Run {
             apps,
             programs,
+            accept,
             state,
             run_dir,
             cpus,
@@ -171,6 +178,7 @@ fn main() -> ExitCode {
             let config = RunConfig {
                 apps,
                 programs,
+                accept,
                 state,
                 run_dir,
                 cpus,

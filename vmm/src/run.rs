@@ -69,6 +69,9 @@ pub struct RunConfig {
     pub apps: Vec<PathBuf>,
     /// The program store for the apps' programs named by image (`--programs`).
     pub programs: Option<PathBuf>,
+    /// Accept what the app folders changed since they last ran on the state disk
+    /// (`--accept`, the guest setting `BERM_ACCEPT=1`).
+    pub accept: bool,
     /// State disk (created and formatted if missing).
     pub state: Option<PathBuf>,
     /// Run directory (default: a fresh `berm-vmm-<random>` under `$XDG_RUNTIME_DIR`, else
@@ -384,6 +387,9 @@ impl GuestSettings {
         }
         if config.state.is_some() {
             settings.push(GuestSetting::new("BERM_STATE", "vdb")?);
+        }
+        if config.accept {
+            settings.push(GuestSetting::new("BERM_ACCEPT", "1")?);
         }
         settings.extend(user_settings);
         let pinned = &artifacts.kernel_pins.cmdline;

@@ -20,7 +20,13 @@ pub const HYPERVISOR_RESERVE: usize = 512;
 pub const MAX_NAME: usize = 64;
 
 /// Names berm-vmm sets itself; `--env` may not.
-pub const RESERVED: [&str; 4] = ["BERM_APPS", "BERM_STATE", "BERM_HYPERVISOR", "BERM_PROBE"];
+pub const RESERVED: [&str; 5] = [
+    "BERM_APPS",
+    "BERM_STATE",
+    "BERM_HYPERVISOR",
+    "BERM_PROBE",
+    "BERM_ACCEPT",
+];
 
 /// One validated `NAME=VALUE`.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -226,6 +226,70 @@ fn notes_survive_a_reboot(arch: GuestArch) {
     code_is_bound_to_its_program(&record, &app, &pins);
 }
 
+/// An app folder changed between two boots on one state disk, in what the model reads or
+/// what a program may reach, is refused at boot (the guest's bermd compares it with its record
+/// on the state disk) until berm-vmm's `--accept`; the state survives all of it. On the host's
+/// own guest only: the check is bermd's, the same code on both architectures.
+#[test]
+fn an_app_changed_since_the_last_boot_on_its_state_disk_needs_accept() {
+    let arch = GuestArch::HOST;
+    let Some(tmp) = scratch_to_boot(arch) else {
+        return;
+    };
+    let app = app_folder(tmp.path(), "notes", &["notes"], &notes_toml("notes"));
+    let disk = tmp.path().join("state.img");
+    let args = [
+        "--app",
+        app.to_str().unwrap(),
+        "--state",
+        disk.to_str().unwrap(),
+    ];
+
+    let mut vmm = Vmm::start(&args, &[]);
+    ready(&mut vmm, "notes");
+    let mut mcp = Mcp::connect(&vmm.run_dir.join("rpc-0.sock"));
+    let (out, is_error) = mcp.call("notes_add", json!({"title": "kept", "text": "k"}));
+    assert!(!is_error, "{out}");
+    drop(mcp);
+    vmm.shut_down();
+
+    // A grant not held before: the app does not start, and the guest log says why.
+    std::fs::write(
+        app.join("berm.toml"),
+        notes_toml("notes").replace("grants = [\"kv\"]", "grants = [\"kv\", \"clock\"]"),
+    )
+    .unwrap();
+    let mut vmm = Vmm::start(&args, &[]);
+    let exited = vmm.wait_line(
+        "app_exited of notes",
+        BOOT + READY,
+        guest_event_where!(AppExited, |e: &AppExited| e.app == "notes"),
+    );
+    assert_eq!(exited.code, Some(2), "{exited:?}");
+    vmm.shut_down();
+    let log = std::fs::read_to_string(vmm.run_dir.join("guest.log")).unwrap();
+    assert!(
+        log.contains("changed since it last ran here")
+            && log.contains("grants not held before: clock"),
+        "{log}"
+    );
+
+    // --accept boots it, with the notes of the first boot.
+    let accepted: Vec<&str> = args.iter().copied().chain(["--accept"]).collect();
+    let mut vmm = Vmm::start(&accepted, &[]);
+    ready(&mut vmm, "notes");
+    let mut mcp = Mcp::connect(&vmm.run_dir.join("rpc-0.sock"));
+    let (list, is_error) = mcp.call("notes_list", json!({}));
+    assert!(!is_error && list.contains("kept"), "{list}");
+    drop(mcp);
+    vmm.shut_down();
+
+    // Accepted once, recorded on the disk: the next boot needs nothing.
+    let mut vmm = Vmm::start(&args, &[]);
+    ready(&mut vmm, "notes");
+    vmm.shut_down();
+}
+
 /// A real boot's code digests: the guest reports the code it mapped, the verifier re-derives
 /// it from the program, and a forged code digest (re-sealed) is refused.
 fn code_is_bound_to_its_program(record: &Record, app: &Path, pins: &berm_attest::Pins) {

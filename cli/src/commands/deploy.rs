@@ -162,7 +162,7 @@ pub async fn upgrade_changes(
     name: &str,
     image: &[u8],
     grants: &[Grant],
-) -> anyhow::Result<Option<(String, Vec<berm_trust::Change>)>> {
+) -> anyhow::Result<Option<(String, Vec<berm_manifest::upgrade::Change>)>> {
     let running = match client.get(name).await {
         Ok(view) => view,
         Err(berm_control::ClientError::Api { status: 404, .. }) => return Ok(None),
@@ -181,12 +181,13 @@ pub async fn upgrade_changes(
             })
         })
         .collect();
-    let changes = berm_trust::compare(&running.manifest, &new, Some((&running.grants, &grants)));
+    let changes =
+        berm_manifest::upgrade::compare(&running.manifest, &new, Some((&running.grants, &grants)));
     Ok(Some((running.digest, changes)))
 }
 
 /// Prints each change, marked accepted or narrower.
-pub fn print_changes(prefix: &str, changes: &[berm_trust::Change]) {
+pub fn print_changes(prefix: &str, changes: &[berm_manifest::upgrade::Change]) {
     for change in changes {
         let kind = if change.needs_acceptance() {
             "accepted"

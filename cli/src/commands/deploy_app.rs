@@ -219,7 +219,7 @@ async fn takeover(client: &Client, app: &berm_app::App) -> anyhow::Result<Takeov
 async fn upgrades(
     client: &Client,
     prepared: &[Prepared],
-) -> anyhow::Result<Vec<(String, Vec<berm_trust::Change>)>> {
+) -> anyhow::Result<Vec<(String, Vec<berm_manifest::upgrade::Change>)>> {
     let mut all = Vec::new();
     for program in prepared {
         if let Some((_, changes)) =

@@ -80,7 +80,7 @@ pub async fn run(home: &Path, args: Args) -> anyhow::Result<Exit> {
         (Some(o), Some(n)) => Some((o.as_slice(), n.as_slice())),
         _ => None,
     };
-    let changes = berm_trust::compare(&old.manifest, &new.manifest, grants);
+    let changes = berm_manifest::upgrade::compare(&old.manifest, &new.manifest, grants);
     if args.json {
         let list: Vec<serde_json::Value> = changes
             .iter()

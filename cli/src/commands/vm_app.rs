@@ -62,6 +62,10 @@ pub struct Offered {
     pub grants: Vec<String>,
     /// Its tools, as its manifest declares them.
     pub tools: Vec<berm_manifest::Tool>,
+    /// Its whole manifest, compared as `berm deploy` compares an upgrade (descriptions,
+    /// schemas, syscalls, programs called); absent in a pid file an older berm wrote.
+    #[serde(default)]
+    pub manifest: Option<berm_manifest::Manifest>,
     /// The sha256 of its bytes.
     #[serde(default)]
     pub sha256: String,
@@ -91,7 +95,8 @@ pub fn measure(dir: &Path) -> anyhow::Result<(berm_app::App, Measured)> {
         programs.push(Offered {
             name: program.name.clone(),
             grants,
-            tools: manifest.tools,
+            tools: manifest.tools.clone(),
+            manifest: Some(manifest),
             accepted: program.accept.as_deref() == Some(sha256.as_str()),
             sha256,
         });
@@ -139,6 +144,17 @@ fn offered_changes(app: &str, was: &[Offered], now: &[Offered], out: &mut Vec<St
             for grant in from.iter().filter(|g| !to.contains(g)) {
                 out.push(format!("{at}: grant `{grant}` {what}"));
             }
+        }
+        // What the guest's bermd checks at boot against its record on the state disk, so a
+        // reboot this lets through is not refused there.
+        if let (Some(was), Some(now)) = (&before.manifest, &program.manifest) {
+            for change in berm_manifest::upgrade::compare(was, now, None)
+                .iter()
+                .filter(|c| c.needs_acceptance())
+            {
+                out.push(format!("{at}: {change}"));
+            }
+            continue;
         }
         for tool in &before.tools {
             if !program.tools.iter().any(|t| t.name == tool.name) {
@@ -531,6 +547,7 @@ mod tests {
             name: "notes".into(),
             grants: vec!["kv".into()],
             tools: vec![tool("add", "Adds"), tool("list", "Lists")],
+            manifest: None,
             sha256: "1".repeat(64),
             accepted: false,
         }];
@@ -545,6 +562,7 @@ mod tests {
             name: "tags".into(),
             grants: vec![],
             tools: vec![],
+            manifest: None,
             sha256: "2".repeat(64),
             accepted: false,
         });
@@ -564,5 +582,28 @@ mod tests {
         let mut out = Vec::new();
         offered_changes("notes", &was, &now, &mut out);
         assert_eq!(out, ["  app `notes`: program `tags` added"]);
+
+        // With the manifests recorded, the comparison is `berm deploy`'s, which the guest's
+        // bermd makes at boot too: a syscall newly imported needs acceptance.
+        let manifest = |syscalls: Value| -> berm_manifest::Manifest {
+            serde_json::from_value(json!({
+                "abi": 1, "description": "d", "usage": "", "tools": [], "calls": [],
+                "syscalls": syscalls, "tool_exports": [], "exports_memory": true,
+                "other_imports": []
+            }))
+            .unwrap()
+        };
+        let mut was = was;
+        was[0].manifest = Some(manifest(json!([])));
+        let mut now = was.clone();
+        let mut out = Vec::new();
+        offered_changes("notes", &was, &now, &mut out);
+        assert!(out.is_empty(), "{out:?}");
+        now[0].manifest = Some(manifest(json!([{"module": "http", "name": "fetch"}])));
+        offered_changes("notes", &was, &now, &mut out);
+        assert_eq!(
+            out,
+            ["  app `notes`, program `notes`: syscalls now imported: http.fetch"]
+        );
     }
 }

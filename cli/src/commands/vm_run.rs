@@ -54,8 +54,10 @@ pub struct VmOptions {
     /// Seconds to wait for every app to be ready before stopping the VM and failing.
     #[arg(long, value_name = "SECONDS", default_value_t = 300)]
     pub timeout: u64,
-    /// When the running VM's app folders changed in their tools, descriptions, schemas or
-    /// grants: reboot it with them anyway (a change in nothing else needs no --accept).
+    /// When the app folders changed what the model reads or what a program may reach (tools,
+    /// descriptions, schemas, syscalls, grants), against the running VM or, at boot, against
+    /// what last ran on the state disk: boot or reboot with them anyway, for this boot (a
+    /// change in nothing else needs no --accept).
     #[arg(long)]
     pub accept: bool,
 }
@@ -276,6 +278,9 @@ pub fn ensure(want: &Want, old: Option<Launch>) -> anyhow::Result<(Launch, Outco
                 );
                 stop_running(want.vm_dir, &old, Duration::from_secs(20));
                 let mut launch = old;
+                // The guest's bermd checks the folders against its record on the state disk
+                // too: it accepts what was accepted here, and only for this boot.
+                set_accept(&mut launch.argv, want.options.accept);
                 launch.measured = measured;
                 launch.run_dir = want.layout.run_dir(name);
                 let launch = spawn_ready(want.vm_dir, launch, want.options.timeout)?;
@@ -331,6 +336,7 @@ pub fn ensure(want: &Want, old: Option<Launch>) -> anyhow::Result<(Launch, Outco
     for setting in &options.env {
         argv.extend(["--env".into(), setting.clone()]);
     }
+    set_accept(&mut argv, options.accept);
     let launch = Launch {
         name: name.to_owned(),
         pid: 0,
@@ -416,7 +422,17 @@ fn spawn_ready(vm_dir: &Path, mut launch: Launch, timeout: u64) -> anyhow::Resul
                 (Some(code), None) => format!("exited with code {code}"),
                 (None, None) => "ended".to_owned(),
             };
-            break Some(format!("app {} {how} before it was ready", exited.app));
+            // Its own words (bermd's error, e.g. a folder changed since it last ran on the
+            // state disk) are on the guest's log port, which berm-vmm keeps in guest.log.
+            let said = launch
+                .run_dir
+                .as_deref()
+                .map(|dir| app_log_tail(dir, &exited.app))
+                .unwrap_or_default();
+            break Some(format!(
+                "app {} {how} before it was ready{said}",
+                exited.app
+            ));
         }
         if Instant::now() >= deadline {
             break Some(format!("not every app was ready within {timeout} s"));
@@ -437,6 +453,42 @@ fn spawn_ready(vm_dir: &Path, mut launch: Launch, timeout: u64) -> anyhow::Resul
         );
     }
     Ok(launch)
+}
+
+/// The last lines app `app` wrote to the guest's log (`guest.log` in `run_dir`), unescaped and
+/// indented, after a colon; empty when there are none.
+fn app_log_tail(run_dir: &Path, app: &str) -> String {
+    const LINES: usize = 20;
+    let Ok(text) = fs::read_to_string(run_dir.join("guest.log")) else {
+        return String::new();
+    };
+    // berm-vmm writes `{uptime} {Level} {source}: {message, escaped}`.
+    let marker = format!(" {app}: ");
+    let mine: Vec<String> = text
+        .lines()
+        .filter_map(|line| line.split_once(&marker).map(|(_, message)| message))
+        .map(|message| {
+            message
+                .replace("\\n", "\n    ")
+                .replace("\\\"", "\"")
+                .replace("\\'", "'")
+        })
+        .collect();
+    if mine.is_empty() {
+        return String::new();
+    }
+    let from = mine.len().saturating_sub(LINES);
+    format!(":\n    {}\n", mine[from..].join("\n    "))
+}
+
+/// Gives berm-vmm's command line `argv` its `--accept` exactly when `accept`: what the app
+/// folders changed since they last ran on the state disk is accepted for that boot only.
+fn set_accept(argv: &mut Vec<String>, accept: bool) {
+    argv.retain(|arg| arg != "--accept");
+    if accept {
+        // After `run`, before the first option: berm-vmm's flags go anywhere after it.
+        argv.insert(2.min(argv.len()), "--accept".into());
+    }
 }
 
 /// Asks the guest to shut down on `control.sock` and waits for its `power_off`; `false`

@@ -103,8 +103,11 @@ struct Args {
     pod_secret_volumes: bool,
     /// With --app: deploy the folders even over program names that a stored deployment
     /// holds (a plain `berm deploy`, or `berm deploy --app` of another folder), taking over
-    /// its keyspace and stored secrets. Without it bermd refuses to start and lists what
-    /// would be taken over; with it, it prints that list.
+    /// its keyspace and stored secrets; and accept what the folders changed since they last
+    /// ran from this home (a tool's description or schema, a tool or program added or
+    /// removed, a syscall or grant not held before: the record is `HOME/apps/<app>.json`).
+    /// Without it bermd refuses to start and lists what it found; with it, it prints that
+    /// list.
     #[arg(long, requires = "apps")]
     accept: bool,
     /// Serve MCP on this inherited, listening stream socket (AF_UNIX or

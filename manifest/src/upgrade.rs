@@ -7,8 +7,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
+use crate::Manifest;
 use berm_abi::grant::Grant;
-use berm_manifest::Manifest;
 use serde_json::Value;
 
 /// One difference between the running program and its replacement.
