@@ -1212,7 +1212,7 @@ fn schema_problems(schema: &jsonschema::Validator, value: &serde_json::Value) ->
         .iter_errors(value)
         .take(5)
         .map(|e| {
-            let at = e.instance_path.to_string();
+            let at = e.instance_path().to_string();
             if at.is_empty() {
                 e.to_string()
             } else {
