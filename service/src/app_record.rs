@@ -92,14 +92,16 @@ struct RecordedProgram {
 pub struct Checked {
     app: String,
     path: PathBuf,
-    /// `None` when a program could not be measured (its deploy refuses it).
+    /// The record to write: `None` when it is already on disk, or when a program could not
+    /// be measured (its deploy refuses it).
     record: Option<Record>,
     /// Every change from the record, accepted or narrower, one line each, to print.
     pub changes: Vec<String>,
 }
 
 impl Checked {
-    /// Writes the record of what the folder offers now, replacing the last one.
+    /// Writes the record of what the folder offers now, replacing the last one (unless it is
+    /// the same).
     ///
     /// # Errors
     /// [`RecordError::Write`] when the file cannot be written.
@@ -215,10 +217,12 @@ pub fn check(home: &Home, app: &App, accept: bool) -> Result<Checked, RecordErro
         }
         changes.extend(needing.into_iter().map(|line| format!("{line} (--accept)")));
     }
+    // An unchanged folder's record is already right: no write (and no fsync) at start.
+    let record = (was.as_ref() != Some(&now)).then_some(now);
     Ok(Checked {
         app: app.name.clone(),
         path,
-        record: Some(now),
+        record,
         changes,
     })
 }
