@@ -196,6 +196,21 @@ pub fn is_valid_name(name: &str) -> bool {
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'_' || *b == b'-')
 }
 
+/// The property keyword (in a tool's input schema) that asks a 2026-07-28 client to mirror
+/// an argument into the HTTP header `Mcp-Param-<NAME>` (SEP-2243), so that proxies and
+/// gateways can route on it without reading the body.
+pub const MCP_HEADER_KEYWORD: &str = "x-mcp-header";
+
+/// Whether `name` may follow `Mcp-Param-` in a header name: 1 to 64 of HTTP's token
+/// characters (RFC 9110 `tchar`: letters, digits and ``!#$%&'*+-.^_`|~``), so no space, colon,
+/// control character or non-ASCII, which SEP-2243 forbids.
+pub fn is_valid_mcp_header_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+}
+
 /// Whether `name` is a valid program name: `[a-z0-9][a-z0-9-]{0,63}`, a tool
 /// name without `_`. bermd serves tool `t` of program `p` as `p_t`
 /// ([`served_name`]); with no `_` in `p`, the first `_` of a served name is

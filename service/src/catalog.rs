@@ -27,6 +27,9 @@ pub struct ToolEntry {
     /// Whether the program imports `log.write`: only its calls carry a
     /// session's log (see [`crate::logs`]).
     pub logs: bool,
+    /// The arguments a 2026-07-28 client mirrors into `Mcp-Param-*` headers, which bermd's
+    /// HTTP listener checks against the body ([`crate::param_headers`]).
+    pub headers: Vec<crate::param_headers::ParamHeader>,
 }
 
 /// All tools, by served name (`{program}_{tool}`, [`berm_abi::served_name`]).
@@ -63,6 +66,7 @@ impl Catalog {
                     }
                 };
                 let mcp = mcp_tool(&name, program, tool);
+                let headers = crate::param_headers::of_schema(&tool.input_schema);
                 tools.insert(
                     name,
                     ToolEntry {
@@ -73,6 +77,7 @@ impl Catalog {
                         output,
                         starts_inline,
                         logs,
+                        headers,
                     },
                 );
             }
@@ -167,6 +172,7 @@ pub fn check_schemas(manifest: &berm::Manifest) -> Result<(), String> {
                  (patterns must be linear-time regexes: no lookaround or backreferences): {e}"
             ))
         })?;
+        crate::param_headers::check_schema(&tool.input_schema).map_err(refuse)?;
         if let Some(schema) = &tool.output_schema {
             if schema.get("type") != Some(&serde_json::Value::from("object")) {
                 return Err(format!(

@@ -324,6 +324,7 @@ pub fn router(
 ) -> axum::Router {
     let probes = health(service.clone(), declared);
     let service_for_metrics = service.clone();
+    let service_for_headers = service.clone();
     let hosts = config.hosts();
     let origins: Vec<String> = hosts
         .iter()
@@ -350,6 +351,7 @@ pub fn router(
         http,
     );
     let cap = HttpCap {
+        service: service_for_headers,
         sessions,
         in_flight: Arc::new(tokio::sync::Semaphore::new(max_sessions.max(1))),
         max: max_sessions.max(1),
@@ -405,6 +407,8 @@ pub fn metrics_router(service: Arc<Service>) -> axum::Router {
 /// connection can.
 #[derive(Clone)]
 struct HttpCap {
+    /// Whose catalog says which arguments a 2026-07-28 call mirrors into headers.
+    service: Arc<Service>,
     sessions: Arc<LocalSessionManager>,
     in_flight: Arc<tokio::sync::Semaphore>,
     max: usize,
@@ -435,8 +439,15 @@ impl HttpCap {
         // call is a POST without a session id, and must not be rate-limited as a new session.
         let mut request = request;
         let mut opens_session = false;
+        // 2026-07-28 and later: a tools/call's `Mcp-Param-*` headers are checked against its
+        // body (SEP-2243), so its body is read here too.
+        let mirrors_params = request
+            .headers()
+            .get("mcp-protocol-version")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.trim() >= "2026-07-28");
         if request.method() == axum::http::Method::POST
-            && !request.headers().contains_key("mcp-session-id")
+            && (mirrors_params || !request.headers().contains_key("mcp-session-id"))
         {
             let (parts, body) = request.into_parts();
             let Ok(bytes) = axum::body::to_bytes(body, self.max_body).await else {
@@ -450,6 +461,9 @@ impl HttpCap {
                     .into_response();
             };
             opens_session = is_initialize(&bytes);
+            if mirrors_params && let Some(refused) = self.param_headers(&parts.headers, &bytes) {
+                return refused;
+            }
             request = Request::from_parts(parts, axum::body::Body::from(bytes));
         }
         if opens_session && self.sessions.sessions.read().await.len() >= self.max {
@@ -469,6 +483,42 @@ impl HttpCap {
                 .into_response();
         }
         next.run(request).await
+    }
+}
+
+impl HttpCap {
+    /// For a `tools/call` of a tool with mirrored arguments, the refusal when a
+    /// `Mcp-Param-*` header does not say what the body says: HTTP 400 with JSON-RPC error
+    /// [`crate::param_headers::HEADER_MISMATCH`], as SEP-2243 has it. Anything else passes
+    /// on to rmcp, which answers a malformed body or an unknown tool itself.
+    fn param_headers(&self, headers: &axum::http::HeaderMap, body: &[u8]) -> Option<Response> {
+        #[derive(serde::Deserialize)]
+        struct Call {
+            id: Option<serde_json::Value>,
+            method: Option<String>,
+            params: Option<CallParams>,
+        }
+        #[derive(serde::Deserialize)]
+        struct CallParams {
+            name: Option<String>,
+            arguments: Option<serde_json::Map<String, serde_json::Value>>,
+        }
+        let call: Call = serde_json::from_slice(body).ok()?;
+        if call.method.as_deref() != Some("tools/call") {
+            return None;
+        }
+        let params = call.params?;
+        let catalog = self.service.catalog();
+        let tool = catalog.get(params.name.as_deref()?)?;
+        let mismatch =
+            crate::param_headers::check_request(&tool.headers, headers, params.arguments.as_ref())
+                .err()?;
+        let body = serde_json::json!({
+            "jsonrpc": "2.0",
+            "id": call.id,
+            "error": {"code": crate::param_headers::HEADER_MISMATCH, "message": mismatch.to_string()},
+        });
+        Some((StatusCode::BAD_REQUEST, axum::Json(body)).into_response())
     }
 }
 

@@ -29,6 +29,7 @@ pub mod listen;
 pub mod logs;
 pub mod mcp;
 pub mod metrics;
+pub mod param_headers;
 mod receipts;
 pub mod service;
 pub mod store;

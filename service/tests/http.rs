@@ -87,6 +87,20 @@ fn post(connect: &str, host: &str, headers: &[(&str, &str)], body: &str) -> Answ
     if status >= 400 {
         // Refusals are short and end with the connection.
         stream.read_to_string(&mut body).unwrap();
+    } else if head
+        .to_ascii_lowercase()
+        .contains("content-type: text/event-stream")
+    {
+        // A stateless answer: the stream carries the one response and ends; read up to it.
+        let mut bytes = Vec::new();
+        let mut chunk = [0u8; 4096];
+        while !String::from_utf8_lossy(&bytes).contains("\"id\"") {
+            match stream.read(&mut chunk) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => bytes.extend_from_slice(&chunk[..n]),
+            }
+        }
+        body = String::from_utf8_lossy(&bytes).into_owned();
     }
     Answer { status, head, body }
 }
@@ -557,5 +571,80 @@ fn health_and_readiness_answer_probes_without_a_token_and_say_only_a_status() {
     bermd.deploy("notes", "echo", &[], Default::default());
     assert_eq!(get(&addr, &host, "/readyz"), (503, "not ready\n".into()));
     assert_eq!(get(&addr, &host, "/healthz"), (200, "ok\n".into()));
+    drop(bermd);
+}
+
+/// SEP-2243 on the server side: a 2026-07-28 `tools/call` of a tool whose argument is
+/// mirrored into a header (`x-mcp-header`) runs only when the header says what the body says;
+/// otherwise HTTP 400 with JSON-RPC error -32020, and the program never runs.
+#[test]
+fn mirrored_argument_headers_must_match_the_body() {
+    let dir = tempfile::tempdir().unwrap();
+    let addr = format!("127.0.0.1:{}", free_port());
+    let conformance = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/apps/conformance");
+    assert!(
+        conformance.join("berm.toml").exists(),
+        "{} is missing — run scripts/build-apps.sh first",
+        conformance.display()
+    );
+    let bermd = Bermd::start(&[
+        "--http",
+        &addr,
+        "--http-token-file",
+        &token_file(dir.path(), &format!("{TOKEN}\n")),
+        "--app",
+        conformance.to_str().unwrap(),
+    ]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while TcpStream::connect(&addr).is_err() {
+        assert!(Instant::now() < deadline, "bermd never listened on {addr}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let bearer = format!("Bearer {TOKEN}");
+    let call = |region: &str, header: Option<&str>| {
+        let mut headers = vec![
+            ("Authorization", bearer.as_str()),
+            ("MCP-Protocol-Version", "2026-07-28"),
+            ("Mcp-Method", "tools/call"),
+            ("Mcp-Name", "test_routed"),
+        ];
+        if let Some(value) = header {
+            headers.push(("Mcp-Param-Region", value));
+        }
+        post(
+            &addr,
+            &addr,
+            &headers,
+            &format!(
+                r#"{{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{{"name":"test_routed","arguments":{{"region":"{region}"}},"_meta":{{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{{}}}}}}}}"#
+            ),
+        )
+    };
+    // The tool lists its header, as the manifest declares it.
+    let ok = call("Hello", Some("Hello"));
+    assert_eq!(ok.status, 200, "{}{}", ok.head, ok.body);
+    assert!(ok.body.contains("routed to Hello"), "{}", ok.body);
+    // Base64 of the same text, with whitespace around it.
+    let ok = call("Hello", Some(" =?base64?SGVsbG8=?= "));
+    assert_eq!(ok.status, 200, "{}{}", ok.head, ok.body);
+    assert!(ok.body.contains("routed to Hello"), "{}", ok.body);
+    for (header, why) in [
+        (None, "header Mcp-Param-Region is missing"),
+        (Some("Elsewhere"), "does not match argument `region`"),
+        (Some("=?base64?SGVsbG8?="), " is not valid Base64"),
+        (Some("=?base64?SGVs!!!bG8=?="), " is not valid Base64"),
+    ] {
+        let refused = call("Hello", header);
+        assert_eq!(
+            refused.status, 400,
+            "{header:?}: {}{}",
+            refused.head, refused.body
+        );
+        let body: serde_json::Value = serde_json::from_str(refused.body.trim()).unwrap();
+        assert_eq!(body["error"]["code"], -32020, "{body}");
+        assert_eq!(body["id"], 7, "{body}");
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(message.contains(why), "{header:?}: {message}");
+    }
     drop(bermd);
 }

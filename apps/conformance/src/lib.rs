@@ -2,7 +2,8 @@
 //! (`@modelcontextprotocol/conformance`) calls, plus structured results.
 //! Deployed as program `test`, its tools are served as `test_simple_text`,
 //! `test_error_handling` and `test_tool_with_logging`: the names the suite's
-//! scenarios ask for.
+//! scenarios ask for; `test_routed` mirrors its argument into a header for the
+//! 2026-07-28 custom-header scenario.
 
 /// Tools for testing MCP clients and servers against the specification.
 ///
@@ -110,6 +111,17 @@ mod conformance {
             *counts.entry(word.to_lowercase()).or_insert(0) += 1;
         }
         counts
+    }
+
+    /// Say which region a request was routed to: its `region` is mirrored into the HTTP
+    /// header `Mcp-Param-Region` by a 2026-07-28 client (`x-mcp-header`), which bermd checks
+    /// against the body.
+    ///
+    /// # Arguments
+    /// - `region`: where the request is routed
+    #[berm(read_only, idempotent, header(region = "Region"))]
+    pub fn routed(region: String) -> String {
+        format!("routed to {region}")
     }
 
     /// Measure a rectangle (a struct argument and a struct result).

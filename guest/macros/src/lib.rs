@@ -25,7 +25,9 @@ use syn::{
 /// name. The module's doc comment is the program's description; a `# Usage`
 /// section in it holds the usage notes (when to reach for it). Each tool's
 /// doc comment is its description; a `# Arguments` section with lines like
-/// ``- `name`: what it is`` describes the parameters. `#[berm(read_only)]`,
+/// ``- `name`: what it is`` describes the parameters. `#[berm(header(param = "Name"))]` asks a
+/// 2026-07-28 client to mirror argument `param` into the HTTP header `Mcp-Param-Name`
+/// (`x-mcp-header` in its schema). `#[berm(read_only)]`,
 /// `#[berm(destructive)]`, `#[berm(idempotent)]`, `#[berm(open_world)]` on a
 /// tool set its MCP annotations.
 #[proc_macro_attribute]
@@ -95,12 +97,12 @@ fn expand(mut module: ItemMod, calls: Vec<String>) -> syn::Result<proc_macro2::T
         if !matches!(func.vis, syn::Visibility::Public(_)) {
             continue;
         }
-        let annotations = take_annotations(func)?;
+        let (annotations, headers) = take_annotations(func)?;
         let schemas = Schemas {
             structs: &structs,
             within: Vec::new(),
         };
-        let (tool, export) = tool(func, &mod_ident, annotations, schemas)?;
+        let (tool, export) = tool(func, &mod_ident, annotations, &headers, schemas)?;
         tools.push(tool);
         exports.push(export);
     }
@@ -201,15 +203,36 @@ fn argument_docs(sections: &[(String, String)]) -> Map<String, Value> {
     out
 }
 
-/// Removes `#[berm(...)]` from a tool and returns its MCP annotations.
-fn take_annotations(func: &mut ItemFn) -> syn::Result<Option<Value>> {
+/// The `#[berm(header(PARAM = "Name"))]` of a tool: each parameter a 2026-07-28 client mirrors
+/// into the HTTP header `Mcp-Param-Name`.
+type Headers = Vec<(syn::Ident, syn::LitStr)>;
+
+/// Removes `#[berm(...)]` from a tool and returns its MCP annotations and its headers.
+fn take_annotations(func: &mut ItemFn) -> syn::Result<(Option<Value>, Headers)> {
     let mut annotations = Map::new();
+    let mut headers = Headers::new();
     let mut error = None;
     func.attrs.retain(|attr| {
         if !attr.path().is_ident("berm") {
             return true;
         }
         let parsed = attr.parse_nested_meta(|meta| {
+            if meta.path.is_ident("header") {
+                return meta.parse_nested_meta(|param| {
+                    let Some(ident) = param.path.get_ident().cloned() else {
+                        return Err(param.error("expected a parameter name"));
+                    };
+                    let name: syn::LitStr = param.value()?.parse()?;
+                    if !berm_abi::is_valid_mcp_header_name(&name.value()) {
+                        return Err(syn::Error::new_spanned(
+                            &name,
+                            "a header name is 1 to 64 of HTTP's token characters: no space, colon or non-ASCII",
+                        ));
+                    }
+                    headers.push((ident, name));
+                    Ok(())
+                });
+            }
             let key = if meta.path.is_ident("read_only") {
                 "readOnlyHint"
             } else if meta.path.is_ident("destructive") {
@@ -219,9 +242,9 @@ fn take_annotations(func: &mut ItemFn) -> syn::Result<Option<Value>> {
             } else if meta.path.is_ident("open_world") {
                 "openWorldHint"
             } else {
-                return Err(
-                    meta.error("expected one of read_only, destructive, idempotent, open_world")
-                );
+                return Err(meta.error(
+                    "expected one of read_only, destructive, idempotent, open_world, header(PARAM = \"Name\")",
+                ));
             };
             annotations.insert(key.into(), Value::Bool(true));
             Ok(())
@@ -234,7 +257,10 @@ fn take_annotations(func: &mut ItemFn) -> syn::Result<Option<Value>> {
     if let Some(e) = error {
         return Err(e);
     }
-    Ok((!annotations.is_empty()).then_some(Value::Object(annotations)))
+    Ok((
+        (!annotations.is_empty()).then_some(Value::Object(annotations)),
+        headers,
+    ))
 }
 
 /// How a tool's return value becomes the result text.
@@ -468,6 +494,7 @@ fn tool(
     func: &ItemFn,
     mod_ident: &syn::Ident,
     annotations: Option<Value>,
+    headers: &Headers,
     schemas: Schemas<'_>,
 ) -> syn::Result<(Value, proc_macro2::TokenStream)> {
     let name = func.sig.ident.to_string();
@@ -515,6 +542,20 @@ fn tool(
             fields.push(quote! { #[serde(default)] #ident: #ty });
         }
         idents.push(ident);
+    }
+    for (param, header) in headers {
+        let Some(Value::Object(schema)) = properties.get_mut(&param.to_string()) else {
+            return Err(syn::Error::new_spanned(
+                param,
+                "no parameter of this tool has this name",
+            ));
+        };
+        // bermd refuses the rest at deploy (a number, an object, a duplicate); a string,
+        // an integer or a bool is what SEP-2243 mirrors.
+        schema.insert(
+            berm_abi::MCP_HEADER_KEYWORD.into(),
+            Value::from(header.value()),
+        );
     }
     let mut input_schema = json!({
         "type": "object",
