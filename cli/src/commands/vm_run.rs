@@ -462,11 +462,16 @@ fn app_log_tail(run_dir: &Path, app: &str) -> String {
     let Ok(text) = fs::read_to_string(run_dir.join("guest.log")) else {
         return String::new();
     };
-    // berm-vmm writes `{uptime} {Level} {source}: {message, escaped}`.
-    let marker = format!(" {app}: ");
+    // berm-vmm writes `{uptime} {Level} {source}: {message, escaped}`: the source is the
+    // third field, so another app's message naming this one is not taken for its words.
+    let marker = format!("{app}: ");
     let mine: Vec<String> = text
         .lines()
-        .filter_map(|line| line.split_once(&marker).map(|(_, message)| message))
+        .filter_map(|line| {
+            let mut fields = line.trim_start().splitn(3, ' ');
+            let (_uptime, _level) = (fields.next()?, fields.next()?);
+            fields.next()?.strip_prefix(&marker)
+        })
         .map(|message| {
             message
                 .replace("\\n", "\n    ")
