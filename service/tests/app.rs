@@ -255,16 +255,8 @@ fn portable_code_is_refused_on_a_host_of_another_target() {
 
 /// Runs bermd to completion on a fresh home.
 fn bermd_output(args: &[&str]) -> Output {
-    let _spawning = SPAWN.lock().unwrap_or_else(|p| p.into_inner());
     let dir = tempfile::tempdir().unwrap();
-    Command::new(env!("CARGO_BIN_EXE_bermd"))
-        .arg("--home")
-        .arg(dir.path().join("home"))
-        .args(args)
-        .env("BERM_LOG", "warn")
-        .stdin(Stdio::null())
-        .output()
-        .unwrap()
+    bermd_output_on(&dir.path().join("home"), args)
 }
 
 #[test]
@@ -398,7 +390,7 @@ fn an_app_beside_the_usual_sockets_is_listed_and_not_stored() {
     );
 }
 
-/// bermd run to completion on `home`, as `bermd_output` but on a home the caller keeps.
+/// bermd run to completion on `home`.
 fn bermd_output_on(home: &Path, args: &[&str]) -> Output {
     let _spawning = SPAWN.lock().unwrap_or_else(|p| p.into_inner());
     Command::new(env!("CARGO_BIN_EXE_bermd"))

@@ -525,31 +525,40 @@ fn get(connect: &str, host: &str, path: &str) -> (u16, String) {
     (status, body)
 }
 
+/// bermd serving the ready-made app folder `app` (scripts/build-apps.sh) over HTTP on `addr`,
+/// with the test's token (its file in `dir`), once it listens: it serves HTTP only after the
+/// folder's programs are deployed.
+fn bermd_with_app(dir: &Path, addr: &str, app: &str) -> Bermd {
+    let folder = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../target/apps")
+        .join(app);
+    assert!(
+        folder.join("berm.toml").exists(),
+        "{} is missing — run scripts/build-apps.sh first",
+        folder.display()
+    );
+    let bermd = Bermd::start(&[
+        "--http",
+        addr,
+        "--http-token-file",
+        &token_file(dir, &format!("{TOKEN}\n")),
+        "--app",
+        folder.to_str().unwrap(),
+    ]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while TcpStream::connect(addr).is_err() {
+        assert!(Instant::now() < deadline, "bermd never listened on {addr}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    bermd
+}
+
 #[test]
 fn health_and_readiness_answer_probes_without_a_token_and_say_only_a_status() {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
     let addr = format!("127.0.0.1:{port}");
-    let notes = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/apps/notes");
-    assert!(
-        notes.join("berm.toml").exists(),
-        "{} is missing — run scripts/build-apps.sh first",
-        notes.display()
-    );
-    let bermd = Bermd::start(&[
-        "--http",
-        &addr,
-        "--http-token-file",
-        &token_file(dir.path(), &format!("{TOKEN}\n")),
-        "--app",
-        notes.to_str().unwrap(),
-    ]);
-    // bermd serves HTTP once the folder's programs are deployed; wait for the listener.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while TcpStream::connect(&addr).is_err() {
-        assert!(Instant::now() < deadline, "bermd never listened on {addr}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let bermd = bermd_with_app(dir.path(), &addr, "notes");
     // A kubelet names the pod by its IP, not a host bermd allows, and has no token.
     for host in [format!("localhost:{port}"), format!("10.1.2.3:{port}")] {
         assert_eq!(
@@ -581,25 +590,7 @@ fn health_and_readiness_answer_probes_without_a_token_and_say_only_a_status() {
 fn mirrored_argument_headers_must_match_the_body() {
     let dir = tempfile::tempdir().unwrap();
     let addr = format!("127.0.0.1:{}", free_port());
-    let conformance = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/apps/conformance");
-    assert!(
-        conformance.join("berm.toml").exists(),
-        "{} is missing — run scripts/build-apps.sh first",
-        conformance.display()
-    );
-    let bermd = Bermd::start(&[
-        "--http",
-        &addr,
-        "--http-token-file",
-        &token_file(dir.path(), &format!("{TOKEN}\n")),
-        "--app",
-        conformance.to_str().unwrap(),
-    ]);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while TcpStream::connect(&addr).is_err() {
-        assert!(Instant::now() < deadline, "bermd never listened on {addr}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let bermd = bermd_with_app(dir.path(), &addr, "conformance");
     let bearer = format!("Bearer {TOKEN}");
     let call = |region: &str, header: Option<&str>| {
         let mut headers = vec![
