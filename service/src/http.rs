@@ -492,24 +492,40 @@ impl HttpCap {
     /// [`crate::param_headers::HEADER_MISMATCH`], as SEP-2243 has it. Anything else passes
     /// on to rmcp, which answers a malformed body or an unknown tool itself.
     fn param_headers(&self, headers: &axum::http::HeaderMap, body: &[u8]) -> Option<Response> {
+        // First only the method and the tool's name (the arguments are skipped, not built):
+        // most tools mirror nothing, and their calls pay no more than this.
+        #[derive(serde::Deserialize)]
+        struct Head<'a> {
+            #[serde(borrow)]
+            method: Option<std::borrow::Cow<'a, str>>,
+            #[serde(borrow)]
+            params: Option<HeadParams<'a>>,
+        }
+        #[derive(serde::Deserialize)]
+        struct HeadParams<'a> {
+            #[serde(borrow)]
+            name: Option<std::borrow::Cow<'a, str>>,
+        }
         #[derive(serde::Deserialize)]
         struct Call {
             id: Option<serde_json::Value>,
-            method: Option<String>,
-            params: Option<CallParams>,
+            params: CallParams,
         }
         #[derive(serde::Deserialize)]
         struct CallParams {
-            name: Option<String>,
             arguments: Option<serde_json::Map<String, serde_json::Value>>,
         }
-        let call: Call = serde_json::from_slice(body).ok()?;
-        if call.method.as_deref() != Some("tools/call") {
+        let head: Head<'_> = serde_json::from_slice(body).ok()?;
+        if head.method.as_deref() != Some("tools/call") {
             return None;
         }
-        let params = call.params?;
         let catalog = self.service.catalog();
-        let tool = catalog.get(params.name.as_deref()?)?;
+        let tool = catalog.get(head.params?.name.as_deref()?)?;
+        if tool.headers.is_empty() {
+            return None;
+        }
+        let call: Call = serde_json::from_slice(body).ok()?;
+        let params = call.params;
         let mismatch =
             crate::param_headers::check_request(&tool.headers, headers, params.arguments.as_ref())
                 .err()?;
