@@ -11,6 +11,7 @@
 #![forbid(unsafe_code)]
 
 pub mod codes;
+pub mod content;
 pub mod frame;
 pub mod grant;
 pub mod net;
@@ -57,9 +58,18 @@ pub mod convention {
     /// program with a `call=` grant, and a call reaches only what those grants and the
     /// manifest's `calls` both name.
     pub const CALL: &str = "call";
+    /// Adds one content block to the call's result, beside the text `done` gives: an image,
+    /// audio, an embedded resource, a resource link or more text (MCP's content blocks).
+    /// Request: frames [`crate::content`]. Always linked: it reaches only the caller.
+    pub const CONTENT: &str = "content";
+    /// Reports how far the call has got: frames `[progress, total, message]`, the numbers as
+    /// decimal text (`total` and `message` may be empty). Reaches only the caller, as MCP's
+    /// `notifications/progress` when its request asked for progress, so it is always linked;
+    /// in a call from another program it goes nowhere.
+    pub const PROGRESS: &str = "progress";
 
     /// All calling-convention import names.
-    pub const ALL: [&str; 6] = [ARGS, DONE, FAIL, REPLY, PANIC, CALL];
+    pub const ALL: [&str; 8] = [ARGS, DONE, FAIL, REPLY, PANIC, CALL, CONTENT, PROGRESS];
 }
 
 /// One syscall a host may offer: an import `module.name` with the uniform

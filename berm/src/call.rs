@@ -16,7 +16,7 @@ use crate::cache::CodeCache;
 use crate::invocation::{self, CallResult, CallState, Invocation, Program, Programs};
 use crate::linker::{self, SyscallTable};
 use crate::program::{CompileSource, DeployOptions, Deployed, ProgramInfo};
-use crate::{DeployError, Digest, Engine, Error, Failure, Manifest, Syscall};
+use crate::{DeployError, Digest, Engine, Error, Failure, Manifest, Output, Syscall};
 
 /// How deep calls between programs may nest: a program called from outside
 /// is at depth 1, a program it calls at depth 2, and so on.
@@ -35,6 +35,8 @@ pub struct CallOptions {
     pub deadline: Option<Duration>,
     /// The host's record of this call, handed to its syscalls.
     pub trace: Option<CallTrace>,
+    /// Where the program's `berm.progress` reports go; without one they go nowhere.
+    pub progress: Option<Arc<dyn ProgressSink>>,
 }
 
 impl std::fmt::Debug for CallOptions {
@@ -42,8 +44,39 @@ impl std::fmt::Debug for CallOptions {
         f.debug_struct("CallOptions")
             .field("deadline", &self.deadline)
             .field("trace", &self.trace.is_some())
+            .field("progress", &self.progress.is_some())
             .finish()
     }
+}
+
+/// One `berm.progress` report, checked: `progress` is finite, not negative, and no less than
+/// the call's report before it; `total`, when given, is finite and not negative.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Progress<'a> {
+    /// How far the call has got.
+    pub progress: f64,
+    /// How far it will go, when the program knows.
+    pub total: Option<f64>,
+    /// What it is doing, as the program wrote it (lossy UTF-8), cut at
+    /// [`MAX_PROGRESS_MESSAGE`] bytes: a host escapes it as it does log lines.
+    pub message: Option<&'a str>,
+}
+
+/// Longest `berm.progress` message kept; the rest is cut.
+pub const MAX_PROGRESS_MESSAGE: usize = 1024;
+
+/// Reports one call may make; later ones are dropped (the program still gets `0`), so a
+/// program reporting in a tight loop cannot flood its caller.
+pub const MAX_PROGRESS_REPORTS: u32 = 1000;
+
+/// Where a call's progress goes: the host's way back to whoever made the call from outside
+/// (bermd: an MCP request that carried a progress token). The runtime calls it on the thread
+/// the program runs on, so it must not block; a report it cannot deliver at once is dropped.
+/// A call from one program to another gets none: its progress reaches only its caller, a
+/// program, which has no way to read it.
+pub trait ProgressSink: Send + Sync {
+    /// Hears one report of `program`.
+    fn report(&self, program: &str, progress: &Progress<'_>);
 }
 
 /// What a [`CallGate`] let through: what it holds until the call ends (a call slot) and
@@ -78,7 +111,7 @@ pub trait CallGate: Send + Sync {
 
     /// Hears how an admitted call ended, before its caller does. Not called when the call
     /// is dropped unfinished (its caller stopped): `admitted` is dropped then.
-    fn finished(&self, admitted: Admitted, result: &Result<Result<String, Failure>, Error>) {
+    fn finished(&self, admitted: Admitted, result: &Result<Result<Output, Failure>, Error>) {
         let _ = (admitted, result);
     }
 }
@@ -348,7 +381,7 @@ impl Berm {
         program: &str,
         tool: &str,
         args: Vec<u8>,
-    ) -> Result<Result<String, Failure>, Error> {
+    ) -> Result<Result<Output, Failure>, Error> {
         self.call_with(caller, program, tool, args, &CallOptions::default())
             .await
     }
@@ -364,7 +397,7 @@ impl Berm {
         tool: &str,
         args: Vec<u8>,
         options: &CallOptions,
-    ) -> Result<Result<String, Failure>, Error> {
+    ) -> Result<Result<Output, Failure>, Error> {
         self.inner.check_depth(1, program, tool)?;
         let program = self
             .inner
@@ -380,6 +413,7 @@ impl Berm {
             deadline: Instant::now() + budget,
             budget,
             trace: options.trace.clone(),
+            progress: options.progress.clone(),
         };
         invocation::invoke(&self.inner.engine, self.inner.clone(), invocation).await
     }

@@ -5,6 +5,47 @@ use std::time::Duration;
 
 use crate::manifest::ManifestError;
 
+/// A tool's successful result: the text it gave `berm.done`, and the content blocks it added
+/// beside it with `berm.content` (images, audio, resources), in the order it added them.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Output {
+    /// The result text (JSON by the SDK's convention for structured results). May be empty
+    /// when the blocks are the result.
+    pub text: String,
+    /// The blocks, each checked by [`berm_abi::content::parse`]; empty for most tools.
+    pub content: Vec<Content>,
+}
+
+impl Output {
+    /// A result of text alone.
+    pub fn text(text: impl Into<String>) -> Output {
+        Output {
+            text: text.into(),
+            content: Vec::new(),
+        }
+    }
+}
+
+impl fmt::Display for Output {
+    /// The text; blocks are not text, so they are left out.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+/// One content block of an [`Output`], owned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Content {
+    /// What it is.
+    pub kind: berm_abi::content::Kind,
+    /// The resource's URI; empty for text, image and audio.
+    pub uri: String,
+    /// The media type; empty for text and where a resource gives none.
+    pub mime_type: String,
+    /// The text (UTF-8 for text, resource text and a link's name) or the bytes.
+    pub body: Vec<u8>,
+}
+
 /// A program ran and reported that it could not do what was asked. This is a
 /// *result*: an MCP client shows it to the model as a tool result with
 /// `isError`, not as a protocol error.

@@ -16,10 +16,10 @@ use wasmtime::{Extern, InstancePre, Memory, ModuleExport, ResourceLimiter, Store
 
 use crate::host_memory::{HostMemory, Reservation};
 use crate::program::ProgramInfo;
-use crate::{Engine, Error, Failure};
+use crate::{Content, Engine, Error, Failure, Output, ProgressSink};
 
 /// A call's two levels of result: the host's error outside, the program's failure inside.
-pub(crate) type CallResult = Result<Result<String, Failure>, Error>;
+pub(crate) type CallResult = Result<Result<Output, Failure>, Error>;
 
 /// A program ready to be called: compiled, linked and pre-instantiated. `name` is
 /// `info.name`, shared cheaply with every call it makes.
@@ -47,6 +47,8 @@ pub(crate) struct Invocation<P = Arc<Program>> {
     /// The host's record of this call ([`crate::CallTrace`]); a nested call starts with its
     /// caller's, which the gate replaces with the callee's own.
     pub trace: Option<crate::CallTrace>,
+    /// Where its `berm.progress` reports go: only a call from outside has one.
+    pub progress: Option<Arc<dyn ProgressSink>>,
 }
 
 impl<P> Invocation<P> {
@@ -61,6 +63,7 @@ impl<P> Invocation<P> {
             deadline: self.deadline,
             budget: self.budget,
             trace: self.trace,
+            progress: self.progress,
         }
     }
 }
@@ -103,6 +106,12 @@ struct DeadlineReached;
 pub(crate) struct CallState {
     pub call: Invocation,
     pub outcome: Option<Outcome>,
+    /// Blocks added with `berm.content`, and their bytes, which count against the result cap.
+    pub content: Vec<Content>,
+    pub content_bytes: usize,
+    /// The last `berm.progress` value, and how many reports were made.
+    pub progress: Option<f64>,
+    pub progress_reports: u32,
     pub staged: Staged,
     pub memory: Option<Memory>,
     pub panic: Option<String>,
@@ -156,6 +165,7 @@ impl CallState {
             deadline: self.call.deadline,
             budget: self.call.budget,
             trace: self.call.trace.clone(),
+            progress: None,
         }
     }
 }
@@ -275,15 +285,17 @@ pub(crate) async fn invoke(
     let name = || program.name.to_string();
     match result {
         Ok(()) => match state.outcome.take() {
-            Some(Outcome::Done(bytes)) => {
-                String::from_utf8(bytes)
-                    .map(Ok)
-                    .map_err(|_| Error::Convention {
-                        program: name(),
-                        tool,
-                        message: "its result is not UTF-8".into(),
-                    })
-            }
+            Some(Outcome::Done(bytes)) => match String::from_utf8(bytes) {
+                Ok(text) => Ok(Ok(Output {
+                    text,
+                    content: state.content,
+                })),
+                Err(_) => Err(Error::Convention {
+                    program: name(),
+                    tool,
+                    message: "its result is not UTF-8".into(),
+                }),
+            },
             Some(Outcome::Failed(bytes)) => Ok(Err(Failure {
                 message: String::from_utf8_lossy(&bytes).into_owned(),
             })),
@@ -315,6 +327,10 @@ fn store(engine: &Engine, programs: Arc<dyn Programs>, invocation: Invocation) -
     let state = CallState {
         call: invocation,
         outcome: None,
+        content: Vec::new(),
+        content_bytes: 0,
+        progress: None,
+        progress_reports: 0,
         staged: Staged::default(),
         memory: None,
         panic: None,

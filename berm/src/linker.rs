@@ -11,11 +11,12 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use berm_abi::word::{self, ErrorCode};
-use berm_abi::{CONVENTION_MODULE, convention, frame};
+use berm_abi::{CONVENTION_MODULE, content, convention, frame};
 use wasmtime::{Caller, ExternType, Linker, Module, ValType};
 
 use crate::DeployError;
-use crate::error::Error;
+use crate::call::{MAX_PROGRESS_MESSAGE, MAX_PROGRESS_REPORTS, Progress};
+use crate::error::{Content, Error};
 use crate::invocation::{CallState, Invocation, Outcome, Programs, Staged, Violation};
 use crate::program::Grants;
 use crate::syscall::{Kind, Reply, Syscall, SyscallContext, SyscallError};
@@ -51,7 +52,7 @@ fn define_convention(linker: &mut Linker<CallState>) -> wasmtime::Result<()> {
                 return Err(state.violation("the tool gave its result twice"));
             }
             let cap = state.call.program.info.limits.max_result_bytes;
-            let size = len as u32 as usize;
+            let size = len as u32 as usize + if failed { 0 } else { state.content_bytes };
             if size > cap {
                 return Err(state.fault(Error::ResultTooLarge {
                     program: state.call.program.name.to_string(),
@@ -69,6 +70,59 @@ fn define_convention(linker: &mut Linker<CallState>) -> wasmtime::Result<()> {
             Ok(0)
         })?;
     }
+    define_region(linker, convention::CONTENT, |memory, state, ptr, len| {
+        if state.outcome.is_some() {
+            return Err(state.violation("berm.content after the tool gave its result"));
+        }
+        if state.content.len() >= content::MAX_BLOCKS {
+            return Err(state.violation(&format!(
+                "berm.content: more than {} content blocks",
+                content::MAX_BLOCKS
+            )));
+        }
+        let cap = state.call.program.info.limits.max_result_bytes;
+        let block = match content::parse(state.region(memory, ptr, len)?) {
+            Ok(block) => block,
+            Err(e) => return Err(state.violation(&format!("berm.content: {e}"))),
+        };
+        // Checked before anything is copied.
+        let size = state.content_bytes + block.uri.len() + block.mime_type.len() + block.body.len();
+        if size > cap {
+            return Err(state.fault(Error::ResultTooLarge {
+                program: state.call.program.name.to_string(),
+                tool: state.call.tool.clone(),
+                size,
+                cap,
+            }));
+        }
+        let block = Content {
+            kind: block.kind,
+            uri: block.uri.to_string(),
+            mime_type: block.mime_type.to_string(),
+            body: block.body.to_vec(),
+        };
+        state.content_bytes = size;
+        state.content.push(block);
+        Ok(0)
+    })?;
+    define_region(linker, convention::PROGRESS, |memory, state, ptr, len| {
+        let request = state.region(memory, ptr, len)?;
+        let report = match parse_progress(request, state.progress) {
+            Ok(report) => report,
+            Err(message) => {
+                state.staged = Staged::message(message);
+                return Ok(ErrorCode::Invalid.word());
+            }
+        };
+        state.progress = Some(report.progress);
+        state.progress_reports += 1;
+        if let Some(sink) = &state.call.progress
+            && state.progress_reports <= MAX_PROGRESS_REPORTS
+        {
+            sink.report(&state.call.program.name, &report);
+        }
+        Ok(0)
+    })?;
     define_region(linker, convention::REPLY, |memory, state, ptr, len| {
         // Pulled, the reply is dropped and its host memory given back.
         let staged = std::mem::take(&mut state.staged);
@@ -85,6 +139,57 @@ fn define_convention(linker: &mut Linker<CallState>) -> wasmtime::Result<()> {
         Ok(0)
     })?;
     Ok(())
+}
+
+/// Reads a `berm.progress` request, frames `[progress, total, message]`, against the call's
+/// last report: the message is what the program gets back when it is refused.
+fn parse_progress(request: &[u8], last: Option<f64>) -> Result<Progress<'_>, String> {
+    let [progress, total, message] = frame::decode_exact::<3>(request)
+        .map_err(|e| format!("berm.progress: {e} (expected [progress, total, message])"))?;
+    let number = |field: &str, text: &[u8]| {
+        std::str::from_utf8(text)
+            .ok()
+            .and_then(|t| t.trim().parse::<f64>().ok())
+            .filter(|n| n.is_finite() && *n >= 0.0)
+            .ok_or_else(|| {
+                format!(
+                    "berm.progress: {field} `{}` is not a finite number of at least 0",
+                    String::from_utf8_lossy(&text[..text.len().min(64)])
+                )
+            })
+    };
+    let progress = number("progress", progress)?;
+    if let Some(last) = last
+        && progress < last
+    {
+        return Err(format!(
+            "berm.progress: progress {progress} is less than the last report's {last}; it must not go back"
+        ));
+    }
+    let total = match total {
+        [] => None,
+        text => Some(number("total", text)?),
+    };
+    let message = match message {
+        [] => None,
+        bytes => {
+            let cut = &bytes[..bytes.len().min(MAX_PROGRESS_MESSAGE)];
+            let text = match std::str::from_utf8(cut) {
+                Ok(text) => text,
+                // Cut inside a character: keep the characters before it.
+                Err(e) if cut.len() < bytes.len() && e.error_len().is_none() => {
+                    std::str::from_utf8(&cut[..e.valid_up_to()]).unwrap_or_default()
+                }
+                Err(_) => return Err("berm.progress: the message is not UTF-8".into()),
+            };
+            Some(text)
+        }
+    };
+    Ok(Progress {
+        progress,
+        total,
+        message,
+    })
 }
 
 /// `berm.call`, for a program with a `call=` grant: each call is checked against the
@@ -117,7 +222,8 @@ fn define_call(linker: &mut Linker<CallState>) -> wasmtime::Result<()> {
                 let result = state.programs.clone().call_by_name(invocation).await;
                 let state = caller.data_mut();
                 let (status, text) = match result {
-                    Ok(Ok(text)) => (word::STATUS_DONE, text),
+                    // The callee's content blocks are for an MCP client; a program reads text.
+                    Ok(Ok(output)) => (word::STATUS_DONE, output.text),
                     Ok(Err(failure)) => (word::STATUS_FAILED, failure.message),
                     Err(error) => {
                         let code = match &error {

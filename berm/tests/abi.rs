@@ -3,6 +3,8 @@
 
 mod common;
 
+use std::sync::Arc;
+
 use berm::{Berm, DeployError, Error, call};
 use common::{app, engine, manifest, wat_program};
 
@@ -50,7 +52,7 @@ async fn a_module_written_by_hand_speaks_the_abi() {
         .call(None, "raw", "raw", b"{\"a\":1}".to_vec())
         .await
         .unwrap();
-    assert_eq!(out, Ok("{\"a\":1}".to_string()));
+    assert_eq!(out, Ok(berm::Output::text("{\"a\":1}")));
     let out = berm.call(None, "raw", "raw", Vec::new()).await.unwrap();
     assert_eq!(out.unwrap_err().message, "no arguments");
 }
@@ -78,7 +80,7 @@ async fn calls_between_programs_stage_their_reply() {
         .unwrap();
     assert_eq!(
         berm.call(None, "caller", "go", vec![]).await.unwrap(),
-        Ok("hi".to_string())
+        Ok(berm::Output::text("hi"))
     );
 }
 
@@ -321,5 +323,172 @@ async fn a_failed_deploy_changes_nothing() {
         )
         .await
         .unwrap();
-    assert_eq!(out, Ok("still here".to_string()));
+    assert_eq!(out, Ok(berm::Output::text("still here")));
+}
+
+/// Tools that add content blocks with `berm.content`: a good one, and each way of breaking it.
+const CONTENT_TOOLS: &str = r#"
+  ;; [image, "", image/png, PNG] at 0 (33 bytes); [video, "", "", ""] at 64 (21 bytes);
+  ;; [text, "", "", x] at 96 (21 bytes).
+  (data (i32.const 0) "\05\00\00\00image\00\00\00\00\09\00\00\00image/png\03\00\00\00PNG")
+  (data (i32.const 64) "\05\00\00\00video\00\00\00\00\00\00\00\00\00\00\00\00")
+  (data (i32.const 96) "\04\00\00\00text\00\00\00\00\00\00\00\00\01\00\00\00x")
+  (data (i32.const 128) "see")
+  (func (export "berm_tool_pic")
+    (drop (call $content (i32.const 0) (i32.const 33)))
+    (drop (call $content (i32.const 96) (i32.const 21)))
+    (drop (call $done (i32.const 128) (i32.const 3))))
+  (func (export "berm_tool_bad")
+    (drop (call $content (i32.const 64) (i32.const 21)))
+    (drop (call $done (i32.const 128) (i32.const 3))))
+  (func (export "berm_tool_late")
+    (drop (call $done (i32.const 128) (i32.const 3)))
+    (drop (call $content (i32.const 96) (i32.const 21))))
+  (func (export "berm_tool_many")
+    (local $i i32)
+    (loop $more
+      (drop (call $content (i32.const 96) (i32.const 21)))
+      (local.set $i (i32.add (local.get $i) (i32.const 1)))
+      (br_if $more (i32.lt_u (local.get $i) (i32.const 65))))
+    (drop (call $done (i32.const 128) (i32.const 3))))
+"#;
+
+#[tokio::test]
+async fn content_blocks_ride_beside_the_text_and_a_bad_one_stops_the_call() {
+    let berm = berm();
+    let tools = manifest(&["pic", "bad", "late", "many"]);
+    let image = wat_program(&tools, &with_imports(&["content", "done"], CONTENT_TOOLS));
+    berm.deploy("c", &image).unwrap();
+    let out = berm.call(None, "c", "pic", vec![]).await.unwrap().unwrap();
+    assert_eq!(out.text, "see");
+    let kinds: Vec<_> = out.content.iter().map(|b| b.kind.name()).collect();
+    assert_eq!(kinds, ["image", "text"]);
+    assert_eq!(
+        (
+            out.content[0].mime_type.as_str(),
+            out.content[0].body.as_slice()
+        ),
+        ("image/png", &b"PNG"[..])
+    );
+    let convention = |tool: &'static str| {
+        let berm = &berm;
+        async move {
+            match berm.call(None, "c", tool, vec![]).await {
+                Err(Error::Convention { message, .. }) => message,
+                other => panic!("{tool}: {other:?}"),
+            }
+        }
+    };
+    assert_eq!(
+        convention("bad").await,
+        "berm.content: content kind `video` is not one of text, image, audio, resource_text, resource_blob, resource_link"
+    );
+    assert_eq!(
+        convention("late").await,
+        "berm.content after the tool gave its result"
+    );
+    assert_eq!(
+        convention("many").await,
+        "berm.content: more than 64 content blocks"
+    );
+
+    // Blocks count against the result cap (URI, media type and body), with the text.
+    let small = berm::Limits {
+        max_result_bytes: 4,
+        ..berm::Limits::default()
+    };
+    let options = berm::DeployOptions {
+        limits: Some(small),
+        ..Default::default()
+    };
+    berm.deploy_with("small", &image, options).unwrap();
+    match berm.call(None, "small", "pic", vec![]).await {
+        Err(Error::ResultTooLarge { size, cap: 4, .. }) => assert_eq!(size, 12),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// One report: the program, progress, total and message.
+type Report = (String, f64, Option<f64>, Option<String>);
+
+/// What a [`berm::ProgressSink`] heard.
+#[derive(Default)]
+struct Heard(std::sync::Mutex<Vec<Report>>);
+
+impl berm::ProgressSink for Heard {
+    fn report(&self, program: &str, progress: &berm::Progress<'_>) {
+        let message = progress.message.map(str::to_string);
+        let report = (
+            program.to_string(),
+            progress.progress,
+            progress.total,
+            message,
+        );
+        self.0.lock().unwrap().push(report);
+    }
+}
+
+#[tokio::test]
+async fn progress_reaches_only_the_caller_that_asked_and_never_goes_back() {
+    // Reports 1, then 2 of 3 "half", then 1 again, which must be refused (`ok`).
+    let work = r#"
+      (data (i32.const 0) "\01\00\00\001\00\00\00\00\00\00\00\00")
+      (data (i32.const 16) "\01\00\00\002\01\00\00\003\04\00\00\00half")
+      (data (i32.const 40) "ok")
+      (data (i32.const 48) "not refused")
+      (func (export "berm_tool_work")
+        (drop (call $progress (i32.const 0) (i32.const 13)))
+        (drop (call $progress (i32.const 16) (i32.const 18)))
+        (if (i64.lt_s (call $progress (i32.const 0) (i32.const 13)) (i64.const 0))
+          (then (drop (call $done (i32.const 40) (i32.const 2))))
+          (else (drop (call $done (i32.const 48) (i32.const 11))))))
+    "#;
+    let relay = r#"
+      (data (i32.const 0) "\01\00\00\00w\04\00\00\00work\00\00\00\00")
+      (func (export "berm_tool_relay")
+        (local $len i32)
+        (local.set $len (i32.wrap_i64 (i64.and
+          (call $call (i32.const 0) (i32.const 17)) (i64.const 0xffffffff))))
+        (drop (call $reply (i32.const 512) (local.get $len)))
+        (drop (call $done (i32.const 512) (local.get $len))))
+    "#;
+    let berm = berm();
+    let image = wat_program(
+        &manifest(&["work"]),
+        &with_imports(&["progress", "done"], work),
+    );
+    berm.deploy("w", &image).unwrap();
+    let declared = manifest(&["relay"]).replacen(r#"{"abi":1,"#, r#"{"abi":1,"calls":["w"],"#, 1);
+    let relay = with_imports(&["call", "reply", "done"], relay);
+    berm.deploy("relay", &wat_program(&declared, &relay))
+        .unwrap();
+
+    let heard = Arc::new(Heard::default());
+    let options = berm::CallOptions {
+        progress: Some(heard.clone()),
+        ..Default::default()
+    };
+    let out = berm.call_with(None, "w", "work", vec![], &options).await;
+    assert_eq!(out.unwrap(), Ok(berm::Output::text("ok")));
+    assert_eq!(
+        *heard.0.lock().unwrap(),
+        [
+            ("w".to_string(), 1.0, None, None),
+            ("w".to_string(), 2.0, Some(3.0), Some("half".to_string()))
+        ]
+    );
+    // Without a sink the reports go nowhere; from another program they never reach the
+    // outer caller's sink.
+    let out = berm.call(None, "w", "work", vec![]).await.unwrap();
+    assert_eq!(out, Ok(berm::Output::text("ok")));
+    let heard = Arc::new(Heard::default());
+    let options = berm::CallOptions {
+        progress: Some(heard.clone()),
+        ..Default::default()
+    };
+    let out = berm
+        .call_with(None, "relay", "relay", vec![], &options)
+        .await;
+    assert_eq!(out.unwrap(), Ok(berm::Output::text("ok")));
+    assert!(heard.0.lock().unwrap().is_empty());
 }

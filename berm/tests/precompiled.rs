@@ -69,7 +69,7 @@ async fn native_precompiled_code_is_used_and_nothing_is_compiled() {
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(answer, "hi");
+    assert_eq!(answer.text, "hi");
 }
 
 #[test]

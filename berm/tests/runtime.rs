@@ -30,7 +30,7 @@ async fn text(
 ) -> Result<Result<String, String>, Error> {
     berm.call(None, program, tool, args.as_bytes().to_vec())
         .await
-        .map(|r| r.map_err(|f| f.message))
+        .map(|r| r.map(|output| output.text).map_err(|f| f.message))
 }
 
 /// [`text`] of a call that must not hit a host error: the program's answer or its failure.
@@ -404,7 +404,10 @@ async fn nested_calls_share_the_outer_deadline() {
             assert_eq!(program, "compose");
             assert_eq!(deadline, Duration::from_millis(300));
         }
-        Ok(Ok(json)) => assert!(json.contains("ran past its deadline of 300ms"), "{json}"),
+        Ok(Ok(json)) => assert!(
+            json.text.contains("ran past its deadline of 300ms"),
+            "{json}"
+        ),
         other => panic!("unexpected: {other:?}"),
     }
     assert!(
@@ -538,7 +541,7 @@ async fn many_calls_at_once_all_answer() {
         tasks.push(tokio::spawn(async move {
             let args = format!(r#"{{"message":"m{i}"}}"#);
             let out = berm.call(None, "echo", "echo", args.into_bytes()).await;
-            (i, out.unwrap().unwrap())
+            (i, out.unwrap().unwrap().text)
         }));
     }
     for task in tasks {

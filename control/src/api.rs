@@ -124,6 +124,25 @@ pub struct CallResponse {
     pub outcome: CallOutcome,
     /// The result, or the failure message.
     pub text: String,
+    /// The content blocks the result carried beside its text (images, audio, resources),
+    /// described: MCP clients get the blocks themselves.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub content: Vec<ContentSummary>,
+}
+
+/// One content block of a result, as `berm call` describes it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ContentSummary {
+    /// Its kind: `text`, `image`, `audio`, `resource_text`, `resource_blob`, `resource_link`.
+    pub kind: String,
+    /// The resource's URI, for resource kinds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uri: Option<String>,
+    /// Its media type, when it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mime_type: Option<String>,
+    /// The size of its body (text, bytes or link name) in bytes.
+    pub bytes: usize,
 }
 
 /// Every error answer: a message a person can act on.

@@ -27,8 +27,9 @@ pub mod home;
 pub mod inherit;
 
 pub use api::{
-    CallOutcome, CallResponse, DeployRequest, DeployResponse, DeployedFrom, ErrorBody,
-    KeyspaceSize, LimitsSpec, NameState, ProgramView, RemoveResponse, SecretList, SecretValue,
+    CallOutcome, CallResponse, ContentSummary, DeployRequest, DeployResponse, DeployedFrom,
+    ErrorBody, KeyspaceSize, LimitsSpec, NameState, ProgramView, RemoveResponse, SecretList,
+    SecretValue,
 };
 /// Grants are typed in berm-abi; re-exported so clients of the control API need only this crate.
 pub use berm_abi::grant::{FsQuota, Grant, GrantParseError};

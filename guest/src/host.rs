@@ -126,6 +126,75 @@ pub fn call<A: serde::Serialize + ?Sized>(
     }
 }
 
+/// Content blocks beside the result text: what an MCP client shows as images, audio and
+/// resources. Each adds one block, in order, after the text the tool returns; a tool whose
+/// blocks are the whole result returns an empty `String`. Blocks count against the result
+/// size cap, at most 64 per call, and are dropped when the tool fails. The host checks each
+/// one and stops the call with a message naming the field when a block is malformed.
+pub mod content {
+    use berm_abi::content::{Kind, encode};
+
+    use crate::sys;
+
+    fn add(kind: Kind, uri: &str, mime_type: &str, body: &[u8]) {
+        // A malformed block stops the call in the host, with its reason: nothing to return.
+        sys::content(&encode(kind, uri, mime_type, body));
+    }
+
+    /// More text, as its own block.
+    pub fn text(text: &str) {
+        add(Kind::Text, "", "", text.as_bytes());
+    }
+
+    /// An image: its bytes and media type (`image/png`, `image/svg+xml`…).
+    pub fn image(mime_type: &str, bytes: &[u8]) {
+        add(Kind::Image, "", mime_type, bytes);
+    }
+
+    /// Audio: its bytes and media type (`audio/wav`…).
+    pub fn audio(mime_type: &str, bytes: &[u8]) {
+        add(Kind::Audio, "", mime_type, bytes);
+    }
+
+    /// A resource's contents as text, under its URI; `mime_type` may be empty.
+    pub fn resource_text(uri: &str, mime_type: &str, text: &str) {
+        add(Kind::ResourceText, uri, mime_type, text.as_bytes());
+    }
+
+    /// A resource's contents as bytes, under its URI; `mime_type` may be empty.
+    pub fn resource_blob(uri: &str, mime_type: &str, bytes: &[u8]) {
+        add(Kind::ResourceBlob, uri, mime_type, bytes);
+    }
+
+    /// A link to a resource by URI, with a name for people; `mime_type` may be empty.
+    pub fn resource_link(uri: &str, name: &str, mime_type: &str) {
+        add(Kind::ResourceLink, uri, mime_type, name.as_bytes());
+    }
+}
+
+/// Progress on long work: reaches the MCP client that made the call, as
+/// `notifications/progress`, when its request asked for progress; otherwise (and in a call
+/// from another program) it goes nowhere. Always available, no grant.
+pub mod progress {
+    use berm_abi::frame;
+
+    use super::{Error, check};
+    use crate::sys;
+
+    /// Reports `progress` (of `total`, when known) with an optional message. `progress` must
+    /// not go back below an earlier report, and both must be finite and at least 0; the host
+    /// refuses anything else with `invalid`. Past 1000 reports in a call the rest are dropped.
+    pub fn report(progress: f64, total: Option<f64>, message: Option<&str>) -> Result<(), Error> {
+        let total = total.map(|t| t.to_string()).unwrap_or_default();
+        let request = frame::encode(&[
+            progress.to_string().as_bytes(),
+            total.as_bytes(),
+            message.unwrap_or_default().as_bytes(),
+        ]);
+        check(sys::progress(&request)).map(|_| ())
+    }
+}
+
 /// `log`: lines in the host's log, tagged with the program.
 pub mod log {
     use super::*;

@@ -14,6 +14,8 @@ mod raw {
         pub fn reply(ptr: *mut u8, len: usize) -> i64;
         pub fn panic(ptr: *const u8, len: usize) -> i64;
         pub fn call(ptr: *const u8, len: usize) -> i64;
+        pub fn content(ptr: *const u8, len: usize) -> i64;
+        pub fn progress(ptr: *const u8, len: usize) -> i64;
     }
 
     macro_rules! stubs {
@@ -89,4 +91,8 @@ reads_from! {
     panic;
     /// `berm.call`: calls another program; request frames `[program, tool, args]`.
     call;
+    /// `berm.content`: adds a content block; request frames `[kind, uri, mime_type, body]`.
+    content;
+    /// `berm.progress`: reports progress; request frames `[progress, total, message]`.
+    progress;
 }

@@ -52,6 +52,6 @@ async fn push_pull_deploy_call() {
             .await
             .unwrap()
             .unwrap();
-        assert!(result.contains("through a registry"), "{result}");
+        assert!(result.text.contains("through a registry"), "{result}");
     }
 }

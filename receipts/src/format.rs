@@ -97,6 +97,12 @@ pub struct Call {
     /// sha256 of the text the client got: the result, the program's failure message or the
     /// host's error message ([`text_sha256`]).
     pub result_sha256: String,
+    /// sha256 of the content blocks the result carried beside its text (images, audio,
+    /// resources: `berm.content`), each as the program wrote it, the four frames
+    /// `[kind, uri, mime_type, body]` one after another (`berm_abi::content::encode`).
+    /// Absent when the result had none, so receipts of text results read as before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content_sha256: Option<String>,
     /// How the call ended.
     pub outcome: Outcome,
     /// Every `http.fetch`, in order.

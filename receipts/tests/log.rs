@@ -24,6 +24,7 @@ fn call(n: u64) -> Call {
         grants: vec!["kv".into()],
         caller: None,
         arguments_sha256: arguments_sha256(&json!({"text": format!("note {n}")})),
+        content_sha256: None,
         result_sha256: text_sha256(&format!("added {n}")),
         outcome: Outcome::Ok,
         http: Vec::new(),

@@ -54,7 +54,7 @@ fn main() {
     let baseline = runtime.block_on(async {
         sample(|| async {
             let out = berm.call(None, "echo", "echo", args.to_vec()).await;
-            assert_eq!(out.expect("host").expect("program"), "hello");
+            assert_eq!(out.expect("host").expect("program").text, "hello");
         })
         .await
     });

@@ -10,7 +10,9 @@ use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use berm_control::{CallOutcome, CallResponse, DeployRequest, ErrorBody, SecretList, SecretValue};
+use berm_control::{
+    CallOutcome, CallResponse, ContentSummary, DeployRequest, ErrorBody, SecretList, SecretValue,
+};
 use berm_egress::secret::SecretError;
 use tokio::net::UnixListener;
 
@@ -151,10 +153,21 @@ async fn call(
         Ok(Ok(done)) => ok(CallResponse {
             outcome: CallOutcome::Done,
             text: done.text,
+            content: done
+                .content
+                .iter()
+                .map(|block| ContentSummary {
+                    kind: block.kind.name().to_string(),
+                    uri: (!block.uri.is_empty()).then(|| block.uri.clone()),
+                    mime_type: (!block.mime_type.is_empty()).then(|| block.mime_type.clone()),
+                    bytes: block.body.len(),
+                })
+                .collect(),
         }),
         Ok(Err(failed)) => ok(CallResponse {
             outcome: CallOutcome::Failed,
             text: failed.message,
+            content: Vec::new(),
         }),
         Err(e @ CallError::NoSuchTool(_)) => failure(StatusCode::NOT_FOUND, e.to_string()),
         Err(e @ CallError::Host(berm::Error::InvalidArguments { .. })) => {

@@ -1,6 +1,8 @@
 //! Program logs reach the client: a program's `log.write` during a call
 //! becomes `notifications/message` to the MCP session that made the call
-//! (logger = the program's name), besides going to bermd's own log.
+//! (logger = the program's name), besides going to bermd's own log. Its
+//! `berm.progress` reports take the same queue, as `notifications/progress`,
+//! when the request carried a progress token ([`CallProgress`]).
 //!
 //! The session's [`SessionLog`] is attached to a call as a task-local
 //! ([`scope`]), so the `log.write` syscall finds it without the runtime
@@ -22,7 +24,9 @@ use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use rmcp::RoleServer;
-use rmcp::model::{LoggingLevel, LoggingMessageNotificationParam};
+use rmcp::model::{
+    LoggingLevel, LoggingMessageNotificationParam, ProgressNotificationParam, ProgressToken,
+};
 use rmcp::service::Peer;
 use tokio::sync::{mpsc, oneshot};
 
@@ -67,6 +71,7 @@ impl Default for Shared {
 
 enum Queued {
     Message(LoggingMessageNotificationParam),
+    Progress(ProgressNotificationParam),
     Flushed(oneshot::Sender<()>),
 }
 
@@ -76,16 +81,28 @@ impl SessionLog {
         self.shared.threshold.store(rank(level), Ordering::Relaxed);
     }
 
-    /// The log of one call on this session, whose messages go to `peer`.
-    pub fn for_call(&self, peer: &Peer<RoleServer>) -> CallLog {
-        let queue = self
-            .shared
+    fn queue(&self, peer: &Peer<RoleServer>) -> mpsc::Sender<Queued> {
+        self.shared
             .queue
             .get_or_init(|| forwarder(peer.clone()))
-            .clone();
+            .clone()
+    }
+
+    /// Where the progress of one call on this session goes: to `peer`, as
+    /// `notifications/progress` for the request's `token`, in order with its log messages.
+    pub fn progress_for_call(&self, peer: &Peer<RoleServer>, token: ProgressToken) -> CallProgress {
+        CallProgress {
+            shared: self.shared.clone(),
+            queue: self.queue(peer),
+            token,
+        }
+    }
+
+    /// The log of one call on this session, whose messages go to `peer`.
+    pub fn for_call(&self, peer: &Peer<RoleServer>) -> CallLog {
         CallLog {
             shared: self.shared.clone(),
-            queue,
+            queue: self.queue(peer),
             sent: Cell::new(0),
             bytes: Cell::new(0),
             capped: Cell::new(false),
@@ -121,6 +138,11 @@ fn forwarder(peer: Peer<RoleServer>) -> mpsc::Sender<Queued> {
                         break;
                     }
                 }
+                Queued::Progress(progress) => {
+                    if peer.notify_progress(progress).await.is_err() {
+                        break;
+                    }
+                }
                 Queued::Flushed(done) => {
                     let _ = done.send(());
                 }
@@ -128,6 +150,26 @@ fn forwarder(peer: Peer<RoleServer>) -> mpsc::Sender<Queued> {
         }
     });
     queue
+}
+
+/// One call's progress reports, on their way to the session that asked for them. The
+/// runtime bounds how many a call makes ([`berm::call::MAX_PROGRESS_REPORTS`]); a full
+/// queue drops a report rather than slow the program.
+pub struct CallProgress {
+    shared: Arc<Shared>,
+    queue: mpsc::Sender<Queued>,
+    token: ProgressToken,
+}
+
+impl berm::ProgressSink for CallProgress {
+    fn report(&self, _program: &str, progress: &berm::Progress<'_>) {
+        let mut param = ProgressNotificationParam::new(self.token.clone(), progress.progress);
+        param.total = progress.total;
+        param.message = progress.message.map(|m| escape(m).into_owned());
+        if self.queue.try_send(Queued::Progress(param)).is_ok() {
+            self.shared.pending.store(true, Ordering::Release);
+        }
+    }
 }
 
 /// One call's log: where its messages go and what of its cap is left.

@@ -23,8 +23,8 @@ use std::task::Poll;
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig,
-    SetLevelRequestParams, SubscriptionFilter, Tool,
+    ListToolsResult, PaginatedRequestParams, Resource, ResourceContents, ServerCapabilities,
+    ServerConfig, SetLevelRequestParams, SubscriptionFilter, Tool,
 };
 use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
@@ -103,9 +103,11 @@ impl ServerHandler for McpServer {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
         let args = serde_json::Value::Object(request.arguments.unwrap_or_default());
+        let progress = context.meta.get_progress_token();
         let log = LogTo {
             session: &self.log,
             peer: &context.peer,
+            progress: progress.as_ref(),
         };
         let mut call = pin!(self.service.call(&request.name, &args, Some(log)));
         // The first poll runs a short call to its end; only a call still
@@ -195,6 +197,42 @@ impl ServerHandler for McpServer {
     }
 }
 
+/// A block a program added (`berm.content`, checked by the runtime) as MCP content; bytes
+/// go out in Base64.
+fn content_block(block: berm::Content) -> ContentBlock {
+    use base64::Engine as _;
+    use berm_abi::content::Kind;
+    let base64 = |bytes: &[u8]| base64::engine::general_purpose::STANDARD.encode(bytes);
+    let mime_type = (!block.mime_type.is_empty()).then_some(block.mime_type.clone());
+    // The runtime checked that text, resource text and a link's name are UTF-8.
+    let text = |bytes: Vec<u8>| {
+        String::from_utf8(bytes)
+            .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
+    };
+    match block.kind {
+        Kind::Text => ContentBlock::text(text(block.body)),
+        Kind::Image => ContentBlock::image(base64(&block.body), block.mime_type),
+        Kind::Audio => ContentBlock::audio(base64(&block.body), block.mime_type),
+        Kind::ResourceText => ContentBlock::resource(ResourceContents::TextResourceContents {
+            uri: block.uri,
+            mime_type,
+            text: text(block.body),
+            meta: None,
+        }),
+        Kind::ResourceBlob => ContentBlock::resource(ResourceContents::BlobResourceContents {
+            uri: block.uri,
+            mime_type,
+            blob: base64(&block.body),
+            meta: None,
+        }),
+        Kind::ResourceLink => {
+            let mut link = Resource::new(block.uri, text(block.body));
+            link.mime_type = mime_type;
+            ContentBlock::resource_link(link)
+        }
+    }
+}
+
 /// The one place a call's outcome becomes MCP. What the model should read
 /// is a result: the text (and `structuredContent` when the tool declares an
 /// output schema); with `isError`, the program's failure, arguments that
@@ -209,8 +247,17 @@ fn call_result(
     let error_result =
         |message: String| Ok(CallToolResult::error(vec![ContentBlock::text(message)]).into());
     match outcome {
-        Ok(Ok(Done { text, structured })) => {
-            let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
+        Ok(Ok(Done {
+            text,
+            structured,
+            content,
+        })) => {
+            // The text comes first, unless the blocks are the whole result.
+            let text = (!text.is_empty() || content.is_empty()).then(|| ContentBlock::text(text));
+            let blocks = text
+                .into_iter()
+                .chain(content.into_iter().map(content_block));
+            let mut result = CallToolResult::success(blocks.collect());
             result.structured_content = structured;
             Ok(result.into())
         }

@@ -152,12 +152,37 @@ impl Pending {
 
     /// Writes the receipt of a call that ended with `outcome`, its client having got
     /// `text`; a call between programs is then listed in its caller's record.
-    pub fn finish(mut self, outcome: Outcome, text: &str) -> Result<ReceiptRef, LogError> {
+    /// `content` is the result's content blocks, if it had any.
+    pub fn finish(
+        mut self,
+        outcome: Outcome,
+        text: &str,
+        content: &[berm::Content],
+    ) -> Result<ReceiptRef, LogError> {
         self.finished = true;
-        self.write(outcome, berm_receipts::text_sha256(text))
+        let content_sha256 = (!content.is_empty()).then(|| {
+            use sha2::Digest as _;
+            let mut hash = sha2::Sha256::new();
+            for block in content {
+                let uri = block.uri.as_str();
+                hash.update(berm_abi::content::encode(
+                    block.kind,
+                    uri,
+                    &block.mime_type,
+                    &block.body,
+                ));
+            }
+            hex::encode(hash.finalize())
+        });
+        self.write(outcome, berm_receipts::text_sha256(text), content_sha256)
     }
 
-    fn write(&self, outcome: Outcome, result_sha256: String) -> Result<ReceiptRef, LogError> {
+    fn write(
+        &self,
+        outcome: Outcome,
+        result_sha256: String,
+        content_sha256: Option<String>,
+    ) -> Result<ReceiptRef, LogError> {
         let record = &self.record;
         let events = std::mem::take(&mut *record.events.lock().unwrap_or_else(|p| p.into_inner()));
         let call = Call {
@@ -169,6 +194,7 @@ impl Pending {
             caller: record.caller.clone(),
             arguments_sha256: record.arguments_sha256.clone(),
             result_sha256,
+            content_sha256,
             outcome,
             http: events.http,
             secrets: events.secrets.into_iter().collect(),
@@ -203,7 +229,7 @@ impl Drop for Pending {
     fn drop(&mut self) {
         if !self.finished {
             // Its caller went away: no client got a result, so the text is empty.
-            let _ = self.write(Outcome::Cancelled, berm_receipts::text_sha256(""));
+            let _ = self.write(Outcome::Cancelled, berm_receipts::text_sha256(""), None);
         }
     }
 }

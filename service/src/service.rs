@@ -231,6 +231,8 @@ pub struct Done {
     /// The same result parsed, when the tool declares an output schema (it
     /// has been checked against it): MCP's `structuredContent`.
     pub structured: Option<serde_json::Value>,
+    /// The content blocks the program added beside its text (`berm.content`).
+    pub content: Vec<berm::Content>,
 }
 
 /// What a restart brought back.
@@ -799,7 +801,11 @@ impl Service {
             .call_traced(name, entry, args, log, Some(pending.trace()))
             .await;
         let (kind, text) = receipt_of(&outcome);
-        match pending.finish(kind, &text) {
+        let content = match &outcome {
+            Ok(Ok(done)) => done.content.as_slice(),
+            _ => &[],
+        };
+        match pending.finish(kind, &text, content) {
             Ok(_) => outcome,
             Err(e) => Err(CallError::Receipt(error_chain(&e))),
         }
@@ -818,12 +824,18 @@ impl Service {
         let bytes = serde_json::to_vec(args).unwrap_or_default();
         let slot = self.admit(entry, &bytes, Some(args))?;
         let (berm, program, tool) = (self.berm.clone(), entry.program.clone(), entry.tool.clone());
+        let progress = log.and_then(|to| {
+            let token = to.progress?.clone();
+            let sink = to.session.progress_for_call(to.peer, token);
+            Some(Arc::new(sink) as Arc<dyn berm::ProgressSink>)
+        });
         let run = async move {
             // Held until the call ends, even when its client has gone.
             let _slot = slot;
             let options = berm::CallOptions {
                 deadline: None,
                 trace,
+                progress,
             };
             berm.call_with(None, &program, &tool, bytes, &options).await
         };
@@ -1045,13 +1057,16 @@ impl Service {
     }
 }
 
-/// Where a call's program logs go besides bermd's log: an MCP session.
+/// Where a call's program logs and progress go besides bermd's log: an MCP session.
 #[derive(Clone, Copy)]
 pub struct LogTo<'a> {
     /// The session's logging state.
     pub session: &'a SessionLog,
     /// The session's peer.
     pub peer: &'a rmcp::service::Peer<rmcp::RoleServer>,
+    /// The request's progress token, when it asked for progress: the program's
+    /// `berm.progress` reports then go to the peer as `notifications/progress`.
+    pub progress: Option<&'a rmcp::model::ProgressToken>,
 }
 
 /// A task on the call threads that is aborted when its handle is dropped, so
@@ -1078,16 +1093,17 @@ impl<T> Drop for AbortOnDrop<T> {
 fn checked(
     name: &str,
     entry: &catalog::ToolEntry,
-    outcome: Result<String, Failure>,
+    outcome: Result<berm::Output, Failure>,
 ) -> Result<Result<Done, Failure>, CallError> {
-    let text = match outcome {
-        Ok(text) => text,
+    let berm::Output { text, content } = match outcome {
+        Ok(output) => output,
         Err(failure) => return Ok(Err(failure)),
     };
     let Some(output) = &entry.output else {
         return Ok(Ok(Done {
             text,
             structured: None,
+            content,
         }));
     };
     let invalid = |message: String| CallError::InvalidOutput {
@@ -1103,6 +1119,7 @@ fn checked(
     Ok(Ok(Done {
         text,
         structured: Some(value),
+        content,
     }))
 }
 
@@ -1160,7 +1177,7 @@ impl berm::CallGate for NestedCalls {
     fn finished(
         &self,
         admitted: berm::Admitted,
-        result: &Result<Result<String, Failure>, berm::Error>,
+        result: &Result<Result<berm::Output, Failure>, berm::Error>,
     ) {
         let Some(hold) = admitted
             .hold
@@ -1169,8 +1186,9 @@ impl berm::CallGate for NestedCalls {
             return;
         };
         if let Some(pending) = hold.pending {
+            // A program calling another reads its text only: that is what its receipt names.
             let (kind, text): (_, std::borrow::Cow<'_, str>) = match result {
-                Ok(Ok(text)) => (berm_receipts::Outcome::Ok, text.as_str().into()),
+                Ok(Ok(output)) => (berm_receipts::Outcome::Ok, output.text.as_str().into()),
                 Ok(Err(failure)) => (
                     berm_receipts::Outcome::Failed,
                     failure.message.as_str().into(),
@@ -1178,7 +1196,7 @@ impl berm::CallGate for NestedCalls {
                 Err(e) => (berm_receipts::Outcome::Error, e.to_string().into()),
             };
             // A failure is logged where it happens; the caller's own receipt still comes.
-            let _ = pending.finish(kind, &text);
+            let _ = pending.finish(kind, &text, &[]);
         }
     }
 }

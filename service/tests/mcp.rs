@@ -53,8 +53,8 @@ fn every_served_name_matches_the_strictest_client_pattern() {
     }
     bermd.deploy("test", "conformance", &["log"], LimitsSpec::default());
     // The longest program name that still fits the longest tool name here
-    // (`tool_with_logging`: 17 characters, so 64 - 18 = 46).
-    let longest = "p".repeat(46);
+    // (`multiple_content_types`: 22 characters, so 64 - 23 = 41).
+    let longest = "p".repeat(41);
     bermd.deploy(&longest, "conformance", &[], LimitsSpec::default());
     let mut session = bermd.session();
     let tools = all_tools(&mut session);
@@ -77,7 +77,7 @@ fn every_served_name_matches_the_strictest_client_pattern() {
             "{expected} missing from {names:?}"
         );
     }
-    assert!(names.contains(&format!("{longest}_tool_with_logging").as_str()));
+    assert!(names.contains(&format!("{longest}_multiple_content_types").as_str()));
     let (text, error) = result_text(&session.call("files_read_file", json!({"path": "x"})));
     assert!(error, "{text}");
     assert!(text.contains("not granted to `files`"), "{text}");
@@ -96,12 +96,12 @@ fn deploy_refuses_names_clients_would_refuse_and_says_what_to_rename() {
         .unwrap_err()
         .to_string()
     };
-    let long = "p".repeat(47);
+    let long = "p".repeat(42);
     let message = refuse(&long);
     assert!(
         message.contains(&format!(
-            "tool `tool_with_logging` of `{long}` would be served as `{long}_tool_with_logging`, 65 characters; \
-             MCP clients accept at most 64: deploy under a program name of at most 46 characters, or shorten the tool's name"
+            "tool `multiple_content_types` of `{long}` would be served as `{long}_multiple_content_types`, 65 characters; \
+             MCP clients accept at most 64: deploy under a program name of at most 41 characters, or shorten the tool's name"
         )),
         "{message}"
     );
@@ -372,4 +372,75 @@ fn by_default_every_tool_is_on_one_page() {
     let reply = session.request("tools/list", json!({}));
     assert!(reply["result"].get("nextCursor").is_none(), "{reply}");
     assert_eq!(reply["result"]["tools"].as_array().unwrap().len(), 11);
+}
+
+#[test]
+fn images_audio_and_resources_go_out_as_content_blocks_and_progress_as_notifications() {
+    use base64::Engine as _;
+    let bermd = Bermd::start(&[]);
+    bermd.deploy("test", "conformance", &[], LimitsSpec::default());
+    let mut session = bermd.session();
+    session.initialize();
+    let base64 = |data: &Value| {
+        base64::engine::general_purpose::STANDARD
+            .decode(data.as_str().unwrap())
+            .unwrap()
+    };
+
+    // The blocks are the whole result: no empty text block before them.
+    let image = &session.call("test_image_content", json!({}))["result"];
+    assert_eq!(image["content"].as_array().unwrap().len(), 1, "{image}");
+    assert_eq!(image["content"][0]["type"], "image");
+    assert_eq!(image["content"][0]["mimeType"], "image/png");
+    assert!(base64(&image["content"][0]["data"]).starts_with(b"\x89PNG\r\n"));
+    let audio = &session.call("test_audio_content", json!({}))["result"];
+    assert_eq!(audio["content"][0]["mimeType"], "audio/wav", "{audio}");
+    assert!(base64(&audio["content"][0]["data"]).starts_with(b"RIFF"));
+
+    // The text first, then the blocks in the order the program added them.
+    let mixed = &session.call("test_multiple_content_types", json!({}))["result"];
+    let types: Vec<&str> = mixed["content"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(types, ["text", "image", "resource"], "{mixed}");
+    assert_eq!(
+        mixed["content"][2]["resource"],
+        json!({"uri": "test://mixed-content-resource", "mimeType": "application/json",
+            "text": r#"{"test":"data","value":123}"#})
+    );
+    assert_eq!(mixed["isError"], false);
+
+    // Progress goes to a request that carries a token, before its result, in order.
+    session.send(&json!({"jsonrpc": "2.0", "id": 90, "method": "tools/call",
+        "params": {"name": "test_tool_with_progress", "arguments": {},
+            "_meta": {"progressToken": "p-1"}}}));
+    let mut reports = Vec::new();
+    let result = loop {
+        let message = next_message(&mut session);
+        if message["id"] == 90 {
+            break message;
+        }
+        assert_eq!(message["method"], "notifications/progress", "{message}");
+        reports.push(message["params"].clone());
+    };
+    assert_eq!(
+        result_text(&result),
+        ("Progress reported three times.".into(), false)
+    );
+    assert_eq!(
+        reports,
+        [
+            json!({"progressToken": "p-1", "progress": 0.0, "total": 100.0, "message": "started"}),
+            json!({"progressToken": "p-1", "progress": 50.0, "total": 100.0, "message": "half way"}),
+            json!({"progressToken": "p-1", "progress": 100.0, "total": 100.0, "message": "done"}),
+        ]
+    );
+    // Without a token, nothing but the result.
+    session.send(&json!({"jsonrpc": "2.0", "id": 91, "method": "tools/call",
+        "params": {"name": "test_tool_with_progress", "arguments": {}}}));
+    let message = next_message(&mut session);
+    assert_eq!(message["id"], 91, "{message}");
 }

@@ -96,6 +96,34 @@ async def test_names_are_portable_and_struct_results_are_structured(bermd, trans
         assert json.loads(done.content[0].text) == done.structured_content
 
 
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("transport", TRANSPORTS)
+@pytest.mark.anyio
+async def test_images_and_resources_arrive_as_content_and_progress_as_callbacks(bermd, transport, mode):
+    await anyio.to_thread.run_sync(
+        lambda: bermd.berm("deploy", "test", str(WASM / "conformance.wasm"), "--grant", "log")
+    )
+    async with client(bermd, transport, mode) as c:
+        mixed = await c.call_tool("test_multiple_content_types", {})
+        assert not mixed.is_error
+        text, image, resource = mixed.content
+        assert isinstance(text, types.TextContent)
+        assert isinstance(image, types.ImageContent) and image.mime_type == "image/png"
+        assert isinstance(resource, types.EmbeddedResource)
+        assert str(resource.resource.uri) == "test://mixed-content-resource"
+        assert json.loads(resource.resource.text) == {"test": "data", "value": 123}
+        audio = await c.call_tool("test_audio_content", {})
+        assert [type(b) for b in audio.content] == [types.AudioContent]
+        reports = []
+
+        async def heard(progress, total, message):
+            reports.append((progress, total, message))
+
+        done = await c.call_tool("test_tool_with_progress", {}, progress_callback=heard)
+        assert not done.is_error
+        assert reports == [(0, 100, "started"), (50, 100, "half way"), (100, 100, "done")]
+
+
 @pytest.mark.parametrize("transport", TRANSPORTS)
 @pytest.mark.anyio
 async def test_list_changed_after_deploy_for_initialize_clients(bermd, transport):

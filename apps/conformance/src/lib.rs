@@ -2,7 +2,9 @@
 //! (`@modelcontextprotocol/conformance`) calls, plus structured results.
 //! Deployed as program `test`, its tools are served as `test_simple_text`,
 //! `test_error_handling` and `test_tool_with_logging`: the names the suite's
-//! scenarios ask for; `test_routed` mirrors its argument into a header for the
+//! scenarios ask for, with `test_image_content`, `test_audio_content`,
+//! `test_embedded_resource`, `test_multiple_content_types` (content blocks) and
+//! `test_tool_with_progress`; `test_routed` mirrors its argument into a header for the
 //! 2026-07-28 custom-header scenario.
 
 /// Tools for testing MCP clients and servers against the specification.
@@ -122,6 +124,60 @@ mod conformance {
     #[berm(read_only, idempotent, header(region = "Region"))]
     pub fn routed(region: String) -> String {
         format!("routed to {region}")
+    }
+
+    /// A 1×1 red PNG.
+    const RED_PIXEL: &[u8] = b"\x89\x50\x4e\x47\x0d\x0a\x1a\x0a\x00\x00\x00\x0d\x49\x48\x44\x52\x00\x00\x00\x01\x00\x00\x00\x01\x08\x06\x00\x00\x00\x1f\x15\xc4\x89\x00\x00\x00\x0d\x49\x44\x41\x54\x78\xda\x63\xfc\xcf\xc0\xf0\x1f\x00\x05\x05\x02\x00\x5f\xc8\xf1\xd2\x00\x00\x00\x00\x49\x45\x4e\x44\xae\x42\x60\x82";
+
+    /// One millisecond of silence: a WAV file of 8 unsigned 8-bit samples at 8 kHz.
+    const SILENCE: &[u8] = b"\x52\x49\x46\x46\x2c\x00\x00\x00\x57\x41\x56\x45\x66\x6d\x74\x20\x10\x00\x00\x00\x01\x00\x01\x00\x40\x1f\x00\x00\x40\x1f\x00\x00\x01\x00\x08\x00\x64\x61\x74\x61\x08\x00\x00\x00\x80\x80\x80\x80\x80\x80\x80\x80";
+
+    /// Return an image (a 1×1 red PNG) as the whole result: an image content block.
+    #[berm(read_only, idempotent)]
+    pub fn image_content() -> String {
+        berm_guest::content::image("image/png", RED_PIXEL);
+        String::new()
+    }
+
+    /// Return audio (a millisecond of silence, audio/wav) as the whole result.
+    #[berm(read_only, idempotent)]
+    pub fn audio_content() -> String {
+        berm_guest::content::audio("audio/wav", SILENCE);
+        String::new()
+    }
+
+    /// Return an embedded text resource beside a line of text.
+    #[berm(read_only, idempotent)]
+    pub fn embedded_resource() -> String {
+        berm_guest::content::resource_text(
+            "test://embedded-resource",
+            "text/plain",
+            "This is an embedded resource content.",
+        );
+        "An embedded resource follows.".to_string()
+    }
+
+    /// Return text, an image and an embedded resource in one result.
+    #[berm(read_only, idempotent)]
+    pub fn multiple_content_types() -> String {
+        berm_guest::content::image("image/png", RED_PIXEL);
+        berm_guest::content::resource_text(
+            "test://mixed-content-resource",
+            "application/json",
+            r#"{"test":"data","value":123}"#,
+        );
+        "Multiple content types test:".to_string()
+    }
+
+    /// Report progress three times (0, 50 and 100 of 100) while running; an MCP client that
+    /// sent a progress token receives them as notifications/progress.
+    #[berm(read_only)]
+    pub fn tool_with_progress() -> Result<String, String> {
+        for (step, message) in [(0.0, "started"), (50.0, "half way"), (100.0, "done")] {
+            berm_guest::progress::report(step, Some(100.0), Some(message))
+                .map_err(|e| e.to_string())?;
+        }
+        Ok("Progress reported three times.".to_string())
     }
 
     /// Measure a rectangle (a struct argument and a struct result).

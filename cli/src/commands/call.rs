@@ -46,6 +46,17 @@ pub async fn run(home: &Path, args: Args) -> anyhow::Result<Exit> {
     match answer.outcome {
         CallOutcome::Done => {
             crate::outln!("{}", answer.text);
+            // The blocks are for MCP clients; stdout stays the text, so pipes read as before.
+            for block in &answer.content {
+                let of = [block.mime_type.as_deref(), block.uri.as_deref()];
+                let of: Vec<&str> = of.into_iter().flatten().collect();
+                eprintln!(
+                    "[{} content block: {}{} bytes; MCP clients get it]",
+                    block.kind,
+                    of.iter().map(|s| format!("{s}, ")).collect::<String>(),
+                    block.bytes
+                );
+            }
             Ok(Exit::Ok)
         }
         CallOutcome::Failed => {
