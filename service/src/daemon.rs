@@ -315,7 +315,7 @@ pub async fn run(config: DaemonConfig) -> Result<(), RunError> {
                 tracing::warn!(url = %info.url, "serving MCP over Streamable HTTP with no token (--no-auth)")
             }
         }
-        tasks.spawn(async move { axum::serve(listener, router).await });
+        tasks.spawn(async move { axum::serve(no_delay(listener), router).await });
     }
     if let Some(addr) = config.metrics {
         let listener = tokio::net::TcpListener::bind(addr)
@@ -324,7 +324,7 @@ pub async fn run(config: DaemonConfig) -> Result<(), RunError> {
         let local = listener.local_addr().unwrap_or(addr);
         tracing::info!(url = %format!("http://{local}/metrics"), "serving /metrics (no token)");
         let router = http::metrics_router(service.clone());
-        tasks.spawn(async move { axum::serve(listener, router).await });
+        tasks.spawn(async move { axum::serve(no_delay(listener), router).await });
     }
     let bind = |path: PathBuf| {
         transport::bind_private(&path).map_err(|source| RunError::Bind { path, source })
@@ -427,4 +427,19 @@ impl Signals {
             _ = self.int.recv() => tracing::info!("SIGINT: stopping"),
         }
     }
+}
+
+/// `listener` with Nagle's algorithm off on every connection it accepts. An answer goes out in
+/// several small writes (the head, an SSE event, the last chunk); with Nagle on, a write waits
+/// for the ACK of the one before, which a client delays by up to 40 ms: measured, a
+/// `tools/call` on a 2025-11-25 session took 44 ms at the median instead of well under one.
+fn no_delay(
+    listener: tokio::net::TcpListener,
+) -> impl axum::serve::Listener<Io = tokio::net::TcpStream, Addr = std::net::SocketAddr> {
+    use axum::serve::ListenerExt as _;
+    listener.tap_io(|stream| {
+        if let Err(e) = stream.set_nodelay(true) {
+            tracing::debug!("TCP_NODELAY: {e}");
+        }
+    })
 }

@@ -137,20 +137,26 @@ pub struct McpClient {
 
 impl McpClient {
     pub fn connect(socket: &Path) -> McpClient {
-        let writer = UnixStream::connect(socket).expect("connect");
-        let reader = BufReader::new(writer.try_clone().expect("clone"));
-        let mut client = McpClient {
-            writer,
-            reader,
-            id: 0,
-            line: String::new(),
-        };
+        let mut client = McpClient::connect_stateless(socket);
         client.request("initialize", json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "bench", "version": "0"}}));
         client.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
         client
     }
 
-    fn send(&mut self, message: &Value) {
+    /// A connection that sends no `initialize`: for 2026-07-28 requests, which carry their
+    /// protocol version in `_meta`, or for an `initialize` of another version.
+    pub fn connect_stateless(socket: &Path) -> McpClient {
+        let writer = UnixStream::connect(socket).expect("connect");
+        let reader = BufReader::new(writer.try_clone().expect("clone"));
+        McpClient {
+            writer,
+            reader,
+            id: 0,
+            line: String::new(),
+        }
+    }
+
+    pub fn send(&mut self, message: &Value) {
         let mut bytes = serde_json::to_vec(message).expect("json");
         bytes.push(b'\n');
         self.writer.write_all(&bytes).expect("write");
