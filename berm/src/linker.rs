@@ -51,16 +51,8 @@ fn define_convention(linker: &mut Linker<CallState>) -> wasmtime::Result<()> {
             if state.outcome.is_some() {
                 return Err(state.violation("the tool gave its result twice"));
             }
-            let cap = state.call.program.info.limits.max_result_bytes;
             let size = len as u32 as usize + if failed { 0 } else { state.content_bytes };
-            if size > cap {
-                return Err(state.fault(Error::ResultTooLarge {
-                    program: state.call.program.name.to_string(),
-                    tool: state.call.tool.clone(),
-                    size,
-                    cap,
-                }));
-            }
+            check_result_size(state, size)?;
             let bytes = state.region(memory, ptr, len)?.to_vec();
             state.outcome = Some(if failed {
                 Outcome::Failed(bytes)
@@ -80,21 +72,13 @@ fn define_convention(linker: &mut Linker<CallState>) -> wasmtime::Result<()> {
                 content::MAX_BLOCKS
             )));
         }
-        let cap = state.call.program.info.limits.max_result_bytes;
         let block = match content::parse(state.region(memory, ptr, len)?) {
             Ok(block) => block,
             Err(e) => return Err(state.violation(&format!("berm.content: {e}"))),
         };
         // Checked before anything is copied.
         let size = state.content_bytes + block.uri.len() + block.mime_type.len() + block.body.len();
-        if size > cap {
-            return Err(state.fault(Error::ResultTooLarge {
-                program: state.call.program.name.to_string(),
-                tool: state.call.tool.clone(),
-                size,
-                cap,
-            }));
-        }
+        check_result_size(state, size)?;
         let block = Content {
             kind: block.kind,
             uri: block.uri.to_string(),
@@ -138,6 +122,21 @@ fn define_convention(linker: &mut Linker<CallState>) -> wasmtime::Result<()> {
         state.panic = Some(message);
         Ok(0)
     })?;
+    Ok(())
+}
+
+/// Stops the call when its result (text and content blocks) would be `size` bytes, past the
+/// program's result cap.
+fn check_result_size(state: &mut CallState, size: usize) -> wasmtime::Result<()> {
+    let cap = state.call.program.info.limits.max_result_bytes;
+    if size > cap {
+        return Err(state.fault(Error::ResultTooLarge {
+            program: state.call.program.name.to_string(),
+            tool: state.call.tool.clone(),
+            size,
+            cap,
+        }));
+    }
     Ok(())
 }
 
