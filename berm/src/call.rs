@@ -57,7 +57,7 @@ pub struct Progress<'a> {
     pub progress: f64,
     /// How far it will go, when the program knows.
     pub total: Option<f64>,
-    /// What it is doing, as the program wrote it (lossy UTF-8), cut at
+    /// What it is doing, as the program wrote it (UTF-8: anything else is refused), cut at
     /// [`MAX_PROGRESS_MESSAGE`] bytes: a host escapes it as it does log lines.
     pub message: Option<&'a str>,
 }
