@@ -157,11 +157,17 @@ for (const target of ["stdio", "http"]) {
     await Promise.race([heard, new Promise((_, no) => setTimeout(() => no(new Error("no list_changed in 20 s")), 20_000))]);
     assert.ok((await client.listTools()).tools.some((t) => t.name === `${name}_echo`));
 
-    // A program's log.write lines reach the session that made the call,
-    // before its result.
+    // A program's log.write lines reach the session that made the call: before its result on
+    // stdio, where there is one stream. Over HTTP they ride the session's standalone GET stream
+    // (rmcp routes only progress onto the request's own stream), another connection, so they
+    // may arrive just after the result: wait for them there.
     await client.setLoggingLevel("info");
     const result = await client.callTool({ name: "test_tool_with_logging", arguments: {} });
     assert.equal(result.content[0].text, "Logged three messages.");
+    if (target === "http") {
+      const until = Date.now() + 10_000;
+      while (logs.length < 3 && Date.now() < until) await new Promise((ok) => setTimeout(ok, 20));
+    }
     assert.deepEqual(logs.map((l) => [l.level, l.logger, l.data]), [
       ["info", "test", "Tool execution started"],
       ["info", "test", "Tool processing data"],
