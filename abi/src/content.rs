@@ -218,8 +218,9 @@ pub fn parse(request: &[u8]) -> Result<Block<'_>, ContentError> {
     })
 }
 
-/// `scheme:rest`, the scheme as RFC 3986 spells it, nothing a client could misread.
-fn is_uri(uri: &str) -> bool {
+/// `scheme:rest`, the scheme as RFC 3986 spells it, nothing a client could misread; public
+/// so that the manifest holds a resource's URI to the same rule as a block's.
+pub fn is_uri(uri: &str) -> bool {
     let Some((scheme, _)) = uri.split_once(':') else {
         return false;
     };
@@ -232,8 +233,8 @@ fn is_uri(uri: &str) -> bool {
 }
 
 /// `type/subtype`, each of HTTP token characters, then optional `; parameters` of printable
-/// ASCII.
-fn is_media_type(mime: &str) -> bool {
+/// ASCII; public so that a resource's declared media type meets the same rule.
+pub fn is_media_type(mime: &str) -> bool {
     let token = |s: &str| {
         !s.is_empty()
             && s.bytes()

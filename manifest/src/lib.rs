@@ -15,6 +15,7 @@
 //! upgrade.
 
 mod digest;
+pub mod serves;
 pub mod upgrade;
 
 use std::collections::BTreeSet;
@@ -29,6 +30,7 @@ use wasmparser::{ExternalKind, Parser, Payload, TypeRef};
 /// Re-exported from berm-abi, where it lives so that grants can use it too.
 pub use berm_abi::serde_as_text;
 pub use digest::{Digest, DigestParseError};
+pub use serves::Serves;
 
 /// Largest manifest section accepted; a bigger one is refused, not parsed.
 pub const MAX_MANIFEST_BYTES: usize = 1 << 20;
@@ -100,6 +102,14 @@ pub enum ManifestError {
     /// The module does not export its memory.
     #[error("the module does not export its linear memory as `{MEMORY_EXPORT}`")]
     NoMemory,
+    /// A tool's `serves` does not fit the tool, or repeats another tool's URI.
+    #[error("tool `{tool}` serves a resource or prompt that is not valid: {problem}")]
+    Serves {
+        /// The tool.
+        tool: String,
+        /// What is wrong.
+        problem: String,
+    },
 }
 
 /// One tool, as the manifest declares it.
@@ -119,6 +129,10 @@ pub struct Tool {
     /// MCP tool annotations (`readOnlyHint`, `destructiveHint`, …).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub annotations: Option<Value>,
+    /// A resource, resource template or prompt this tool serves instead of being offered
+    /// as a tool ([`serves`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub serves: Option<Serves>,
 }
 
 /// The JSON in the `berm.manifest` section (see `docs/design/abi.md`).
@@ -292,7 +306,8 @@ impl Manifest {
 
     /// Holds the manifest against the module: at least one tool, valid and
     /// unique names, every declared tool exported and every tool export
-    /// declared, object input schemas, an exported memory. Deploy and push
+    /// declared, object input schemas, resources and prompts that fit their
+    /// tools (with no URI served twice), an exported memory. Deploy and push
     /// refuse an image that fails this.
     ///
     /// # Errors
@@ -308,6 +323,7 @@ impl Manifest {
             return Err(ManifestError::NoTools);
         }
         let mut seen = BTreeSet::new();
+        let mut uris = BTreeSet::new();
         for tool in &self.tools {
             if !berm_abi::is_valid_name(&tool.name) {
                 return Err(ManifestError::InvalidToolName(tool.name.clone()));
@@ -322,6 +338,24 @@ impl Manifest {
             }
             if !self.tool_exports.contains(&tool.name) {
                 return Err(ManifestError::MissingExport(tool.name.clone()));
+            }
+            if let Some(serves) = &tool.serves {
+                let refuse = |problem: String| ManifestError::Serves {
+                    tool: tool.name.clone(),
+                    problem,
+                };
+                serves::check(serves, &tool.input_schema, tool.output_schema.as_ref())
+                    .map_err(refuse)?;
+                let uri = match serves {
+                    Serves::Resource { uri, .. } => Some(uri),
+                    Serves::ResourceTemplate { uri_template, .. } => Some(uri_template),
+                    Serves::Prompt {} => None,
+                };
+                if let Some(uri) = uri
+                    && !uris.insert(uri.as_str())
+                {
+                    return Err(refuse(format!("`{uri}` is served by another tool too")));
+                }
             }
         }
         if let Some(extra) = self

@@ -43,11 +43,11 @@ pub enum Change {
         /// After.
         new: String,
     },
-    /// A tool's input schema, output schema or annotations changed.
+    /// A tool's input schema, output schema, annotations or what it serves changed.
     ToolSchema {
         /// The tool.
         tool: String,
-        /// `input_schema`, `output_schema` or `annotations`.
+        /// `input_schema`, `output_schema`, `annotations` or `serves`.
         part: &'static str,
     },
     /// Syscalls the new version imports that the old one did not: it may reach further.
@@ -168,7 +168,9 @@ pub fn compare(
                 new: tool.description.clone(),
             });
         }
-        let parts: [(&'static str, Option<&Value>, Option<&Value>); 3] = [
+        let serves = |t: &crate::Tool| t.serves.as_ref().map(|s| serde_json::to_value(s).unwrap_or_default());
+        let (old_serves, new_serves) = (serves(before), serves(tool));
+        let parts: [(&'static str, Option<&Value>, Option<&Value>); 4] = [
             (
                 "input_schema",
                 Some(&before.input_schema),
@@ -184,6 +186,7 @@ pub fn compare(
                 before.annotations.as_ref(),
                 tool.annotations.as_ref(),
             ),
+            ("serves", old_serves.as_ref(), new_serves.as_ref()),
         ];
         for (part, o, n) in parts {
             if o != n {

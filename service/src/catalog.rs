@@ -1,17 +1,24 @@
-//! Every deployed tool as MCP sees it, with its argument validator: rebuilt
-//! on each deploy and remove, read without locking on every call.
+//! Every deployed tool as MCP sees it, with its argument validator, and the resources,
+//! resource templates and prompts that tools marked `serves` offer: rebuilt on each deploy
+//! and remove, read without locking on every call.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use berm::ProgramInfo;
+use berm_manifest::Serves;
+use berm_manifest::serves::{Segment, match_template, template_segments};
 use jsonschema::Validator;
-use rmcp::model::{JsonObject, Tool, ToolAnnotations};
+use rmcp::model::{
+    JsonObject, Prompt, PromptArgument, Resource, ResourceTemplate, Tool, ToolAnnotations,
+};
 
 /// One tool of one program.
 pub struct ToolEntry {
     /// The program.
     pub program: String,
+    /// Its digest: a resource a client watches changed when this did.
+    pub digest: berm::Digest,
     /// The tool within it.
     pub tool: String,
     /// The tool as `tools/list` shows it.
@@ -30,13 +37,43 @@ pub struct ToolEntry {
     /// The arguments a 2026-07-28 client mirrors into `Mcp-Param-*` headers, which bermd's
     /// HTTP listener checks against the body ([`crate::param_headers`]).
     pub headers: Vec<crate::param_headers::ParamHeader>,
+    /// The resource, template or prompt this entry serves; such an entry is not a tool
+    /// `tools/list` shows or `tools/call` runs.
+    pub serves: Option<Serves>,
 }
 
-/// All tools, by served name (`{program}_{tool}`, [`berm_abi::served_name`]).
+/// A resource template and the entry that reads what it matches.
+struct TemplateEntry {
+    /// As declared: `scheme://…/{var}/…`.
+    template: String,
+    /// The served name of the entry that reads it.
+    served: String,
+}
+
+/// All entries, by served name (`{program}_{tool}`, [`berm_abi::served_name`]), and the
+/// lists MCP pages through.
 #[derive(Default)]
 pub struct Catalog {
     tools: BTreeMap<String, ToolEntry>,
     list: Arc<Vec<Tool>>,
+    /// Static resources by URI: the served name of the entry that reads each.
+    resources: BTreeMap<String, String>,
+    resource_list: Arc<Vec<Resource>>,
+    templates: Vec<TemplateEntry>,
+    template_list: Arc<Vec<ResourceTemplate>>,
+    prompt_list: Arc<Vec<Prompt>>,
+}
+
+/// What a `resources/read` URI resolves to.
+pub struct ResourceRead<'c> {
+    /// The entry that reads it.
+    pub entry: &'c ToolEntry,
+    /// Its served name, for [`crate::Service::call`].
+    pub served: &'c str,
+    /// The arguments: a template's variables, percent-decoded; empty for a fixed URI.
+    pub args: serde_json::Value,
+    /// The declared media type (empty when none was declared).
+    pub mime_type: &'c str,
 }
 
 impl Catalog {
@@ -45,6 +82,11 @@ impl Catalog {
     /// so this is only reachable for records from another version).
     pub fn build(programs: &[ProgramInfo]) -> Catalog {
         let mut tools = BTreeMap::new();
+        let mut resources = BTreeMap::new();
+        let mut resource_list = Vec::new();
+        let mut templates = Vec::new();
+        let mut template_list = Vec::new();
+        let mut prompt_list = Vec::new();
         for program in programs {
             let starts_inline = never_waits(&program.manifest);
             let logs = program.manifest.syscalls.iter().any(|s| s.module == "log");
@@ -67,10 +109,63 @@ impl Catalog {
                 };
                 let mcp = mcp_tool(&name, program, tool);
                 let headers = crate::param_headers::of_schema(&tool.input_schema);
+                let about = || {
+                    let own = tool.description.trim();
+                    if own.is_empty() {
+                        program.manifest.description.trim().to_string()
+                    } else {
+                        own.to_string()
+                    }
+                };
+                match &tool.serves {
+                    None => {}
+                    Some(Serves::Resource { uri, mime_type }) => {
+                        // Deploy refuses a URI another program serves; a record from
+                        // another version keeps the first program's.
+                        if resources.contains_key(uri) {
+                            tracing::warn!(tool = %name, %uri, "resource served by another program too; not served here");
+                            continue;
+                        }
+                        let mut listed = Resource::new(uri.clone(), name.clone())
+                            .with_description(about());
+                        if !mime_type.is_empty() {
+                            listed = listed.with_mime_type(mime_type.clone());
+                        }
+                        resource_list.push(listed);
+                        resources.insert(uri.clone(), name.clone());
+                    }
+                    Some(Serves::ResourceTemplate {
+                        uri_template,
+                        mime_type,
+                    }) => {
+                        if templates.iter().any(|t: &TemplateEntry| &t.template == uri_template) {
+                            tracing::warn!(tool = %name, %uri_template, "template served by another program too; not served here");
+                            continue;
+                        }
+                        let mut listed = ResourceTemplate::new(uri_template.clone(), name.clone())
+                            .with_description(about());
+                        if !mime_type.is_empty() {
+                            listed = listed.with_mime_type(mime_type.clone());
+                        }
+                        template_list.push(listed);
+                        templates.push(TemplateEntry {
+                            template: uri_template.clone(),
+                            served: name.clone(),
+                        });
+                    }
+                    Some(Serves::Prompt {}) => {
+                        prompt_list.push(Prompt::new(
+                            name.clone(),
+                            Some(about()),
+                            prompt_arguments(&tool.input_schema),
+                        ));
+                    }
+                }
                 tools.insert(
                     name,
                     ToolEntry {
                         program: program.name.clone(),
+                        digest: program.digest,
                         tool: tool.name.clone(),
                         mcp,
                         validator,
@@ -78,12 +173,113 @@ impl Catalog {
                         starts_inline,
                         logs,
                         headers,
+                        serves: tool.serves.clone(),
                     },
                 );
             }
         }
-        let list = Arc::new(tools.values().map(|t| t.mcp.clone()).collect());
-        Catalog { tools, list }
+        let list = tools
+            .values()
+            .filter(|t| t.serves.is_none())
+            .map(|t| t.mcp.clone())
+            .collect();
+        resource_list.sort_by(|a, b| a.uri.cmp(&b.uri));
+        template_list.sort_by(|a, b| a.uri_template.cmp(&b.uri_template));
+        templates.sort_by(|a, b| a.template.cmp(&b.template));
+        prompt_list.sort_by(|a, b| a.name.cmp(&b.name));
+        Catalog {
+            tools,
+            list: Arc::new(list),
+            resources,
+            resource_list: Arc::new(resource_list),
+            templates,
+            template_list: Arc::new(template_list),
+            prompt_list: Arc::new(prompt_list),
+        }
+    }
+
+    /// The entry that reads `uri` and the arguments it takes: a fixed resource first, then
+    /// the first template (in sorted order) that matches.
+    pub fn resource(&self, uri: &str) -> Option<ResourceRead<'_>> {
+        let read = |served: &'_ str, args: serde_json::Map<String, serde_json::Value>| {
+            let (served, entry) = self.tools.get_key_value(served)?;
+            let mime_type = match &entry.serves {
+                Some(Serves::Resource { mime_type, .. })
+                | Some(Serves::ResourceTemplate { mime_type, .. }) => mime_type.as_str(),
+                _ => "",
+            };
+            Some(ResourceRead {
+                entry,
+                served,
+                args: serde_json::Value::Object(args),
+                mime_type,
+            })
+        };
+        if let Some(served) = self.resources.get(uri) {
+            return read(served, serde_json::Map::new());
+        }
+        self.templates.iter().find_map(|t| {
+            let segments = template_segments(&t.template).ok()?;
+            let values = match_template(&segments, uri)?;
+            let names = segments.iter().filter_map(|s| match s {
+                Segment::Variable(name) => Some(*name),
+                Segment::Literal(_) => None,
+            });
+            let mut args = serde_json::Map::new();
+            for (name, raw) in names.zip(values) {
+                // A value that does not decode to UTF-8 matches nothing.
+                let value = percent_encoding::percent_decode_str(raw).decode_utf8().ok()?;
+                args.insert(name.to_string(), serde_json::Value::from(value.into_owned()));
+            }
+            read(&t.served, args)
+        })
+    }
+
+    /// Which program, at which digest, serves `uri` (fixed, or matched by a template): what
+    /// a subscription to the URI watches.
+    pub fn resource_owner(&self, uri: &str) -> Option<(String, berm::Digest)> {
+        self.resource(uri)
+            .map(|r| (r.entry.program.clone(), r.entry.digest))
+    }
+
+    /// The entry serving the resource template `template`, as declared.
+    pub fn template_entry(&self, template: &str) -> Option<&ToolEntry> {
+        let t = self.templates.iter().find(|t| t.template == template)?;
+        self.tools.get(&t.served)
+    }
+
+    /// Every static resource, sorted by URI (for noticing that the list changed).
+    pub fn resources(&self) -> Arc<Vec<Resource>> {
+        self.resource_list.clone()
+    }
+
+    /// Every resource template, sorted.
+    pub fn templates(&self) -> Arc<Vec<ResourceTemplate>> {
+        self.template_list.clone()
+    }
+
+    /// Every prompt, sorted by name.
+    pub fn prompts(&self) -> Arc<Vec<Prompt>> {
+        self.prompt_list.clone()
+    }
+
+    /// A page of `resources/list`, as [`Catalog::page`] pages tools (cursor: a URI).
+    pub fn resource_page(&self, cursor: Option<&str>, size: usize) -> (Vec<Resource>, Option<String>) {
+        page(&self.resource_list, |r| &r.uri, cursor, size)
+    }
+
+    /// A page of `resources/templates/list` (cursor: a template).
+    pub fn template_page(
+        &self,
+        cursor: Option<&str>,
+        size: usize,
+    ) -> (Vec<ResourceTemplate>, Option<String>) {
+        page(&self.template_list, |t| &t.uri_template, cursor, size)
+    }
+
+    /// A page of `prompts/list` (cursor: a prompt's name).
+    pub fn prompt_page(&self, cursor: Option<&str>, size: usize) -> (Vec<Prompt>, Option<String>) {
+        page(&self.prompt_list, |p| &p.name, cursor, size)
     }
 
     /// A tool by its MCP name.
@@ -101,15 +297,106 @@ impl Catalog {
     /// is the last name of the page before, so a deploy or remove between
     /// two pages neither repeats nor skips a tool that stayed.
     pub fn page(&self, cursor: Option<&str>, size: usize) -> (Vec<Tool>, Option<String>) {
-        let start = match cursor {
-            Some(after) => self.list.partition_point(|t| t.name.as_ref() <= after),
-            None => 0,
-        };
-        let end = start.saturating_add(size.max(1)).min(self.list.len());
-        let page = self.list[start..end].to_vec();
-        let next = (end < self.list.len()).then(|| self.list[end - 1].name.to_string());
-        (page, next)
+        page(&self.list, |t| t.name.as_ref(), cursor, size)
     }
+}
+
+/// At most `size` items of `list` (sorted by `key`) whose keys sort after `cursor`, and the
+/// cursor of the next page when more follow: the last key of this one.
+fn page<T: Clone>(
+    list: &[T],
+    key: impl Fn(&T) -> &str,
+    cursor: Option<&str>,
+    size: usize,
+) -> (Vec<T>, Option<String>) {
+    let start = match cursor {
+        Some(after) => list.partition_point(|t| key(t) <= after),
+        None => 0,
+    };
+    let end = start.saturating_add(size.max(1)).min(list.len());
+    let items = list[start..end].to_vec();
+    let next = (end < list.len()).then(|| key(&list[end - 1]).to_string());
+    (items, next)
+}
+
+/// A prompt's arguments as MCP lists them: the tool's (string) properties in the schema's
+/// order, each with its description and whether it is required.
+fn prompt_arguments(schema: &serde_json::Value) -> Option<Vec<PromptArgument>> {
+    let properties = schema.get("properties")?.as_object()?;
+    let required: Vec<&str> = schema
+        .get("required")
+        .and_then(|r| r.as_array())
+        .map(|r| r.iter().filter_map(|v| v.as_str()).collect())
+        .unwrap_or_default();
+    let arguments: Vec<PromptArgument> = properties
+        .iter()
+        .map(|(name, property)| {
+            let mut argument =
+                PromptArgument::new(name.clone()).with_required(required.contains(&name.as_str()));
+            if let Some(text) = property.get("description").and_then(|d| d.as_str()) {
+                argument = argument.with_description(text);
+            }
+            argument
+        })
+        .collect();
+    (!arguments.is_empty()).then_some(arguments)
+}
+
+/// Most values `completion/complete` returns, as MCP allows.
+pub const MAX_COMPLETIONS: usize = 100;
+
+/// The completions of argument `argument` of `entry` (a prompt's argument or a template's
+/// variable) for what the user typed so far: the `enum` values its schema declares that
+/// start with `typed` (ignoring case), at most [`MAX_COMPLETIONS`], and how many matched.
+/// An argument without an `enum` has no completions: bermd does not start an instance to
+/// suggest values.
+pub fn completions(entry: &ToolEntry, argument: &str, typed: &str) -> (Vec<String>, usize) {
+    let schema = entry.mcp.input_schema.get("properties").and_then(|p| p.get(argument));
+    let Some(values) = schema.and_then(|s| s.get("enum")).and_then(|e| e.as_array()) else {
+        return (Vec::new(), 0);
+    };
+    let typed = typed.to_lowercase();
+    let matched: Vec<String> = values
+        .iter()
+        .filter_map(|v| v.as_str())
+        .filter(|v| v.to_lowercase().starts_with(&typed))
+        .map(str::to_string)
+        .collect();
+    let total = matched.len();
+    (matched.into_iter().take(MAX_COMPLETIONS).collect(), total)
+}
+
+/// Checks that no other program than `program` serves a URI or template `manifest` declares,
+/// so a `resources/read` has one answer.
+pub fn check_resource_uris(
+    program: &str,
+    manifest: &berm::Manifest,
+    catalog: &Catalog,
+) -> Result<(), String> {
+    for tool in &manifest.tools {
+        let taken = match &tool.serves {
+            Some(Serves::Resource { uri, .. }) => catalog
+                .resources
+                .get(uri)
+                .map(|served| (uri, served.as_str())),
+            Some(Serves::ResourceTemplate { uri_template, .. }) => catalog
+                .templates
+                .iter()
+                .find(|t| &t.template == uri_template)
+                .map(|t| (uri_template, t.served.as_str())),
+            _ => None,
+        };
+        if let Some((uri, served)) = taken
+            && let Some(other) = catalog.get(served).map(|e| e.program.as_str())
+            && other != program
+        {
+            return Err(format!(
+                "tool `{}` serves `{uri}`, which program `{other}` already serves; a URI has one server on an endpoint: remove `{other}` or change the URI",
+                tool.name
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Whether nothing a program can reach makes it wait: it imports no syscall
@@ -299,6 +586,7 @@ mod tests {
             input_schema: schema,
             output_schema: None,
             annotations: None,
+            serves: None,
         });
         manifest
     }

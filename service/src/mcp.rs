@@ -1,10 +1,15 @@
-//! MCP: every deployed program's tools on one endpoint, served with rmcp.
+//! MCP: every deployed program's tools, resources and prompts on one endpoint, served with
+//! rmcp.
 //!
 //! The handler is written by hand because the tools are dynamic: they come
 //! from the catalog, which changes on every deploy and remove. Clients hear
-//! about changes through `notifications/tools/list_changed` — sent on the
-//! session's peer for clients that `initialize` (up to 2025-11-25), and on a
-//! `subscriptions/listen` stream for 2026-07-28 clients.
+//! about changes through `notifications/{tools,prompts,resources}/list_changed`
+//! and `notifications/resources/updated` — sent on the session's peer for
+//! clients that `initialize` (up to 2025-11-25), and on a `subscriptions/listen`
+//! stream for 2026-07-28 clients.
+//!
+//! A resource read and a prompt run the tool that serves them, in a fresh
+//! instance like any call ([`berm_manifest::serves`]).
 //!
 //! Errors cross into MCP in exactly one place, [`call_result`].
 //!
@@ -17,27 +22,40 @@
 // in rmcp by SEP-2577 but is what clients up to 2025-11-25 speak.
 #![allow(deprecated)]
 
+use std::collections::BTreeMap;
 use std::pin::pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::task::Poll;
 
+use berm_manifest::Serves;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    ListToolsResult, PaginatedRequestParams, Resource, ResourceContents, ServerCapabilities,
-    ServerConfig, SetLevelRequestParams, SubscriptionFilter, Tool,
+    CallToolRequestParams, CallToolResponse, CallToolResult, CompleteRequestParams,
+    CompleteResult, CompletionInfo, ContentBlock, GetPromptRequestParams, GetPromptResponse,
+    GetPromptResult, Implementation, ListPromptsResult, ListResourceTemplatesResult,
+    ListResourcesResult, ListToolsResult, PaginatedRequestParams, PromptMessage,
+    ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, Reference, Resource,
+    ResourceContents, Role, ServerCapabilities, ServerConfig, SetLevelRequestParams,
+    SubscribeRequestParams, SubscriptionFilter, Tool, UnsubscribeRequestParams,
 };
 use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use tokio::sync::broadcast::error::RecvError;
 
+use crate::catalog::Catalog;
 use crate::logs::SessionLog;
 use crate::service::{CallError, Done, LogTo, Service};
+
+/// Most resources one session may subscribe to with `resources/subscribe`.
+pub const MAX_SUBSCRIPTIONS: usize = 1024;
 
 /// The MCP face of a [`Service`]; one per session, cheap to clone.
 #[derive(Clone)]
 pub struct McpServer {
     service: Arc<Service>,
     log: SessionLog,
+    /// The URIs this session subscribed to (2025-11-25 `resources/subscribe`), each with
+    /// the program and digest that served it when last seen.
+    subscribed: Arc<Mutex<Watched>>,
 }
 
 impl McpServer {
@@ -46,21 +64,106 @@ impl McpServer {
         McpServer {
             service,
             log: SessionLog::default(),
+            subscribed: Arc::default(),
         }
     }
+
+    /// Runs entry `name` for a tools/call, a resource read or a prompt, with the session's
+    /// log and the request's progress token; `Err` when the client cancelled the request.
+    async fn run(
+        &self,
+        name: &str,
+        args: &serde_json::Value,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<Result<Result<Done, berm::Failure>, CallError>, McpError> {
+        let progress = context.meta.get_progress_token();
+        let log = LogTo {
+            session: &self.log,
+            peer: &context.peer,
+            progress: progress.as_ref(),
+        };
+        let mut call = pin!(self.service.call(name, args, Some(log)));
+        // The first poll runs a short call to its end; only a call still
+        // running listens for its cancellation (which would otherwise cost a
+        // registration on every call).
+        let first = std::future::poll_fn(|cx| Poll::Ready(call.as_mut().poll(cx))).await;
+        let outcome = match first {
+            Poll::Ready(outcome) => outcome,
+            Poll::Pending => tokio::select! {
+                biased;
+                outcome = call => outcome,
+                () = context.ct.cancelled() => {
+                    // Dropping the call stops it; rmcp sends nothing for a
+                    // cancelled id, so this error goes nowhere.
+                    return Err(McpError::internal_error("the call was cancelled", None));
+                }
+            },
+        };
+        self.log.flush().await;
+        Ok(outcome)
+    }
+}
+
+/// Subscribed URIs, each with who served it when last seen (`None`: nobody).
+type Watched = BTreeMap<String, Option<(String, berm::Digest)>>;
+
+/// What a session has been told, to say only what changed after a deploy or remove.
+struct Seen {
+    resources: Arc<Vec<Resource>>,
+    templates: Arc<Vec<rmcp::model::ResourceTemplate>>,
+    prompts: Arc<Vec<rmcp::model::Prompt>>,
+}
+
+impl Seen {
+    fn of(catalog: &Catalog) -> Seen {
+        Seen {
+            resources: catalog.resources(),
+            templates: catalog.templates(),
+            prompts: catalog.prompts(),
+        }
+    }
+
+    /// Whether the resource lists and the prompt list changed since last seen.
+    fn update(&mut self, catalog: &Catalog) -> (bool, bool) {
+        let now = Seen::of(catalog);
+        let resources = now.resources != self.resources || now.templates != self.templates;
+        let prompts = now.prompts != self.prompts;
+        *self = now;
+        (resources, prompts)
+    }
+}
+
+/// The watched URIs whose server (program or digest) changed, updating `watched`.
+fn updated(watched: &mut Watched, catalog: &Catalog) -> Vec<String> {
+    let mut changed = Vec::new();
+    for (uri, owner) in watched.iter_mut() {
+        let now = catalog.resource_owner(uri);
+        if now != *owner {
+            *owner = now;
+            changed.push(uri.clone());
+        }
+    }
+    changed
 }
 
 const INSTRUCTIONS: &str = "berm serves every deployed program's tools, named \
 `{program}_{tool}` (a program's name has no `_`, so the first `_` ends it). \
 Each tool's description ends with what its program is and when to reach for \
-it. The list changes when programs are deployed or removed.";
+it. Programs may also serve resources and prompts (prompts are named like \
+tools). The lists change when programs are deployed or removed.";
 
 impl ServerHandler for McpServer {
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(
             ServerCapabilities::builder()
                 .enable_logging()
+                .enable_completions()
+                .enable_prompts()
+                .enable_resources()
                 .enable_tools()
+                .enable_prompts_list_changed()
+                .enable_resources_list_changed()
+                .enable_resources_subscribe()
                 .enable_tool_list_changed()
                 .build(),
         )
@@ -94,7 +197,9 @@ impl ServerHandler for McpServer {
     }
 
     fn get_tool(&self, name: &str) -> Option<Tool> {
-        self.service.catalog().get(name).map(|t| t.mcp.clone())
+        let catalog = self.service.catalog();
+        let entry = catalog.get(name)?;
+        entry.serves.is_none().then(|| entry.mcp.clone())
     }
 
     async fn call_tool(
@@ -102,32 +207,255 @@ impl ServerHandler for McpServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
-        let args = serde_json::Value::Object(request.arguments.unwrap_or_default());
-        let progress = context.meta.get_progress_token();
-        let log = LogTo {
-            session: &self.log,
-            peer: &context.peer,
-            progress: progress.as_ref(),
-        };
-        let mut call = pin!(self.service.call(&request.name, &args, Some(log)));
-        // The first poll runs a short call to its end; only a call still
-        // running listens for its cancellation (which would otherwise cost a
-        // registration on every call).
-        let first = std::future::poll_fn(|cx| Poll::Ready(call.as_mut().poll(cx))).await;
-        let outcome = match first {
-            Poll::Ready(outcome) => outcome,
-            Poll::Pending => tokio::select! {
-                biased;
-                outcome = call => outcome,
-                () = context.ct.cancelled() => {
-                    // Dropping the call stops it; rmcp sends nothing for a
-                    // cancelled id, so this error goes nowhere.
-                    return Err(McpError::internal_error("the call was cancelled", None));
+        if let Some(serves) = self
+            .service
+            .catalog()
+            .get(&request.name)
+            .and_then(|e| e.serves.clone())
+        {
+            let how = match serves {
+                Serves::Prompt {} => "a prompt: get it with prompts/get".to_string(),
+                Serves::Resource { uri, .. } => {
+                    format!("the resource `{uri}`: read it with resources/read")
                 }
-            },
-        };
-        self.log.flush().await;
+                Serves::ResourceTemplate { uri_template, .. } => format!(
+                    "the resource template `{uri_template}`: read a URI it matches with resources/read"
+                ),
+            };
+            return Err(McpError::invalid_params(
+                format!("`{}` is not a tool; it serves {how}", request.name),
+                None,
+            ));
+        }
+        let args = serde_json::Value::Object(request.arguments.unwrap_or_default());
+        let outcome = self.run(&request.name, &args, &context).await?;
         call_result(outcome)
+    }
+
+    async fn list_resources(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, McpError> {
+        let cursor = request.and_then(|r| r.cursor);
+        let (resources, next) = self
+            .service
+            .catalog()
+            .resource_page(cursor.as_deref(), self.service.tools_page_size());
+        let mut result = ListResourcesResult::with_all_items(resources);
+        result.next_cursor = next;
+        Ok(result)
+    }
+
+    async fn list_resource_templates(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, McpError> {
+        let cursor = request.and_then(|r| r.cursor);
+        let (templates, next) = self
+            .service
+            .catalog()
+            .template_page(cursor.as_deref(), self.service.tools_page_size());
+        let mut result = ListResourceTemplatesResult::with_all_items(templates);
+        result.next_cursor = next;
+        Ok(result)
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, McpError> {
+        let uri = request.uri;
+        let not_found = |uri: &str| {
+            McpError::resource_not_found(
+                format!("Resource not found: no program serves `{uri}` (list them with resources/list and resources/templates/list)"),
+                Some(serde_json::json!({ "uri": uri })),
+            )
+        };
+        let catalog = self.service.catalog();
+        let Some(read) = catalog.resource(&uri) else {
+            return Err(not_found(&uri));
+        };
+        let mime_type = read.mime_type.to_string();
+        let outcome = self.run(read.served, &read.args, &context).await?;
+        let done = match outcome {
+            Ok(Ok(done)) => done,
+            Ok(Err(failure)) => {
+                return Err(McpError::internal_error(
+                    format!("reading `{uri}` failed: {}", failure.message),
+                    None,
+                ));
+            }
+            Err(CallError::NoSuchTool(_)) => return Err(not_found(&uri)),
+            Err(error @ CallError::Host(berm::Error::InvalidArguments { .. })) => {
+                return Err(McpError::invalid_params(
+                    format!("`{uri}` matches a template, but {error}"),
+                    Some(serde_json::json!({ "uri": uri })),
+                ));
+            }
+            Err(error) => {
+                tracing::warn!("resources/read: {error}");
+                return Err(McpError::internal_error(
+                    format!("reading `{uri}` failed: {error}"),
+                    None,
+                ));
+            }
+        };
+        let contents = resource_contents(&uri, &mime_type, done).map_err(|problem| {
+            McpError::internal_error(format!("reading `{uri}` failed: {problem}"), None)
+        })?;
+        Ok(ReadResourceResult::new(contents).into())
+    }
+
+    async fn subscribe(
+        &self,
+        request: SubscribeRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        let owner = self.service.catalog().resource_owner(&request.uri);
+        if owner.is_none() {
+            return Err(McpError::resource_not_found(
+                format!("Resource not found: no program serves `{}`", request.uri),
+                Some(serde_json::json!({ "uri": request.uri })),
+            ));
+        }
+        let mut subscribed = self.subscribed.lock().unwrap_or_else(|p| p.into_inner());
+        if subscribed.len() >= MAX_SUBSCRIPTIONS && !subscribed.contains_key(&request.uri) {
+            return Err(McpError::invalid_params(
+                format!(
+                    "this session already watches {MAX_SUBSCRIPTIONS} resources, the cap: unsubscribe from one first"
+                ),
+                None,
+            ));
+        }
+        subscribed.insert(request.uri, owner);
+        Ok(())
+    }
+
+    async fn unsubscribe(
+        &self,
+        request: UnsubscribeRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        self.subscribed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&request.uri);
+        Ok(())
+    }
+
+    async fn list_prompts(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, McpError> {
+        let cursor = request.and_then(|r| r.cursor);
+        let (prompts, next) = self
+            .service
+            .catalog()
+            .prompt_page(cursor.as_deref(), self.service.tools_page_size());
+        let mut result = ListPromptsResult::with_all_items(prompts);
+        result.next_cursor = next;
+        Ok(result)
+    }
+
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, McpError> {
+        let name = request.name;
+        let is_prompt = self
+            .service
+            .catalog()
+            .get(&name)
+            .is_some_and(|e| e.serves == Some(Serves::Prompt {}));
+        let unknown = |name: &str| {
+            McpError::invalid_params(
+                format!("no prompt `{name}` is served (list them with prompts/list)"),
+                None,
+            )
+        };
+        if !is_prompt {
+            return Err(unknown(&name));
+        }
+        let args = serde_json::Value::Object(request.arguments.unwrap_or_default());
+        let outcome = self.run(&name, &args, &context).await?;
+        match outcome {
+            Ok(Ok(done)) => Ok(GetPromptResult::new(prompt_messages(done)).into()),
+            Ok(Err(failure)) => Err(McpError::internal_error(
+                format!("prompt `{name}` failed: {}", failure.message),
+                None,
+            )),
+            Err(CallError::NoSuchTool(_)) => Err(unknown(&name)),
+            Err(error @ CallError::Host(berm::Error::InvalidArguments { .. })) => {
+                Err(McpError::invalid_params(error.to_string(), None))
+            }
+            Err(error) => {
+                tracing::warn!("prompts/get: {error}");
+                Err(McpError::internal_error(
+                    format!("prompt `{name}` failed: {error}"),
+                    None,
+                ))
+            }
+        }
+    }
+
+    async fn complete(
+        &self,
+        request: CompleteRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CompleteResult, McpError> {
+        let catalog = self.service.catalog();
+        let entry = match &request.r#ref {
+            Reference::Prompt(prompt) => catalog
+                .get(&prompt.name)
+                .filter(|e| e.serves == Some(Serves::Prompt {}))
+                .ok_or_else(|| {
+                    McpError::invalid_params(
+                        format!("no prompt `{}` is served (list them with prompts/list)", prompt.name),
+                        None,
+                    )
+                })?,
+            Reference::Resource(template) => {
+                catalog.template_entry(&template.uri).ok_or_else(|| {
+                    McpError::invalid_params(
+                        format!(
+                            "no resource template `{}` is served (list them with resources/templates/list)",
+                            template.uri
+                        ),
+                        None,
+                    )
+                })?
+            }
+            _ => {
+                return Err(McpError::invalid_params(
+                    "completion/complete: ref must be ref/prompt or ref/resource",
+                    None,
+                ));
+            }
+        };
+        let argument = &request.argument;
+        let known = entry
+            .mcp
+            .input_schema
+            .get("properties")
+            .and_then(|p| p.get(&argument.name))
+            .is_some();
+        if !known {
+            return Err(McpError::invalid_params(
+                format!("`{}` has no argument `{}`", entry.mcp.name, argument.name),
+                None,
+            ));
+        }
+        let (values, total) = crate::catalog::completions(entry, &argument.name, &argument.value);
+        let more = total > values.len();
+        let total = u32::try_from(total).unwrap_or(u32::MAX);
+        let completion = CompletionInfo::with_pagination(values, Some(total), more)
+            .map_err(|e| McpError::internal_error(e, None))?;
+        Ok(CompleteResult::new(completion))
     }
 
     async fn set_level(
@@ -146,13 +474,33 @@ impl ServerHandler for McpServer {
         const CHECK_PERIOD: std::time::Duration = std::time::Duration::from_secs(10);
         let peer = context.peer;
         let mut changes = self.service.subscribe();
+        let service = self.service.clone();
+        let subscribed = self.subscribed.clone();
+        let mut seen = Seen::of(&service.catalog());
         tokio::spawn(async move {
             let mut check = tokio::time::interval(CHECK_PERIOD);
             loop {
                 tokio::select! {
                     change = changes.recv() => match change {
                         Ok(()) | Err(RecvError::Lagged(_)) => {
-                            if peer.notify_tool_list_changed().await.is_err() {
+                            let catalog = service.catalog();
+                            let (resources, prompts) = seen.update(&catalog);
+                            let updated = updated(
+                                &mut subscribed.lock().unwrap_or_else(|p| p.into_inner()),
+                                &catalog,
+                            );
+                            let mut sent = peer.notify_tool_list_changed().await;
+                            if resources {
+                                sent = sent.and(peer.notify_resource_list_changed().await);
+                            }
+                            if prompts {
+                                sent = sent.and(peer.notify_prompt_list_changed().await);
+                            }
+                            for uri in updated {
+                                let param = rmcp::model::ResourceUpdatedNotificationParam::new(uri);
+                                sent = sent.and(peer.notify_resource_updated(param).await);
+                            }
+                            if sent.is_err() {
                                 break;
                             }
                         }
@@ -176,7 +524,20 @@ impl ServerHandler for McpServer {
     }
 
     async fn listen(&self, context: SubscriptionContext) -> Result<(), McpError> {
-        if context.accepted().tools_list_changed != Some(true) {
+        let accepted = context.accepted().clone();
+        let wants = |flag: Option<bool>| flag == Some(true);
+        let mut watched: Watched = BTreeMap::new();
+        let catalog = self.service.catalog();
+        for uri in accepted.resource_subscriptions.iter().flatten().take(MAX_SUBSCRIPTIONS) {
+            watched.insert(uri.clone(), catalog.resource_owner(uri));
+        }
+        let mut seen = Seen::of(&catalog);
+        drop(catalog);
+        let listens = wants(accepted.tools_list_changed)
+            || wants(accepted.prompts_list_changed)
+            || wants(accepted.resources_list_changed)
+            || !watched.is_empty();
+        if !listens {
             context.cancelled().await;
             return Ok(());
         }
@@ -186,7 +547,23 @@ impl ServerHandler for McpServer {
                 () = context.cancelled() => return Ok(()),
                 change = changes.recv() => match change {
                     Ok(()) | Err(RecvError::Lagged(_)) => {
-                        if context.sink().notify_tool_list_changed().await.is_err() {
+                        let catalog = self.service.catalog();
+                        let (resources, prompts) = seen.update(&catalog);
+                        let sink = context.sink();
+                        let mut sent = Ok(());
+                        if wants(accepted.tools_list_changed) {
+                            sent = sent.and(sink.notify_tool_list_changed().await);
+                        }
+                        if resources && wants(accepted.resources_list_changed) {
+                            sent = sent.and(sink.notify_resource_list_changed().await);
+                        }
+                        if prompts && wants(accepted.prompts_list_changed) {
+                            sent = sent.and(sink.notify_prompt_list_changed().await);
+                        }
+                        for uri in updated(&mut watched, &catalog) {
+                            sent = sent.and(sink.notify_resource_updated(uri).await);
+                        }
+                        if sent.is_err() {
                             return Ok(());
                         }
                     }
@@ -231,6 +608,79 @@ fn content_block(block: berm::Content) -> ContentBlock {
             ContentBlock::resource_link(link)
         }
     }
+}
+
+/// What a resource read returned as `resources/read` contents: its text first (unless empty
+/// while blocks follow) as the resource `uri` in its declared media type, then each block —
+/// embedded resources as they are, text as more text of `uri`, images and audio as its
+/// bytes. A resource link points elsewhere, which a read cannot carry.
+fn resource_contents(
+    uri: &str,
+    mime_type: &str,
+    done: Done,
+) -> Result<Vec<ResourceContents>, String> {
+    use base64::Engine as _;
+    use berm_abi::content::Kind;
+    let base64 = |bytes: &[u8]| base64::engine::general_purpose::STANDARD.encode(bytes);
+    let declared = (!mime_type.is_empty()).then(|| mime_type.to_string());
+    let text_of = |text: String, mime_type: Option<String>| ResourceContents::TextResourceContents {
+        uri: uri.to_string(),
+        mime_type,
+        text,
+        meta: None,
+    };
+    let mut contents = Vec::new();
+    if !done.text.is_empty() || done.content.is_empty() {
+        contents.push(text_of(done.text, declared.clone()));
+    }
+    for block in done.content {
+        let mime = (!block.mime_type.is_empty()).then(|| block.mime_type.clone());
+        let utf8 = |bytes: Vec<u8>| {
+            String::from_utf8(bytes)
+                .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
+        };
+        contents.push(match block.kind {
+            Kind::Text => text_of(utf8(block.body), declared.clone()),
+            Kind::Image | Kind::Audio => ResourceContents::BlobResourceContents {
+                uri: uri.to_string(),
+                mime_type: mime,
+                blob: base64(&block.body),
+                meta: None,
+            },
+            Kind::ResourceText => ResourceContents::TextResourceContents {
+                uri: block.uri,
+                mime_type: mime,
+                text: utf8(block.body),
+                meta: None,
+            },
+            Kind::ResourceBlob => ResourceContents::BlobResourceContents {
+                uri: block.uri,
+                mime_type: mime,
+                blob: base64(&block.body),
+                meta: None,
+            },
+            Kind::ResourceLink => {
+                return Err(format!(
+                    "the program returned a link to `{}`, which resources/read cannot carry: return the contents",
+                    block.uri
+                ));
+            }
+        });
+    }
+    Ok(contents)
+}
+
+/// What a prompt returned as its messages, every one from the user: its text first (unless
+/// empty), then one message per block, in order.
+fn prompt_messages(done: Done) -> Vec<PromptMessage> {
+    let text = (!done.text.is_empty()).then(|| PromptMessage::new_text(Role::User, done.text));
+    text.into_iter()
+        .chain(
+            done.content
+                .into_iter()
+                .map(|block| PromptMessage::new(Role::User, content_block(block))),
+        )
+        .collect()
 }
 
 /// The one place a call's outcome becomes MCP. What the model should read

@@ -142,7 +142,8 @@ pub enum DeployError {
     /// A tool's input schema is not a JSON Schema MCP can validate against.
     #[error("{0}")]
     Schema(String),
-    /// A tool's served name would be longer than MCP clients accept.
+    /// A tool's served name would be longer than MCP clients accept, or a resource it
+    /// serves is another program's.
     #[error("{0}")]
     ServedName(String),
     /// The image or record could not be saved; the program is not deployed.
@@ -588,6 +589,8 @@ impl Service {
         let manifest = berm::Manifest::from_image(image).map_err(berm::DeployError::from)?;
         catalog::check_served_names(name, &manifest).map_err(DeployError::ServedName)?;
         catalog::check_schemas(&manifest).map_err(DeployError::Schema)?;
+        catalog::check_resource_uris(name, &manifest, &self.catalog())
+            .map_err(DeployError::ServedName)?;
         let previous = self.berm.get(name).map(|p| p.digest.to_string());
         let app_dir = match &persist {
             Persist::From(dir) => Some(dir.clone()),

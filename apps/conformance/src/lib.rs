@@ -5,7 +5,11 @@
 //! scenarios ask for, with `test_image_content`, `test_audio_content`,
 //! `test_embedded_resource`, `test_multiple_content_types` (content blocks) and
 //! `test_tool_with_progress`; `test_routed` mirrors its argument into a header for the
-//! 2026-07-28 custom-header scenario.
+//! 2026-07-28 custom-header scenario. It serves the suite's resources (`test://static-text`,
+//! `test://static-binary`, `test://watched-resource`, the template
+//! `test://template/{id}/data`) and prompts (`test_simple_prompt`,
+//! `test_prompt_with_arguments`, `test_prompt_with_embedded_resource`,
+//! `test_prompt_with_image`) through tools marked `resource`, `resource_template` or `prompt`.
 
 /// Tools for testing MCP clients and servers against the specification.
 ///
@@ -178,6 +182,75 @@ mod conformance {
                 .map_err(|e| e.to_string())?;
         }
         Ok("Progress reported three times.".to_string())
+    }
+
+    /// A fixed text resource, served as `test://static-text`.
+    #[berm(resource = "test://static-text", mime_type = "text/plain")]
+    pub fn static_text() -> String {
+        "This is the content of the static text resource.".to_string()
+    }
+
+    /// A fixed binary resource (a 1×1 red PNG), served as `test://static-binary`.
+    #[berm(resource = "test://static-binary", mime_type = "image/png")]
+    pub fn static_binary() -> String {
+        berm_guest::content::resource_blob("test://static-binary", "image/png", RED_PIXEL);
+        String::new()
+    }
+
+    /// A resource a client may subscribe to, served as `test://watched-resource`.
+    #[berm(resource = "test://watched-resource", mime_type = "text/plain")]
+    pub fn watched_resource() -> String {
+        "This resource changes when the program serving it is deployed again.".to_string()
+    }
+
+    /// Data for one id, from the template `test://template/{id}/data`.
+    ///
+    /// # Arguments
+    /// - `id`: the id in the URI
+    #[berm(resource_template = "test://template/{id}/data", mime_type = "application/json")]
+    pub fn template_data(id: String) -> String {
+        serde_json::json!({"id": id, "templateTest": true, "data": format!("Data for ID: {id}")})
+            .to_string()
+    }
+
+    /// A simple prompt with no arguments.
+    #[berm(prompt)]
+    pub fn simple_prompt() -> String {
+        "This is a simple prompt for testing.".to_string()
+    }
+
+    /// A prompt that repeats its two arguments.
+    ///
+    /// # Arguments
+    /// - `arg1`: First test argument
+    /// - `arg2`: Second test argument
+    #[berm(prompt)]
+    pub fn prompt_with_arguments(arg1: String, arg2: String) -> String {
+        format!("Prompt with arguments: arg1='{arg1}', arg2='{arg2}'")
+    }
+
+    /// A prompt that embeds a resource, then asks to process it.
+    ///
+    /// # Arguments
+    /// - `resourceUri`: URI of the resource to embed
+    #[berm(prompt)]
+    #[allow(non_snake_case)]
+    pub fn prompt_with_embedded_resource(resourceUri: String) -> String {
+        berm_guest::content::resource_text(
+            &resourceUri,
+            "text/plain",
+            "Embedded resource content for testing.",
+        );
+        berm_guest::content::text("Please process the embedded resource above.");
+        String::new()
+    }
+
+    /// A prompt that shows an image (a 1×1 red PNG), then asks to analyze it.
+    #[berm(prompt)]
+    pub fn prompt_with_image() -> String {
+        berm_guest::content::image("image/png", RED_PIXEL);
+        berm_guest::content::text("Please analyze the image above.");
+        String::new()
     }
 
     /// Measure a rectangle (a struct argument and a struct result).

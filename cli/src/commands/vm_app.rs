@@ -538,6 +538,7 @@ mod tests {
             input_schema: json!({"type": "object"}),
             output_schema: None,
             annotations: None,
+            serves: None,
         }
     }
 

@@ -97,12 +97,12 @@ fn expand(mut module: ItemMod, calls: Vec<String>) -> syn::Result<proc_macro2::T
         if !matches!(func.vis, syn::Visibility::Public(_)) {
             continue;
         }
-        let (annotations, headers) = take_annotations(func)?;
+        let attributes = take_annotations(func)?;
         let schemas = Schemas {
             structs: &structs,
             within: Vec::new(),
         };
-        let (tool, export) = tool(func, &mod_ident, annotations, &headers, schemas)?;
+        let (tool, export) = tool(func, &mod_ident, attributes, schemas)?;
         tools.push(tool);
         exports.push(export);
     }
@@ -207,10 +207,23 @@ fn argument_docs(sections: &[(String, String)]) -> Map<String, Value> {
 /// into the HTTP header `Mcp-Param-Name`.
 type Headers = Vec<(syn::Ident, syn::LitStr)>;
 
-/// Removes `#[berm(...)]` from a tool and returns its MCP annotations and its headers.
-fn take_annotations(func: &mut ItemFn) -> syn::Result<(Option<Value>, Headers)> {
+/// What `#[berm(...)]` says of a tool.
+#[derive(Default)]
+struct Attributes {
+    /// MCP annotations (`readOnlyHint`, …).
+    annotations: Option<Value>,
+    /// Parameters mirrored into `Mcp-Param-*` headers.
+    headers: Headers,
+    /// The manifest's `serves`: a resource, resource template or prompt.
+    serves: Option<Value>,
+}
+
+/// Removes `#[berm(...)]` from a tool and returns what it said.
+fn take_annotations(func: &mut ItemFn) -> syn::Result<Attributes> {
     let mut annotations = Map::new();
     let mut headers = Headers::new();
+    let mut serves: Option<(&'static str, Option<syn::LitStr>)> = None;
+    let mut mime_type: Option<syn::LitStr> = None;
     let mut error = None;
     func.attrs.retain(|attr| {
         if !attr.path().is_ident("berm") {
@@ -233,6 +246,30 @@ fn take_annotations(func: &mut ItemFn) -> syn::Result<(Option<Value>, Headers)> 
                     Ok(())
                 });
             }
+            for (kind, takes_uri) in [
+                ("resource", true),
+                ("resource_template", true),
+                ("prompt", false),
+            ] {
+                if meta.path.is_ident(kind) {
+                    if serves.is_some() {
+                        return Err(meta.error(
+                            "a tool serves at most one of resource, resource_template, prompt",
+                        ));
+                    }
+                    let uri = if takes_uri {
+                        Some(meta.value()?.parse::<syn::LitStr>()?)
+                    } else {
+                        None
+                    };
+                    serves = Some((kind, uri));
+                    return Ok(());
+                }
+            }
+            if meta.path.is_ident("mime_type") {
+                mime_type = Some(meta.value()?.parse()?);
+                return Ok(());
+            }
             let key = if meta.path.is_ident("read_only") {
                 "readOnlyHint"
             } else if meta.path.is_ident("destructive") {
@@ -243,7 +280,8 @@ fn take_annotations(func: &mut ItemFn) -> syn::Result<(Option<Value>, Headers)> 
                 "openWorldHint"
             } else {
                 return Err(meta.error(
-                    "expected one of read_only, destructive, idempotent, open_world, header(PARAM = \"Name\")",
+                    "expected one of read_only, destructive, idempotent, open_world, header(PARAM = \"Name\"), \
+                     resource = \"URI\", resource_template = \"TEMPLATE\", prompt, mime_type = \"TYPE\"",
                 ));
             };
             annotations.insert(key.into(), Value::Bool(true));
@@ -257,10 +295,31 @@ fn take_annotations(func: &mut ItemFn) -> syn::Result<(Option<Value>, Headers)> 
     if let Some(e) = error {
         return Err(e);
     }
-    Ok((
-        (!annotations.is_empty()).then_some(Value::Object(annotations)),
+    let serves = match (serves, mime_type) {
+        (None, None) => None,
+        (None | Some(("prompt", _)), Some(mime)) => {
+            return Err(syn::Error::new_spanned(
+                mime,
+                "mime_type belongs with resource = \"URI\" or resource_template = \"TEMPLATE\"",
+            ));
+        }
+        (Some((kind, uri)), mime) => {
+            let mut body = Map::new();
+            if let Some(uri) = uri {
+                let key = if kind == "resource" { "uri" } else { "uri_template" };
+                body.insert(key.into(), Value::from(uri.value()));
+            }
+            if let Some(mime) = mime {
+                body.insert("mime_type".into(), Value::from(mime.value()));
+            }
+            Some(json!({ kind: body }))
+        }
+    };
+    Ok(Attributes {
+        annotations: (!annotations.is_empty()).then_some(Value::Object(annotations)),
         headers,
-    ))
+        serves,
+    })
 }
 
 /// How a tool's return value becomes the result text.
@@ -493,10 +552,15 @@ impl Schemas<'_> {
 fn tool(
     func: &ItemFn,
     mod_ident: &syn::Ident,
-    annotations: Option<Value>,
-    headers: &Headers,
+    attributes: Attributes,
     schemas: Schemas<'_>,
 ) -> syn::Result<(Value, proc_macro2::TokenStream)> {
+    let Attributes {
+        annotations,
+        headers,
+        serves,
+    } = attributes;
+    let headers = &headers;
     let name = func.sig.ident.to_string();
     if !berm_abi::is_valid_name(&name) {
         return Err(syn::Error::new_spanned(
@@ -576,6 +640,9 @@ fn tool(
     if let Some(annotations) = annotations {
         manifest_tool["annotations"] = annotations;
     }
+    if let Some(serves) = serves {
+        manifest_tool["serves"] = serves;
+    }
 
     let fn_ident = &func.sig.ident;
     let export_name = format!("{}{}", berm_abi::TOOL_EXPORT_PREFIX, name);
@@ -594,6 +661,8 @@ fn tool(
     };
     let export = quote! {
         #[unsafe(export_name = #export_name)]
+        // Parameters keep the names MCP gives them (a prompt's `resourceUri`).
+        #[allow(non_snake_case)]
         extern "C" fn #wrapper() {
             // The parameter types as written in the module: its structs.
             #[allow(unused_imports)]
