@@ -61,7 +61,10 @@ pub fn template_segments(template: &str) -> Result<Vec<Segment<'_>>, String> {
                 break;
             }
             Some(at) if rest.as_bytes()[at] == b'}' => {
-                return Err(format!("`}}` at byte {} closes nothing", template.len() - rest.len() + at));
+                return Err(format!(
+                    "`}}` at byte {} closes nothing",
+                    template.len() - rest.len() + at
+                ));
             }
             Some(at) => {
                 if at > 0 {
@@ -156,16 +159,14 @@ pub(crate) fn check(
         .get("required")
         .and_then(Value::as_array)
         .map_or(0, Vec::len);
-    let all_strings = || {
-        match properties
-            .iter()
-            .find(|(_, schema)| schema.get("type") != Some(&Value::from("string")))
-        {
-            Some((name, _)) => Err(format!(
-                "argument `{name}` must be a string (MCP passes prompt arguments and template variables as strings)"
-            )),
-            None => Ok(()),
-        }
+    let all_strings = || match properties
+        .iter()
+        .find(|(_, schema)| schema.get("type") != Some(&Value::from("string")))
+    {
+        Some((name, _)) => Err(format!(
+            "argument `{name}` must be a string (MCP passes prompt arguments and template variables as strings)"
+        )),
+        None => Ok(()),
     };
     let media_type = |mime: &str| {
         if mime.is_empty() || berm_abi::content::is_media_type(mime) {
@@ -270,7 +271,8 @@ mod tests {
     #[test]
     fn a_serving_tool_must_fit_what_it_serves() {
         use serde_json::json;
-        let strings = json!({"type": "object", "properties": {"id": {"type": "string"}}, "required": ["id"]});
+        let strings =
+            json!({"type": "object", "properties": {"id": {"type": "string"}}, "required": ["id"]});
         let template = Serves::ResourceTemplate {
             uri_template: "t://{id}".into(),
             mime_type: "application/json".into(),
@@ -285,15 +287,27 @@ mod tests {
             uri: "t://x".into(),
             mime_type: String::new(),
         };
-        assert!(check(&fixed, &strings, None).unwrap_err().contains("no arguments"));
+        assert!(
+            check(&fixed, &strings, None)
+                .unwrap_err()
+                .contains("no arguments")
+        );
         let number = json!({"type": "object", "properties": {"n": {"type": "integer"}}});
-        assert!(check(&Serves::Prompt {}, &number, None).unwrap_err().contains("`n` must be a string"));
+        assert!(
+            check(&Serves::Prompt {}, &number, None)
+                .unwrap_err()
+                .contains("`n` must be a string")
+        );
         let bad_uri = Serves::Resource {
             uri: "no scheme".into(),
             mime_type: String::new(),
         };
         assert!(check(&bad_uri, &json!({"type": "object"}), None).is_err());
         let out = json!({"type": "object"});
-        assert!(check(&Serves::Prompt {}, &out, Some(&out)).unwrap_err().contains("output_schema"));
+        assert!(
+            check(&Serves::Prompt {}, &out, Some(&out))
+                .unwrap_err()
+                .contains("output_schema")
+        );
     }
 }

@@ -168,7 +168,11 @@ pub fn compare(
                 new: tool.description.clone(),
             });
         }
-        let serves = |t: &crate::Tool| t.serves.as_ref().map(|s| serde_json::to_value(s).unwrap_or_default());
+        let serves = |t: &crate::Tool| {
+            t.serves
+                .as_ref()
+                .map(|s| serde_json::to_value(s).unwrap_or_default())
+        };
         let (old_serves, new_serves) = (serves(before), serves(tool));
         let parts: [(&'static str, Option<&Value>, Option<&Value>); 4] = [
             (

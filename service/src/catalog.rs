@@ -126,8 +126,8 @@ impl Catalog {
                             tracing::warn!(tool = %name, %uri, "resource served by another program too; not served here");
                             continue;
                         }
-                        let mut listed = Resource::new(uri.clone(), name.clone())
-                            .with_description(about());
+                        let mut listed =
+                            Resource::new(uri.clone(), name.clone()).with_description(about());
                         if !mime_type.is_empty() {
                             listed = listed.with_mime_type(mime_type.clone());
                         }
@@ -138,7 +138,10 @@ impl Catalog {
                         uri_template,
                         mime_type,
                     }) => {
-                        if templates.iter().any(|t: &TemplateEntry| &t.template == uri_template) {
+                        if templates
+                            .iter()
+                            .any(|t: &TemplateEntry| &t.template == uri_template)
+                        {
                             tracing::warn!(tool = %name, %uri_template, "template served by another program too; not served here");
                             continue;
                         }
@@ -228,8 +231,13 @@ impl Catalog {
             let mut args = serde_json::Map::new();
             for (name, raw) in names.zip(values) {
                 // A value that does not decode to UTF-8 matches nothing.
-                let value = percent_encoding::percent_decode_str(raw).decode_utf8().ok()?;
-                args.insert(name.to_string(), serde_json::Value::from(value.into_owned()));
+                let value = percent_encoding::percent_decode_str(raw)
+                    .decode_utf8()
+                    .ok()?;
+                args.insert(
+                    name.to_string(),
+                    serde_json::Value::from(value.into_owned()),
+                );
             }
             read(&t.served, args)
         })
@@ -264,7 +272,11 @@ impl Catalog {
     }
 
     /// A page of `resources/list`, as [`Catalog::page`] pages tools (cursor: a URI).
-    pub fn resource_page(&self, cursor: Option<&str>, size: usize) -> (Vec<Resource>, Option<String>) {
+    pub fn resource_page(
+        &self,
+        cursor: Option<&str>,
+        size: usize,
+    ) -> (Vec<Resource>, Option<String>) {
         page(&self.resource_list, |r| &r.uri, cursor, size)
     }
 
@@ -351,8 +363,15 @@ pub const MAX_COMPLETIONS: usize = 100;
 /// An argument without an `enum` has no completions: bermd does not start an instance to
 /// suggest values.
 pub fn completions(entry: &ToolEntry, argument: &str, typed: &str) -> (Vec<String>, usize) {
-    let schema = entry.mcp.input_schema.get("properties").and_then(|p| p.get(argument));
-    let Some(values) = schema.and_then(|s| s.get("enum")).and_then(|e| e.as_array()) else {
+    let schema = entry
+        .mcp
+        .input_schema
+        .get("properties")
+        .and_then(|p| p.get(argument));
+    let Some(values) = schema
+        .and_then(|s| s.get("enum"))
+        .and_then(|e| e.as_array())
+    else {
         return (Vec::new(), 0);
     };
     let typed = typed.to_lowercase();

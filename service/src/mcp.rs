@@ -29,13 +29,13 @@ use std::task::Poll;
 
 use berm_manifest::Serves;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, CompleteRequestParams,
-    CompleteResult, CompletionInfo, ContentBlock, GetPromptRequestParams, GetPromptResponse,
-    GetPromptResult, Implementation, ListPromptsResult, ListResourceTemplatesResult,
-    ListResourcesResult, ListToolsResult, PaginatedRequestParams, PromptMessage,
-    ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, Reference, Resource,
-    ResourceContents, Role, ServerCapabilities, ServerConfig, SetLevelRequestParams,
-    SubscribeRequestParams, SubscriptionFilter, Tool, UnsubscribeRequestParams,
+    CallToolRequestParams, CallToolResponse, CallToolResult, CompleteRequestParams, CompleteResult,
+    CompletionInfo, ContentBlock, GetPromptRequestParams, GetPromptResponse, GetPromptResult,
+    Implementation, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
+    ListToolsResult, PaginatedRequestParams, PromptMessage, ReadResourceRequestParams,
+    ReadResourceResponse, ReadResourceResult, Reference, Resource, ResourceContents, Role,
+    ServerCapabilities, ServerConfig, SetLevelRequestParams, SubscribeRequestParams,
+    SubscriptionFilter, Tool, UnsubscribeRequestParams,
 };
 use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
@@ -270,7 +270,9 @@ impl ServerHandler for McpServer {
         let uri = request.uri;
         let not_found = |uri: &str| {
             McpError::resource_not_found(
-                format!("Resource not found: no program serves `{uri}` (list them with resources/list and resources/templates/list)"),
+                format!(
+                    "Resource not found: no program serves `{uri}` (list them with resources/list and resources/templates/list)"
+                ),
                 Some(serde_json::json!({ "uri": uri })),
             )
         };
@@ -528,7 +530,12 @@ impl ServerHandler for McpServer {
         let wants = |flag: Option<bool>| flag == Some(true);
         let mut watched: Watched = BTreeMap::new();
         let catalog = self.service.catalog();
-        for uri in accepted.resource_subscriptions.iter().flatten().take(MAX_SUBSCRIPTIONS) {
+        for uri in accepted
+            .resource_subscriptions
+            .iter()
+            .flatten()
+            .take(MAX_SUBSCRIPTIONS)
+        {
             watched.insert(uri.clone(), catalog.resource_owner(uri));
         }
         let mut seen = Seen::of(&catalog);
@@ -623,12 +630,13 @@ fn resource_contents(
     use berm_abi::content::Kind;
     let base64 = |bytes: &[u8]| base64::engine::general_purpose::STANDARD.encode(bytes);
     let declared = (!mime_type.is_empty()).then(|| mime_type.to_string());
-    let text_of = |text: String, mime_type: Option<String>| ResourceContents::TextResourceContents {
-        uri: uri.to_string(),
-        mime_type,
-        text,
-        meta: None,
-    };
+    let text_of =
+        |text: String, mime_type: Option<String>| ResourceContents::TextResourceContents {
+            uri: uri.to_string(),
+            mime_type,
+            text,
+            meta: None,
+        };
     let mut contents = Vec::new();
     if !done.text.is_empty() || done.content.is_empty() {
         contents.push(text_of(done.text, declared.clone()));

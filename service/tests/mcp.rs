@@ -52,10 +52,6 @@ fn every_served_name_matches_the_strictest_client_pattern() {
         bermd.deploy(app, app, &[], LimitsSpec::default());
     }
     bermd.deploy("test", "conformance", &["log"], LimitsSpec::default());
-    // The longest program name that still fits the longest tool name here
-    // (`multiple_content_types`: 22 characters, so 64 - 23 = 41).
-    let longest = "p".repeat(41);
-    bermd.deploy(&longest, "conformance", &[], LimitsSpec::default());
     let mut session = bermd.session();
     let tools = all_tools(&mut session);
     let names: Vec<&str> = tools.iter().map(|t| t["name"].as_str().unwrap()).collect();
@@ -77,7 +73,26 @@ fn every_served_name_matches_the_strictest_client_pattern() {
             "{expected} missing from {names:?}"
         );
     }
-    assert!(names.contains(&format!("{longest}_multiple_content_types").as_str()));
+    // The longest program name that still fits the longest entry name here (the prompt
+    // `prompt_with_embedded_resource`: 29 characters, so 64 - 30 = 34). The conformance
+    // app serves resources, whose URIs have one server on an endpoint: `test` goes first.
+    let control = bermd.control();
+    block_on(control.remove("test")).unwrap();
+    let longest = "p".repeat(34);
+    bermd.deploy(&longest, "conformance", &[], LimitsSpec::default());
+    let tools = all_tools(&mut session);
+    let prompts = session.request("prompts/list", json!({}));
+    let prompts = prompts["result"]["prompts"].as_array().unwrap();
+    let served: Vec<&str> = tools
+        .iter()
+        .chain(prompts)
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    for name in &served {
+        assert!(portable(name), "`{name}` is not a portable name");
+    }
+    assert!(served.contains(&format!("{longest}_prompt_with_embedded_resource").as_str()));
+    assert!(served.contains(&format!("{longest}_multiple_content_types").as_str()));
     let (text, error) = result_text(&session.call("files_read_file", json!({"path": "x"})));
     assert!(error, "{text}");
     assert!(text.contains("not granted to `files`"), "{text}");
@@ -443,4 +458,202 @@ fn images_audio_and_resources_go_out_as_content_blocks_and_progress_as_notificat
         "params": {"name": "test_tool_with_progress", "arguments": {}}}));
     let message = next_message(&mut session);
     assert_eq!(message["id"], 91, "{message}");
+}
+
+#[test]
+fn resources_and_prompts_come_from_the_tools_that_serve_them() {
+    use base64::Engine as _;
+    let bermd = Bermd::start(&[]);
+    bermd.deploy("test", "conformance", &[], LimitsSpec::default());
+    let mut session = bermd.session();
+    session.initialize();
+
+    // Serving tools are not tools.
+    let names: Vec<String> = all_tools(&mut session)
+        .iter()
+        .map(|t| t["name"].as_str().unwrap().to_string())
+        .collect();
+    assert!(names.contains(&"test_simple_text".to_string()), "{names:?}");
+    for entry in [
+        "test_static_text",
+        "test_template_data",
+        "test_simple_prompt",
+    ] {
+        assert!(!names.contains(&entry.to_string()), "{entry} in {names:?}");
+    }
+    let refused = session.call("test_simple_prompt", json!({}));
+    assert_eq!(refused["error"]["code"], -32602, "{refused}");
+    assert!(
+        refused["error"]["message"].as_str().unwrap().contains(
+            "`test_simple_prompt` is not a tool; it serves a prompt: get it with prompts/get"
+        ),
+        "{refused}"
+    );
+
+    // Resources, listed and read.
+    let listed = session.request("resources/list", json!({}));
+    let uris: Vec<&str> = listed["result"]["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["uri"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        uris,
+        [
+            "test://static-binary",
+            "test://static-text",
+            "test://watched-resource"
+        ]
+    );
+    assert_eq!(listed["result"]["resources"][1]["name"], "test_static_text");
+    assert_eq!(listed["result"]["resources"][1]["mimeType"], "text/plain");
+    let templates = session.request("resources/templates/list", json!({}));
+    assert_eq!(
+        templates["result"]["resourceTemplates"][0]["uriTemplate"], "test://template/{id}/data",
+        "{templates}"
+    );
+    let text = session.request("resources/read", json!({"uri": "test://static-text"}));
+    assert_eq!(
+        text["result"]["contents"],
+        json!([{"uri": "test://static-text", "mimeType": "text/plain",
+            "text": "This is the content of the static text resource."}])
+    );
+    let binary = session.request("resources/read", json!({"uri": "test://static-binary"}));
+    let blob = &binary["result"]["contents"][0];
+    assert_eq!(blob["mimeType"], "image/png", "{binary}");
+    let png = base64::engine::general_purpose::STANDARD
+        .decode(blob["blob"].as_str().unwrap())
+        .unwrap();
+    assert!(png.starts_with(b"\x89PNG\r\n"));
+    // A template's variable reaches the program decoded.
+    let data = session.request(
+        "resources/read",
+        json!({"uri": "test://template/a%20b/data"}),
+    );
+    let body: Value =
+        serde_json::from_str(data["result"]["contents"][0]["text"].as_str().unwrap()).unwrap();
+    assert_eq!(body["id"], "a b", "{data}");
+    assert_eq!(
+        data["result"]["contents"][0]["uri"],
+        "test://template/a%20b/data"
+    );
+    for unknown in [
+        "test://nothing",
+        "test://template/1/2/data",
+        "test://template//data",
+    ] {
+        let missing = session.request("resources/read", json!({"uri": unknown}));
+        assert_eq!(missing["error"]["code"], -32002, "{missing}");
+        assert_eq!(missing["error"]["data"]["uri"], unknown);
+    }
+
+    // Prompts, listed and got.
+    let prompts = session.request("prompts/list", json!({}));
+    let with_args = prompts["result"]["prompts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "test_prompt_with_arguments")
+        .unwrap()
+        .clone();
+    assert_eq!(
+        with_args["arguments"],
+        json!([
+            {"name": "arg1", "description": "First test argument", "required": true},
+            {"name": "arg2", "description": "Second test argument", "required": true},
+        ])
+    );
+    let got = session.request(
+        "prompts/get",
+        json!({"name": "test_prompt_with_arguments", "arguments": {"arg1": "a", "arg2": "b"}}),
+    );
+    assert_eq!(
+        got["result"]["messages"],
+        json!([{"role": "user", "content": {"type": "text",
+            "text": "Prompt with arguments: arg1='a', arg2='b'"}}])
+    );
+    let missing = session.request(
+        "prompts/get",
+        json!({"name": "test_prompt_with_arguments", "arguments": {"arg1": "a"}}),
+    );
+    assert_eq!(missing["error"]["code"], -32602, "{missing}");
+    assert!(
+        missing["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("arg2"),
+        "{missing}"
+    );
+    let embedded = session.request(
+        "prompts/get",
+        json!({"name": "test_prompt_with_embedded_resource", "arguments": {"resourceUri": "test://x"}}),
+    );
+    let kinds: Vec<&str> = embedded["result"]["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["content"]["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["resource", "text"], "{embedded}");
+    let unknown = session.request("prompts/get", json!({"name": "test_simple_text"}));
+    assert_eq!(unknown["error"]["code"], -32602, "{unknown}");
+
+    // Completion: the arguments have no enum, so nothing to suggest; an unknown one is refused.
+    let complete = session.request(
+        "completion/complete",
+        json!({"ref": {"type": "ref/prompt", "name": "test_prompt_with_arguments"},
+            "argument": {"name": "arg1", "value": "x"}}),
+    );
+    assert_eq!(
+        complete["result"]["completion"]["values"],
+        json!([]),
+        "{complete}"
+    );
+    let bad = session.request(
+        "completion/complete",
+        json!({"ref": {"type": "ref/resource", "uri": "test://template/{id}/data"},
+            "argument": {"name": "nope", "value": ""}}),
+    );
+    assert_eq!(bad["error"]["code"], -32602, "{bad}");
+
+    // A URI has one server: the same program under another name is refused.
+    let image = wasm("conformance");
+    let control = bermd.control();
+    let refused = block_on(control.deploy(
+        "other",
+        &DeployRequest::new(&image, vec![], LimitsSpec::default()),
+    ))
+    .unwrap_err()
+    .to_string();
+    assert!(
+        refused.contains("which program `test` already serves"),
+        "{refused}"
+    );
+
+    // A subscriber hears that its resource changed when its program goes away.
+    let unserved = session.request("resources/subscribe", json!({"uri": "test://nothing"}));
+    assert_eq!(unserved["error"]["code"], -32002, "{unserved}");
+    let ok = session.request(
+        "resources/subscribe",
+        json!({"uri": "test://watched-resource"}),
+    );
+    assert_eq!(ok["result"], json!({}), "{ok}");
+    block_on(control.remove("test")).unwrap();
+    let mut heard = BTreeSet::new();
+    while !heard.contains("notifications/resources/updated") {
+        let message = next_message(&mut session);
+        let method = message["method"].as_str().unwrap_or_default().to_string();
+        if method == "notifications/resources/updated" {
+            assert_eq!(message["params"]["uri"], "test://watched-resource");
+        }
+        heard.insert(method);
+    }
+    for method in [
+        "notifications/tools/list_changed",
+        "notifications/resources/list_changed",
+        "notifications/prompts/list_changed",
+    ] {
+        assert!(heard.contains(method), "{method} not in {heard:?}");
+    }
 }

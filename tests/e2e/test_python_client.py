@@ -124,6 +124,44 @@ async def test_images_and_resources_arrive_as_content_and_progress_as_callbacks(
         assert reports == [(0, 100, "started"), (50, 100, "half way"), (100, 100, "done")]
 
 
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("transport", TRANSPORTS)
+@pytest.mark.anyio
+async def test_resources_and_prompts_are_served_by_programs(bermd, transport, mode):
+    await anyio.to_thread.run_sync(
+        lambda: bermd.berm("deploy", "test", str(WASM / "conformance.wasm"), "--grant", "log")
+    )
+    async with client(bermd, transport, mode) as c:
+        resources = {str(r.uri): r for r in (await c.list_resources()).resources}
+        assert resources["test://static-text"].mime_type == "text/plain"
+        assert resources["test://static-text"].name == "test_static_text"
+        templates = (await c.list_resource_templates()).resource_templates
+        assert [t.uri_template for t in templates] == ["test://template/{id}/data"]
+        text = await c.read_resource("test://static-text")
+        assert text.contents[0].text == "This is the content of the static text resource."
+        binary = await c.read_resource("test://static-binary")
+        assert binary.contents[0].mime_type == "image/png" and binary.contents[0].blob
+        data = await c.read_resource("test://template/42/data")
+        assert json.loads(data.contents[0].text)["data"] == "Data for ID: 42"
+        with pytest.raises(MCPError) as missing:
+            await c.read_resource("test://nowhere")
+        assert "no program serves `test://nowhere`" in missing.value.error.message
+
+        prompts = {p.name: p for p in (await c.list_prompts()).prompts}
+        assert [a.name for a in prompts["test_prompt_with_arguments"].arguments] == ["arg1", "arg2"]
+        got = await c.get_prompt("test_prompt_with_arguments", {"arg1": "x", "arg2": "y"})
+        assert got.messages[0].role == "user"
+        assert got.messages[0].content.text == "Prompt with arguments: arg1='x', arg2='y'"
+        image = await c.get_prompt("test_prompt_with_image")
+        assert [m.content.type for m in image.messages] == ["image", "text"]
+        done = await c.complete(
+            types.PromptReference(type="ref/prompt", name="test_prompt_with_arguments"),
+            {"name": "arg1", "value": "x"},
+        )
+        assert done.completion.values == []
+        assert "test_simple_prompt" not in {t.name for t in (await c.list_tools()).tools}
+
+
 @pytest.mark.parametrize("transport", TRANSPORTS)
 @pytest.mark.anyio
 async def test_list_changed_after_deploy_for_initialize_clients(bermd, transport):

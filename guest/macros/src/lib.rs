@@ -306,7 +306,11 @@ fn take_annotations(func: &mut ItemFn) -> syn::Result<Attributes> {
         (Some((kind, uri)), mime) => {
             let mut body = Map::new();
             if let Some(uri) = uri {
-                let key = if kind == "resource" { "uri" } else { "uri_template" };
+                let key = if kind == "resource" {
+                    "uri"
+                } else {
+                    "uri_template"
+                };
                 body.insert(key.into(), Value::from(uri.value()));
             }
             if let Some(mime) = mime {
