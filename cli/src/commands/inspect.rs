@@ -200,8 +200,28 @@ pub async fn run(home: &Path, args: Args) -> anyhow::Result<Exit> {
         if let Some(output) = &tool.output_schema {
             crate::outln!("    output: {}", serde_json::to_string(output)?);
         }
+        if let Some(serves) = &tool.serves {
+            crate::outln!("    serves: {} (not offered as a tool)", serves_text(serves));
+        }
     }
     Ok(Exit::Ok)
+}
+
+/// What a tool serves, in a line: `resource test://x (text/plain)`, `prompt`.
+fn serves_text(serves: &berm_manifest::Serves) -> String {
+    use berm_manifest::Serves;
+    let with_type = |what: &str, uri: &str, mime: &str| match mime {
+        "" => format!("{what} {uri}"),
+        mime => format!("{what} {uri} ({mime})"),
+    };
+    match serves {
+        Serves::Resource { uri, mime_type } => with_type("resource", uri, mime_type),
+        Serves::ResourceTemplate {
+            uri_template,
+            mime_type,
+        } => with_type("resource template", uri_template, mime_type),
+        Serves::Prompt {} => "prompt".to_string(),
+    }
 }
 
 /// What the image imports that `grants` does not open: syscall modules, and for `berm.call`

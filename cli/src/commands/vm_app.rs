@@ -171,6 +171,7 @@ fn offered_changes(app: &str, was: &[Offered], now: &[Offered], out: &mut Vec<St
                 (old.input_schema != tool.input_schema, "input schema"),
                 (old.output_schema != tool.output_schema, "output schema"),
                 (old.annotations != tool.annotations, "annotations"),
+                (old.serves != tool.serves, "what it serves"),
             ]
             .into_iter()
             .filter_map(|(changed, what)| changed.then_some(what))
