@@ -61,6 +61,10 @@ pub enum Grant {
         /// Its one tool that may be called; `None` allows all of them.
         tool: Option<String>,
     },
+    /// `ask`: `berm.ask` may end a call asking the client for input (elicitation, sampling,
+    /// roots), which the host relays and answers by running the tool again. Without it
+    /// `berm.ask` is not linked: asking a person is a capability like the others.
+    Ask,
 }
 
 /// How much a program may keep beneath its `fs` directory. Unset fields
@@ -102,6 +106,8 @@ impl Grant {
             Grant::Fs { .. } => "fs",
             Grant::Net(_) | Grant::Secret { .. } => "http",
             Grant::Call { .. } => crate::CONVENTION_MODULE,
+            // Opens `berm.ask`; a module of its own so that it never opens `berm.call`.
+            Grant::Ask => "ask",
         }
     }
 
@@ -133,7 +139,7 @@ impl Grant {
 pub enum GrantParseError {
     /// Not one of the grant names.
     #[error(
-        "unknown grant `{0}`: use log, clock, random, kv, fs=DIR[:ro|:rw][:bytes=N][:entries=N], net=HOST[:PORT], secret:NAME=HOST[:PORT] or call=PROGRAM[_TOOL]"
+        "unknown grant `{0}`: use log, clock, random, kv, fs=DIR[:ro|:rw][:bytes=N][:entries=N], net=HOST[:PORT], secret:NAME=HOST[:PORT], call=PROGRAM[_TOOL] or ask"
     )]
     Unknown(String),
     /// A `call=` grant whose names break the naming rules.
@@ -209,6 +215,7 @@ impl FromStr for Grant {
             "clock" => simple(Grant::Clock),
             "random" => simple(Grant::Random),
             "kv" => simple(Grant::Kv),
+            "ask" => simple(Grant::Ask),
             "fs" => {
                 let value = value
                     .filter(|v| !v.is_empty())

@@ -10,6 +10,7 @@
 //! prose version of this file.
 #![forbid(unsafe_code)]
 
+pub mod ask;
 pub mod codes;
 pub mod content;
 pub mod frame;
@@ -67,9 +68,23 @@ pub mod convention {
     /// `notifications/progress` when its request asked for progress, so it is always linked;
     /// in a call from another program it goes nowhere.
     pub const PROGRESS: &str = "progress";
+    /// Ends the call asking the client for input: frames `[requests, state]`, the requests
+    /// as a JSON object of MCP input requests by key ([`crate::ask`]). The host asks the
+    /// client and runs the tool again, in a fresh instance, with the answers and the state
+    /// ([`INPUT`]). Linked only for a program with the `ask` grant.
+    pub const ASK: &str = "ask";
+    /// Copies what the call carries from an earlier `ask` to `ptr` when `len` is large enough
+    /// (frames `[responses, state, client_capabilities]`, [`crate::ask`]); returns its total
+    /// length, `0` when the call carries nothing. Always linked: it reads only the call.
+    pub const INPUT: &str = "input";
 
     /// All calling-convention import names.
-    pub const ALL: [&str; 8] = [ARGS, DONE, FAIL, REPLY, PANIC, CALL, CONTENT, PROGRESS];
+    pub const ALL: [&str; 10] = [
+        ARGS, DONE, FAIL, REPLY, PANIC, CALL, CONTENT, PROGRESS, ASK, INPUT,
+    ];
+
+    /// The convention imports a grant opens, which a manifest lists among its syscalls.
+    pub const GRANTED: [&str; 2] = [CALL, ASK];
 }
 
 /// One syscall a host may offer: an import `module.name` with the uniform

@@ -37,6 +37,9 @@ pub struct CallOptions {
     pub trace: Option<CallTrace>,
     /// Where the program's `berm.progress` reports go; without one they go nowhere.
     pub progress: Option<Arc<dyn ProgressSink>>,
+    /// What `berm.input` gives the program: frames `[responses, state, client_capabilities]`
+    /// ([`berm_abi::ask`]); without it `berm.input` gives nothing.
+    pub input: Option<Arc<[u8]>>,
 }
 
 impl std::fmt::Debug for CallOptions {
@@ -45,6 +48,7 @@ impl std::fmt::Debug for CallOptions {
             .field("deadline", &self.deadline)
             .field("trace", &self.trace.is_some())
             .field("progress", &self.progress.is_some())
+            .field("input", &self.input.as_ref().map(|i| i.len()))
             .finish()
     }
 }
@@ -414,6 +418,7 @@ impl Berm {
             budget,
             trace: options.trace.clone(),
             progress: options.progress.clone(),
+            input: options.input.clone(),
         };
         invocation::invoke(&self.inner.engine, self.inner.clone(), invocation).await
     }

@@ -14,6 +14,9 @@ pub struct Output {
     pub text: String,
     /// The blocks, each checked by [`berm_abi::content::parse`]; empty for most tools.
     pub content: Vec<Content>,
+    /// Set when the tool ended asking its client for input (`berm.ask`) instead of giving a
+    /// result: the host asks and runs the tool again with the answers.
+    pub ask: Option<Ask>,
 }
 
 impl Output {
@@ -22,8 +25,19 @@ impl Output {
         Output {
             text: text.into(),
             content: Vec::new(),
+            ask: None,
         }
     }
+}
+
+/// What a tool asked its client with `berm.ask`, checked ([`berm_abi::ask`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ask {
+    /// The requests by key: each `{"method", "params"}`, the method one of
+    /// [`berm_abi::ask::METHODS`] and `params` an object.
+    pub requests: serde_json::Map<String, serde_json::Value>,
+    /// What the tool wants back on the next run.
+    pub state: Vec<u8>,
 }
 
 impl fmt::Display for Output {

@@ -49,6 +49,8 @@ pub(crate) struct Invocation<P = Arc<Program>> {
     pub trace: Option<crate::CallTrace>,
     /// Where its `berm.progress` reports go: only a call from outside has one.
     pub progress: Option<Arc<dyn ProgressSink>>,
+    /// What `berm.input` hands over: only a call from outside has it.
+    pub input: Option<Arc<[u8]>>,
 }
 
 impl<P> Invocation<P> {
@@ -64,6 +66,7 @@ impl<P> Invocation<P> {
             budget: self.budget,
             trace: self.trace,
             progress: self.progress,
+            input: self.input,
         }
     }
 }
@@ -85,6 +88,7 @@ pub(crate) trait Programs: Send + Sync {
 pub(crate) enum Outcome {
     Done(Vec<u8>),
     Failed(Vec<u8>),
+    Asked(crate::Ask),
 }
 
 /// The program broke the calling convention; carried as a trap.
@@ -166,6 +170,7 @@ impl CallState {
             budget: self.call.budget,
             trace: self.call.trace.clone(),
             progress: None,
+            input: None,
         }
     }
 }
@@ -289,6 +294,7 @@ pub(crate) async fn invoke(
                 Ok(text) => Ok(Ok(Output {
                     text,
                     content: state.content,
+                    ask: None,
                 })),
                 Err(_) => Err(Error::Convention {
                     program: name(),
@@ -298,6 +304,11 @@ pub(crate) async fn invoke(
             },
             Some(Outcome::Failed(bytes)) => Ok(Err(Failure {
                 message: String::from_utf8_lossy(&bytes).into_owned(),
+            })),
+            Some(Outcome::Asked(ask)) => Ok(Ok(Output {
+                text: String::new(),
+                content: state.content,
+                ask: Some(ask),
             })),
             None => Err(Error::Convention {
                 program: name(),

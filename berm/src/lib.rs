@@ -51,7 +51,7 @@ pub use engine::{
     CpuProfile, Engine, EngineConfig, EngineError, GuestArch, Limits, PORTABLE_FLAGS,
     PORTABLE_TARGET, Precompiled, UnknownArch,
 };
-pub use error::{Content, DeployError, Error, Failure, Output};
+pub use error::{Ask, Content, DeployError, Error, Failure, Output};
 pub use host_memory::{DEFAULT_HOST_MEMORY_BYTES, HostMemory, OverBudget, Reservation};
 pub use program::{CompileSource, DeployOptions, Deployed, Grants, ProgramInfo};
 pub use syscall::{Pending, Reply, Syscall, SyscallContext, SyscallError};

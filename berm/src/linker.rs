@@ -107,6 +107,13 @@ fn define_convention(linker: &mut Linker<CallState>) -> wasmtime::Result<()> {
         }
         Ok(0)
     })?;
+    define_region(linker, convention::INPUT, |memory, state, ptr, len| {
+        let Some(input) = state.call.input.clone() else {
+            return Ok(word::success(0, 0));
+        };
+        let (word, _) = hand_over(state, memory, ptr, len, &input)?;
+        Ok(word)
+    })?;
     define_region(linker, convention::REPLY, |memory, state, ptr, len| {
         // Pulled, the reply is dropped and its host memory given back.
         let staged = std::mem::take(&mut state.staged);
@@ -191,6 +198,94 @@ fn parse_progress(request: &[u8], last: Option<f64>) -> Result<Progress<'_>, Str
     })
 }
 
+/// `berm.ask`, for a program with the `ask` grant: ends the call asking the client for input
+/// ([`parse_ask`]).
+fn define_ask(linker: &mut Linker<CallState>) -> wasmtime::Result<()> {
+    define_region(linker, convention::ASK, |memory, state, ptr, len| {
+        if state.outcome.is_some() {
+            return Err(state.violation("berm.ask after the tool gave its result"));
+        }
+        let size = state.content_bytes + len as u32 as usize;
+        check_result_size(state, size)?;
+        let ask = match parse_ask(state.region(memory, ptr, len)?) {
+            Ok(ask) => ask,
+            Err(e) => return Err(state.violation(&format!("berm.ask: {e}"))),
+        };
+        state.outcome = Some(Outcome::Asked(ask));
+        Ok(0)
+    })
+}
+
+/// Reads a `berm.ask` request, frames `[requests, state]`: at most
+/// [`berm_abi::ask::MAX_REQUESTS`] requests by valid keys, each an object with a `method`
+/// a program may ask and an object `params` (`{}` when left out), and a state of at most
+/// [`berm_abi::ask::MAX_STATE_BYTES`].
+fn parse_ask(request: &[u8]) -> Result<crate::Ask, String> {
+    use berm_abi::ask;
+    let [requests, state] = frame::decode_exact::<2>(request)
+        .map_err(|e| format!("{e} (expected [requests, state])"))?;
+    if requests.len() > ask::MAX_REQUESTS_BYTES {
+        return Err(format!(
+            "the requests are {} bytes of JSON, over the cap of {}",
+            requests.len(),
+            ask::MAX_REQUESTS_BYTES
+        ));
+    }
+    if state.len() > ask::MAX_STATE_BYTES {
+        return Err(format!(
+            "the state is {} bytes, over the cap of {}",
+            state.len(),
+            ask::MAX_STATE_BYTES
+        ));
+    }
+    let serde_json::Value::Object(mut requests) =
+        serde_json::from_slice(requests).map_err(|e| format!("the requests are not JSON: {e}"))?
+    else {
+        return Err("the requests must be a JSON object of requests by key".into());
+    };
+    if requests.is_empty() || requests.len() > ask::MAX_REQUESTS {
+        return Err(format!(
+            "{} requests; ask for 1 to {}",
+            requests.len(),
+            ask::MAX_REQUESTS
+        ));
+    }
+    for (key, request) in requests.iter_mut() {
+        if !ask::is_valid_key(key) {
+            return Err(format!(
+                "request key `{}` is not 1 to {} of A-Z, a-z, 0-9, `_`, `-`, `.`",
+                key.chars().take(80).collect::<String>(),
+                ask::MAX_KEY
+            ));
+        }
+        let Some(fields) = request.as_object_mut() else {
+            return Err(format!("request `{key}` is not an object"));
+        };
+        let method = fields.get("method").and_then(|m| m.as_str()).unwrap_or("");
+        if ask::capability_for(method).is_none() {
+            let methods: Vec<&str> = ask::METHODS.iter().map(|(m, _)| *m).collect();
+            return Err(format!(
+                "request `{key}`: method `{method}` is not one a program may ask (one of {})",
+                methods.join(", ")
+            ));
+        }
+        match fields.get("params") {
+            None => {
+                fields.insert("params".into(), serde_json::json!({}));
+            }
+            Some(serde_json::Value::Object(_)) => {}
+            Some(_) => return Err(format!("request `{key}`: params must be an object")),
+        }
+        if let Some(extra) = fields.keys().find(|k| *k != "method" && *k != "params") {
+            return Err(format!("request `{key}` has unknown field `{extra}`"));
+        }
+    }
+    Ok(crate::Ask {
+        requests,
+        state: state.to_vec(),
+    })
+}
+
 /// `berm.call`, for a program with a `call=` grant: each call is checked against the
 /// caller's grants and manifest ([`parse_call`]) before anything of the callee is looked up.
 fn define_call(linker: &mut Linker<CallState>) -> wasmtime::Result<()> {
@@ -221,6 +316,10 @@ fn define_call(linker: &mut Linker<CallState>) -> wasmtime::Result<()> {
                 let result = state.programs.clone().call_by_name(invocation).await;
                 let state = caller.data_mut();
                 let (status, text) = match result {
+                    Ok(Ok(output)) if output.ask.is_some() => (
+                        word::STATUS_FAILED,
+                        "the callee asked for the client's input, which a call from another program cannot give".to_string(),
+                    ),
                     // The callee's content blocks are for an MCP client; a program reads text.
                     Ok(Ok(output)) => (word::STATUS_DONE, output.text),
                     Ok(Err(failure)) => (word::STATUS_FAILED, failure.message),
@@ -432,6 +531,22 @@ pub(crate) fn program_linker(
         if import.module() == CONVENTION_MODULE {
             if !convention::ALL.contains(&import.name()) {
                 return Err(DeployError::UnknownConvention(import.name().to_string()));
+            }
+            if import.name() == convention::ASK {
+                let key = (import.module().to_string(), import.name().to_string());
+                let defined = if grants.allows(berm_abi::grant::Grant::Ask.module()) {
+                    define_ask(&mut linker)
+                } else {
+                    define_trap(
+                        &mut linker,
+                        &key,
+                        Missing::Grant(berm_abi::grant::Grant::Ask.to_string()),
+                    )
+                };
+                defined.map_err(|e| {
+                    DeployError::Compile(format!("could not link `{qualified}`: {e}"))
+                })?;
+                continue;
             }
             if import.name() != convention::CALL {
                 continue;

@@ -62,7 +62,12 @@ pub fn run(tool: impl FnOnce(&[u8]) -> Result<String, String>) {
     if len > 0 {
         sys::args(&mut args);
     }
-    match tool(&args) {
+    let result = tool(&args);
+    if ask::ASKED.load(core::sync::atomic::Ordering::Relaxed) {
+        // The call ended with the question; what the tool returned after it is not a result.
+        return;
+    }
+    match result {
         Ok(result) => sys::done(result.as_bytes()),
         Err(message) => sys::fail(message.as_bytes()),
     };
@@ -192,6 +197,99 @@ pub mod progress {
             message.unwrap_or_default().as_bytes(),
         ]);
         check(sys::progress(&request)).map(|_| ())
+    }
+}
+
+/// Asking the client for input: a person's answer (elicitation), a model's (sampling), or
+/// the client's roots. [`ask::ask`] ends the call with the questions and a state of the
+/// program's own; the host asks the client and runs the tool again, in a fresh instance,
+/// where [`ask::input`] gives the answers and the state back. Needs the `ask` grant.
+///
+/// ```ignore
+/// pub fn greet() -> Result<String, String> {
+///     let input = berm_guest::ask::input();
+///     match input.response("name") {
+///         Some(answer) => Ok(format!("Hello, {}!", answer["content"]["name"])),
+///         None => {
+///             berm_guest::ask::ask(
+///                 &serde_json::json!({"name": {"method": "elicitation/create", "params": {
+///                     "message": "What is your name?",
+///                     "requestedSchema": {"type": "object", "properties": {"name": {"type": "string"}}}}}}),
+///                 b"",
+///             );
+///             Ok(String::new())
+///         }
+///     }
+/// }
+/// ```
+pub mod ask {
+    use core::sync::atomic::{AtomicBool, Ordering};
+
+    use berm_abi::{frame, word};
+    use serde_json::Value;
+
+    use crate::sys;
+
+    /// Set once the tool asked: the tool's own return value is then not sent.
+    pub(crate) static ASKED: AtomicBool = AtomicBool::new(false);
+
+    /// What this run of the tool got from an earlier [`ask`]: nothing on a first run.
+    #[derive(Debug, Clone, Default, PartialEq)]
+    pub struct Input {
+        /// The client's answers by the keys asked (an elicitation's `{"action", "content"}`,
+        /// a sampling `{"role", "content", "model"}`, a `{"roots": […]}`). A client may leave
+        /// some out or add others: check what is there, and ask again for what is missing.
+        pub responses: serde_json::Map<String, Value>,
+        /// The state given to [`ask`], unchanged (the host sealed it while the client held
+        /// it); empty on a first run, and when the client did not send it back.
+        pub state: Vec<u8>,
+        /// The client's declared capabilities (`{"elicitation": {…}, "sampling": {…},
+        /// "roots": {…}}`), `Null` when the host does not know them.
+        pub capabilities: Value,
+    }
+
+    impl Input {
+        /// The answer to the request asked under `key`.
+        pub fn response(&self, key: &str) -> Option<&Value> {
+            self.responses.get(key)
+        }
+
+        /// Whether the client declared `capability` (`elicitation`, `sampling`, `roots`); true
+        /// when its capabilities are unknown, since the host then cannot check either.
+        pub fn supports(&self, capability: &str) -> bool {
+            match &self.capabilities {
+                Value::Object(declared) => declared.contains_key(capability),
+                _ => true,
+            }
+        }
+    }
+
+    /// What the host handed this run (see [`Input`]).
+    pub fn input() -> Input {
+        let len = word::split(sys::input(&mut [])).1 as usize;
+        if len == 0 {
+            return Input::default();
+        }
+        let mut buf = vec![0u8; len];
+        sys::input(&mut buf);
+        let Ok([responses, state, capabilities]) = frame::decode_exact::<3>(&buf) else {
+            return Input::default();
+        };
+        Input {
+            responses: serde_json::from_slice(responses).unwrap_or_default(),
+            state: state.to_vec(),
+            capabilities: serde_json::from_slice(capabilities).unwrap_or(Value::Null),
+        }
+    }
+
+    /// Ends the call asking the client: `requests` is a JSON object of MCP requests by key
+    /// (`{"method": "elicitation/create" | "sampling/createMessage" | "roots/list",
+    /// "params": {…}}`, at most 16), `state` up to 16 KiB the tool gets back. What the tool
+    /// returns after this is not sent. A malformed request stops the call with its reason.
+    pub fn ask(requests: &Value, state: &[u8]) {
+        let requests = serde_json::to_vec(requests).unwrap_or_default();
+        ASKED.store(true, Ordering::Relaxed);
+        sys::ask(&frame::encode(&[&requests, state]));
     }
 }
 

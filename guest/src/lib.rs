@@ -41,7 +41,7 @@ static ALLOCATOR: arena::CallAllocator = arena::CallAllocator;
 #[cfg(target_arch = "wasm32")]
 mod sys;
 #[cfg(target_arch = "wasm32")]
-pub use host::{CallError, Error, call, clock, content, fs, http, kv, log, progress, random};
+pub use host::{CallError, Error, ask, call, clock, content, fs, http, kv, log, progress, random};
 
 pub use berm_abi::word::ErrorCode;
 

@@ -16,6 +16,8 @@ mod raw {
         pub fn call(ptr: *const u8, len: usize) -> i64;
         pub fn content(ptr: *const u8, len: usize) -> i64;
         pub fn progress(ptr: *const u8, len: usize) -> i64;
+        pub fn ask(ptr: *const u8, len: usize) -> i64;
+        pub fn input(ptr: *mut u8, len: usize) -> i64;
     }
 
     macro_rules! stubs {
@@ -80,6 +82,8 @@ writes_into! {
     args;
     /// `berm.reply`: copies the staged reply into `buf` if it fits.
     reply;
+    /// `berm.input`: copies what the call carries from an earlier ask into `buf` if it fits.
+    input;
 }
 
 reads_from! {
@@ -95,4 +99,7 @@ reads_from! {
     content;
     /// `berm.progress`: reports progress; request frames `[progress, total, message]`.
     progress;
+    /// `berm.ask`: ends the call asking the client for input; request frames
+    /// `[requests, state]`.
+    ask;
 }

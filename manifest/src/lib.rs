@@ -238,7 +238,7 @@ impl Manifest {
                         match import.ty {
                             TypeRef::Func(_) | TypeRef::FuncExact(_) => {
                                 let is_convention = import.module == CONVENTION_MODULE
-                                    && import.name != berm_abi::convention::CALL
+                                    && !berm_abi::convention::GRANTED.contains(&import.name)
                                     && berm_abi::convention::ALL.contains(&import.name);
                                 if !is_convention {
                                     syscalls.insert(Import {

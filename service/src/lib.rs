@@ -17,6 +17,7 @@
 
 pub mod app;
 pub mod app_record;
+pub mod ask;
 pub mod catalog;
 pub mod control;
 pub mod daemon;

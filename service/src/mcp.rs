@@ -31,11 +31,12 @@ use berm_manifest::Serves;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, CompleteRequestParams, CompleteResult,
     CompletionInfo, ContentBlock, GetPromptRequestParams, GetPromptResponse, GetPromptResult,
-    Implementation, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
-    ListToolsResult, PaginatedRequestParams, PromptMessage, ReadResourceRequestParams,
-    ReadResourceResponse, ReadResourceResult, Reference, Resource, ResourceContents, Role,
-    ServerCapabilities, ServerConfig, SetLevelRequestParams, SubscribeRequestParams,
-    SubscriptionFilter, Tool, UnsubscribeRequestParams,
+    Implementation, InputRequest, InputRequiredResult, ListPromptsResult,
+    ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
+    PromptMessage, ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, Reference,
+    Resource, ResourceContents, Role, ServerCapabilities, ServerConfig, ServerRequest,
+    SetLevelRequestParams, SubscribeRequestParams, SubscriptionFilter, Tool,
+    UnsubscribeRequestParams,
 };
 use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
@@ -69,11 +70,13 @@ impl McpServer {
     }
 
     /// Runs entry `name` for a tools/call, a resource read or a prompt, with the session's
-    /// log and the request's progress token; `Err` when the client cancelled the request.
+    /// log, the request's progress token and what `berm.input` hands over; `Err` when the
+    /// client cancelled the request.
     async fn run(
         &self,
         name: &str,
         args: &serde_json::Value,
+        input: Option<&[u8]>,
         context: &RequestContext<RoleServer>,
     ) -> Result<Result<Result<Done, berm::Failure>, CallError>, McpError> {
         let progress = context.meta.get_progress_token();
@@ -81,6 +84,7 @@ impl McpServer {
             session: &self.log,
             peer: &context.peer,
             progress: progress.as_ref(),
+            input,
         };
         let mut call = pin!(self.service.call(name, args, Some(log)));
         // The first poll runs a short call to its end; only a call still
@@ -102,6 +106,156 @@ impl McpServer {
         self.log.flush().await;
         Ok(outcome)
     }
+}
+
+/// Most times one request's program may ask a 2025-11-25 client before it must give a result.
+pub const MAX_ASK_ROUNDS: usize = 8;
+
+/// How long bermd waits for a 2025-11-25 client to answer one request a program asked.
+pub const ASK_TIMEOUT: std::time::Duration = crate::ask::MAX_AGE;
+
+/// What a run of a program that may ask its client for input came to.
+enum Asked {
+    /// A result, a failure or a host error, as any call.
+    Outcome(Result<Result<Done, berm::Failure>, CallError>),
+    /// On 2026-07-28: the requests and the sealed state, for the client to answer.
+    Input(InputRequiredResult),
+    /// The program asked for what cannot be asked (a method the client did not declare, a
+    /// malformed request), or the client did not answer; the words say which.
+    Refused(String),
+}
+
+impl McpServer {
+    /// Runs entry `name`, and when its program asks for input (`berm.ask`): on 2026-07-28
+    /// returns the input-required result with its state sealed; on older sessions asks the
+    /// client over the session and runs the entry again with the answers, up to
+    /// [`MAX_ASK_ROUNDS`] times. `responses` and `sealed` are what a 2026-07-28 client
+    /// sent back (a state that does not open is `-32602`).
+    async fn run_asking(
+        &self,
+        name: &str,
+        args: &serde_json::Value,
+        responses: Option<rmcp::model::InputResponses>,
+        sealed: Option<&str>,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<Asked, McpError> {
+        let digest = self.service.catalog().get(name).map(|e| e.digest);
+        let capabilities = context.client_capabilities();
+        let capabilities_json = capabilities
+            .as_ref()
+            .and_then(|c| serde_json::to_vec(c).ok())
+            .unwrap_or_default();
+        let mut state = match (sealed, digest) {
+            (Some(sealed), Some(digest)) => self
+                .service
+                .ask_key()
+                .open(&digest, name, sealed)
+                .map_err(|e| McpError::invalid_params(e.to_string(), None))?,
+            _ => Vec::new(),
+        };
+        let mut responses = responses
+            .and_then(|r| serde_json::to_vec(&r).ok())
+            .unwrap_or_default();
+        let modern = context
+            .protocol_version()
+            .is_some_and(|v| v >= rmcp::model::ProtocolVersion::V_2026_07_28);
+        for _ in 0..MAX_ASK_ROUNDS {
+            let input = berm_abi::frame::encode(&[&responses, &state, &capabilities_json]);
+            let mut outcome = self.run(name, args, Some(&input), context).await?;
+            let ask = match &mut outcome {
+                Ok(Ok(done)) => done.ask.take(),
+                _ => None,
+            };
+            let Some(ask) = ask else {
+                return Ok(Asked::Outcome(outcome));
+            };
+            let requests = match input_requests(ask.requests, capabilities.as_ref()) {
+                Ok(requests) => requests,
+                Err(problem) => return Ok(Asked::Refused(problem)),
+            };
+            if modern {
+                let Some(digest) = digest else {
+                    return Ok(Asked::Outcome(Err(CallError::NoSuchTool(name.to_string()))));
+                };
+                let sealed = self
+                    .service
+                    .ask_key()
+                    .seal(&digest, name, &ask.state)
+                    .map_err(|e| McpError::internal_error(e.to_string(), None))?;
+                return Ok(Asked::Input(InputRequiredResult::new(
+                    Some(requests),
+                    Some(sealed),
+                )));
+            }
+            let mut answers = serde_json::Map::new();
+            for (key, request) in requests {
+                let request = match request {
+                    InputRequest::Elicitation(r) => ServerRequest::ElicitRequest(r),
+                    InputRequest::CreateMessage(r) => ServerRequest::CreateMessageRequest(r),
+                    InputRequest::ListRoots(r) => ServerRequest::ListRootsRequest(r),
+                    // `input_requests` read only the three methods a program may ask.
+                    other => {
+                        return Ok(Asked::Refused(format!(
+                            "request `{key}` is not one bermd can relay to this client: {other:?}"
+                        )));
+                    }
+                };
+                let answer =
+                    tokio::time::timeout(ASK_TIMEOUT, context.peer.send_request(request)).await;
+                let answer = match answer {
+                    Ok(Ok(answer)) => answer,
+                    Ok(Err(e)) => {
+                        return Ok(Asked::Refused(format!(
+                            "the client did not answer request `{key}` the program asked: {e}"
+                        )));
+                    }
+                    Err(_) => {
+                        return Ok(Asked::Refused(format!(
+                            "the client did not answer request `{key}` within {} s",
+                            ASK_TIMEOUT.as_secs()
+                        )));
+                    }
+                };
+                answers.insert(key, serde_json::to_value(answer).unwrap_or_default());
+            }
+            responses = serde_json::to_vec(&answers).unwrap_or_default();
+            state = ask.state;
+        }
+        Ok(Asked::Refused(format!(
+            "the program asked for input {MAX_ASK_ROUNDS} times in one request without giving a result"
+        )))
+    }
+}
+
+/// A program's `berm.ask` requests as MCP's, refusing any the client cannot answer: a method
+/// whose capability the client did not declare (when its capabilities are known), or
+/// parameters that are not that method's.
+fn input_requests(
+    requests: serde_json::Map<String, serde_json::Value>,
+    capabilities: Option<&rmcp::model::ClientCapabilities>,
+) -> Result<rmcp::model::InputRequests, String> {
+    let mut typed = rmcp::model::InputRequests::new();
+    for (key, request) in requests {
+        let method = request["method"].as_str().unwrap_or_default().to_string();
+        if let Some(capabilities) = capabilities {
+            let declared = match method.as_str() {
+                "elicitation/create" => capabilities.elicitation.is_some(),
+                "sampling/createMessage" => capabilities.sampling.is_some(),
+                _ => capabilities.roots.is_some(),
+            };
+            if !declared {
+                let capability = berm_abi::ask::capability_for(&method).unwrap_or("?");
+                return Err(format!(
+                    "the program asked the client for `{method}` (request `{key}`), but the client did not declare the `{capability}` capability"
+                ));
+            }
+        }
+        let parsed: InputRequest = serde_json::from_value(request).map_err(|e| {
+            format!("the program's request `{key}` is not a valid MCP `{method}` request: {e}")
+        })?;
+        typed.insert(key, parsed);
+    }
+    Ok(typed)
 }
 
 /// Subscribed URIs, each with who served it when last seen (`None`: nobody).
@@ -228,8 +382,22 @@ impl ServerHandler for McpServer {
             ));
         }
         let args = serde_json::Value::Object(request.arguments.unwrap_or_default());
-        let outcome = self.run(&request.name, &args, &context).await?;
-        call_result(outcome)
+        let asked = self
+            .run_asking(
+                &request.name,
+                &args,
+                request.input_responses,
+                request.request_state.as_deref(),
+                &context,
+            )
+            .await?;
+        match asked {
+            Asked::Outcome(outcome) => call_result(outcome),
+            Asked::Input(input) => Ok(CallToolResponse::InputRequired(input)),
+            Asked::Refused(message) => {
+                Ok(CallToolResult::error(vec![ContentBlock::text(message)]).into())
+            }
+        }
     }
 
     async fn list_resources(
@@ -281,7 +449,27 @@ impl ServerHandler for McpServer {
             return Err(not_found(&uri));
         };
         let mime_type = read.mime_type.to_string();
-        let outcome = self.run(read.served, &read.args, &context).await?;
+        let (served, args) = (read.served.to_string(), read.args);
+        drop(catalog);
+        let asked = self
+            .run_asking(
+                &served,
+                &args,
+                request.input_responses,
+                request.request_state.as_deref(),
+                &context,
+            )
+            .await?;
+        let outcome = match asked {
+            Asked::Outcome(outcome) => outcome,
+            Asked::Input(input) => return Ok(ReadResourceResponse::InputRequired(input)),
+            Asked::Refused(message) => {
+                return Err(McpError::internal_error(
+                    format!("reading `{uri}` failed: {message}"),
+                    None,
+                ));
+            }
+        };
         let done = match outcome {
             Ok(Ok(done)) => done,
             Ok(Err(failure)) => {
@@ -384,7 +572,25 @@ impl ServerHandler for McpServer {
             return Err(unknown(&name));
         }
         let args = serde_json::Value::Object(request.arguments.unwrap_or_default());
-        let outcome = self.run(&name, &args, &context).await?;
+        let asked = self
+            .run_asking(
+                &name,
+                &args,
+                request.input_responses,
+                request.request_state.as_deref(),
+                &context,
+            )
+            .await?;
+        let outcome = match asked {
+            Asked::Outcome(outcome) => outcome,
+            Asked::Input(input) => return Ok(GetPromptResponse::InputRequired(input)),
+            Asked::Refused(message) => {
+                return Err(McpError::internal_error(
+                    format!("prompt `{name}` failed: {message}"),
+                    None,
+                ));
+            }
+        };
         match outcome {
             Ok(Ok(done)) => Ok(GetPromptResult::new(prompt_messages(done)).into()),
             Ok(Err(failure)) => Err(McpError::internal_error(
@@ -709,6 +915,7 @@ fn call_result(
             text,
             structured,
             content,
+            ..
         })) => {
             // The text comes first, unless the blocks are the whole result.
             let text = (!text.is_empty() || content.is_empty()).then(|| ContentBlock::text(text));

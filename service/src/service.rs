@@ -69,6 +69,9 @@ pub struct ServiceConfig {
     /// Every program's keyspace in PostgreSQL (`bermd --kv-url-file`), shared with other
     /// replicas; `None` keeps each in its log under `$BERM_HOME/state`.
     pub kv_postgres: Option<Arc<berm_kv_postgres::PgKv>>,
+    /// The key that seals asking programs' state (`bermd --ask-key FILE`, for replicas that
+    /// share one); `None` uses `$BERM_HOME/ask.key`, made on first start.
+    pub ask_key: Option<PathBuf>,
 }
 
 /// The default `tools/list` page: large, because some clients read only the
@@ -92,6 +95,7 @@ impl ServiceConfig {
             egress_broker: None,
             receipts: None,
             kv_postgres: None,
+            ask_key: None,
         }
     }
 }
@@ -111,6 +115,9 @@ pub enum OpenError {
     /// An extra CA file is unusable.
     #[error(transparent)]
     Trust(#[from] berm_egress::TrustError),
+    /// The key that seals asking programs' state could not be read or made.
+    #[error("the ask key: {0}")]
+    AskKey(#[from] crate::ask::KeyError),
 }
 
 /// Why a deploy was refused; nothing changed.
@@ -234,6 +241,8 @@ pub struct Done {
     pub structured: Option<serde_json::Value>,
     /// The content blocks the program added beside its text (`berm.content`).
     pub content: Vec<berm::Content>,
+    /// Set when the program asked its client for input (`berm.ask`) instead of a result.
+    pub ask: Option<berm::Ask>,
 }
 
 /// What a restart brought back.
@@ -422,6 +431,7 @@ pub struct Service {
     changes: broadcast::Sender<()>,
     metrics: crate::metrics::Metrics,
     receipts: Option<crate::receipts::Receipts>,
+    ask_key: crate::ask::AskKey,
 }
 
 fn source_name(source: CompileSource) -> &'static str {
@@ -438,6 +448,10 @@ impl Service {
     /// record that cannot be restored is reported and skipped.
     pub fn open(config: &ServiceConfig) -> Result<(Arc<Service>, RestoreReport), OpenError> {
         let home = Home::create(&config.home)?;
+        let ask_key = match &config.ask_key {
+            Some(path) => crate::ask::AskKey::load(path)?,
+            None => crate::ask::AskKey::load_or_create(&config.home.join(crate::ask::KEY_FILE))?,
+        };
         let engine = Engine::new(&config.engine)?;
         let berm = Berm::with_code_dirs(
             &engine,
@@ -472,6 +486,7 @@ impl Service {
             changes,
             metrics: crate::metrics::Metrics::new(),
             receipts: config.receipts.clone().map(crate::receipts::Receipts::new),
+            ask_key,
         });
         service
             .berm
@@ -508,6 +523,11 @@ impl Service {
     /// The runtime, for embedding and benchmarks.
     pub fn berm(&self) -> &Berm {
         &self.berm
+    }
+
+    /// The key that seals the state of programs that ask their client for input.
+    pub fn ask_key(&self) -> &crate::ask::AskKey {
+        &self.ask_key
     }
 
     /// Most tools in one `tools/list` page.
@@ -827,6 +847,7 @@ impl Service {
         let bytes = serde_json::to_vec(args).unwrap_or_default();
         let slot = self.admit(entry, &bytes, Some(args))?;
         let (berm, program, tool) = (self.berm.clone(), entry.program.clone(), entry.tool.clone());
+        let input = log.and_then(|to| to.input).map(Arc::<[u8]>::from);
         let progress = log.and_then(|to| {
             let token = to.progress?.clone();
             let sink = to.session.progress_for_call(to.peer, token);
@@ -839,6 +860,7 @@ impl Service {
                 deadline: None,
                 trace,
                 progress,
+                input,
             };
             berm.call_with(None, &program, &tool, bytes, &options).await
         };
@@ -976,7 +998,8 @@ impl Service {
                 | Grant::Random
                 | Grant::Net(_)
                 | Grant::Secret { .. }
-                | Grant::Call { .. } => {}
+                | Grant::Call { .. }
+                | Grant::Ask => {}
             }
         }
         host.net = self
@@ -1070,6 +1093,9 @@ pub struct LogTo<'a> {
     /// The request's progress token, when it asked for progress: the program's
     /// `berm.progress` reports then go to the peer as `notifications/progress`.
     pub progress: Option<&'a rmcp::model::ProgressToken>,
+    /// What `berm.input` hands the program: frames `[responses, state,
+    /// client_capabilities]` ([`berm_abi::ask`]).
+    pub input: Option<&'a [u8]>,
 }
 
 /// A task on the call threads that is aborted when its handle is dropped, so
@@ -1098,16 +1124,21 @@ fn checked(
     entry: &catalog::ToolEntry,
     outcome: Result<berm::Output, Failure>,
 ) -> Result<Result<Done, Failure>, CallError> {
-    let berm::Output { text, content } = match outcome {
+    let berm::Output { text, content, ask } = match outcome {
         Ok(output) => output,
         Err(failure) => return Ok(Err(failure)),
     };
-    let Some(output) = &entry.output else {
-        return Ok(Ok(Done {
-            text,
-            structured: None,
-            content,
-        }));
+    let output = match &entry.output {
+        Some(output) if ask.is_none() => output,
+        // A question is not a result: there is nothing to check yet.
+        _ => {
+            return Ok(Ok(Done {
+                text,
+                structured: None,
+                content,
+                ask,
+            }));
+        }
     };
     let invalid = |message: String| CallError::InvalidOutput {
         tool: name.to_string(),
@@ -1123,6 +1154,7 @@ fn checked(
         text,
         structured: Some(value),
         content,
+        ask: None,
     }))
 }
 

@@ -207,7 +207,10 @@ mod conformance {
     ///
     /// # Arguments
     /// - `id`: the id in the URI
-    #[berm(resource_template = "test://template/{id}/data", mime_type = "application/json")]
+    #[berm(
+        resource_template = "test://template/{id}/data",
+        mime_type = "application/json"
+    )]
     pub fn template_data(id: String) -> String {
         serde_json::json!({"id": id, "templateTest": true, "data": format!("Data for ID: {id}")})
             .to_string()
@@ -251,6 +254,317 @@ mod conformance {
         berm_guest::content::image("image/png", RED_PIXEL);
         berm_guest::content::text("Please analyze the image above.");
         String::new()
+    }
+
+    /// One elicitation request: `{"method": "elicitation/create", ...}` asking for the
+    /// string properties named.
+    fn elicit(message: &str, fields: &[(&str, &str)]) -> serde_json::Value {
+        let properties: serde_json::Map<String, serde_json::Value> = fields
+            .iter()
+            .map(|(name, ty)| (name.to_string(), serde_json::json!({ "type": ty })))
+            .collect();
+        let required: Vec<&str> = fields.iter().map(|(name, _)| *name).collect();
+        serde_json::json!({"method": "elicitation/create", "params": {
+            "message": message,
+            "requestedSchema": {"type": "object", "properties": properties, "required": required},
+        }})
+    }
+
+    /// One sampling request for `text`.
+    fn sample(text: &str, max_tokens: u32) -> serde_json::Value {
+        serde_json::json!({"method": "sampling/createMessage", "params": {
+            "messages": [{"role": "user", "content": {"type": "text", "text": text}}],
+            "maxTokens": max_tokens,
+        }})
+    }
+
+    /// The text of a sampling answer, or of an elicitation's field `field`.
+    fn answer_text(answer: &serde_json::Value, field: &str) -> String {
+        let text = answer["content"][field]
+            .as_str()
+            .or_else(|| answer["content"]["text"].as_str())
+            .unwrap_or_default();
+        text.to_string()
+    }
+
+    /// Ask the client for a name (an elicitation), then greet it.
+    #[berm(read_only)]
+    pub fn input_required_result_elicitation() -> String {
+        let input = berm_guest::ask::input();
+        match input.response("user_name") {
+            Some(answer) => format!("Hello, {}!", answer_text(answer, "name")),
+            None => {
+                let requests = serde_json::json!({
+                    "user_name": elicit("What is your name?", &[("name", "string")]),
+                });
+                berm_guest::ask::ask(&requests, b"");
+                String::new()
+            }
+        }
+    }
+
+    /// Ask the client's model a question (sampling), then return its answer.
+    #[berm(read_only)]
+    pub fn input_required_result_sampling() -> String {
+        let input = berm_guest::ask::input();
+        match input.response("capital_question") {
+            Some(answer) => format!("The model said: {}", answer_text(answer, "text")),
+            None => {
+                let requests = serde_json::json!({
+                    "capital_question": sample("What is the capital of France?", 100),
+                });
+                berm_guest::ask::ask(&requests, b"");
+                String::new()
+            }
+        }
+    }
+
+    /// Ask the client for its roots, then list them.
+    #[berm(read_only)]
+    pub fn input_required_result_list_roots() -> String {
+        let input = berm_guest::ask::input();
+        match input.response("client_roots") {
+            Some(answer) => {
+                let uris: Vec<&str> = answer["roots"]
+                    .as_array()
+                    .map(|roots| roots.iter().filter_map(|r| r["uri"].as_str()).collect())
+                    .unwrap_or_default();
+                format!("The client's roots: {}", uris.join(", "))
+            }
+            None => {
+                let requests = serde_json::json!({
+                    "client_roots": {"method": "roots/list", "params": {}},
+                });
+                berm_guest::ask::ask(&requests, b"");
+                String::new()
+            }
+        }
+    }
+
+    /// Ask only for what the client declared it can answer: a name (elicitation), a greeting
+    /// (sampling), its roots.
+    #[berm(read_only)]
+    pub fn input_required_result_capabilities() -> String {
+        let input = berm_guest::ask::input();
+        if !input.responses.is_empty() {
+            let keys: Vec<&str> = input.responses.keys().map(String::as_str).collect();
+            return format!("Answered: {}", keys.join(", "));
+        }
+        let mut requests = serde_json::Map::new();
+        if input.supports("elicitation") {
+            requests.insert(
+                "user_name".into(),
+                elicit("What is your name?", &[("name", "string")]),
+            );
+        }
+        if input.supports("sampling") {
+            requests.insert("greeting".into(), sample("Generate a greeting", 50));
+        }
+        if input.supports("roots") {
+            requests.insert(
+                "client_roots".into(),
+                serde_json::json!({"method": "roots/list", "params": {}}),
+            );
+        }
+        if requests.is_empty() {
+            return "The client can answer nothing this tool would ask.".to_string();
+        }
+        berm_guest::ask::ask(&serde_json::Value::Object(requests), b"");
+        String::new()
+    }
+
+    /// Ask three things at once (a name, a greeting, the roots), then say what came back.
+    #[berm(read_only)]
+    pub fn input_required_result_multiple_inputs() -> String {
+        let input = berm_guest::ask::input();
+        let keys = ["user_name", "greeting", "client_roots"];
+        if keys.iter().all(|k| input.response(k).is_some()) && input.state == b"three" {
+            let name = answer_text(&input.responses["user_name"], "name");
+            return format!("Hello, {name}: all three answers arrived.");
+        }
+        let requests = serde_json::json!({
+            "user_name": elicit("What is your name?", &[("name", "string")]),
+            "greeting": sample("Generate a greeting", 50),
+            "client_roots": {"method": "roots/list", "params": {}},
+        });
+        berm_guest::ask::ask(&requests, b"three");
+        String::new()
+    }
+
+    /// Ask for a confirmation with a state, and check the state came back unchanged.
+    #[berm(read_only)]
+    pub fn input_required_result_request_state() -> String {
+        confirm_with_state()
+    }
+
+    /// The same as `input_required_result_request_state`: the host refuses a state the client
+    /// changed, before this runs again.
+    #[berm(read_only)]
+    pub fn input_required_result_tampered_state() -> String {
+        confirm_with_state()
+    }
+
+    fn confirm_with_state() -> String {
+        const STATE: &[u8] = b"confirm:round-1";
+        let input = berm_guest::ask::input();
+        match input.response("confirm") {
+            Some(_) if input.state == STATE => "Confirmed: state-ok".to_string(),
+            Some(_) => "Confirmed, but the state did not come back".to_string(),
+            None => {
+                let requests = serde_json::json!({
+                    "confirm": elicit("Please confirm", &[("ok", "boolean")]),
+                });
+                berm_guest::ask::ask(&requests, STATE);
+                String::new()
+            }
+        }
+    }
+
+    /// Two rounds of questions (a name, then a colour), the name carried in the state.
+    #[berm(read_only)]
+    pub fn input_required_result_multi_round() -> String {
+        let input = berm_guest::ask::input();
+        if let (Some(answer), Some(name)) =
+            (input.response("step2"), input.state.strip_prefix(b"name:"))
+        {
+            let name = String::from_utf8_lossy(name);
+            return format!("{name} likes {}.", answer_text(answer, "color"));
+        }
+        if let Some(answer) = input.response("step1") {
+            let name = answer_text(answer, "name");
+            let requests = serde_json::json!({
+                "step2": elicit("Step 2: What is your favorite color?", &[("color", "string")]),
+            });
+            berm_guest::ask::ask(&requests, format!("name:{name}").as_bytes());
+            return String::new();
+        }
+        let requests = serde_json::json!({
+            "step1": elicit("Step 1: What is your name?", &[("name", "string")]),
+        });
+        berm_guest::ask::ask(&requests, b"");
+        String::new()
+    }
+
+    /// A prompt that first asks the user what context to use.
+    #[berm(prompt)]
+    pub fn input_required_result_prompt() -> String {
+        let input = berm_guest::ask::input();
+        match input.response("user_context") {
+            Some(answer) => format!(
+                "Answer with this context in mind: {}",
+                answer_text(answer, "context")
+            ),
+            None => {
+                let requests = serde_json::json!({
+                    "user_context": elicit("What context should the prompt use?", &[("context", "string")]),
+                });
+                berm_guest::ask::ask(&requests, b"");
+                String::new()
+            }
+        }
+    }
+
+    /// Ask the user for a username and an email (an elicitation), then say what came back.
+    ///
+    /// # Arguments
+    /// - `message`: The message to show the user
+    #[berm(read_only)]
+    pub fn elicitation(message: String) -> String {
+        let input = berm_guest::ask::input();
+        match input.response("user") {
+            Some(answer) => format!("User response: {answer}"),
+            None => {
+                let requests = serde_json::json!({"user": {"method": "elicitation/create", "params": {
+                    "message": message,
+                    "requestedSchema": {"type": "object", "properties": {
+                        "username": {"type": "string", "description": "User's response"},
+                        "email": {"type": "string", "description": "User's email address"},
+                    }, "required": ["username", "email"]},
+                }}});
+                berm_guest::ask::ask(&requests, b"");
+                String::new()
+            }
+        }
+    }
+
+    /// Ask the client's model (sampling), then return its answer.
+    ///
+    /// # Arguments
+    /// - `prompt`: The prompt to send to the LLM
+    #[berm(read_only)]
+    pub fn sampling(prompt: String) -> String {
+        let input = berm_guest::ask::input();
+        match input.response("answer") {
+            Some(answer) => format!("LLM response: {}", answer_text(answer, "text")),
+            None => {
+                let requests = serde_json::json!({"answer": sample(&prompt, 100)});
+                berm_guest::ask::ask(&requests, b"");
+                String::new()
+            }
+        }
+    }
+
+    /// Ask with a default value for every primitive type (SEP-1034).
+    #[berm(read_only)]
+    pub fn elicitation_sep1034_defaults() -> String {
+        let input = berm_guest::ask::input();
+        match input.response("defaults") {
+            Some(answer) => format!(
+                "Elicitation completed: action={}, content={}",
+                answer["action"].as_str().unwrap_or("?"),
+                answer["content"]
+            ),
+            None => {
+                let requests = serde_json::json!({"defaults": {"method": "elicitation/create", "params": {
+                    "message": "Check these defaults",
+                    "requestedSchema": {"type": "object", "properties": {
+                        "name": {"type": "string", "default": "John Doe"},
+                        "age": {"type": "integer", "default": 30},
+                        "score": {"type": "number", "default": 95.5},
+                        "status": {"type": "string", "enum": ["active", "inactive", "pending"], "default": "active"},
+                        "verified": {"type": "boolean", "default": true},
+                    }},
+                }}});
+                berm_guest::ask::ask(&requests, b"");
+                String::new()
+            }
+        }
+    }
+
+    /// Ask with each of the five enum forms (SEP-1330).
+    #[berm(read_only)]
+    pub fn elicitation_sep1330_enums() -> String {
+        let input = berm_guest::ask::input();
+        match input.response("enums") {
+            Some(answer) => format!(
+                "Elicitation completed: action={}, content={}",
+                answer["action"].as_str().unwrap_or("?"),
+                answer["content"]
+            ),
+            None => {
+                let requests = serde_json::json!({"enums": {"method": "elicitation/create", "params": {
+                    "message": "Pick some options",
+                    "requestedSchema": {"type": "object", "properties": {
+                        "untitledSingle": {"type": "string", "enum": ["option1", "option2", "option3"]},
+                        "titledSingle": {"type": "string", "oneOf": [
+                            {"const": "value1", "title": "First Option"},
+                            {"const": "value2", "title": "Second Option"},
+                            {"const": "value3", "title": "Third Option"},
+                        ]},
+                        "legacyEnum": {"type": "string", "enum": ["opt1", "opt2", "opt3"],
+                            "enumNames": ["Option One", "Option Two", "Option Three"]},
+                        "untitledMulti": {"type": "array", "items": {"type": "string", "enum": ["option1", "option2", "option3"]}},
+                        "titledMulti": {"type": "array", "items": {"anyOf": [
+                            {"const": "value1", "title": "First Choice"},
+                            {"const": "value2", "title": "Second Choice"},
+                            {"const": "value3", "title": "Third Choice"},
+                        ]}},
+                    }},
+                }}});
+                berm_guest::ask::ask(&requests, b"");
+                String::new()
+            }
+        }
     }
 
     /// Measure a rectangle (a struct argument and a struct result).

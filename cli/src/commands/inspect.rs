@@ -201,7 +201,10 @@ pub async fn run(home: &Path, args: Args) -> anyhow::Result<Exit> {
             crate::outln!("    output: {}", serde_json::to_string(output)?);
         }
         if let Some(serves) = &tool.serves {
-            crate::outln!("    serves: {} (not offered as a tool)", serves_text(serves));
+            crate::outln!(
+                "    serves: {} (not offered as a tool)",
+                serves_text(serves)
+            );
         }
     }
     Ok(Exit::Ok)
