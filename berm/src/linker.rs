@@ -695,3 +695,48 @@ fn answer(
         })),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ask(requests: &str, state: &[u8]) -> Result<crate::Ask, String> {
+        parse_ask(&frame::encode(&[requests.as_bytes(), state]))
+    }
+
+    #[test]
+    fn an_ask_is_checked_before_the_host_relays_it() {
+        let ok = ask(
+            r#"{"roots": {"method": "roots/list"}, "name": {"method": "elicitation/create", "params": {"message": "?"}}}"#,
+            b"state",
+        )
+        .unwrap();
+        assert_eq!(ok.state, b"state");
+        // A left-out params is an empty object.
+        assert_eq!(ok.requests["roots"]["params"], serde_json::json!({}));
+
+        for (requests, says) in [
+            ("[]", "must be a JSON object"),
+            ("{}", "0 requests"),
+            ("not json", "not JSON"),
+            (r#"{"a b": {"method": "roots/list"}}"#, "request key `a b`"),
+            (r#"{"x": {"method": "tools/call"}}"#, "method `tools/call` is not one a program may ask"),
+            (r#"{"x": {"method": "roots/list", "params": 1}}"#, "params must be an object"),
+            (r#"{"x": {"method": "roots/list", "id": 1}}"#, "unknown field `id`"),
+            (r#"{"x": 1}"#, "request `x` is not an object"),
+        ] {
+            let err = ask(requests, b"").unwrap_err();
+            assert!(err.contains(says), "{requests}: {err}");
+        }
+        let many: serde_json::Map<String, serde_json::Value> = (0..17)
+            .map(|i| (format!("k{i}"), serde_json::json!({"method": "roots/list"})))
+            .collect();
+        let err = ask(&serde_json::Value::Object(many).to_string(), b"").unwrap_err();
+        assert!(err.contains("17 requests; ask for 1 to 16"), "{err}");
+        let big = vec![0u8; berm_abi::ask::MAX_STATE_BYTES + 1];
+        let err = ask(r#"{"x": {"method": "roots/list"}}"#, &big).unwrap_err();
+        assert!(err.contains("over the cap of 16384"), "{err}");
+        let err = parse_ask(&frame::encode(&[b"{}"])).unwrap_err();
+        assert!(err.contains("expected [requests, state]"), "{err}");
+    }
+}

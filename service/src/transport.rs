@@ -5,7 +5,7 @@
 //! line, and answers itself every line rmcp would silently drop, answer
 //! vaguely or mishandle — a line over the cap, one that is not JSON, JSON
 //! that is not a JSON-RPC message, a request whose id is already in flight,
-//! a response to a request bermd never made — with a JSON-RPC error that
+//! a response to a request bermd never made or that was already answered — with a JSON-RPC error that
 //! says what was wrong, so a client always learns why it got no answer and
 //! a broken line costs only itself. Whole lines only ever reach the socket,
 //! so those errors never split a message rmcp is writing.
@@ -290,6 +290,10 @@ struct GuardedTransport<R, W> {
     /// Before the handshake ends, the `ping` and `discover` requests in
     /// flight: their results do not end it.
     probes: HashSet<RequestId>,
+    /// The ids of bermd's own requests to the client (a program asking for input on a
+    /// 2025-11-25 session) not yet answered: only a response or error with one of these
+    /// reaches rmcp.
+    asked: HashSet<RequestId>,
 }
 
 impl<R, W> GuardedTransport<R, W>
@@ -308,6 +312,7 @@ where
             in_flight: HashSet::new(),
             greeted: false,
             probes: HashSet::new(),
+            asked: HashSet::new(),
         }
     }
 
@@ -419,13 +424,19 @@ where
                 }
             }
             JsonRpcMessage::Response(response) => {
-                return Judgement::Answer(unasked(&serde_json::json!(response.id)));
+                if !self.asked.remove(&response.id) {
+                    return Judgement::Answer(unasked(&serde_json::json!(response.id)));
+                }
             }
-            // Never answered: two peers that answer errors with errors
-            // would do so forever.
+            // The client's refusal of a request bermd made goes to rmcp, which hands it
+            // to the call waiting for it. Any other error is never answered: two peers
+            // that answer errors with errors would do so forever.
             JsonRpcMessage::Error(error) => {
-                tracing::debug!(id = ?error.id, "ignoring an error object from the client");
-                return Judgement::Skip;
+                let ours = error.id.as_ref().is_some_and(|id| self.asked.remove(id));
+                if !ours {
+                    tracing::debug!(id = ?error.id, "ignoring an error object from the client");
+                    return Judgement::Skip;
+                }
             }
         }
         Judgement::Message(Box::new(message))
@@ -498,8 +509,8 @@ fn unasked(id: &serde_json::Value) -> String {
         None,
         INVALID_REQUEST,
         &format!(
-            "bermd made no request with id {}: it sends clients no requests, so it takes no \
-             responses",
+            "bermd made no request with id {} that is waiting for an answer: it takes \
+             responses only to its own requests (a program asking for input)",
             shown(id)
         ),
     )
@@ -533,6 +544,10 @@ where
         &mut self,
         item: TxJsonRpcMessage<RoleServer>,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        // A request of bermd's own: its answer will be let through.
+        if let JsonRpcMessage::Request(request) = &item {
+            self.asked.insert(request.id.clone());
+        }
         // The request this answers is no longer in flight: its id may be
         // used again.
         if let Some(id) = match &item {

@@ -73,12 +73,13 @@ fn every_served_name_matches_the_strictest_client_pattern() {
             "{expected} missing from {names:?}"
         );
     }
-    // The longest program name that still fits the longest entry name here (the prompt
-    // `prompt_with_embedded_resource`: 29 characters, so 64 - 30 = 34). The conformance
-    // app serves resources, whose URIs have one server on an endpoint: `test` goes first.
+    // The longest program name that still fits the longest entry name here
+    // (`input_required_result_multiple_inputs`: 37 characters, so 64 - 38 = 26). The
+    // conformance app serves resources, whose URIs have one server on an endpoint: `test`
+    // goes first.
     let control = bermd.control();
     block_on(control.remove("test")).unwrap();
-    let longest = "p".repeat(34);
+    let longest = "p".repeat(26);
     bermd.deploy(&longest, "conformance", &[], LimitsSpec::default());
     let tools = all_tools(&mut session);
     let prompts = session.request("prompts/list", json!({}));
@@ -92,6 +93,7 @@ fn every_served_name_matches_the_strictest_client_pattern() {
         assert!(portable(name), "`{name}` is not a portable name");
     }
     assert!(served.contains(&format!("{longest}_prompt_with_embedded_resource").as_str()));
+    assert!(served.contains(&format!("{longest}_input_required_result_multiple_inputs").as_str()));
     assert!(served.contains(&format!("{longest}_multiple_content_types").as_str()));
     let (text, error) = result_text(&session.call("files_read_file", json!({"path": "x"})));
     assert!(error, "{text}");
@@ -656,4 +658,69 @@ fn resources_and_prompts_come_from_the_tools_that_serve_them() {
     ] {
         assert!(heard.contains(method), "{method} not in {heard:?}");
     }
+}
+
+#[test]
+fn a_program_asks_a_2025_client_over_its_session_only_with_the_grant() {
+    let bermd = Bermd::start(&[]);
+    bermd.deploy("test", "conformance", &["log"], LimitsSpec::default());
+    let open = |capabilities: Value| {
+        let mut session = bermd.session();
+        let hello = session.request(
+            "initialize",
+            json!({"protocolVersion": "2025-06-18", "capabilities": capabilities,
+                "clientInfo": {"name": "berm-tests", "version": "0"}}),
+        );
+        assert_eq!(hello["result"]["serverInfo"]["name"], "bermd", "{hello}");
+        session.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+        session
+    };
+    let ask = "test_input_required_result_elicitation";
+
+    // Without the `ask` grant, asking is a trap naming the grant.
+    let mut session = open(json!({"elicitation": {}}));
+    let (text, error) = result_text(&session.call(ask, json!({})));
+    assert!(error, "{text}");
+    assert!(text.contains("called `berm.ask`, which is not granted to `test` (grant `ask`"), "{text}");
+
+    bermd.deploy("test", "conformance", &["log", "ask"], LimitsSpec::default());
+    // A client that did not declare elicitation is not asked.
+    let mut plain = open(json!({}));
+    let (text, error) = result_text(&plain.call(ask, json!({})));
+    assert!(error, "{text}");
+    assert!(
+        text.contains("asked the client for `elicitation/create` (request `user_name`), but the client did not declare the `elicitation` capability"),
+        "{text}"
+    );
+
+    // One that did is asked over its session, and the tool runs again with the answer.
+    let mut session = open(json!({"elicitation": {}}));
+    session.send(&json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+        "params": {"name": ask, "arguments": {}}}));
+    let request = next_message(&mut session);
+    assert_eq!(request["method"], "elicitation/create", "{request}");
+    assert_eq!(request["params"]["message"], "What is your name?");
+    session.send(&json!({"jsonrpc": "2.0", "id": request["id"],
+        "result": {"action": "accept", "content": {"name": "Ada"}}}));
+    let done = session.read();
+    assert_eq!(done["id"], 7);
+    assert_eq!(result_text(&done), ("Hello, Ada!".to_string(), false));
+    // The answer was taken once: the same response again is refused, naming the id.
+    session.send(&json!({"jsonrpc": "2.0", "id": request["id"], "result": {}}));
+    let again = session.read();
+    assert_eq!(again["error"]["code"], -32600, "{again}");
+
+    // A client that refuses the request ends the call with its words, not a hang.
+    session.send(&json!({"jsonrpc": "2.0", "id": 8, "method": "tools/call",
+        "params": {"name": ask, "arguments": {}}}));
+    let request = next_message(&mut session);
+    session.send(&json!({"jsonrpc": "2.0", "id": request["id"],
+        "error": {"code": -32603, "message": "the user closed the dialog"}}));
+    let refused = session.read();
+    let (text, error) = result_text(&refused);
+    assert!(error, "{text}");
+    assert!(
+        text.contains("the client did not answer request `user_name`") && text.contains("the user closed the dialog"),
+        "{text}"
+    );
 }

@@ -162,6 +162,57 @@ async def test_resources_and_prompts_are_served_by_programs(bermd, transport, mo
         assert "test_simple_prompt" not in {t.name for t in (await c.list_tools()).tools}
 
 
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("transport", TRANSPORTS)
+@pytest.mark.anyio
+async def test_a_program_asks_the_client_and_runs_again_with_the_answers(bermd, transport, mode):
+    # Legacy sessions answer server-to-client requests; modern ones input-required results,
+    # whose sealed state the SDK sends back: the program's code is the same.
+    await anyio.to_thread.run_sync(
+        lambda: bermd.berm(
+            "deploy", "test", str(WASM / "conformance.wasm"), "--grant", "log", "--grant", "ask"
+        )
+    )
+    asked = []
+
+    async def elicit(context, params):
+        asked.append(params.message)
+        return types.ElicitResult(
+            action="accept", content={"name": "Ada", "color": "teal", "context": "tests", "ok": True}
+        )
+
+    async def sample(context, params):
+        return types.CreateMessageResult(
+            role="assistant", content=types.TextContent(type="text", text="Paris"), model="test-model"
+        )
+
+    async def roots(context):
+        return types.ListRootsResult(roots=[types.Root(uri="file:///work", name="work")])
+
+    async with client(
+        bermd,
+        transport,
+        mode,
+        elicitation_callback=elicit,
+        sampling_callback=sample,
+        list_roots_callback=roots,
+    ) as c:
+        done = await c.call_tool("test_input_required_result_elicitation", {})
+        assert not done.is_error, done
+        assert done.content[0].text == "Hello, Ada!"
+        rounds = await c.call_tool("test_input_required_result_multi_round", {})
+        assert rounds.content[0].text == "Ada likes teal."
+        assert asked[-2:] == ["Step 1: What is your name?", "Step 2: What is your favorite color?"]
+        sampled = await c.call_tool("test_input_required_result_sampling", {})
+        assert sampled.content[0].text == "The model said: Paris"
+        listed = await c.call_tool("test_input_required_result_list_roots", {})
+        assert listed.content[0].text == "The client's roots: file:///work"
+        state = await c.call_tool("test_input_required_result_request_state", {})
+        assert state.content[0].text == "Confirmed: state-ok"
+        prompt = await c.get_prompt("test_input_required_result_prompt")
+        assert prompt.messages[0].content.text == "Answer with this context in mind: tests"
+
+
 @pytest.mark.parametrize("transport", TRANSPORTS)
 @pytest.mark.anyio
 async def test_list_changed_after_deploy_for_initialize_clients(bermd, transport):

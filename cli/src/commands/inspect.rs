@@ -237,7 +237,18 @@ fn missing_grants(manifest: &Manifest, grants: &[Grant]) -> Vec<String> {
         .map(|s| s.module.clone())
         .collect();
     missing.dedup();
-    if manifest.syscalls.iter().any(|s| s.module == "berm") {
+    let asks = manifest
+        .syscalls
+        .iter()
+        .any(|s| s.module == "berm" && s.name == berm_abi::convention::ASK);
+    if asks && !grants.contains(&Grant::Ask) {
+        missing.push(Grant::Ask.to_string());
+    }
+    if manifest
+        .syscalls
+        .iter()
+        .any(|s| s.module == "berm" && s.name == berm_abi::convention::CALL)
+    {
         let granted = |program: &str| {
             grants
                 .iter()

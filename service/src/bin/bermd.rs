@@ -152,6 +152,11 @@ struct Args {
     /// schema itself; give it an ordinary role (docs/kubernetes.md).
     #[arg(long, value_name = "FILE")]
     kv_url_file: Option<PathBuf>,
+    /// The key that seals the state of programs that ask their client for input (64 hex
+    /// digits, as bermd writes into $BERM_HOME/ask.key on first start). Give replicas behind
+    /// one load balancer the same file, so that any of them opens what another sealed.
+    #[arg(long, value_name = "FILE")]
+    ask_key: Option<PathBuf>,
     /// Connections to PostgreSQL at most, shared by every program (with --kv-url-file or
     /// BERM_KV_URL).
     #[arg(long, value_name = "N", default_value_t = berm_kv_postgres::DEFAULT_MAX_CONNECTIONS,
@@ -416,6 +421,7 @@ fn start(args: Args, started: Instant) -> Result<(), (Exit, anyhow::Error)> {
     };
     let mut service = ServiceConfig::new(home);
     service.kv_postgres = kv_postgres;
+    service.ask_key = args.ask_key.clone();
     service.receipts = receipts.clone();
     service.engine = match args.cpu_profile {
         Cpu::Native => EngineConfig::default(),
