@@ -121,6 +121,10 @@ pub struct Program {
     /// host side (bermd on the host, berm-vmm's dialer for a VM): the value never enters the
     /// folder, the guest or wasm memory.
     pub secret_files: BTreeMap<String, PathBuf>,
+    /// `[program.serve_as]`: the name MCP clients see for a tool, by the tool's own name,
+    /// instead of `{program}_{tool}` (for a client or fixture that expects a given name).
+    /// Grants and `berm.call` keep the tool's own name.
+    pub serve_as: BTreeMap<String, String>,
 }
 
 /// The app's resource limits, enforced by the cgroup berm-init creates for
@@ -289,6 +293,17 @@ pub enum AppError {
         value: u64,
         /// The app's memory limit.
         app: u64,
+    },
+    /// A `[program.serve_as]` entry that is not a tool name and a served name, or a served
+    /// name given twice.
+    #[error("{}: program `{program}`: `serve_as`: {problem}", file.display())]
+    ServeAs {
+        /// The manifest.
+        file: PathBuf,
+        /// The program.
+        program: String,
+        /// What is wrong.
+        problem: String,
     },
     /// A grant that berm's one grant parser ([`Grant`]) refuses.
     #[error("{}: program `{program}`: {source}", file.display())]
@@ -554,6 +569,8 @@ struct RawProgram {
     accept: Option<String>,
     #[serde(default)]
     secrets: BTreeMap<String, String>,
+    #[serde(default)]
+    serve_as: BTreeMap<String, String>,
 }
 
 /// Reads and checks the app folder `dir`: `berm.toml`, every value's range,
@@ -601,6 +618,7 @@ pub fn load(dir: &Path) -> Result<App, AppError> {
         });
     }
     let mut names = BTreeSet::new();
+    let mut served_as = BTreeSet::new();
     let mut programs = Vec::with_capacity(raw.programs.len());
     for program in raw.programs {
         if !berm_abi::is_valid_program_name(&program.name) {
@@ -626,6 +644,28 @@ pub fn load(dir: &Path) -> Result<App, AppError> {
             });
         }
         let grants = check_grants(&file, &program.name, &program.grants)?;
+        for (tool, served) in &program.serve_as {
+            let problem = if !berm_abi::is_valid_name(tool) {
+                Some(format!("`{tool}` is not a tool name"))
+            } else if !berm_abi::is_valid_name(served) {
+                Some(format!(
+                    "`{served}` is not a valid served name: use 1-64 of a-z, 0-9, `_`, `-`, starting with a letter or digit"
+                ))
+            } else if !served_as.insert(served.clone()) {
+                Some(format!(
+                    "`{served}` is given to two tools; a served name is unique"
+                ))
+            } else {
+                None
+            };
+            if let Some(problem) = problem {
+                return Err(AppError::ServeAs {
+                    file,
+                    program: program.name,
+                    problem,
+                });
+            }
+        }
         let (wasm, wasm_relative, image) = match (program.wasm, program.image) {
             (Some(wasm), None) => (wasm_file(&file, &dir, &program.name, &wasm)?, wasm, None),
             (None, Some(image)) => {
@@ -668,6 +708,7 @@ pub fn load(dir: &Path) -> Result<App, AppError> {
             grants,
             memory_mb: program.memory_mb,
             secret_files: BTreeMap::new(),
+            serve_as: program.serve_as,
         };
         checked.secret_files = secret_files(&file, &dir, &program.secrets, &checked)?;
         programs.push(checked);

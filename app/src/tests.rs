@@ -826,3 +826,24 @@ fn an_image_is_read_from_the_store_only_once_found_and_only_as_pinned() {
     let swapped = app.programs[0].read().unwrap_err().to_string();
     assert_has(&swapped, &["program `p`", "not the sha256:"]);
 }
+
+#[test]
+fn serve_as_gives_tools_served_names_each_once() {
+    let dir = folder(
+        "name = \"a\"\n[[program]]\nname = \"p\"\nwasm = \"p.wasm\"\n[program.serve_as]\nadd = \"add_note\"\n",
+        &["p.wasm"],
+    );
+    let app = load(dir.path()).unwrap();
+    assert_eq!(app.programs[0].serve_as["add"], "add_note");
+    let refused = refusal(
+        "name = \"a\"\n[[program]]\nname = \"p\"\nwasm = \"p.wasm\"\n[program.serve_as]\nadd = \"Add Note\"\n",
+        &["p.wasm"],
+    );
+    assert_has(&refused, &["program `p`: `serve_as`:", "`Add Note` is not a valid served name"]);
+    let twice = refusal(
+        "name = \"a\"\n[[program]]\nname = \"p\"\nwasm = \"p.wasm\"\n[program.serve_as]\nadd = \"x\"\n\
+         [[program]]\nname = \"q\"\nwasm = \"p.wasm\"\n[program.serve_as]\nlist = \"x\"\n",
+        &["p.wasm"],
+    );
+    assert_has(&twice, &["program `q`", "`x` is given to two tools"]);
+}

@@ -720,9 +720,18 @@ mod tests {
             ("{}", "0 requests"),
             ("not json", "not JSON"),
             (r#"{"a b": {"method": "roots/list"}}"#, "request key `a b`"),
-            (r#"{"x": {"method": "tools/call"}}"#, "method `tools/call` is not one a program may ask"),
-            (r#"{"x": {"method": "roots/list", "params": 1}}"#, "params must be an object"),
-            (r#"{"x": {"method": "roots/list", "id": 1}}"#, "unknown field `id`"),
+            (
+                r#"{"x": {"method": "tools/call"}}"#,
+                "method `tools/call` is not one a program may ask",
+            ),
+            (
+                r#"{"x": {"method": "roots/list", "params": 1}}"#,
+                "params must be an object",
+            ),
+            (
+                r#"{"x": {"method": "roots/list", "id": 1}}"#,
+                "unknown field `id`",
+            ),
             (r#"{"x": 1}"#, "request `x` is not an object"),
         ] {
             let err = ask(requests, b"").unwrap_err();

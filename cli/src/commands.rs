@@ -38,7 +38,10 @@ pub fn served_tools(program: &berm_control::ProgramView) -> Vec<String> {
         .manifest
         .tools
         .iter()
-        .map(|t| berm_abi::served_name(&program.name, &t.name))
+        .map(|t| match program.serve_as.get(&t.name) {
+            Some(alias) => alias.clone(),
+            None => berm_abi::served_name(&program.name, &t.name),
+        })
         .collect()
 }
 

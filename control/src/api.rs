@@ -1,5 +1,6 @@
 //! The bodies of the control API's requests and answers.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use base64::Engine as _;
@@ -41,6 +42,10 @@ pub struct DeployRequest {
     /// folder deployed under the name can tell whether it is the same one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub app_dir: Option<PathBuf>,
+    /// The name MCP clients see for a tool, by the tool's own name, instead of
+    /// `{program}_{tool}` (an app folder's `[program.serve_as]`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub serve_as: BTreeMap<String, String>,
 }
 
 impl DeployRequest {
@@ -51,6 +56,7 @@ impl DeployRequest {
             grants,
             limits,
             app_dir: None,
+            serve_as: BTreeMap::new(),
         }
     }
 
@@ -86,6 +92,10 @@ pub struct ProgramView {
     /// The app folder it was deployed from (`berm deploy --app`); absent for a plain deploy.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub app_dir: Option<PathBuf>,
+    /// The names MCP clients see for some of its tools, by tool, instead of
+    /// `{program}_{tool}` (its app folder's `[program.serve_as]`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub serve_as: BTreeMap<String, String>,
 }
 
 /// What `PUT /programs/{name}` did.

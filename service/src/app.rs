@@ -174,7 +174,13 @@ pub fn deploy(service: &Service, app: &App) -> Result<Vec<ProgramReady>, AppDepl
         };
         service.use_secret_files(&program.name, program.secret_files.clone());
         service
-            .deploy_transient(&program.name, &image, grants, limits)
+            .deploy_transient(
+                &program.name,
+                &image,
+                grants,
+                limits,
+                program.serve_as.clone(),
+            )
             .map_err(|source| AppDeployError::Deploy {
                 app: app.name.clone(),
                 program: program.name.clone(),
@@ -245,6 +251,7 @@ mod tests {
                     grants: Vec::new(),
                     memory_mb: None,
                     secret_files: Default::default(),
+                    serve_as: Default::default(),
                 })
                 .collect(),
             limits: berm_app::Limits::default(),

@@ -80,7 +80,10 @@ impl Catalog {
     /// The catalog of `programs`. A tool whose schema does not compile as a
     /// JSON Schema is left out and reported (deploy refuses such programs,
     /// so this is only reachable for records from another version).
-    pub fn build(programs: &[ProgramInfo]) -> Catalog {
+    pub fn build(
+        programs: &[ProgramInfo],
+        serve_as: &std::collections::HashMap<String, BTreeMap<String, String>>,
+    ) -> Catalog {
         let mut tools = BTreeMap::new();
         let mut resources = BTreeMap::new();
         let mut resource_list = Vec::new();
@@ -90,8 +93,18 @@ impl Catalog {
         for program in programs {
             let starts_inline = never_waits(&program.manifest);
             let logs = program.manifest.syscalls.iter().any(|s| s.module == "log");
+            let aliases = serve_as.get(&program.name);
             for tool in &program.manifest.tools {
-                let name = berm_abi::served_name(&program.name, &tool.name);
+                let name = match aliases.and_then(|a| a.get(&tool.name)) {
+                    Some(alias) => alias.clone(),
+                    None => berm_abi::served_name(&program.name, &tool.name),
+                };
+                // Deploy refuses a name another program serves; a record from another
+                // version keeps the first.
+                if tools.contains_key(&name) {
+                    tracing::warn!(tool = %name, program = %program.name, "served name taken by another program; not served here");
+                    continue;
+                }
                 let validator = match validator_for(&tool.input_schema) {
                     Ok(v) => Arc::new(v),
                     Err(e) => {
@@ -499,13 +512,60 @@ pub fn check_schemas(manifest: &berm::Manifest) -> Result<(), String> {
 
 /// Checks every name `program`'s tools would be served under fits what MCP
 /// clients accept (`^[a-zA-Z0-9_-]{1,64}$`); the message says what to
-/// shorten. Two served names cannot collide: program names have no `_`, so
+/// shorten. Two `{program}_{tool}` names cannot collide: program names have no `_`, so
 /// the first `_` of a served name is always the separator and distinct
-/// (program, tool) pairs give distinct names.
-pub fn check_served_names(program: &str, manifest: &berm::Manifest) -> Result<(), String> {
+/// (program, tool) pairs give distinct names. A name given in `serve_as` must name one of
+/// the program's tools and be served by no other program on the endpoint.
+pub fn check_served_names(
+    program: &str,
+    manifest: &berm::Manifest,
+    serve_as: &BTreeMap<String, String>,
+    catalog: &Catalog,
+) -> Result<(), String> {
     let max = berm_abi::MAX_SERVED_NAME;
+    for (tool, alias) in serve_as {
+        if manifest.tool(tool).is_none() {
+            return Err(format!(
+                "`serve_as` names tool `{tool}`, which `{program}` does not have"
+            ));
+        }
+        if !berm_abi::is_valid_name(alias) {
+            return Err(format!(
+                "`serve_as` gives tool `{tool}` the name `{alias}`, which is not a valid served name (1-64 of a-z, 0-9, `_`, `-`)"
+            ));
+        }
+        let own = berm_abi::split_served_name(alias)
+            .is_some_and(|(p, t)| p == program && manifest.tool(t).is_some());
+        let taken = catalog
+            .get(alias)
+            .map(|e| e.program.as_str())
+            .filter(|other| *other != program);
+        if let Some(other) = taken {
+            return Err(format!(
+                "`serve_as` gives tool `{tool}` the name `{alias}`, which program `{other}` already serves: a served name is unique on an endpoint"
+            ));
+        }
+        if own && !serve_as.contains_key(&alias[program.len() + 1..]) {
+            return Err(format!(
+                "`serve_as` gives tool `{tool}` the name `{alias}`, which is `{program}`'s own name for another of its tools"
+            ));
+        }
+    }
     for tool in &manifest.tools {
+        if serve_as.contains_key(&tool.name) {
+            continue;
+        }
         let served = berm_abi::served_name(program, &tool.name);
+        if let Some(other) = catalog
+            .get(&served)
+            .map(|e| e.program.as_str())
+            .filter(|other| *other != program)
+        {
+            return Err(format!(
+                "tool `{}` of `{program}` would be served as `{served}`, a name program `{other}` serves through `serve_as`: remove that program or change its `serve_as`",
+                tool.name
+            ));
+        }
         if served.len() > max {
             let program_room = max.saturating_sub(tool.name.len() + 1);
             let tool_room = max.saturating_sub(program.len() + 1);

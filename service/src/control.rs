@@ -101,6 +101,7 @@ async fn deploy(
             request.grants,
             request.limits,
             request.app_dir,
+            request.serve_as,
         )
     })
     .await;

@@ -332,7 +332,7 @@ impl ServerHandler for McpServer {
     ) -> Result<ListToolsResult, McpError> {
         let cursor = request.and_then(|r| r.cursor);
         if let Some(cursor) = &cursor
-            && berm_abi::split_served_name(cursor).is_none()
+            && !berm_abi::is_valid_name(cursor)
         {
             return Err(McpError::invalid_params(
                 format!(

@@ -1,7 +1,7 @@
 //! The service: programs by name, persisted, with their grants and state,
 //! behind every transport (MCP and the control API).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, RwLock};
@@ -557,7 +557,7 @@ impl Service {
         grants: Vec<Grant>,
         limits: LimitsSpec,
     ) -> Result<DeployResponse, DeployError> {
-        self.deploy_as(name, image, grants, limits, Persist::Plain)
+        self.deploy_as(name, image, grants, limits, BTreeMap::new(), Persist::Plain)
     }
 
     /// Like [`Service::deploy`], recording that the program comes from the app folder
@@ -570,12 +570,13 @@ impl Service {
         grants: Vec<Grant>,
         limits: LimitsSpec,
         app_dir: Option<PathBuf>,
+        serve_as: BTreeMap<String, String>,
     ) -> Result<DeployResponse, DeployError> {
         let persist = match app_dir {
             Some(dir) => Persist::From(dir),
             None => Persist::Plain,
         };
-        self.deploy_as(name, image, grants, limits, persist)
+        self.deploy_as(name, image, grants, limits, serve_as, persist)
     }
 
     /// Like [`Service::deploy`] but nothing is written to the store: the
@@ -587,8 +588,9 @@ impl Service {
         image: &[u8],
         grants: Vec<Grant>,
         limits: LimitsSpec,
+        serve_as: BTreeMap<String, String>,
     ) -> Result<DeployResponse, DeployError> {
-        self.deploy_as(name, image, grants, limits, Persist::No)
+        self.deploy_as(name, image, grants, limits, serve_as, Persist::No)
     }
 
     fn deploy_as(
@@ -597,6 +599,7 @@ impl Service {
         image: &[u8],
         grants: Vec<Grant>,
         limits: LimitsSpec,
+        serve_as: BTreeMap<String, String>,
         persist: Persist,
     ) -> Result<DeployResponse, DeployError> {
         // The name becomes file names under $BERM_HOME: check it before
@@ -607,7 +610,8 @@ impl Service {
         let _changing = self.changing.lock().unwrap_or_else(|p| p.into_inner());
         let grants = normalize_grants(grants)?;
         let manifest = berm::Manifest::from_image(image).map_err(berm::DeployError::from)?;
-        catalog::check_served_names(name, &manifest).map_err(DeployError::ServedName)?;
+        catalog::check_served_names(name, &manifest, &serve_as, &self.catalog())
+            .map_err(DeployError::ServedName)?;
         catalog::check_schemas(&manifest).map_err(DeployError::Schema)?;
         catalog::check_resource_uris(name, &manifest, &self.catalog())
             .map_err(DeployError::ServedName)?;
@@ -622,6 +626,7 @@ impl Service {
             grants,
             limits,
             app_dir,
+            serve_as,
         };
         self.install(record.clone(), image)?;
         let saved = match persist {
@@ -703,6 +708,7 @@ impl Service {
             code_source: source_name(deployment.source).to_string(),
             manifest: (*info.manifest).clone(),
             app_dir: deployment.record.app_dir.clone(),
+            serve_as: deployment.record.serve_as.clone(),
         })
     }
 
@@ -970,7 +976,15 @@ impl Service {
     }
 
     fn rebuild_catalog(&self) {
-        let catalog = Arc::new(Catalog::build(&self.berm.list()));
+        let serve_as: HashMap<String, BTreeMap<String, String>> = self
+            .deployments
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .filter(|(_, d)| !d.record.serve_as.is_empty())
+            .map(|(name, d)| (name.clone(), d.record.serve_as.clone()))
+            .collect();
+        let catalog = Arc::new(Catalog::build(&self.berm.list(), &serve_as));
         *self.catalog.write().unwrap_or_else(|p| p.into_inner()) = catalog;
         let _ = self.changes.send(());
     }

@@ -31,6 +31,9 @@ pub struct Record {
     /// plain deploy and in records written before berm kept it, which count as plain.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub app_dir: Option<PathBuf>,
+    /// The names MCP clients see for some of its tools, by tool ([`berm_control::DeployRequest::serve_as`]).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub serve_as: std::collections::BTreeMap<String, String>,
 }
 
 /// A record that could not be brought back, and why; bermd reports it and
@@ -192,6 +195,7 @@ mod tests {
             grants: vec![Grant::Kv],
             limits: LimitsSpec::default(),
             app_dir: Some(PathBuf::from("/apps/notes")),
+            serve_as: Default::default(),
         };
         store.save(&record, &digest, image).unwrap();
         let (loaded, problems) = store.load_all();

@@ -513,3 +513,85 @@ fn an_app_folder_that_changed_since_it_last_ran_here_needs_accept() {
         "{stderr}"
     );
 }
+
+#[test]
+fn an_app_folder_gives_a_tool_the_name_a_client_expects() {
+    let folder = app_folder("conformance");
+    let bermd = {
+        let _spawning = SPAWN.lock().unwrap_or_else(|p| p.into_inner());
+        common::Bermd::start(&["--app", folder.to_str().unwrap()])
+    };
+    let mut session = bermd.session();
+    let tools = session.request("tools/list", json!({}));
+    let names: Vec<&str> = tools["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    // Served under the name berm.toml gives it, and only under that one.
+    assert!(names.contains(&"json_schema_2020_12_tool"), "{names:?}");
+    assert!(
+        !names.contains(&"test_json_schema_2020_12_tool"),
+        "{names:?}"
+    );
+    let listed = tools["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "json_schema_2020_12_tool")
+        .unwrap();
+    // The schema goes out as written, 2020-12 keywords and all.
+    assert_eq!(
+        listed["inputSchema"]["$schema"],
+        "https://json-schema.org/draft/2020-12/schema"
+    );
+    assert_eq!(
+        listed["inputSchema"]["$defs"]["address"]["$anchor"],
+        "addressDef"
+    );
+    let done = session.call(
+        "json_schema_2020_12_tool",
+        json!({"name": "Ada", "contactMethod": "phone", "phone": "555", "address": {"city": "Paris"}}),
+    );
+    assert_eq!(
+        result_text(&done),
+        ("Ada in Paris, reachable at 555".to_string(), false)
+    );
+    // bermd checks arguments against the schema as written: `if`/`then` wants a phone.
+    let (text, error) = result_text(&session.call(
+        "json_schema_2020_12_tool",
+        json!({"contactMethod": "phone", "email": "a@b"}),
+    ));
+    assert!(error, "{text}");
+    assert!(text.contains("phone"), "{text}");
+    let old = session.call("test_json_schema_2020_12_tool", json!({}));
+    assert_eq!(old["error"]["code"], -32602, "{old}");
+
+    // Another program may not take the name.
+    let control = bermd.control();
+    let mut request = berm_control::DeployRequest::new(
+        &common::wasm("echo"),
+        vec![],
+        berm_control::LimitsSpec::default(),
+    );
+    request.serve_as = [("echo".to_string(), "json_schema_2020_12_tool".to_string())].into();
+    let refused = common::block_on(control.deploy("echo", &request))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        refused.contains(
+            "which program `test` already serves: a served name is unique on an endpoint"
+        ),
+        "{refused}"
+    );
+    // Nor name a tool the program does not have.
+    request.serve_as = [("nope".to_string(), "fine".to_string())].into();
+    let refused = common::block_on(control.deploy("echo", &request))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        refused.contains("`serve_as` names tool `nope`, which `echo` does not have"),
+        "{refused}"
+    );
+}

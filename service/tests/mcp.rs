@@ -681,9 +681,17 @@ fn a_program_asks_a_2025_client_over_its_session_only_with_the_grant() {
     let mut session = open(json!({"elicitation": {}}));
     let (text, error) = result_text(&session.call(ask, json!({})));
     assert!(error, "{text}");
-    assert!(text.contains("called `berm.ask`, which is not granted to `test` (grant `ask`"), "{text}");
+    assert!(
+        text.contains("called `berm.ask`, which is not granted to `test` (grant `ask`"),
+        "{text}"
+    );
 
-    bermd.deploy("test", "conformance", &["log", "ask"], LimitsSpec::default());
+    bermd.deploy(
+        "test",
+        "conformance",
+        &["log", "ask"],
+        LimitsSpec::default(),
+    );
     // A client that did not declare elicitation is not asked.
     let mut plain = open(json!({}));
     let (text, error) = result_text(&plain.call(ask, json!({})));
@@ -720,7 +728,8 @@ fn a_program_asks_a_2025_client_over_its_session_only_with_the_grant() {
     let (text, error) = result_text(&refused);
     assert!(error, "{text}");
     assert!(
-        text.contains("the client did not answer request `user_name`") && text.contains("the user closed the dialog"),
+        text.contains("the client did not answer request `user_name`")
+            && text.contains("the user closed the dialog"),
         "{text}"
     );
 }

@@ -567,6 +567,53 @@ mod conformance {
         }
     }
 
+    /// Tool with JSON Schema 2020-12 features: its input schema is written as is (`$schema`,
+    /// `$defs` with an `$anchor`, `allOf`/`anyOf`, `if`/`then`/`else`), and bermd checks
+    /// arguments against it. Served as `json_schema_2020_12_tool` (the app's `serve_as`).
+    #[berm(
+        read_only,
+        idempotent,
+        input_schema = r##"{
+            "$schema": "https://json-schema.org/draft/2020-12/schema",
+            "type": "object",
+            "$defs": {"address": {"$anchor": "addressDef", "type": "object",
+                "properties": {"street": {"type": "string"}, "city": {"type": "string"}}}},
+            "properties": {
+                "name": {"type": "string"},
+                "address": {"$ref": "#/$defs/address"},
+                "contactMethod": {"type": "string", "enum": ["phone", "email"]},
+                "phone": {"type": "string"},
+                "email": {"type": "string"}
+            },
+            "allOf": [{"anyOf": [{"required": ["phone"]}, {"required": ["email"]}]}],
+            "if": {"properties": {"contactMethod": {"const": "phone"}}, "required": ["contactMethod"]},
+            "then": {"required": ["phone"]},
+            "else": {"required": ["email"]},
+            "additionalProperties": false
+        }"##
+    )]
+    #[allow(non_snake_case)]
+    pub fn json_schema_2020_12_tool(
+        name: Option<String>,
+        address: Option<serde_json::Value>,
+        contactMethod: Option<String>,
+        phone: Option<String>,
+        email: Option<String>,
+    ) -> String {
+        let reach = match contactMethod.as_deref() {
+            Some("phone") => phone.unwrap_or_default(),
+            _ => email.or(phone).unwrap_or_default(),
+        };
+        let city = address
+            .as_ref()
+            .and_then(|a| a["city"].as_str())
+            .unwrap_or("somewhere");
+        format!(
+            "{} in {city}, reachable at {reach}",
+            name.as_deref().unwrap_or("Someone")
+        )
+    }
+
     /// Measure a rectangle (a struct argument and a struct result).
     ///
     /// # Arguments

@@ -1,4 +1,5 @@
-//! `berm call TOOL [JSON | -]`, TOOL as MCP clients see it: `{program}_{tool}`.
+//! `berm call TOOL [JSON | -]`, TOOL as MCP clients see it: `{program}_{tool}`, or the
+//! name an app folder gives it (`serve_as`).
 
 use std::io::Read;
 use std::path::Path;
@@ -11,7 +12,8 @@ use crate::Exit;
 /// Arguments of `berm call`.
 #[derive(clap::Args)]
 pub struct Args {
-    /// The tool as MCP clients see it: PROGRAM_TOOL (e.g. notes_add).
+    /// The tool as MCP clients see it: PROGRAM_TOOL (e.g. notes_add), or the name its app
+    /// folder gives it with `serve_as`.
     tool: String,
     /// The arguments: a JSON object, or - to read it from stdin (default {}).
     args: Option<String>,
@@ -26,8 +28,10 @@ pub async fn run(home: &Path, args: Args) -> anyhow::Result<Exit> {
             "`{tool}` is the old dotted spelling: tools are named PROGRAM_TOOL, as MCP clients see them (`{program}_{name}`)"
         );
     }
-    if berm_abi::split_served_name(tool).is_none() {
-        bail!("`{tool}` is not PROGRAM_TOOL (e.g. notes_add; `berm ls` lists the tools)");
+    if !berm_abi::is_valid_name(tool) {
+        bail!(
+            "`{tool}` is not a tool name as MCP clients see it: PROGRAM_TOOL (e.g. notes_add), or a name an app gives with serve_as (`berm ls` lists the tools)"
+        );
     }
     let body = match args.args.as_deref() {
         None => b"{}".to_vec(),

@@ -31,6 +31,8 @@ struct Prepared {
     stale_accept: Option<String>,
     grants: Vec<Grant>,
     limits: LimitsSpec,
+    /// berm.toml's `[program.serve_as]`.
+    serve_as: std::collections::BTreeMap<String, String>,
 }
 
 /// Deploys every program of the folder `dir` and prints what happened (as one JSON object
@@ -129,8 +131,9 @@ pub async fn run(
     let mut replaced = Vec::new();
     let mut responses = Vec::new();
     for program in prepared {
-        let request =
+        let mut request =
             DeployRequest::new(&program.image, program.grants, program.limits).from_app(&app.dir);
+        request.serve_as = program.serve_as;
         match client.deploy(&program.name, &request).await {
             Ok(deployed) => {
                 let view = &deployed.program;
@@ -261,6 +264,7 @@ fn prepare(app: &berm_app::App, data: &Path) -> anyhow::Result<Vec<Prepared>> {
                 deadline_ms: app.call_deadline_ms,
                 memory_bytes: program.memory_mb.map(|mb| mb << 20),
             },
+            serve_as: program.serve_as.clone(),
         });
     }
     Ok(prepared)

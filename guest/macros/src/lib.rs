@@ -216,6 +216,9 @@ struct Attributes {
     headers: Headers,
     /// The manifest's `serves`: a resource, resource template or prompt.
     serves: Option<Value>,
+    /// `input_schema = "JSON"`: the tool's input schema as written, instead of the one
+    /// derived from its parameters (for keywords the derivation does not write).
+    input_schema: Option<Value>,
 }
 
 /// Removes `#[berm(...)]` from a tool and returns what it said.
@@ -224,6 +227,7 @@ fn take_annotations(func: &mut ItemFn) -> syn::Result<Attributes> {
     let mut headers = Headers::new();
     let mut serves: Option<(&'static str, Option<syn::LitStr>)> = None;
     let mut mime_type: Option<syn::LitStr> = None;
+    let mut input_schema: Option<Value> = None;
     let mut error = None;
     func.attrs.retain(|attr| {
         if !attr.path().is_ident("berm") {
@@ -270,6 +274,20 @@ fn take_annotations(func: &mut ItemFn) -> syn::Result<Attributes> {
                 mime_type = Some(meta.value()?.parse()?);
                 return Ok(());
             }
+            if meta.path.is_ident("input_schema") {
+                let text: syn::LitStr = meta.value()?.parse()?;
+                let schema: Value = serde_json::from_str(&text.value()).map_err(|e| {
+                    syn::Error::new_spanned(&text, format!("input_schema is not JSON: {e}"))
+                })?;
+                if schema.get("type") != Some(&Value::from("object")) {
+                    return Err(syn::Error::new_spanned(
+                        &text,
+                        "input_schema must be a JSON Schema object with \"type\": \"object\"",
+                    ));
+                }
+                input_schema = Some(schema);
+                return Ok(());
+            }
             let key = if meta.path.is_ident("read_only") {
                 "readOnlyHint"
             } else if meta.path.is_ident("destructive") {
@@ -281,7 +299,8 @@ fn take_annotations(func: &mut ItemFn) -> syn::Result<Attributes> {
             } else {
                 return Err(meta.error(
                     "expected one of read_only, destructive, idempotent, open_world, header(PARAM = \"Name\"), \
-                     resource = \"URI\", resource_template = \"TEMPLATE\", prompt, mime_type = \"TYPE\"",
+                     resource = \"URI\", resource_template = \"TEMPLATE\", prompt, mime_type = \"TYPE\", \
+                     input_schema = \"JSON\"",
                 ));
             };
             annotations.insert(key.into(), Value::Bool(true));
@@ -323,6 +342,7 @@ fn take_annotations(func: &mut ItemFn) -> syn::Result<Attributes> {
         annotations: (!annotations.is_empty()).then_some(Value::Object(annotations)),
         headers,
         serves,
+        input_schema,
     })
 }
 
@@ -563,6 +583,7 @@ fn tool(
         annotations,
         headers,
         serves,
+        input_schema: raw_schema,
     } = attributes;
     let headers = &headers;
     let name = func.sig.ident.to_string();
@@ -597,6 +618,14 @@ fn tool(
         };
         let ident = pat.ident.clone();
         let field = ident.to_string();
+        if raw_schema.is_some() {
+            // The schema is as written; the host checks arguments against it before the
+            // call, and an absent `Option` parameter reads as `None`.
+            let ty = &typed.ty;
+            fields.push(quote! { #ident: #ty });
+            idents.push(ident);
+            continue;
+        }
         let (mut schema, is_required) = schemas.schema_for(&typed.ty)?;
         if let (Some(text), Value::Object(map)) = (arg_docs.get(&field), &mut schema) {
             map.insert("description".into(), text.clone());
@@ -632,6 +661,15 @@ fn tool(
     });
     if !required.is_empty() {
         input_schema["required"] = json!(required);
+    }
+    if let Some(raw) = raw_schema {
+        if !headers.is_empty() {
+            return Err(syn::Error::new_spanned(
+                &func.sig.ident,
+                "with input_schema, write `x-mcp-header` into the schema itself",
+            ));
+        }
+        input_schema = raw;
     }
     let mut manifest_tool = json!({
         "name": name,
