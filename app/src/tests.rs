@@ -839,7 +839,13 @@ fn serve_as_gives_tools_served_names_each_once() {
         "name = \"a\"\n[[program]]\nname = \"p\"\nwasm = \"p.wasm\"\n[program.serve_as]\nadd = \"Add Note\"\n",
         &["p.wasm"],
     );
-    assert_has(&refused, &["program `p`: `serve_as`:", "`Add Note` is not a valid served name"]);
+    assert_has(
+        &refused,
+        &[
+            "program `p`: `serve_as`:",
+            "`Add Note` is not a valid served name",
+        ],
+    );
     let twice = refusal(
         "name = \"a\"\n[[program]]\nname = \"p\"\nwasm = \"p.wasm\"\n[program.serve_as]\nadd = \"x\"\n\
          [[program]]\nname = \"q\"\nwasm = \"p.wasm\"\n[program.serve_as]\nlist = \"x\"\n",

@@ -333,6 +333,13 @@ pub mod clock {
         }
         Ok(answer as u64)
     }
+
+    /// Waits `millis` milliseconds without using the CPU, or until the call's deadline if
+    /// that comes first.
+    pub fn sleep(millis: u64) -> Result<(), Error> {
+        let request = berm_abi::frame::encode(&[millis.to_string().as_bytes()]);
+        check(sys::clock_sleep(&mut request.clone())).map(|_| ())
+    }
 }
 
 /// `random`: cryptographically secure random bytes.

@@ -133,6 +133,33 @@ pub struct Tool {
     /// as a tool ([`serves`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub serves: Option<Serves>,
+    /// That the tool is long-running work a client may run as an MCP task (the tasks
+    /// extension): a call returns a task handle at once, and the result comes later.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task: Option<TaskSpec>,
+}
+
+/// How a tool runs as a task ([`Tool::task`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TaskSpec {
+    /// Whether it may also run as a plain call.
+    pub support: TaskSupport,
+    /// Its deadline as a task, in milliseconds, when longer than the program's call
+    /// deadline; the host caps it (bermd: an hour by default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline_ms: Option<u64>,
+}
+
+/// Whether a task tool may run as a plain call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TaskSupport {
+    /// A task for a client that speaks the tasks extension, a plain call for one that
+    /// does not.
+    Optional,
+    /// Only as a task: a client that does not speak the tasks extension is refused.
+    Required,
 }
 
 /// The JSON in the `berm.manifest` section (see `docs/design/abi.md`).
@@ -338,6 +365,12 @@ impl Manifest {
             }
             if !self.tool_exports.contains(&tool.name) {
                 return Err(ManifestError::MissingExport(tool.name.clone()));
+            }
+            if tool.task.is_some() && tool.serves.is_some() {
+                return Err(ManifestError::Serves {
+                    tool: tool.name.clone(),
+                    problem: "a resource or prompt cannot run as a task: drop `task`".into(),
+                });
             }
             if let Some(serves) = &tool.serves {
                 let refuse = |problem: String| ManifestError::Serves {

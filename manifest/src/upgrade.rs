@@ -174,7 +174,9 @@ pub fn compare(
                 .map(|s| serde_json::to_value(s).unwrap_or_default())
         };
         let (old_serves, new_serves) = (serves(before), serves(tool));
-        let parts: [(&'static str, Option<&Value>, Option<&Value>); 4] = [
+        let task = |t: &crate::Tool| t.task.map(|s| serde_json::to_value(s).unwrap_or_default());
+        let (old_task, new_task) = (task(before), task(tool));
+        let parts: [(&'static str, Option<&Value>, Option<&Value>); 5] = [
             (
                 "input_schema",
                 Some(&before.input_schema),
@@ -191,6 +193,7 @@ pub fn compare(
                 tool.annotations.as_ref(),
             ),
             ("serves", old_serves.as_ref(), new_serves.as_ref()),
+            ("task", old_task.as_ref(), new_task.as_ref()),
         ];
         for (part, o, n) in parts {
             if o != n {

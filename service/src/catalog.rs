@@ -40,6 +40,10 @@ pub struct ToolEntry {
     /// The resource, template or prompt this entry serves; such an entry is not a tool
     /// `tools/list` shows or `tools/call` runs.
     pub serves: Option<Serves>,
+    /// Set for a tool that runs as a task for a client that speaks the tasks extension.
+    pub task: Option<berm_manifest::TaskSpec>,
+    /// The program's call deadline.
+    pub deadline: std::time::Duration,
 }
 
 /// A resource template and the entry that reads what it matches.
@@ -190,6 +194,8 @@ impl Catalog {
                         logs,
                         headers,
                         serves: tool.serves.clone(),
+                        task: tool.task,
+                        deadline: program.limits.deadline,
                     },
                 );
             }
@@ -432,16 +438,18 @@ pub fn check_resource_uris(
 }
 
 /// Whether nothing a program can reach makes it wait: it imports no syscall
-/// but the clock and random bytes, so no disk (`kv`, `fs`), no log pipe and
-/// no other program (`berm.call`). Such a program's call starts on the
+/// but the clock's time and random bytes, so no disk (`kv`, `fs`), no log pipe, no
+/// sleep and no other program (`berm.call`). Such a program's call starts on the
 /// serving thread and leaves it at its first epoch tick at the latest; any
 /// other call goes straight to the call threads, so a slow disk never holds
 /// the threads that read requests.
 pub fn never_waits(manifest: &berm::Manifest) -> bool {
-    manifest
-        .syscalls
-        .iter()
-        .all(|s| matches!(s.module.as_str(), "clock" | "random"))
+    manifest.syscalls.iter().all(|s| {
+        matches!(
+            (s.module.as_str(), s.name.as_str()),
+            ("clock", "now") | ("random", _)
+        )
+    })
 }
 
 /// Largest input schema a tool may have, as JSON text.
@@ -648,7 +656,7 @@ mod tests {
                 .iter()
                 .map(|m| berm_manifest::Import {
                     module: m.to_string(),
-                    name: "x".into(),
+                    name: if *m == "clock" { "now" } else { "x" }.into(),
                 })
                 .collect(),
             tool_exports: vec![],
@@ -666,6 +674,7 @@ mod tests {
             output_schema: None,
             annotations: None,
             serves: None,
+            task: None,
         });
         manifest
     }
@@ -707,5 +716,11 @@ mod tests {
         for waits in ["kv", "fs", "log", "berm"] {
             assert!(!never_waits(&importing(&["clock", waits])), "{waits}");
         }
+        let mut sleeps = importing(&["clock"]);
+        sleeps.syscalls.push(berm_manifest::Import {
+            module: "clock".into(),
+            name: "sleep".into(),
+        });
+        assert!(!never_waits(&sleeps));
     }
 }

@@ -36,6 +36,7 @@ pub mod service;
 pub mod store;
 pub mod sys;
 pub mod syscalls;
+pub mod tasks;
 pub mod transport;
 
 pub use daemon::{DaemonConfig, Exit, RunError, run};

@@ -44,7 +44,7 @@ use tokio::sync::broadcast::error::RecvError;
 
 use crate::catalog::Catalog;
 use crate::logs::SessionLog;
-use crate::service::{CallError, Done, LogTo, Service};
+use crate::service::{CallError, CallExtras, Done, LogTo, Service};
 
 /// Most resources one session may subscribe to with `resources/subscribe`.
 pub const MAX_SUBSCRIPTIONS: usize = 1024;
@@ -84,9 +84,12 @@ impl McpServer {
             session: &self.log,
             peer: &context.peer,
             progress: progress.as_ref(),
-            input,
         };
-        let mut call = pin!(self.service.call(name, args, Some(log)));
+        let extras = CallExtras {
+            input: input.map(Arc::<[u8]>::from),
+            deadline: None,
+        };
+        let mut call = pin!(self.service.call_with(name, args, Some(log), extras));
         // The first poll runs a short call to its end; only a call still
         // running listens for its cancellation (which would otherwise cost a
         // registration on every call).
@@ -227,6 +230,153 @@ impl McpServer {
     }
 }
 
+impl McpServer {
+    /// Starts `name` as a task and answers with its handle at once; a task runs with
+    /// neither the session's log nor its progress token, since it outlives the session.
+    fn start_task(
+        &self,
+        name: String,
+        args: serde_json::Value,
+        spec: berm_manifest::TaskSpec,
+        program_deadline: std::time::Duration,
+        context: &RequestContext<RoleServer>,
+    ) -> CallToolResponse {
+        let tasks = self.service.tasks();
+        if !tasks.has_room() {
+            return CallToolResult::error(vec![ContentBlock::text(format!(
+                "bermd has {} tasks open, its cap: wait for one to finish, or cancel one",
+                crate::tasks::MAX_OPEN_TASKS
+            ))])
+            .into();
+        }
+        let deadline = tasks.deadline(&spec, program_deadline);
+        let ttl = crate::tasks::Tasks::ttl(deadline);
+        let capabilities = context.client_capabilities();
+        let service = self.service.clone();
+        let options = rmcp::task_manager::TaskOptions::new()
+            .with_ttl_ms(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX));
+        let task = tasks.manager().spawn(options, move |task| {
+            Box::pin(run_task(
+                service,
+                name,
+                args,
+                capabilities,
+                deadline,
+                ttl,
+                task,
+            ))
+        });
+        CallToolResponse::Task(rmcp::model::CreateTaskResult::new(task))
+    }
+}
+
+/// A task's work: runs the tool with the task's deadline, and when its program asks for
+/// input, asks through the task (the task shows `input_required` until every request is
+/// answered with `tasks/update`) and runs it again with the answers. A result of the
+/// program's own, a failure included, completes the task; a host error (trap, deadline,
+/// memory) fails it.
+async fn run_task(
+    service: Arc<Service>,
+    name: String,
+    args: serde_json::Value,
+    capabilities: Option<rmcp::model::ClientCapabilities>,
+    deadline: std::time::Duration,
+    ttl: std::time::Duration,
+    task: rmcp::task_manager::TaskContext,
+) -> Result<CallToolResult, rmcp::task_manager::TaskExit> {
+    use rmcp::task_manager::TaskExit;
+    let capabilities_json = capabilities
+        .as_ref()
+        .and_then(|c| serde_json::to_vec(c).ok())
+        .unwrap_or_default();
+    let (mut responses, mut state) = (Vec::new(), Vec::new());
+    for round in 0..crate::tasks::MAX_TASK_ROUNDS {
+        let extras = CallExtras {
+            input: Some(berm_abi::frame::encode(&[&responses, &state, &capabilities_json]).into()),
+            deadline: Some(deadline),
+        };
+        let mut outcome = tokio::select! {
+            outcome = service.call_with(&name, &args, None, extras) => outcome,
+            () = task.cancelled() => return Err(TaskExit::Cancelled),
+        };
+        let ask = match &mut outcome {
+            Ok(Ok(done)) => done.ask.take(),
+            _ => None,
+        };
+        let Some(ask) = ask else {
+            return task_result(&service, outcome, ttl);
+        };
+        let requests = match input_requests(ask.requests, capabilities.as_ref()) {
+            Ok(requests) => requests,
+            Err(problem) => return Ok(CallToolResult::error(vec![ContentBlock::text(problem)])),
+        };
+        // Keys are the task's own for its lifetime: each round's get a prefix.
+        let waits = requests.into_iter().map(|(key, request)| {
+            let task = task.clone();
+            async move {
+                let answer = task.request_input(format!("r{round}.{key}"), request).await;
+                (key, answer)
+            }
+        });
+        let answers = tokio::select! {
+            answers = futures_util::future::join_all(waits) => answers,
+            () = task.cancelled() => return Err(TaskExit::Cancelled),
+        };
+        let mut answered = serde_json::Map::new();
+        for (key, answer) in answers {
+            answered.insert(key, answer?);
+        }
+        responses = serde_json::to_vec(&answered).unwrap_or_default();
+        state = ask.state;
+    }
+    Ok(CallToolResult::error(vec![ContentBlock::text(format!(
+        "the program asked for input {} times in one task without giving a result",
+        crate::tasks::MAX_TASK_ROUNDS
+    ))]))
+}
+
+/// A task's end: its result as a plain call would have it, except that a host error fails
+/// the task with that error (a JSON-RPC error object), and a result past what bermd may
+/// hold for tasks is replaced by an error saying so.
+fn task_result(
+    service: &Service,
+    outcome: Result<Result<Done, berm::Failure>, CallError>,
+    ttl: std::time::Duration,
+) -> Result<CallToolResult, rmcp::task_manager::TaskExit> {
+    use rmcp::task_manager::TaskExit;
+    if let Err(
+        error @ (CallError::Host(_)
+        | CallError::Lost(_)
+        | CallError::InvalidOutput { .. }
+        | CallError::Receipt(_)),
+    ) = &outcome
+        && !matches!(error, CallError::Host(berm::Error::InvalidArguments { .. }))
+    {
+        return Err(TaskExit::Error(McpError::internal_error(
+            error.to_string(),
+            None,
+        )));
+    }
+    let result = match call_result(outcome) {
+        Ok(CallToolResponse::Complete(result)) => result,
+        Ok(_) => {
+            return Err(TaskExit::Error(McpError::internal_error(
+                "not a result",
+                None,
+            )));
+        }
+        Err(error) => return Err(TaskExit::Error(error)),
+    };
+    let bytes = serde_json::to_vec(&result).map_or(0, |v| v.len());
+    if !service.tasks().hold(bytes, ttl) {
+        return Ok(CallToolResult::error(vec![ContentBlock::text(format!(
+            "the result ({bytes} bytes) was dropped: bermd holds at most {} MiB of task results at once",
+            crate::tasks::MAX_HELD_RESULT_BYTES >> 20
+        ))]));
+    }
+    Ok(result)
+}
+
 /// A program's `berm.ask` requests as MCP's, refusing any the client cannot answer: a method
 /// whose capability the client did not declare (when its capabilities are known), or
 /// parameters that are not that method's.
@@ -319,6 +469,7 @@ impl ServerHandler for McpServer {
                 .enable_resources_list_changed()
                 .enable_resources_subscribe()
                 .enable_tool_list_changed()
+                .enable_tasks()
                 .build(),
         )
         .with_server_info(Implementation::new("bermd", env!("CARGO_PKG_VERSION")))
@@ -381,6 +532,33 @@ impl ServerHandler for McpServer {
                 None,
             ));
         }
+        let task = self
+            .service
+            .catalog()
+            .get(&request.name)
+            .and_then(|e| e.task.map(|spec| (spec, e.deadline)));
+        if let Some((spec, program_deadline)) = task {
+            let speaks_tasks = context
+                .client_capabilities()
+                .is_some_and(|c| c.supports_tasks());
+            if speaks_tasks {
+                let args = serde_json::Value::Object(request.arguments.unwrap_or_default());
+                return Ok(self.start_task(
+                    request.name.to_string(),
+                    args,
+                    spec,
+                    program_deadline,
+                    &context,
+                ));
+            }
+            if spec.support == berm_manifest::TaskSupport::Required {
+                return Err(McpError::missing_required_client_capability(
+                    rmcp::model::ClientCapabilities::builder()
+                        .enable_tasks()
+                        .build(),
+                ));
+            }
+        }
         let args = serde_json::Value::Object(request.arguments.unwrap_or_default());
         let asked = self
             .run_asking(
@@ -398,6 +576,34 @@ impl ServerHandler for McpServer {
                 Ok(CallToolResult::error(vec![ContentBlock::text(message)]).into())
             }
         }
+    }
+
+    async fn get_task(
+        &self,
+        request: rmcp::model::GetTaskParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::GetTaskResult, McpError> {
+        let task = self.service.tasks().manager().get_task(&request.task_id)?;
+        Ok(rmcp::model::GetTaskResult::new(task))
+    }
+
+    async fn update_task(
+        &self,
+        request: rmcp::model::UpdateTaskParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        self.service
+            .tasks()
+            .manager()
+            .update_task(&request.task_id, request.input_responses)
+    }
+
+    async fn cancel_task(
+        &self,
+        request: rmcp::model::CancelTaskParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        self.service.tasks().manager().cancel_task(&request.task_id)
     }
 
     async fn list_resources(

@@ -72,6 +72,8 @@ pub struct ServiceConfig {
     /// The key that seals asking programs' state (`bermd --ask-key FILE`, for replicas that
     /// share one); `None` uses `$BERM_HOME/ask.key`, made on first start.
     pub ask_key: Option<PathBuf>,
+    /// The longest a task may run (`bermd --max-task-deadline-ms`).
+    pub max_task_deadline: std::time::Duration,
 }
 
 /// The default `tools/list` page: large, because some clients read only the
@@ -96,6 +98,7 @@ impl ServiceConfig {
             receipts: None,
             kv_postgres: None,
             ask_key: None,
+            max_task_deadline: crate::tasks::DEFAULT_MAX_TASK_DEADLINE,
         }
     }
 }
@@ -432,6 +435,7 @@ pub struct Service {
     metrics: crate::metrics::Metrics,
     receipts: Option<crate::receipts::Receipts>,
     ask_key: crate::ask::AskKey,
+    tasks: crate::tasks::Tasks,
 }
 
 fn source_name(source: CompileSource) -> &'static str {
@@ -487,6 +491,7 @@ impl Service {
             metrics: crate::metrics::Metrics::new(),
             receipts: config.receipts.clone().map(crate::receipts::Receipts::new),
             ask_key,
+            tasks: crate::tasks::Tasks::new(config.max_task_deadline),
         });
         service
             .berm
@@ -528,6 +533,11 @@ impl Service {
     /// The key that seals the state of programs that ask their client for input.
     pub fn ask_key(&self) -> &crate::ask::AskKey {
         &self.ask_key
+    }
+
+    /// The tasks (MCP tasks extension) this bermd runs.
+    pub fn tasks(&self) -> &crate::tasks::Tasks {
+        &self.tasks
     }
 
     /// Most tools in one `tools/list` page.
@@ -787,6 +797,18 @@ impl Service {
         args: &serde_json::Value,
         log: Option<LogTo<'_>>,
     ) -> Result<Result<Done, Failure>, CallError> {
+        self.call_with(name, args, log, CallExtras::default()).await
+    }
+
+    /// [`Service::call`], with what `berm.input` hands the program and a deadline of its own
+    /// (a task's).
+    pub async fn call_with(
+        &self,
+        name: &str,
+        args: &serde_json::Value,
+        log: Option<LogTo<'_>>,
+        extras: CallExtras,
+    ) -> Result<Result<Done, Failure>, CallError> {
         let catalog = self.catalog();
         let Some(entry) = catalog.get(name) else {
             self.metrics.unknown_tool();
@@ -794,7 +816,7 @@ impl Service {
         };
         // Dropped with the call's future when it is cancelled: it then counts as such.
         let timer = self.metrics.start(&entry.program, &entry.tool);
-        let result = self.call_counted(name, entry, args, log).await;
+        let result = self.call_counted(name, entry, args, log, extras).await;
         timer.finish(match &result {
             Ok(Ok(_)) => crate::metrics::Outcome::Ok,
             Ok(Err(_)) => crate::metrics::Outcome::Failed,
@@ -811,9 +833,10 @@ impl Service {
         entry: &catalog::ToolEntry,
         args: &serde_json::Value,
         log: Option<LogTo<'_>>,
+        extras: CallExtras,
     ) -> Result<Result<Done, Failure>, CallError> {
         let Some(receipts) = &self.receipts else {
-            return self.call_traced(name, entry, args, log, None).await;
+            return self.call_traced(name, entry, args, log, extras, None).await;
         };
         let Some(facts) = self.facts(&entry.program) else {
             // Removed meanwhile: the call is refused as for any program that is not there.
@@ -827,7 +850,7 @@ impl Service {
             None,
         );
         let outcome = self
-            .call_traced(name, entry, args, log, Some(pending.trace()))
+            .call_traced(name, entry, args, log, extras, Some(pending.trace()))
             .await;
         let (kind, text) = receipt_of(&outcome);
         let content = match &outcome {
@@ -847,13 +870,13 @@ impl Service {
         entry: &catalog::ToolEntry,
         args: &serde_json::Value,
         log: Option<LogTo<'_>>,
+        extras: CallExtras,
         trace: Option<berm::CallTrace>,
     ) -> Result<Result<Done, Failure>, CallError> {
         // Serializing a Value cannot fail.
         let bytes = serde_json::to_vec(args).unwrap_or_default();
         let slot = self.admit(entry, &bytes, Some(args))?;
         let (berm, program, tool) = (self.berm.clone(), entry.program.clone(), entry.tool.clone());
-        let input = log.and_then(|to| to.input).map(Arc::<[u8]>::from);
         let progress = log.and_then(|to| {
             let token = to.progress?.clone();
             let sink = to.session.progress_for_call(to.peer, token);
@@ -863,10 +886,10 @@ impl Service {
             // Held until the call ends, even when its client has gone.
             let _slot = slot;
             let options = berm::CallOptions {
-                deadline: None,
+                deadline: extras.deadline,
                 trace,
                 progress,
-                input,
+                input: extras.input,
             };
             berm.call_with(None, &program, &tool, bytes, &options).await
         };
@@ -1107,9 +1130,16 @@ pub struct LogTo<'a> {
     /// The request's progress token, when it asked for progress: the program's
     /// `berm.progress` reports then go to the peer as `notifications/progress`.
     pub progress: Option<&'a rmcp::model::ProgressToken>,
+}
+
+/// What a call carries besides its arguments.
+#[derive(Default, Clone)]
+pub struct CallExtras {
     /// What `berm.input` hands the program: frames `[responses, state,
     /// client_capabilities]` ([`berm_abi::ask`]).
-    pub input: Option<&'a [u8]>,
+    pub input: Option<Arc<[u8]>>,
+    /// A deadline instead of the program's own: a task's.
+    pub deadline: Option<std::time::Duration>,
 }
 
 /// A task on the call threads that is aborted when its handle is dropped, so

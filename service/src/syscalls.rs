@@ -79,6 +79,28 @@ pub fn table(kv_reads_wait: bool) -> Vec<Syscall> {
     vec![
         Syscall::new("log", "write", log_write),
         Syscall::new("clock", "now", clock_now),
+        Syscall::blocking("clock", "sleep", |cx, req| {
+            let [millis] = fields::<1>(req)?;
+            let millis: u64 = std::str::from_utf8(millis)
+                .ok()
+                .and_then(|t| t.trim().parse().ok())
+                .ok_or_else(|| {
+                    SyscallError::code(
+                        ErrorCode::Invalid,
+                        "clock.sleep takes a whole number of milliseconds, as decimal text",
+                    )
+                })?;
+            // No host-op permit: a sleep holds nothing but its call's slot, and ends by the
+            // call's deadline, when the call ends anyway.
+            let deadline = tokio::time::Instant::from_std(cx.deadline);
+            let until = tokio::time::Instant::now()
+                .checked_add(std::time::Duration::from_millis(millis))
+                .map_or(deadline, |until| until.min(deadline));
+            Ok(Box::pin(async move {
+                tokio::time::sleep_until(until).await;
+                Ok(Reply::Word(0))
+            }))
+        }),
         Syscall::new("random", "fill", random_fill),
         kv_read("get", kv_get, kv_reads_wait),
         Syscall::blocking("kv", "put", |cx, req| {

@@ -614,6 +614,101 @@ mod conformance {
         )
     }
 
+    /// Greet someone: a plain, quick tool.
+    ///
+    /// # Arguments
+    /// - `name`: who to greet
+    #[berm(read_only, idempotent)]
+    pub fn greet(name: String) -> String {
+        format!("Hello, {name}!")
+    }
+
+    /// Work for `seconds` seconds (a sleep, which uses no CPU), then say so: long-running
+    /// work a client may run as a task.
+    ///
+    /// # Arguments
+    /// - `seconds`: how long to work
+    /// - `label`: a name for the run, repeated in the result
+    #[berm(read_only, task, task_deadline_ms = 120000)]
+    pub fn slow_compute(seconds: u64, label: Option<String>) -> Result<String, String> {
+        berm_guest::clock::sleep(seconds.min(3600).saturating_mul(1000))
+            .map_err(|e| e.to_string())?;
+        Ok(format!(
+            "Computed for {seconds} s ({})",
+            label.as_deref().unwrap_or("unlabelled")
+        ))
+    }
+
+    /// Fail on purpose, and only as a task: its failure is the task's (completed) result.
+    #[berm(task = "required")]
+    pub fn failing_job() -> Result<String, String> {
+        Err("This job fails on purpose".to_string())
+    }
+
+    /// Stop with a trap, as a task: a host error fails the task.
+    #[berm(task)]
+    pub fn protocol_error_job() -> String {
+        panic!("this job traps on purpose")
+    }
+
+    /// Ask the user to confirm a deletion, from inside a task.
+    ///
+    /// # Arguments
+    /// - `filename`: what would be deleted (nothing is)
+    #[berm(destructive, task)]
+    pub fn confirm_delete(filename: Option<String>) -> String {
+        let input = berm_guest::ask::input();
+        let what = filename.unwrap_or_else(|| "the item".to_string());
+        match input.response("confirm") {
+            Some(answer) if answer["action"] == "accept" => format!("Deleted {what}."),
+            Some(_) => "Nothing was deleted.".to_string(),
+            None => {
+                let requests = serde_json::json!({
+                    "confirm": elicit(&format!("Delete {what}?"), &[("ok", "boolean")]),
+                });
+                berm_guest::ask::ask(&requests, b"");
+                String::new()
+            }
+        }
+    }
+
+    /// Ask two things at once from inside a task; a client may answer them one by one.
+    #[berm(task)]
+    pub fn multi_input() -> String {
+        let input = berm_guest::ask::input();
+        match (input.response("first"), input.response("second")) {
+            (Some(first), Some(second)) => format!(
+                "Got {} and {}",
+                answer_text(first, "value"),
+                answer_text(second, "value")
+            ),
+            _ => {
+                let requests = serde_json::json!({
+                    "first": elicit("First value?", &[("value", "string")]),
+                    "second": elicit("Second value?", &[("value", "string")]),
+                });
+                berm_guest::ask::ask(&requests, b"");
+                String::new()
+            }
+        }
+    }
+
+    /// Ask for a name, then greet it, only as a task.
+    #[berm(task = "required")]
+    pub fn tool_with_task() -> String {
+        let input = berm_guest::ask::input();
+        match input.response("user_name") {
+            Some(answer) => format!("Hello, {}!", answer_text(answer, "name")),
+            None => {
+                let requests = serde_json::json!({
+                    "user_name": elicit("What is your name?", &[("name", "string")]),
+                });
+                berm_guest::ask::ask(&requests, b"");
+                String::new()
+            }
+        }
+    }
+
     /// Measure a rectangle (a struct argument and a struct result).
     ///
     /// # Arguments

@@ -172,6 +172,7 @@ fn offered_changes(app: &str, was: &[Offered], now: &[Offered], out: &mut Vec<St
                 (old.output_schema != tool.output_schema, "output schema"),
                 (old.annotations != tool.annotations, "annotations"),
                 (old.serves != tool.serves, "what it serves"),
+                (old.task != tool.task, "how it runs as a task"),
             ]
             .into_iter()
             .filter_map(|(changed, what)| changed.then_some(what))
@@ -540,6 +541,7 @@ mod tests {
             output_schema: None,
             annotations: None,
             serves: None,
+            task: None,
         }
     }
 

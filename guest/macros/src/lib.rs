@@ -219,6 +219,8 @@ struct Attributes {
     /// `input_schema = "JSON"`: the tool's input schema as written, instead of the one
     /// derived from its parameters (for keywords the derivation does not write).
     input_schema: Option<Value>,
+    /// `task` or `task = "required"`, with `task_deadline_ms = N`: the manifest's `task`.
+    task: Option<Value>,
 }
 
 /// Removes `#[berm(...)]` from a tool and returns what it said.
@@ -228,6 +230,8 @@ fn take_annotations(func: &mut ItemFn) -> syn::Result<Attributes> {
     let mut serves: Option<(&'static str, Option<syn::LitStr>)> = None;
     let mut mime_type: Option<syn::LitStr> = None;
     let mut input_schema: Option<Value> = None;
+    let mut task: Option<Value> = None;
+    let mut task_deadline: Option<u64> = None;
     let mut error = None;
     func.attrs.retain(|attr| {
         if !attr.path().is_ident("berm") {
@@ -274,6 +278,29 @@ fn take_annotations(func: &mut ItemFn) -> syn::Result<Attributes> {
                 mime_type = Some(meta.value()?.parse()?);
                 return Ok(());
             }
+            if meta.path.is_ident("task") {
+                let support = if meta.input.peek(syn::Token![=]) {
+                    let value: syn::LitStr = meta.value()?.parse()?;
+                    match value.value().as_str() {
+                        "optional" | "required" => value.value(),
+                        _ => {
+                            return Err(syn::Error::new_spanned(
+                                value,
+                                "task is \"optional\" (the default) or \"required\"",
+                            ));
+                        }
+                    }
+                } else {
+                    "optional".to_string()
+                };
+                task = Some(json!({ "support": support }));
+                return Ok(());
+            }
+            if meta.path.is_ident("task_deadline_ms") {
+                let value: syn::LitInt = meta.value()?.parse()?;
+                task_deadline = Some(value.base10_parse()?);
+                return Ok(());
+            }
             if meta.path.is_ident("input_schema") {
                 let text: syn::LitStr = meta.value()?.parse()?;
                 let schema: Value = serde_json::from_str(&text.value()).map_err(|e| {
@@ -300,7 +327,7 @@ fn take_annotations(func: &mut ItemFn) -> syn::Result<Attributes> {
                 return Err(meta.error(
                     "expected one of read_only, destructive, idempotent, open_world, header(PARAM = \"Name\"), \
                      resource = \"URI\", resource_template = \"TEMPLATE\", prompt, mime_type = \"TYPE\", \
-                     input_schema = \"JSON\"",
+                     input_schema = \"JSON\", task, task = \"required\", task_deadline_ms = N",
                 ));
             };
             annotations.insert(key.into(), Value::Bool(true));
@@ -343,6 +370,19 @@ fn take_annotations(func: &mut ItemFn) -> syn::Result<Attributes> {
         headers,
         serves,
         input_schema,
+        task: match (task, task_deadline) {
+            (Some(mut task), Some(ms)) => {
+                task["deadline_ms"] = json!(ms);
+                Some(task)
+            }
+            (None, Some(_)) => {
+                return Err(syn::Error::new_spanned(
+                    &func.sig.ident,
+                    "task_deadline_ms belongs with task",
+                ));
+            }
+            (task, None) => task,
+        },
     })
 }
 
@@ -584,6 +624,7 @@ fn tool(
         headers,
         serves,
         input_schema: raw_schema,
+        task,
     } = attributes;
     let headers = &headers;
     let name = func.sig.ident.to_string();
@@ -684,6 +725,9 @@ fn tool(
     }
     if let Some(serves) = serves {
         manifest_tool["serves"] = serves;
+    }
+    if let Some(task) = task {
+        manifest_tool["task"] = task;
     }
 
     let fn_ident = &func.sig.ident;

@@ -157,6 +157,12 @@ struct Args {
     /// one load balancer the same file, so that any of them opens what another sealed.
     #[arg(long, value_name = "FILE")]
     ask_key: Option<PathBuf>,
+    /// The longest a task (a call of a tool marked `task`, from a client that speaks the MCP
+    /// tasks extension) may run, in milliseconds; a tool asks for its own task deadline up
+    /// to this.
+    #[arg(long, value_name = "MS", default_value_t = berm_service::tasks::DEFAULT_MAX_TASK_DEADLINE.as_millis() as u64,
+          value_parser = clap::builder::RangedU64ValueParser::<u64>::new().range(1..=86_400_000))]
+    max_task_deadline_ms: u64,
     /// Connections to PostgreSQL at most, shared by every program (with --kv-url-file or
     /// BERM_KV_URL).
     #[arg(long, value_name = "N", default_value_t = berm_kv_postgres::DEFAULT_MAX_CONNECTIONS,
@@ -422,6 +428,7 @@ fn start(args: Args, started: Instant) -> Result<(), (Exit, anyhow::Error)> {
     let mut service = ServiceConfig::new(home);
     service.kv_postgres = kv_postgres;
     service.ask_key = args.ask_key.clone();
+    service.max_task_deadline = std::time::Duration::from_millis(args.max_task_deadline_ms);
     service.receipts = receipts.clone();
     service.engine = match args.cpu_profile {
         Cpu::Native => EngineConfig::default(),
