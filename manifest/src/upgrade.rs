@@ -43,11 +43,12 @@ pub enum Change {
         /// After.
         new: String,
     },
-    /// A tool's input schema, output schema, annotations or what it serves changed.
+    /// A tool's input schema, output schema, annotations, what it serves or how it runs as a
+    /// task changed.
     ToolSchema {
         /// The tool.
         tool: String,
-        /// `input_schema`, `output_schema`, `annotations` or `serves`.
+        /// `input_schema`, `output_schema`, `annotations`, `serves` or `task`.
         part: &'static str,
     },
     /// Syscalls the new version imports that the old one did not: it may reach further.

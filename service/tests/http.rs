@@ -639,3 +639,253 @@ fn mirrored_argument_headers_must_match_the_body() {
     }
     drop(bermd);
 }
+
+/// A 2026-07-28 request over HTTP with the routing headers it needs: its JSON-RPC answer.
+fn modern(
+    addr: &str,
+    id: u64,
+    method: &str,
+    name: &str,
+    params: serde_json::Value,
+) -> serde_json::Value {
+    let bearer = format!("Bearer {TOKEN}");
+    let headers = [
+        ("Authorization", bearer.as_str()),
+        ("MCP-Protocol-Version", "2026-07-28"),
+        ("Mcp-Method", method),
+        ("Mcp-Name", name),
+    ];
+    let body = serde_json::json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+    let answer = post(addr, addr, &headers, &body.to_string());
+    let text = answer.body.trim();
+    let json = text
+        .lines()
+        .filter_map(|line| line.strip_prefix("data:"))
+        .map(str::trim)
+        .find(|line| line.contains("\"id\""))
+        .unwrap_or(text);
+    serde_json::from_str(json).unwrap_or_else(|e| panic!("{e}: {}{}", answer.head, answer.body))
+}
+
+/// `_meta` of a 2026-07-28 request from a client with `capabilities`.
+fn meta(capabilities: serde_json::Value) -> serde_json::Value {
+    serde_json::json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": capabilities,
+        "io.modelcontextprotocol/clientInfo": {"name": "http-test", "version": "0"},
+    })
+}
+
+#[test]
+fn tasks_outlive_their_request_ask_through_the_task_and_end_as_told() {
+    use serde_json::json;
+    let dir = tempfile::tempdir().unwrap();
+    let addr = format!("127.0.0.1:{}", free_port());
+    let bermd = bermd_with_app(dir.path(), &addr, "conformance");
+    let tasks =
+        meta(json!({"extensions": {"io.modelcontextprotocol/tasks": {}}, "elicitation": {}}));
+    let call = |id, tool: &str, args: serde_json::Value, meta: &serde_json::Value| {
+        modern(
+            &addr,
+            id,
+            "tools/call",
+            tool,
+            json!({"name": tool, "arguments": args, "_meta": meta}),
+        )
+    };
+    let get = |task: &str| {
+        modern(
+            &addr,
+            90,
+            "tasks/get",
+            task,
+            json!({"taskId": task, "_meta": tasks}),
+        )["result"]
+            .clone()
+    };
+    let until = |task: &str, status: &str| {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let now = get(task);
+            if now["status"] == status {
+                return now;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{task} never became {status}: {now}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+
+    // A task handle at once, the result later.
+    let started = call(
+        1,
+        "slow_compute",
+        json!({"seconds": 1, "label": "t"}),
+        &tasks,
+    );
+    assert_eq!(started["result"]["resultType"], "task", "{started}");
+    let id = started["result"]["taskId"].as_str().unwrap().to_string();
+    let done = until(&id, "completed");
+    assert_eq!(
+        done["result"]["content"][0]["text"], "Computed for 1 s (t)",
+        "{done}"
+    );
+
+    // A client that does not speak tasks: an optional task tool runs as a plain call, a
+    // required one is refused with the extension's code.
+    let plain = meta(json!({}));
+    let sync = call(2, "slow_compute", json!({"seconds": 0}), &plain);
+    assert_eq!(
+        sync["result"]["content"][0]["text"], "Computed for 0 s (unlabelled)",
+        "{sync}"
+    );
+    let refused = call(3, "failing_job", json!({}), &plain);
+    assert_eq!(refused["error"]["code"], -32021, "{refused}");
+
+    // A program's failure completes its task with isError; a trap fails it.
+    let failing = call(4, "failing_job", json!({}), &tasks)["result"]["taskId"].clone();
+    let failed = until(failing.as_str().unwrap(), "completed");
+    assert_eq!(failed["result"]["isError"], true, "{failed}");
+    let trap = call(5, "protocol_error_job", json!({}), &tasks)["result"]["taskId"].clone();
+    let trapped = until(trap.as_str().unwrap(), "failed");
+    assert!(
+        trapped["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("panicked"),
+        "{trapped}"
+    );
+
+    // A question from inside a task: the task waits for tasks/update, then runs on.
+    let asking =
+        call(6, "confirm_delete", json!({"filename": "a.txt"}), &tasks)["result"]["taskId"]
+            .as_str()
+            .unwrap()
+            .to_string();
+    let waiting = until(&asking, "input_required");
+    let keys: Vec<&String> = waiting["inputRequests"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .collect();
+    assert_eq!(keys.len(), 1, "{waiting}");
+    assert_eq!(
+        waiting["inputRequests"][keys[0]]["params"]["message"],
+        "Delete a.txt?"
+    );
+    let answer = json!({keys[0].as_str(): {"action": "accept", "content": {"ok": true}}});
+    let ack = modern(
+        &addr,
+        7,
+        "tasks/update",
+        &asking,
+        json!({"taskId": asking, "inputResponses": answer, "_meta": tasks}),
+    );
+    assert_eq!(ack["result"]["resultType"], "complete", "{ack}");
+    let deleted = until(&asking, "completed");
+    assert_eq!(
+        deleted["result"]["content"][0]["text"], "Deleted a.txt.",
+        "{deleted}"
+    );
+
+    // Cancelling stops the program; an unknown task is -32602.
+    let long = call(8, "slow_compute", json!({"seconds": 60}), &tasks)["result"]["taskId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let ack = modern(
+        &addr,
+        9,
+        "tasks/cancel",
+        &long,
+        json!({"taskId": long, "_meta": tasks}),
+    );
+    assert_eq!(ack["result"]["resultType"], "complete", "{ack}");
+    until(&long, "cancelled");
+    let unknown = modern(
+        &addr,
+        10,
+        "tasks/get",
+        "nope",
+        json!({"taskId": "nope", "_meta": tasks}),
+    );
+    assert_eq!(unknown["error"]["code"], -32602, "{unknown}");
+    drop(bermd);
+}
+
+#[test]
+fn a_sealed_state_opens_unchanged_across_a_restart_and_a_changed_one_is_refused() {
+    use serde_json::json;
+    let dir = tempfile::tempdir().unwrap();
+    let addr = format!("127.0.0.1:{}", free_port());
+    let home = dir.path().join("home");
+    let folder = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/apps/conformance");
+    let token = token_file(dir.path(), &format!("{TOKEN}\n"));
+    let start = || {
+        let bermd = Bermd::start_in(
+            &home,
+            &[
+                "--http",
+                &addr,
+                "--http-token-file",
+                &token,
+                "--app",
+                folder.to_str().unwrap(),
+            ],
+        );
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while TcpStream::connect(&addr).is_err() {
+            assert!(Instant::now() < deadline, "bermd never listened on {addr}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        bermd
+    };
+    let tool = "test_input_required_result_request_state";
+    let client = meta(json!({"elicitation": {}}));
+    let call = |id, extra: serde_json::Value| {
+        let mut params = json!({"name": tool, "arguments": {}, "_meta": client});
+        params
+            .as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        modern(&addr, id, "tools/call", tool, params)
+    };
+    let bermd = start();
+    let asked = call(1, json!({}));
+    assert_eq!(asked["result"]["resultType"], "input_required", "{asked}");
+    let state = asked["result"]["requestState"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // The state is sealed: the program's bytes do not show.
+    assert!(
+        !state.contains("confirm") && !state.contains("round"),
+        "{state}"
+    );
+    let key = std::fs::read_to_string(home.join("ask.key")).unwrap();
+    assert_eq!(key.trim().len(), 64);
+    stop(bermd);
+
+    let bermd = start();
+    let answers = json!({"confirm": {"action": "accept", "content": {"ok": true}}});
+    let tampered = call(
+        2,
+        json!({"inputResponses": answers, "requestState": format!("{state}x")}),
+    );
+    assert_eq!(tampered["error"]["code"], -32602, "{tampered}");
+    assert!(
+        tampered["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("failed its integrity check"),
+        "{tampered}"
+    );
+    let done = call(3, json!({"inputResponses": answers, "requestState": state}));
+    assert_eq!(
+        done["result"]["content"][0]["text"], "Confirmed: state-ok",
+        "{done}"
+    );
+    drop(bermd);
+}
