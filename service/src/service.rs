@@ -1293,6 +1293,13 @@ fn receipt_of(
     outcome: &Result<Result<Done, Failure>, CallError>,
 ) -> (berm_receipts::Outcome, std::borrow::Cow<'_, str>) {
     match outcome {
+        // A run that ended asking: what it asked stands for its text.
+        Ok(Ok(Done { ask: Some(ask), .. })) => (
+            berm_receipts::Outcome::Ok,
+            serde_json::Value::Object(ask.requests.clone())
+                .to_string()
+                .into(),
+        ),
         Ok(Ok(done)) => (berm_receipts::Outcome::Ok, done.text.as_str().into()),
         Ok(Err(failure)) => (
             berm_receipts::Outcome::Failed,
