@@ -169,8 +169,9 @@ async def test_a_program_asks_the_client_and_runs_again_with_the_answers(bermd, 
     # Legacy sessions answer server-to-client requests; modern ones input-required results,
     # whose sealed state the SDK sends back: the program's code is the same.
     await anyio.to_thread.run_sync(
+        # Other tests deploy `test` without `ask`: widening its grants needs --accept.
         lambda: bermd.berm(
-            "deploy", "test", str(WASM / "conformance.wasm"), "--grant", "log", "--grant", "ask"
+            "deploy", "test", str(WASM / "conformance.wasm"), "--grant", "log", "--grant", "ask", "--accept"
         )
     )
     asked = []

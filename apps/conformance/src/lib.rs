@@ -287,58 +287,65 @@ mod conformance {
         text.to_string()
     }
 
-    /// Ask the client for a name (an elicitation), then greet it.
-    #[berm(read_only)]
-    pub fn input_required_result_elicitation() -> String {
-        let input = berm_guest::ask::input();
-        match input.response("user_name") {
-            Some(answer) => format!("Hello, {}!", answer_text(answer, "name")),
+    /// Asks `request` under `key` on the first run; on the run with the answer, `finish`es
+    /// with it.
+    fn ask_once(
+        key: &str,
+        request: serde_json::Value,
+        finish: impl FnOnce(&serde_json::Value) -> String,
+    ) -> String {
+        match berm_guest::ask::input().response(key) {
+            Some(answer) => finish(answer),
             None => {
-                let requests = serde_json::json!({
-                    "user_name": elicit("What is your name?", &[("name", "string")]),
-                });
-                berm_guest::ask::ask(&requests, b"");
+                berm_guest::ask::ask(&serde_json::json!({ key: request }), b"");
                 String::new()
             }
         }
+    }
+
+    /// What the SEP-1034 and SEP-1330 tools say of an elicitation's answer.
+    fn elicitation_completed(answer: &serde_json::Value) -> String {
+        format!(
+            "Elicitation completed: action={}, content={}",
+            answer["action"].as_str().unwrap_or("?"),
+            answer["content"]
+        )
+    }
+
+    /// Ask the client for a name (an elicitation), then greet it.
+    #[berm(read_only)]
+    pub fn input_required_result_elicitation() -> String {
+        ask_once(
+            "user_name",
+            elicit("What is your name?", &[("name", "string")]),
+            |answer| format!("Hello, {}!", answer_text(answer, "name")),
+        )
     }
 
     /// Ask the client's model a question (sampling), then return its answer.
     #[berm(read_only)]
     pub fn input_required_result_sampling() -> String {
-        let input = berm_guest::ask::input();
-        match input.response("capital_question") {
-            Some(answer) => format!("The model said: {}", answer_text(answer, "text")),
-            None => {
-                let requests = serde_json::json!({
-                    "capital_question": sample("What is the capital of France?", 100),
-                });
-                berm_guest::ask::ask(&requests, b"");
-                String::new()
-            }
-        }
+        ask_once(
+            "capital_question",
+            sample("What is the capital of France?", 100),
+            |answer| format!("The model said: {}", answer_text(answer, "text")),
+        )
     }
 
     /// Ask the client for its roots, then list them.
     #[berm(read_only)]
     pub fn input_required_result_list_roots() -> String {
-        let input = berm_guest::ask::input();
-        match input.response("client_roots") {
-            Some(answer) => {
+        ask_once(
+            "client_roots",
+            serde_json::json!({"method": "roots/list", "params": {}}),
+            |answer| {
                 let uris: Vec<&str> = answer["roots"]
                     .as_array()
                     .map(|roots| roots.iter().filter_map(|r| r["uri"].as_str()).collect())
                     .unwrap_or_default();
                 format!("The client's roots: {}", uris.join(", "))
-            }
-            None => {
-                let requests = serde_json::json!({
-                    "client_roots": {"method": "roots/list", "params": {}},
-                });
-                berm_guest::ask::ask(&requests, b"");
-                String::new()
-            }
-        }
+            },
+        )
     }
 
     /// Ask only for what the client declared it can answer: a name (elicitation), a greeting
@@ -448,20 +455,19 @@ mod conformance {
     /// A prompt that first asks the user what context to use.
     #[berm(prompt)]
     pub fn input_required_result_prompt() -> String {
-        let input = berm_guest::ask::input();
-        match input.response("user_context") {
-            Some(answer) => format!(
-                "Answer with this context in mind: {}",
-                answer_text(answer, "context")
+        ask_once(
+            "user_context",
+            elicit(
+                "What context should the prompt use?",
+                &[("context", "string")],
             ),
-            None => {
-                let requests = serde_json::json!({
-                    "user_context": elicit("What context should the prompt use?", &[("context", "string")]),
-                });
-                berm_guest::ask::ask(&requests, b"");
-                String::new()
-            }
-        }
+            |answer| {
+                format!(
+                    "Answer with this context in mind: {}",
+                    answer_text(answer, "context")
+                )
+            },
+        )
     }
 
     /// Ask the user for a username and an email (an elicitation), then say what came back.
@@ -470,21 +476,14 @@ mod conformance {
     /// - `message`: The message to show the user
     #[berm(read_only)]
     pub fn elicitation(message: String) -> String {
-        let input = berm_guest::ask::input();
-        match input.response("user") {
-            Some(answer) => format!("User response: {answer}"),
-            None => {
-                let requests = serde_json::json!({"user": {"method": "elicitation/create", "params": {
-                    "message": message,
-                    "requestedSchema": {"type": "object", "properties": {
-                        "username": {"type": "string", "description": "User's response"},
-                        "email": {"type": "string", "description": "User's email address"},
-                    }, "required": ["username", "email"]},
-                }}});
-                berm_guest::ask::ask(&requests, b"");
-                String::new()
-            }
-        }
+        let request = serde_json::json!({"method": "elicitation/create", "params": {
+            "message": message,
+            "requestedSchema": {"type": "object", "properties": {
+                "username": {"type": "string", "description": "User's response"},
+                "email": {"type": "string", "description": "User's email address"},
+            }, "required": ["username", "email"]},
+        }});
+        ask_once("user", request, |answer| format!("User response: {answer}"))
     }
 
     /// Ask the client's model (sampling), then return its answer.
@@ -493,78 +492,50 @@ mod conformance {
     /// - `prompt`: The prompt to send to the LLM
     #[berm(read_only)]
     pub fn sampling(prompt: String) -> String {
-        let input = berm_guest::ask::input();
-        match input.response("answer") {
-            Some(answer) => format!("LLM response: {}", answer_text(answer, "text")),
-            None => {
-                let requests = serde_json::json!({"answer": sample(&prompt, 100)});
-                berm_guest::ask::ask(&requests, b"");
-                String::new()
-            }
-        }
+        ask_once("answer", sample(&prompt, 100), |answer| {
+            format!("LLM response: {}", answer_text(answer, "text"))
+        })
     }
 
     /// Ask with a default value for every primitive type (SEP-1034).
     #[berm(read_only)]
     pub fn elicitation_sep1034_defaults() -> String {
-        let input = berm_guest::ask::input();
-        match input.response("defaults") {
-            Some(answer) => format!(
-                "Elicitation completed: action={}, content={}",
-                answer["action"].as_str().unwrap_or("?"),
-                answer["content"]
-            ),
-            None => {
-                let requests = serde_json::json!({"defaults": {"method": "elicitation/create", "params": {
-                    "message": "Check these defaults",
-                    "requestedSchema": {"type": "object", "properties": {
-                        "name": {"type": "string", "default": "John Doe"},
-                        "age": {"type": "integer", "default": 30},
-                        "score": {"type": "number", "default": 95.5},
-                        "status": {"type": "string", "enum": ["active", "inactive", "pending"], "default": "active"},
-                        "verified": {"type": "boolean", "default": true},
-                    }},
-                }}});
-                berm_guest::ask::ask(&requests, b"");
-                String::new()
-            }
-        }
+        let request = serde_json::json!({"method": "elicitation/create", "params": {
+            "message": "Check these defaults",
+            "requestedSchema": {"type": "object", "properties": {
+                "name": {"type": "string", "default": "John Doe"},
+                "age": {"type": "integer", "default": 30},
+                "score": {"type": "number", "default": 95.5},
+                "status": {"type": "string", "enum": ["active", "inactive", "pending"], "default": "active"},
+                "verified": {"type": "boolean", "default": true},
+            }},
+        }});
+        ask_once("defaults", request, elicitation_completed)
     }
 
     /// Ask with each of the five enum forms (SEP-1330).
     #[berm(read_only)]
     pub fn elicitation_sep1330_enums() -> String {
-        let input = berm_guest::ask::input();
-        match input.response("enums") {
-            Some(answer) => format!(
-                "Elicitation completed: action={}, content={}",
-                answer["action"].as_str().unwrap_or("?"),
-                answer["content"]
-            ),
-            None => {
-                let requests = serde_json::json!({"enums": {"method": "elicitation/create", "params": {
-                    "message": "Pick some options",
-                    "requestedSchema": {"type": "object", "properties": {
-                        "untitledSingle": {"type": "string", "enum": ["option1", "option2", "option3"]},
-                        "titledSingle": {"type": "string", "oneOf": [
-                            {"const": "value1", "title": "First Option"},
-                            {"const": "value2", "title": "Second Option"},
-                            {"const": "value3", "title": "Third Option"},
-                        ]},
-                        "legacyEnum": {"type": "string", "enum": ["opt1", "opt2", "opt3"],
-                            "enumNames": ["Option One", "Option Two", "Option Three"]},
-                        "untitledMulti": {"type": "array", "items": {"type": "string", "enum": ["option1", "option2", "option3"]}},
-                        "titledMulti": {"type": "array", "items": {"anyOf": [
-                            {"const": "value1", "title": "First Choice"},
-                            {"const": "value2", "title": "Second Choice"},
-                            {"const": "value3", "title": "Third Choice"},
-                        ]}},
-                    }},
-                }}});
-                berm_guest::ask::ask(&requests, b"");
-                String::new()
-            }
-        }
+        let request = serde_json::json!({"method": "elicitation/create", "params": {
+            "message": "Pick some options",
+            "requestedSchema": {"type": "object", "properties": {
+                "untitledSingle": {"type": "string", "enum": ["option1", "option2", "option3"]},
+                "titledSingle": {"type": "string", "oneOf": [
+                    {"const": "value1", "title": "First Option"},
+                    {"const": "value2", "title": "Second Option"},
+                    {"const": "value3", "title": "Third Option"},
+                ]},
+                "legacyEnum": {"type": "string", "enum": ["opt1", "opt2", "opt3"],
+                    "enumNames": ["Option One", "Option Two", "Option Three"]},
+                "untitledMulti": {"type": "array", "items": {"type": "string", "enum": ["option1", "option2", "option3"]}},
+                "titledMulti": {"type": "array", "items": {"anyOf": [
+                    {"const": "value1", "title": "First Choice"},
+                    {"const": "value2", "title": "Second Choice"},
+                    {"const": "value3", "title": "Third Choice"},
+                ]}},
+            }},
+        }});
+        ask_once("enums", request, elicitation_completed)
     }
 
     /// Tool with JSON Schema 2020-12 features: its input schema is written as is (`$schema`,
@@ -696,17 +667,11 @@ mod conformance {
     /// Ask for a name, then greet it, only as a task.
     #[berm(task = "required")]
     pub fn tool_with_task() -> String {
-        let input = berm_guest::ask::input();
-        match input.response("user_name") {
-            Some(answer) => format!("Hello, {}!", answer_text(answer, "name")),
-            None => {
-                let requests = serde_json::json!({
-                    "user_name": elicit("What is your name?", &[("name", "string")]),
-                });
-                berm_guest::ask::ask(&requests, b"");
-                String::new()
-            }
-        }
+        ask_once(
+            "user_name",
+            elicit("What is your name?", &[("name", "string")]),
+            |answer| format!("Hello, {}!", answer_text(answer, "name")),
+        )
     }
 
     /// Measure a rectangle (a struct argument and a struct result).
