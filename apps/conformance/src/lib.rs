@@ -15,7 +15,8 @@
 ///
 /// # Usage
 /// Reach for these only to check that an MCP client and berm agree: plain
-/// text, an error result, log messages during a call, structured results.
+/// text, an error result, log messages during a call, structured results, content
+/// blocks, progress, resources and prompts, questions to the client, and tasks.
 #[berm_guest::program]
 mod conformance {
     use std::collections::BTreeMap;
