@@ -44,6 +44,16 @@ tokio::task_local! {
     static CALL_LOG: CallLog;
 }
 
+/// Which level a call's log messages are held to.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum CallLevel {
+    /// The session's (`logging/setLevel`, up to 2025-11-25).
+    Session,
+    /// The request's own (`_meta` `io.modelcontextprotocol/logLevel`, 2026-07-28): without
+    /// one, no message is sent.
+    Request(Option<LoggingLevel>),
+}
+
 /// One MCP session's logging: the level the client asked for
 /// (`logging/setLevel`, default `info`) and the queue to its peer.
 #[derive(Clone, Default)]
@@ -99,10 +109,16 @@ impl SessionLog {
     }
 
     /// The log of one call on this session, whose messages go to `peer`.
-    pub fn for_call(&self, peer: &Peer<RoleServer>) -> CallLog {
+    pub fn for_call(&self, peer: &Peer<RoleServer>, level: CallLevel) -> CallLog {
         CallLog {
             shared: self.shared.clone(),
             queue: self.queue(peer),
+            threshold: match level {
+                CallLevel::Session => None,
+                CallLevel::Request(Some(level)) => Some(rank(level)),
+                // Above every level: nothing is sent.
+                CallLevel::Request(None) => Some(u8::MAX),
+            },
             sent: Cell::new(0),
             bytes: Cell::new(0),
             capped: Cell::new(false),
@@ -176,6 +192,8 @@ impl berm::ProgressSink for CallProgress {
 pub struct CallLog {
     shared: Arc<Shared>,
     queue: mpsc::Sender<Queued>,
+    /// The request's own threshold, instead of the session's.
+    threshold: Option<u8>,
     sent: Cell<u32>,
     bytes: Cell<usize>,
     capped: Cell<bool>,
@@ -183,7 +201,10 @@ pub struct CallLog {
 
 impl CallLog {
     fn write(&self, program: &str, level: LoggingLevel, message: &str) {
-        if rank(level) < self.shared.threshold.load(Ordering::Relaxed) || self.capped.get() {
+        let threshold = self
+            .threshold
+            .unwrap_or_else(|| self.shared.threshold.load(Ordering::Relaxed));
+        if rank(level) < threshold || self.capped.get() {
             return;
         }
         let bytes = self.bytes.get() + message.len();

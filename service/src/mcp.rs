@@ -80,10 +80,21 @@ impl McpServer {
         context: &RequestContext<RoleServer>,
     ) -> Result<Result<Result<Done, berm::Failure>, CallError>, McpError> {
         let progress = context.meta.get_progress_token();
+        // On 2026-07-28 a request says its own log level, and without one gets no messages.
+        let modern = context
+            .meta
+            .protocol_version()
+            .is_some_and(|v| v >= rmcp::model::ProtocolVersion::V_2026_07_28);
+        let level = if modern {
+            crate::logs::CallLevel::Request(context.meta.log_level())
+        } else {
+            crate::logs::CallLevel::Session
+        };
         let log = LogTo {
             session: &self.log,
             peer: &context.peer,
             progress: progress.as_ref(),
+            level,
         };
         let extras = CallExtras {
             input: input.map(Arc::<[u8]>::from),
@@ -174,7 +185,8 @@ impl McpServer {
             };
             let requests = match input_requests(ask.requests, capabilities.as_ref()) {
                 Ok(requests) => requests,
-                Err(problem) => return Ok(Asked::Refused(problem)),
+                Err(Refusal::Undeclared(error)) => return Err(error),
+                Err(Refusal::Malformed(problem)) => return Ok(Asked::Refused(problem)),
             };
             if modern {
                 let Some(digest) = digest else {
@@ -308,7 +320,10 @@ async fn run_task(
         };
         let requests = match input_requests(ask.requests, capabilities.as_ref()) {
             Ok(requests) => requests,
-            Err(problem) => return Ok(CallToolResult::error(vec![ContentBlock::text(problem)])),
+            Err(Refusal::Undeclared(error)) => return Err(TaskExit::Error(error)),
+            Err(Refusal::Malformed(problem)) => {
+                return Ok(CallToolResult::error(vec![ContentBlock::text(problem)]));
+            }
         };
         // Keys are the task's own for its lifetime: each round's get a prefix.
         let waits = requests.into_iter().map(|(key, request)| {
@@ -377,13 +392,22 @@ fn task_result(
     Ok(result)
 }
 
+/// Why a program's questions are not sent.
+enum Refusal {
+    /// It asked for a method whose capability the client did not declare: MCP's
+    /// `-32021` (missing required client capability), naming the capability.
+    Undeclared(McpError),
+    /// A request is not its method's MCP form: the program's fault, an error result.
+    Malformed(String),
+}
+
 /// A program's `berm.ask` requests as MCP's, refusing any the client cannot answer: a method
 /// whose capability the client did not declare (when its capabilities are known), or
 /// parameters that are not that method's.
 fn input_requests(
     requests: serde_json::Map<String, serde_json::Value>,
     capabilities: Option<&rmcp::model::ClientCapabilities>,
-) -> Result<rmcp::model::InputRequests, String> {
+) -> Result<rmcp::model::InputRequests, Refusal> {
     let mut typed = rmcp::model::InputRequests::new();
     for (key, request) in requests {
         let method = request["method"].as_str().unwrap_or_default().to_string();
@@ -395,13 +419,19 @@ fn input_requests(
             };
             if !declared {
                 let capability = berm_abi::ask::capability_for(&method).unwrap_or("?");
-                return Err(format!(
-                    "the program asked the client for `{method}` (request `{key}`), but the client did not declare the `{capability}` capability"
-                ));
+                return Err(Refusal::Undeclared(McpError::new(
+                    rmcp::model::ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY,
+                    format!(
+                        "Missing required client capability: the program asked the client for `{method}` (request `{key}`), but the client did not declare the `{capability}` capability"
+                    ),
+                    Some(serde_json::json!({"requiredCapabilities": {capability: {}}})),
+                )));
             }
         }
         let parsed: InputRequest = serde_json::from_value(request).map_err(|e| {
-            format!("the program's request `{key}` is not a valid MCP `{method}` request: {e}")
+            Refusal::Malformed(format!(
+                "the program's request `{key}` is not a valid MCP `{method}` request: {e}"
+            ))
         })?;
         typed.insert(key, parsed);
     }

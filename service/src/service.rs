@@ -894,7 +894,9 @@ impl Service {
             berm.call_with(None, &program, &tool, bytes, &options).await
         };
         let mut run: Pin<Box<dyn Future<Output = _> + Send>> = match log {
-            Some(to) if entry.logs => Box::pin(logs::scope(to.session.for_call(to.peer), run)),
+            Some(to) if entry.logs => {
+                Box::pin(logs::scope(to.session.for_call(to.peer, to.level), run))
+            }
             _ => Box::pin(run),
         };
         if entry.starts_inline {
@@ -1130,6 +1132,8 @@ pub struct LogTo<'a> {
     /// The request's progress token, when it asked for progress: the program's
     /// `berm.progress` reports then go to the peer as `notifications/progress`.
     pub progress: Option<&'a rmcp::model::ProgressToken>,
+    /// Which level the call's log messages are held to.
+    pub level: logs::CallLevel,
 }
 
 /// What a call carries besides its arguments.

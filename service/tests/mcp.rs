@@ -692,13 +692,19 @@ fn a_program_asks_a_2025_client_over_its_session_only_with_the_grant() {
         &["log", "ask"],
         LimitsSpec::default(),
     );
-    // A client that did not declare elicitation is not asked.
+    // A client that did not declare elicitation is not asked: MCP's -32021, naming it.
     let mut plain = open(json!({}));
-    let (text, error) = result_text(&plain.call(ask, json!({})));
-    assert!(error, "{text}");
+    let refused = plain.call(ask, json!({}));
+    assert_eq!(refused["error"]["code"], -32021, "{refused}");
+    assert_eq!(
+        refused["error"]["data"]["requiredCapabilities"],
+        json!({"elicitation": {}})
+    );
     assert!(
-        text.contains("asked the client for `elicitation/create` (request `user_name`), but the client did not declare the `elicitation` capability"),
-        "{text}"
+        refused["error"]["message"].as_str().unwrap().contains(
+            "asked the client for `elicitation/create` (request `user_name`), but the client did not declare the `elicitation` capability"
+        ),
+        "{refused}"
     );
 
     // One that did is asked over its session, and the tool runs again with the answer.

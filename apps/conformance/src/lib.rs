@@ -675,6 +675,34 @@ mod conformance {
         )
     }
 
+    /// Ask the client's model, whether or not the client declared sampling: bermd refuses
+    /// with MCP's missing-capability error when it did not (the suite's diagnostic tool).
+    #[berm(read_only)]
+    pub fn missing_capability() -> String {
+        ask_once("sample", sample("Say hello", 20), |answer| {
+            format!("The model said: {}", answer_text(answer, "text"))
+        })
+    }
+
+    /// Ask the user a question: on 2026-07-28 the answer is an input-required result, never
+    /// a request of bermd's own on the response stream (the suite's diagnostic tool).
+    #[berm(read_only)]
+    pub fn streaming_elicitation() -> String {
+        ask_once(
+            "user_name",
+            elicit("What is your name?", &[("name", "string")]),
+            |answer| format!("Hello, {}!", answer_text(answer, "name")),
+        )
+    }
+
+    /// Write a log message while running: a client that set no log level gets none (the
+    /// suite's diagnostic tool).
+    #[berm(read_only)]
+    pub fn logging_tool() -> String {
+        berm_guest::log::info("logging_tool ran");
+        "Logged one message.".to_string()
+    }
+
     /// Measure a rectangle (a struct argument and a struct result).
     ///
     /// # Arguments
