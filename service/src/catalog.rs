@@ -221,8 +221,12 @@ impl Catalog {
     }
 
     /// The entry that reads `uri` and the arguments it takes: a fixed resource first, then
-    /// the first template (in sorted order) that matches.
+    /// the first template (in sorted order) that matches. A URI longer than any a program
+    /// may declare ([`berm_abi::content::MAX_URI`]) matches nothing.
     pub fn resource(&self, uri: &str) -> Option<ResourceRead<'_>> {
+        if uri.len() > berm_abi::content::MAX_URI {
+            return None;
+        }
         let read = |served: &'_ str, args: serde_json::Map<String, serde_json::Value>| {
             let (served, entry) = self.tools.get_key_value(served)?;
             let mime_type = match &entry.serves {

@@ -740,6 +740,16 @@ impl ServerHandler for McpServer {
         request: SubscribeRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
+        if request.uri.len() > berm_abi::content::MAX_URI {
+            return Err(McpError::invalid_params(
+                format!(
+                    "a resource URI is at most {} bytes; this one is {}",
+                    berm_abi::content::MAX_URI,
+                    request.uri.len()
+                ),
+                None,
+            ));
+        }
         let owner = self.service.catalog().resource_owner(&request.uri);
         if owner.is_none() {
             return Err(McpError::resource_not_found(

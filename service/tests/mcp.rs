@@ -636,6 +636,12 @@ fn resources_and_prompts_come_from_the_tools_that_serve_them() {
     // A subscriber hears that its resource changed when its program goes away.
     let unserved = session.request("resources/subscribe", json!({"uri": "test://nothing"}));
     assert_eq!(unserved["error"]["code"], -32002, "{unserved}");
+    // A URI longer than any a program may declare is refused, not kept.
+    let long = format!("test://template/{}/data", "x".repeat(4096));
+    let refused = session.request("resources/subscribe", json!({"uri": long}));
+    assert_eq!(refused["error"]["code"], -32602, "{refused}");
+    let unread = session.request("resources/read", json!({"uri": long}));
+    assert_eq!(unread["error"]["code"], -32002, "{unread}");
     let ok = session.request(
         "resources/subscribe",
         json!({"uri": "test://watched-resource"}),
