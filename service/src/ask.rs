@@ -4,12 +4,12 @@
 //! echoes it back with its answers. bermd seals it with ChaCha20-Poly1305 under a key of its
 //! own: the client can neither read nor change it, and a sealed state opens only for the
 //! same program digest and served tool, within [`MAX_AGE`] of being sealed. The key is made
-//! once into `$BERM_HOME/ask.key` (mode 0600), so a state survives a restart; replicas that
-//! should accept each other's states are given the same file (`bermd --ask-key FILE`).
+//! once into `$BERM_HOME/ask.key` as bermd's other secrets are ([`crate::home::secret_file`]),
+//! so a state survives a restart; replicas that should accept each other's states are given
+//! the same file (`bermd --ask-key FILE`).
 //!
 //! `ring` is already in bermd (rustls uses it), so this adds no crypto crate of its own.
 
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -45,6 +45,16 @@ pub enum KeyError {
         #[source]
         source: std::io::Error,
     },
+    /// The file in `$BERM_HOME` is open to others.
+    #[error("{path}: {problem}; {fix}")]
+    Insecure {
+        /// The key file.
+        path: PathBuf,
+        /// What is wrong with it.
+        problem: String,
+        /// The command that fixes it.
+        fix: String,
+    },
     /// The file does not hold a key.
     #[error(
         "{path} is not an ask key: it must hold 64 hex digits (32 bytes), as bermd writes into $BERM_HOME/ask.key"
@@ -53,7 +63,7 @@ pub enum KeyError {
         /// The key file.
         path: PathBuf,
     },
-    /// No random bytes for a new key or a nonce.
+    /// No random bytes for a nonce.
     #[error("the system gave no random bytes")]
     Random,
 }
@@ -85,37 +95,26 @@ impl std::fmt::Debug for AskKey {
 }
 
 impl AskKey {
-    /// The key in `path` when it exists, else a new one written there (0600, never
-    /// replacing a file another process wrote first).
+    /// The key in `path` (bermd's `$BERM_HOME/ask.key`) when it exists, else a new one
+    /// written there ([`crate::home::secret_file`]).
     ///
     /// # Errors
-    /// [`KeyError`] when the file cannot be read or made, or does not hold a key.
+    /// [`KeyError`] when the file cannot be read or made, is open to others, or does not
+    /// hold a key.
     pub fn load_or_create(path: &Path) -> Result<AskKey, KeyError> {
-        let random = SystemRandom::new();
-        let mut bytes = [0u8; 32];
-        random.fill(&mut bytes).map_err(|_| KeyError::Random)?;
-        let made = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode_0600()
-            .open(path);
-        match made {
-            Ok(mut file) => {
-                let text = format!("{}\n", hex::encode(bytes));
-                file.write_all(text.as_bytes())
-                    .and_then(|()| file.sync_all())
-                    .map_err(|source| KeyError::Io {
-                        path: path.to_path_buf(),
-                        source,
-                    })?;
-                Ok(AskKey::from_bytes(bytes))
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => AskKey::load(path),
-            Err(source) => Err(KeyError::Io {
+        use crate::home::SecretFileError;
+        let text = crate::home::secret_file(path, 32).map_err(|e| match e {
+            SecretFileError::Io(source) => KeyError::Io {
                 path: path.to_path_buf(),
                 source,
-            }),
-        }
+            },
+            SecretFileError::Insecure { problem, fix } => KeyError::Insecure {
+                path: path.to_path_buf(),
+                problem,
+                fix,
+            },
+        })?;
+        AskKey::parse(path, &text)
     }
 
     /// The key in `path` (64 hex digits).
@@ -127,11 +126,18 @@ impl AskKey {
             path: path.to_path_buf(),
             source,
         })?;
+        let text = std::str::from_utf8(&text).map_err(|_| KeyError::Malformed {
+            path: path.to_path_buf(),
+        })?;
+        AskKey::parse(path, text)
+    }
+
+    /// The key `text` holds (64 hex digits), read from `path`.
+    fn parse(path: &Path, text: &str) -> Result<AskKey, KeyError> {
         let malformed = || KeyError::Malformed {
             path: path.to_path_buf(),
         };
-        let text = std::str::from_utf8(&text).map_err(|_| malformed())?.trim();
-        let bytes: [u8; 32] = hex::decode(text)
+        let bytes: [u8; 32] = hex::decode(text.trim())
             .ok()
             .and_then(|b| b.try_into().ok())
             .ok_or_else(malformed)?;
@@ -240,25 +246,6 @@ fn now() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())
-}
-
-/// `OpenOptions::mode(0o600)` where there are modes.
-trait Mode0600 {
-    fn mode_0600(&mut self) -> &mut Self;
-}
-
-impl Mode0600 for std::fs::OpenOptions {
-    fn mode_0600(&mut self) -> &mut Self {
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::OpenOptionsExt as _;
-            self.mode(0o600)
-        }
-        #[cfg(not(unix))]
-        {
-            self
-        }
-    }
 }
 
 #[cfg(test)]

@@ -150,6 +150,66 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), HomeError> {
     })
 }
 
+/// Why a secret file of bermd's own ([`secret_file`]) could not be had.
+#[derive(Debug)]
+pub enum SecretFileError {
+    /// It could not be read or written.
+    Io(std::io::Error),
+    /// It exists but others could read or replace it.
+    Insecure {
+        /// What is wrong with it.
+        problem: String,
+        /// The command that fixes it.
+        fix: String,
+    },
+}
+
+/// The text of the secret file `path` in `$BERM_HOME` (the HTTP token, the ask key), made
+/// when there is none: `bytes` random bytes as hex, written atomically with mode 0600. An
+/// existing file is reused, so what was made once survives restarts, but only if it is a
+/// regular file owned by this user and closed to group and others; anything else is refused
+/// with the command that fixes it, since a secret others can read guards nothing.
+pub fn secret_file(path: &Path, bytes: usize) -> Result<String, SecretFileError> {
+    use std::os::unix::fs::MetadataExt;
+    let insecure = |problem: String, fix: String| SecretFileError::Insecure { problem, fix };
+    let remove = format!(
+        "remove it (`rm {}`) and bermd makes a new one",
+        path.display()
+    );
+    match fs::symlink_metadata(path) {
+        Ok(meta) => {
+            if !meta.file_type().is_file() {
+                return Err(insecure("it is not a regular file".into(), remove));
+            }
+            let me = rustix::process::geteuid().as_raw();
+            if meta.uid() != me {
+                return Err(insecure(
+                    format!("it is owned by uid {}, not by you (uid {me})", meta.uid()),
+                    remove,
+                ));
+            }
+            let mode = meta.permissions().mode() & 0o777;
+            if mode & 0o077 != 0 {
+                return Err(insecure(
+                    format!("its mode is {mode:04o}, open to group or others"),
+                    format!("fix it with `chmod 600 {}`, or {remove}", path.display()),
+                ));
+            }
+            fs::read_to_string(path).map_err(SecretFileError::Io)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let mut random = vec![0u8; bytes];
+            getrandom::fill(&mut random)
+                .map_err(|e| SecretFileError::Io(std::io::Error::other(e.to_string())))?;
+            let text = hex::encode(random);
+            berm_durable::write_atomic(path, format!("{text}\n").as_bytes())
+                .map_err(SecretFileError::Io)?;
+            Ok(text)
+        }
+        Err(e) => Err(SecretFileError::Io(e)),
+    }
+}
+
 /// Removes `path` (if it exists) durably: unlink, fsync the directory.
 pub fn remove_durably(path: &Path) -> Result<(), HomeError> {
     berm_durable::remove_durably(path).map_err(|source| HomeError::Write {

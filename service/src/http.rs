@@ -6,7 +6,6 @@
 //! loopback.
 
 use std::net::SocketAddr;
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -207,50 +206,19 @@ pub enum HttpError {
 /// to group and others; anything else is refused with the command that
 /// fixes it, since a token others can read guards nothing.
 pub fn home_token(path: &Path) -> Result<Token, HttpError> {
-    let io = |source| HttpError::TokenFile {
-        path: path.to_path_buf(),
-        source,
-    };
-    let insecure = |problem: String, fix: String| HttpError::InsecureTokenFile {
-        path: path.to_path_buf(),
-        problem,
-        fix,
-    };
-    let remove = format!(
-        "remove it (`rm {}`) and bermd makes a new one",
-        path.display()
-    );
-    match std::fs::symlink_metadata(path) {
-        Ok(meta) => {
-            if !meta.file_type().is_file() {
-                return Err(insecure("it is not a regular file".into(), remove));
-            }
-            let me = rustix::process::geteuid().as_raw();
-            if meta.uid() != me {
-                return Err(insecure(
-                    format!("it is owned by uid {}, not by you (uid {me})", meta.uid()),
-                    remove,
-                ));
-            }
-            let mode = meta.permissions().mode() & 0o777;
-            if mode & 0o077 != 0 {
-                return Err(insecure(
-                    format!("its mode is {mode:04o}, open to group or others"),
-                    format!("fix it with `chmod 600 {}`, or {remove}", path.display()),
-                ));
-            }
-            let contents = std::fs::read_to_string(path).map_err(io)?;
-            Token::parse(&contents)
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            let mut bytes = [0u8; MIN_TOKEN_BYTES];
-            getrandom::fill(&mut bytes).map_err(|e| io(std::io::Error::other(e.to_string())))?;
-            let token: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-            berm_durable::write_atomic(path, format!("{token}\n").as_bytes()).map_err(io)?;
-            Token::parse(&token)
-        }
-        Err(e) => Err(io(e)),
-    }
+    use crate::home::SecretFileError;
+    let text = crate::home::secret_file(path, MIN_TOKEN_BYTES).map_err(|e| match e {
+        SecretFileError::Io(source) => HttpError::TokenFile {
+            path: path.to_path_buf(),
+            source,
+        },
+        SecretFileError::Insecure { problem, fix } => HttpError::InsecureTokenFile {
+            path: path.to_path_buf(),
+            problem,
+            fix,
+        },
+    })?;
+    Token::parse(&text)
 }
 
 /// Checks the config and binds the listener.

@@ -144,16 +144,17 @@ impl McpServer {
     /// returns the input-required result with its state sealed; on older sessions asks the
     /// client over the session and runs the entry again with the answers, up to
     /// [`MAX_ASK_ROUNDS`] times. `responses` and `sealed` are what a 2026-07-28 client
-    /// sent back (a state that does not open is `-32602`).
+    /// sent back (a state that does not open is `-32602`); `digest` is the entry's program's,
+    /// as the caller found it in the catalog.
     async fn run_asking(
         &self,
         name: &str,
+        digest: Option<berm::Digest>,
         args: &serde_json::Value,
         responses: Option<rmcp::model::InputResponses>,
         sealed: Option<&str>,
         context: &RequestContext<RoleServer>,
     ) -> Result<Asked, McpError> {
-        let digest = self.service.catalog().get(name).map(|e| e.digest);
         let capabilities = context.client_capabilities();
         let capabilities_json = capabilities
             .as_ref()
@@ -542,12 +543,16 @@ impl ServerHandler for McpServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
-        if let Some(serves) = self
-            .service
-            .catalog()
-            .get(&request.name)
-            .and_then(|e| e.serves.clone())
-        {
+        // One catalog lookup for everything the call needs to know of its entry.
+        let (serves, task, digest) = match self.service.catalog().get(&request.name) {
+            Some(e) => (
+                e.serves.clone(),
+                e.task.map(|t| (t, e.deadline)),
+                Some(e.digest),
+            ),
+            None => (None, None, None),
+        };
+        if let Some(serves) = serves {
             let how = match serves {
                 Serves::Prompt {} => "a prompt: get it with prompts/get".to_string(),
                 Serves::Resource { uri, .. } => {
@@ -562,11 +567,6 @@ impl ServerHandler for McpServer {
                 None,
             ));
         }
-        let task = self
-            .service
-            .catalog()
-            .get(&request.name)
-            .and_then(|e| e.task.map(|spec| (spec, e.deadline)));
         if let Some((spec, program_deadline)) = task {
             let speaks_tasks = context
                 .client_capabilities()
@@ -593,6 +593,7 @@ impl ServerHandler for McpServer {
         let asked = self
             .run_asking(
                 &request.name,
+                digest,
                 &args,
                 request.input_responses,
                 request.request_state.as_deref(),
@@ -685,11 +686,12 @@ impl ServerHandler for McpServer {
             return Err(not_found(&uri));
         };
         let mime_type = read.mime_type.to_string();
-        let (served, args) = (read.served.to_string(), read.args);
+        let (served, digest, args) = (read.served.to_string(), read.entry.digest, read.args);
         drop(catalog);
         let asked = self
             .run_asking(
                 &served,
+                Some(digest),
                 &args,
                 request.input_responses,
                 request.request_state.as_deref(),
@@ -803,24 +805,26 @@ impl ServerHandler for McpServer {
         context: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, McpError> {
         let name = request.name;
-        let is_prompt = self
+        let digest = self
             .service
             .catalog()
             .get(&name)
-            .is_some_and(|e| e.serves == Some(Serves::Prompt {}));
+            .filter(|e| e.serves == Some(Serves::Prompt {}))
+            .map(|e| e.digest);
         let unknown = |name: &str| {
             McpError::invalid_params(
                 format!("no prompt `{name}` is served (list them with prompts/list)"),
                 None,
             )
         };
-        if !is_prompt {
+        if digest.is_none() {
             return Err(unknown(&name));
         }
         let args = serde_json::Value::Object(request.arguments.unwrap_or_default());
         let asked = self
             .run_asking(
                 &name,
+                digest,
                 &args,
                 request.input_responses,
                 request.request_state.as_deref(),
