@@ -30,6 +30,7 @@ pub mod listen;
 pub mod logs;
 pub mod mcp;
 pub mod metrics;
+pub mod otel;
 pub mod param_headers;
 mod receipts;
 pub mod service;
@@ -37,6 +38,7 @@ pub mod store;
 pub mod sys;
 pub mod syscalls;
 pub mod tasks;
+mod trace;
 pub mod transport;
 
 pub use daemon::{DaemonConfig, Exit, RunError, run};

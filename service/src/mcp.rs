@@ -74,6 +74,7 @@ impl McpServer {
     /// client cancelled the request.
     async fn run(
         &self,
+        method: &'static str,
         name: &str,
         args: &serde_json::Value,
         input: Option<&[u8]>,
@@ -99,6 +100,8 @@ impl McpServer {
         let extras = CallExtras {
             input: input.map(Arc::<[u8]>::from),
             deadline: None,
+            trace_parent: self.trace_parent(context),
+            method: Some(method),
         };
         let mut call = pin!(self.service.call_with(name, args, Some(log), extras));
         // The first poll runs a short call to its end; only a call still
@@ -119,6 +122,19 @@ impl McpServer {
         };
         self.log.flush().await;
         Ok(outcome)
+    }
+}
+
+impl McpServer {
+    /// The trace a request continues, when bermd exports traces.
+    fn trace_parent(
+        &self,
+        context: &RequestContext<RoleServer>,
+    ) -> Option<crate::otel::TraceParent> {
+        if !self.service.traced() {
+            return None;
+        }
+        crate::otel::TraceParent::from_meta(&context.meta.0.0)
     }
 }
 
@@ -143,18 +159,20 @@ impl McpServer {
     /// Runs entry `name`, and when its program asks for input (`berm.ask`): on 2026-07-28
     /// returns the input-required result with its state sealed; on older sessions asks the
     /// client over the session and runs the entry again with the answers, up to
-    /// [`MAX_ASK_ROUNDS`] times. `responses` and `sealed` are what a 2026-07-28 client
-    /// sent back (a state that does not open is `-32602`); `digest` is the entry's program's,
-    /// as the caller found it in the catalog.
+    /// [`MAX_ASK_ROUNDS`] times. `answered` is what a 2026-07-28 client sent back, its
+    /// responses and the sealed state (a state that does not open is `-32602`); `digest` is
+    /// the entry's program's, as the caller found it in the catalog. `method` names the MCP
+    /// method in the call's span.
     async fn run_asking(
         &self,
+        method: &'static str,
         name: &str,
         digest: Option<berm::Digest>,
         args: &serde_json::Value,
-        responses: Option<rmcp::model::InputResponses>,
-        sealed: Option<&str>,
+        answered: (Option<rmcp::model::InputResponses>, Option<&str>),
         context: &RequestContext<RoleServer>,
     ) -> Result<Asked, McpError> {
+        let (responses, sealed) = answered;
         let capabilities = context.client_capabilities();
         let capabilities_json = capabilities
             .as_ref()
@@ -176,7 +194,7 @@ impl McpServer {
             .is_some_and(|v| v >= rmcp::model::ProtocolVersion::V_2026_07_28);
         for _ in 0..MAX_ASK_ROUNDS {
             let input = berm_abi::frame::encode(&[&responses, &state, &capabilities_json]);
-            let mut outcome = self.run(name, args, Some(&input), context).await?;
+            let mut outcome = self.run(method, name, args, Some(&input), context).await?;
             let ask = match &mut outcome {
                 Ok(Ok(done)) => done.ask.take(),
                 _ => None,
@@ -265,22 +283,37 @@ impl McpServer {
         let deadline = tasks.deadline(&spec, program_deadline);
         let ttl = crate::tasks::Tasks::ttl(deadline);
         let capabilities = context.client_capabilities();
+        let trace_parent = self.trace_parent(context);
         let service = self.service.clone();
         let options = rmcp::task_manager::TaskOptions::new()
             .with_ttl_ms(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX));
         let task = tasks.manager().spawn(options, move |task| {
             Box::pin(run_task(
                 service,
-                name,
-                args,
-                capabilities,
-                deadline,
-                ttl,
+                TaskCall {
+                    name,
+                    args,
+                    capabilities,
+                    deadline,
+                    ttl,
+                    trace_parent,
+                },
                 task,
             ))
         });
         CallToolResponse::Task(rmcp::model::CreateTaskResult::new(task))
     }
+}
+
+/// What a task runs: the tool, its arguments, what the client that started it declared,
+/// its deadline and how long its result is kept, and the trace its request continued.
+struct TaskCall {
+    name: String,
+    args: serde_json::Value,
+    capabilities: Option<rmcp::model::ClientCapabilities>,
+    deadline: std::time::Duration,
+    ttl: std::time::Duration,
+    trace_parent: Option<crate::otel::TraceParent>,
 }
 
 /// A task's work: runs the tool with the task's deadline, and when its program asks for
@@ -290,14 +323,18 @@ impl McpServer {
 /// memory) fails it.
 async fn run_task(
     service: Arc<Service>,
-    name: String,
-    args: serde_json::Value,
-    capabilities: Option<rmcp::model::ClientCapabilities>,
-    deadline: std::time::Duration,
-    ttl: std::time::Duration,
+    call: TaskCall,
     task: rmcp::task_manager::TaskContext,
 ) -> Result<CallToolResult, rmcp::task_manager::TaskExit> {
     use rmcp::task_manager::TaskExit;
+    let TaskCall {
+        name,
+        args,
+        capabilities,
+        deadline,
+        ttl,
+        trace_parent,
+    } = call;
     let capabilities_json = capabilities
         .as_ref()
         .and_then(|c| serde_json::to_vec(c).ok())
@@ -307,6 +344,8 @@ async fn run_task(
         let extras = CallExtras {
             input: Some(berm_abi::frame::encode(&[&responses, &state, &capabilities_json]).into()),
             deadline: Some(deadline),
+            trace_parent: trace_parent.clone(),
+            method: Some("tools/call"),
         };
         let mut outcome = tokio::select! {
             outcome = service.call_with(&name, &args, None, extras) => outcome,
@@ -592,11 +631,11 @@ impl ServerHandler for McpServer {
         let args = serde_json::Value::Object(request.arguments.unwrap_or_default());
         let asked = self
             .run_asking(
+                "tools/call",
                 &request.name,
                 digest,
                 &args,
-                request.input_responses,
-                request.request_state.as_deref(),
+                (request.input_responses, request.request_state.as_deref()),
                 &context,
             )
             .await?;
@@ -690,11 +729,11 @@ impl ServerHandler for McpServer {
         drop(catalog);
         let asked = self
             .run_asking(
+                "resources/read",
                 &served,
                 Some(digest),
                 &args,
-                request.input_responses,
-                request.request_state.as_deref(),
+                (request.input_responses, request.request_state.as_deref()),
                 &context,
             )
             .await?;
@@ -823,11 +862,11 @@ impl ServerHandler for McpServer {
         let args = serde_json::Value::Object(request.arguments.unwrap_or_default());
         let asked = self
             .run_asking(
+                "prompts/get",
                 &name,
                 digest,
                 &args,
-                request.input_responses,
-                request.request_state.as_deref(),
+                (request.input_responses, request.request_state.as_deref()),
                 &context,
             )
             .await?;

@@ -23,7 +23,7 @@ pub(crate) struct ProgramFacts {
     pub grants: Vec<String>,
 }
 
-/// One call's record while it runs: the call's [`berm::CallTrace`].
+/// One call's record while it runs, in the call's [`crate::trace::CallTrace`].
 pub(crate) struct CallRecord {
     program: String,
     tool: String,
@@ -84,7 +84,7 @@ impl CallRecord {
 
 /// The host of a URL as a program wrote it (scheme, userinfo, path and query left out);
 /// bounded, since the program chose it.
-fn host_of(url: &str) -> String {
+pub(crate) fn host_of(url: &str) -> String {
     let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
     let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
     let host = authority
@@ -145,8 +145,8 @@ pub(crate) struct Pending {
 }
 
 impl Pending {
-    /// The record, as the call's trace.
-    pub fn trace(&self) -> berm::CallTrace {
+    /// The record, for the call's trace.
+    pub fn record(&self) -> Arc<CallRecord> {
         self.record.clone()
     }
 

@@ -74,6 +74,8 @@ pub struct ServiceConfig {
     pub ask_key: Option<PathBuf>,
     /// The longest a task may run (`bermd --max-task-deadline-ms`).
     pub max_task_deadline: std::time::Duration,
+    /// Where each call's span goes (`OTEL_EXPORTER_OTLP_ENDPOINT`); `None` makes none.
+    pub tracing: Option<crate::otel::Tracing>,
 }
 
 /// The default `tools/list` page: large, because some clients read only the
@@ -99,6 +101,7 @@ impl ServiceConfig {
             kv_postgres: None,
             ask_key: None,
             max_task_deadline: crate::tasks::DEFAULT_MAX_TASK_DEADLINE,
+            tracing: None,
         }
     }
 }
@@ -434,6 +437,7 @@ pub struct Service {
     changes: broadcast::Sender<()>,
     metrics: crate::metrics::Metrics,
     receipts: Option<crate::receipts::Receipts>,
+    tracing: Option<crate::otel::Tracing>,
     ask_key: crate::ask::AskKey,
     tasks: crate::tasks::Tasks,
 }
@@ -490,6 +494,7 @@ impl Service {
             changes,
             metrics: crate::metrics::Metrics::new(),
             receipts: config.receipts.clone().map(crate::receipts::Receipts::new),
+            tracing: config.tracing.clone(),
             ask_key,
             tasks: crate::tasks::Tasks::new(config.max_task_deadline),
         });
@@ -814,14 +819,38 @@ impl Service {
             self.metrics.unknown_tool();
             return Err(CallError::NoSuchTool(name.to_string()));
         };
-        // Dropped with the call's future when it is cancelled: it then counts as such.
+        // Both dropped with the call's future when it is cancelled: they then count as such.
         let timer = self.metrics.start(&entry.program, &entry.tool);
-        let result = self.call_counted(name, entry, args, log, extras).await;
+        let span = self.tracing.as_ref().map(|tracing| {
+            let call = crate::otel::CallAttributes {
+                method: extras.method.unwrap_or("tools/call"),
+                served: name,
+                program: &entry.program,
+                tool: &entry.tool,
+                digest: &entry.digest,
+            };
+            tracing.call(extras.trace_parent.as_ref(), call)
+        });
+        let handle = span.as_ref().map(crate::otel::Span::handle);
+        let result = self
+            .call_counted(name, entry, args, log, extras, handle)
+            .await;
         timer.finish(match &result {
             Ok(Ok(_)) => crate::metrics::Outcome::Ok,
             Ok(Err(_)) => crate::metrics::Outcome::Failed,
             Err(_) => crate::metrics::Outcome::Error,
         });
+        if let Some(span) = span {
+            match &result {
+                Ok(Ok(done)) if done.ask.is_some() => span.end("input_required", None),
+                Ok(Ok(_)) => span.end("ok", None),
+                // MCP's conventions name a result with `isError` so.
+                Ok(Err(failure)) => {
+                    span.end("failed", Some(("tool_error", failure.message.clone())))
+                }
+                Err(e) => span.end("error", Some((call_error_type(e), e.to_string()))),
+            }
+        }
         result
     }
 
@@ -834,9 +863,13 @@ impl Service {
         args: &serde_json::Value,
         log: Option<LogTo<'_>>,
         extras: CallExtras,
+        span: Option<crate::otel::SpanHandle>,
     ) -> Result<Result<Done, Failure>, CallError> {
         let Some(receipts) = &self.receipts else {
-            return self.call_traced(name, entry, args, log, extras, None).await;
+            let trace = crate::trace::CallTrace::of(None, span);
+            return self
+                .call_traced(name, entry, args, log, extras, trace)
+                .await;
         };
         let Some(facts) = self.facts(&entry.program) else {
             // Removed meanwhile: the call is refused as for any program that is not there.
@@ -849,8 +882,9 @@ impl Service {
             berm_receipts::arguments_sha256(args),
             None,
         );
+        let trace = crate::trace::CallTrace::of(Some(pending.record()), span);
         let outcome = self
-            .call_traced(name, entry, args, log, extras, Some(pending.trace()))
+            .call_traced(name, entry, args, log, extras, trace)
             .await;
         let (kind, text) = receipt_of(&outcome);
         let content = match &outcome {
@@ -924,6 +958,11 @@ impl Service {
             .unwrap_or_else(|p| p.into_inner())
             .get(program)
             .and_then(|d| d.facts.clone())
+    }
+
+    /// Whether calls make spans (traces are exported).
+    pub fn traced(&self) -> bool {
+        self.tracing.is_some()
     }
 
     /// The receipt log, when receipts are written.
@@ -1144,6 +1183,10 @@ pub struct CallExtras {
     pub input: Option<Arc<[u8]>>,
     /// A deadline instead of the program's own: a task's.
     pub deadline: Option<std::time::Duration>,
+    /// The trace the request continues (its `_meta.traceparent`), when traces are exported.
+    pub trace_parent: Option<crate::otel::TraceParent>,
+    /// The MCP method that asked for the call, for its span's name; `None` is `tools/call`.
+    pub method: Option<&'static str>,
 }
 
 /// A task on the call threads that is aborted when its handle is dropped, so
@@ -1234,10 +1277,10 @@ impl berm::CallGate for NestedCalls {
             .as_ref()
             .and_then(|_| serde_json::from_slice::<serde_json::Value>(args).ok());
         let slot = service.admit(entry, args, parsed.as_ref())?;
+        let caller = caller.and_then(crate::trace::CallTrace::from_runtime);
         let pending = match (&service.receipts, service.facts(program), &parsed) {
             (Some(receipts), Some(facts), Some(value)) => {
-                let parent = caller
-                    .and_then(|t| Arc::clone(t).downcast::<crate::receipts::CallRecord>().ok());
+                let parent = caller.as_ref().and_then(|c| c.receipt.clone());
                 Some(receipts.begin(
                     program,
                     tool,
@@ -1248,11 +1291,28 @@ impl berm::CallGate for NestedCalls {
             }
             _ => None,
         };
+        // The callee's span is the caller's child: the caller waits on it.
+        let span = caller.as_ref().and_then(|c| c.span.as_ref()).map(|parent| {
+            use opentelemetry::KeyValue;
+            parent.child(
+                "berm.call",
+                vec![
+                    KeyValue::new("gen_ai.tool.name", berm_abi::served_name(program, tool)),
+                    KeyValue::new("berm.program", program.to_string()),
+                    KeyValue::new("berm.tool", tool.to_string()),
+                    KeyValue::new("berm.program.digest", entry.digest.to_string()),
+                ],
+            )
+        });
         Ok(berm::Admitted {
-            trace: pending.as_ref().map(crate::receipts::Pending::trace),
+            trace: crate::trace::CallTrace::of(
+                pending.as_ref().map(crate::receipts::Pending::record),
+                span.as_ref().map(crate::otel::Span::handle),
+            ),
             hold: Some(Box::new(NestedHold {
                 _slot: slot,
                 pending,
+                span,
             })),
         })
     }
@@ -1268,6 +1328,15 @@ impl berm::CallGate for NestedCalls {
         else {
             return;
         };
+        if let Some(span) = hold.span {
+            match result {
+                Ok(Ok(_)) => span.end("ok", None),
+                Ok(Err(failure)) => {
+                    span.end("failed", Some(("tool_error", failure.message.clone())))
+                }
+                Err(e) => span.end("error", Some((host_error_type(e), e.to_string()))),
+            }
+        }
         if let Some(pending) = hold.pending {
             // A program calling another reads its text only: that is what its receipt names.
             let (kind, text): (_, std::borrow::Cow<'_, str>) = match result {
@@ -1289,6 +1358,38 @@ impl berm::CallGate for NestedCalls {
 struct NestedHold {
     _slot: OwnedSemaphorePermit,
     pending: Option<crate::receipts::Pending>,
+    span: Option<crate::otel::Span>,
+}
+
+/// A span's `error.type` for a call bermd refused or stopped.
+fn call_error_type(error: &CallError) -> &'static str {
+    match error {
+        CallError::NoSuchTool(_) => "no_such_tool",
+        CallError::InvalidOutput { .. } => "invalid_output",
+        CallError::Host(e) => host_error_type(e),
+        CallError::Lost(_) => "lost",
+        CallError::Receipt(_) => "receipt",
+    }
+}
+
+/// A span's `error.type` for what the runtime refused or stopped.
+fn host_error_type(error: &berm::Error) -> &'static str {
+    use berm::Error;
+    match error {
+        Error::Timeout { .. } => "timeout",
+        Error::MemoryCap { .. } => "memory_cap",
+        Error::Busy { .. } => "busy",
+        Error::InvalidArguments { .. } => "invalid_arguments",
+        Error::ArgsTooLarge { .. } => "args_too_large",
+        Error::ResultTooLarge { .. } => "result_too_large",
+        Error::Trap { .. } | Error::StackOverflow { .. } | Error::Panicked { .. } => "trap",
+        Error::NotGranted { .. } | Error::CallNotGranted { .. } | Error::CallNotDeclared { .. } => {
+            "not_granted"
+        }
+        Error::DepthExceeded { .. } => "depth_exceeded",
+        Error::NoSuchProgram(_) | Error::NoSuchTool { .. } => "no_such_tool",
+        _ => "host_error",
+    }
 }
 
 /// How a receipt names an outcome, and the text the client gets for it (what

@@ -19,7 +19,7 @@ use tokio::sync::Semaphore;
 use crate::fs::{FsError, FsRoot, MAX_PATH_BYTES, MAX_WRITE_BYTES};
 pub use crate::kv::Keyspace;
 use crate::kv::{KeyspaceError, KvError};
-use crate::receipts::CallRecord;
+use crate::trace::CallTrace;
 
 /// Longest log line a program may write; longer lines are cut.
 pub const MAX_LOG_BYTES: usize = 8 << 10;
@@ -430,15 +430,31 @@ fn http_fetch(cx: &SyscallContext<'_>, request: &mut [u8]) -> Result<Pending, Sy
         .map_err(|e| SyscallError::code(e.code, e.message))?;
     let held = cx.reserve("http.fetch", size)?;
     let deadline = cx.deadline;
+    let trace = cx.trace::<CallTrace>();
     // With receipts: the host asked for, and the secrets the request names (by name only).
-    let receipt = cx.trace::<CallRecord>().map(|record| {
-        let mut names = Vec::new();
-        for (_, value) in &request.headers {
-            let _ = berm_egress::secret::placeholders(value, &mut names);
-        }
-        let _ = berm_egress::secret::placeholders(&request.body, &mut names);
-        let names: Vec<String> = names.into_iter().map(str::to_string).collect();
-        (record, request.url.clone(), names)
+    let receipt = trace
+        .as_ref()
+        .and_then(|t| t.receipt.clone())
+        .map(|record| {
+            let mut names = Vec::new();
+            for (_, value) in &request.headers {
+                let _ = berm_egress::secret::placeholders(value, &mut names);
+            }
+            let _ = berm_egress::secret::placeholders(&request.body, &mut names);
+            let names: Vec<String> = names.into_iter().map(str::to_string).collect();
+            (record, request.url.clone(), names)
+        });
+    // With traces: a child span naming the method and the host, never the path or query
+    // (where tokens travel).
+    let span = trace.as_ref().and_then(|t| t.span.as_ref()).map(|parent| {
+        use opentelemetry::KeyValue;
+        parent.child(
+            "http.fetch",
+            vec![
+                KeyValue::new("http.request.method", request.method.clone()),
+                KeyValue::new("server.address", crate::receipts::host_of(&request.url)),
+            ],
+        )
     });
     Ok(Box::pin(async move {
         let fetched = net.fetch(request, deadline).await;
@@ -449,6 +465,18 @@ fn http_fetch(cx: &SyscallContext<'_>, request: &mut [u8]) -> Result<Pending, Sy
                 Err(e) => Err(e.code.name().to_string()),
             };
             record.fetch(&url, result, secrets);
+        }
+        if let Some(span) = span {
+            match &fetched {
+                Ok(response) => {
+                    span.set(opentelemetry::KeyValue::new(
+                        "http.response.status_code",
+                        i64::from(response.status),
+                    ));
+                    span.end("ok", None);
+                }
+                Err(e) => span.end("error", Some((e.code.name(), e.message.clone()))),
+            }
         }
         match fetched {
             Ok(response) => Ok(Reply::Staged(response.encode())),

@@ -56,8 +56,14 @@ pub struct Bermd {
 
 impl Bermd {
     pub fn start(home: &Path, args: &[&str]) -> Bermd {
+        Bermd::start_with_env(home, args, &[])
+    }
+
+    /// [`Bermd::start`] with `env` set beside the usual variables.
+    pub fn start_with_env(home: &Path, args: &[&str], env: &[(&str, &str)]) -> Bermd {
         let child = Command::new(env!("CARGO_BIN_EXE_bermd"))
             .args(args)
+            .envs(env.iter().copied())
             .env("BERM_HOME", home)
             .env("BERM_LOG", "error")
             .stdout(Stdio::null())

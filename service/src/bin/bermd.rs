@@ -21,6 +21,10 @@ use clap::{Parser, ValueEnum};
 
 /// Deploys berm programs and serves every one of their tools over MCP.
 ///
+/// Traces: with OTEL_EXPORTER_OTLP_ENDPOINT (or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) set,
+/// every call is a span sent over OTLP/HTTP (http/protobuf), continuing the trace a request
+/// names in `_meta.traceparent`; the other standard OTEL_EXPORTER_OTLP_* variables apply.
+///
 /// Exit codes: 0 stopped by a signal, 1 failed, 2 usage, 3 already running.
 #[derive(Parser)]
 #[command(name = "bermd", version)]
@@ -425,7 +429,20 @@ fn start(args: Args, started: Instant) -> Result<(), (Exit, anyhow::Error)> {
         }
         None => None,
     };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")
+        .map_err(|e| (Exit::Failed, e))?;
+    // Off unless OTEL_EXPORTER_OTLP_ENDPOINT (or …_TRACES_ENDPOINT) is set.
+    let traces = berm_service::otel::Tracing::from_env(runtime.handle(), &args.extra_ca)
+        .context("traces (the OTEL_* variables)")
+        .map_err(usage)?;
+    if traces.is_some() {
+        tracing::info!("exporting a span for every call over OTLP");
+    }
     let mut service = ServiceConfig::new(home);
+    service.tracing = traces.clone();
     service.kv_postgres = kv_postgres;
     service.ask_key = args.ask_key.clone();
     service.max_task_deadline = std::time::Duration::from_millis(args.max_task_deadline_ms);
@@ -462,17 +479,16 @@ fn start(args: Args, started: Instant) -> Result<(), (Exit, anyhow::Error)> {
         started,
         ..DaemonConfig::new(service)
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("starting the async runtime")
-        .map_err(|e| (Exit::Failed, e))?;
     let served = runtime
         .block_on(berm_service::run(config))
         .map_err(|e| (e.exit(), anyhow::Error::new(e)));
     // Sealed now rather than at the next start: a clean stop leaves a log that verifies.
     if let Some(log) = receipts {
         log.close();
+    }
+    // The last calls' spans go out before the runtime that sends them stops.
+    if let Some(traces) = traces {
+        traces.shutdown();
     }
     served
 }

@@ -33,14 +33,28 @@ impl Bermd {
         bermd
     }
 
+    /// Starts bermd on a fresh home with `env` set beside the usual variables.
+    pub fn start_with_env(args: &[&str], env: &[(&str, &str)]) -> Bermd {
+        let dir = tempfile::tempdir().unwrap();
+        let home = dir.path().join("home");
+        let mut bermd = Bermd::start_in_with_env(&home, args, env);
+        bermd._dir = Some(dir);
+        bermd
+    }
+
     /// Starts bermd on `home` (which may hold earlier state).
     pub fn start_in(home: &Path, args: &[&str]) -> Bermd {
+        Bermd::start_in_with_env(home, args, &[])
+    }
+
+    fn start_in_with_env(home: &Path, args: &[&str], env: &[(&str, &str)]) -> Bermd {
         let log = home.with_extension(format!(
             "log{}",
             std::process::id() as u64 ^ Instant::now().elapsed().as_nanos() as u64
         ));
         let child = Command::new(env!("CARGO_BIN_EXE_bermd"))
             .args(args)
+            .envs(env.iter().copied())
             .env("BERM_HOME", home)
             .env("BERM_LOG", "info,rmcp=warn")
             .stdin(Stdio::null())
