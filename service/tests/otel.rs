@@ -89,19 +89,20 @@ impl Receiver {
         self.spans.lock().unwrap().clone()
     }
 
-    /// Waits until a span named `name` has arrived, and returns it.
-    fn wait_for(&self, name: &str) -> Received {
-        let mut found = None;
+    /// Waits until the spans received so far satisfy `done`.
+    fn wait_until(&self, done: impl Fn(&[Received]) -> bool) {
         berm_fixtures::wait_until(
             Duration::from_secs(30),
             Duration::from_millis(20),
-            || {
-                found = self.spans().into_iter().find(|s| s.name == name);
-                found.is_some()
-            },
-            || format!("no span `{name}` arrived; got {:#?}", self.spans()),
+            || done(&self.spans()),
+            || format!("the spans never came; got {:#?}", self.spans()),
         );
-        found.unwrap()
+    }
+
+    /// Waits until a span named `name` has arrived, and returns it.
+    fn wait_for(&self, name: &str) -> Received {
+        self.wait_until(|spans| spans.iter().any(|s| s.name == name));
+        self.spans().into_iter().find(|s| s.name == name).unwrap()
     }
 }
 
@@ -274,19 +275,13 @@ fn a_call_continues_its_clients_trace_with_children_for_fetch_and_call() {
         json!({"traceparent": "00-not-a-trace-01"}),
     );
     assert_eq!(answer["result"]["isError"], json!(false), "{answer}");
-    berm_fixtures::wait_until(
-        Duration::from_secs(30),
-        Duration::from_millis(20),
-        || {
-            receiver
-                .spans()
-                .iter()
-                .filter(|s| s.name == "tools/call echo_echo")
-                .count()
-                == 2
-        },
-        || format!("{:#?}", receiver.spans()),
-    );
+    receiver.wait_until(|spans| {
+        spans
+            .iter()
+            .filter(|s| s.name == "tools/call echo_echo")
+            .count()
+            == 2
+    });
     for span in receiver
         .spans()
         .iter()
@@ -306,17 +301,7 @@ fn a_call_continues_its_clients_trace_with_children_for_fetch_and_call() {
         json!({"traceparent": format!("00-{TRACE}-2222222222222222-01")}),
     );
     assert_eq!(answer["result"]["isError"], json!(true), "{answer}");
-    berm_fixtures::wait_until(
-        Duration::from_secs(30),
-        Duration::from_millis(20),
-        || {
-            receiver
-                .spans()
-                .iter()
-                .any(|s| s.parent == "2222222222222222")
-        },
-        || format!("{:#?}", receiver.spans()),
-    );
+    receiver.wait_until(|spans| spans.iter().any(|s| s.parent == "2222222222222222"));
     let spans = receiver.spans();
     let failed = spans
         .iter()
