@@ -18,6 +18,10 @@
 //! advisory lock so that replicas starting together apply each once, and a database whose
 //! schema is newer than this bermd knows is refused rather than guessed at.
 //!
+//! The same database holds bermd's tasks ([`PgKv::publish_task`] and the rest), so that
+//! any replica answers `tasks/get`, `tasks/update` and `tasks/cancel` for a task another one
+//! runs (`migrations/0002_tasks.sql`).
+//!
 //! The connections live on this crate's own runtime (one thread): bermd's call threads
 //! run at a low priority and may move a call to idle-priority threads mid-call, and a
 //! connection driven there would stall every call that shares it.
@@ -25,17 +29,28 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+mod tasks;
+
+pub use tasks::{SharedTask, TaskOrder};
+
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime, Timeouts};
 use tokio_postgres::config::SslMode;
 use tokio_postgres::error::SqlState;
 
 /// The schema's versions, in order: each is applied once, in one transaction with the
 /// record that it was.
-pub const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    name: "keyspaces with row-level security",
-    sql: include_str!("migrations/0001_keyspaces.sql"),
-}];
+pub const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        name: "keyspaces with row-level security",
+        sql: include_str!("migrations/0001_keyspaces.sql"),
+    },
+    Migration {
+        version: 2,
+        name: "tasks any replica answers for",
+        sql: include_str!("migrations/0002_tasks.sql"),
+    },
+];
 
 /// One step of the schema.
 #[derive(Debug, Clone, Copy)]

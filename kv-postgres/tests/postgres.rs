@@ -188,3 +188,75 @@ fn two_replicas_writing_at_once_stay_under_the_cap() {
         .unwrap();
     assert_eq!(counted, bytes.to_string());
 }
+
+/// Tasks two replicas share: what the owner publishes the other reads; the other's cancel
+/// and answers reach the owner once each; only the owner overwrites its task; an expired
+/// task is gone; answers past the cap are refused.
+#[test]
+fn a_task_one_replica_runs_the_other_reads_cancels_and_answers() {
+    use std::time::Duration;
+    let Some(pg) = server() else { return };
+    let (owner, other) = (connect(&pg.url(), CAPS), connect(&pg.url(), CAPS));
+    let hour = Duration::from_secs(3600);
+    block_on(async {
+        owner
+            .publish_task("t1", "a", r#"{"status":"working"}"#.into(), false, hour)
+            .await
+            .unwrap();
+        let seen = other.task("t1").await.unwrap().unwrap();
+        assert_eq!(seen.detail, r#"{"status": "working"}"#);
+        assert!(!seen.terminal && seen.unseen_for < Duration::from_secs(5));
+        assert!(other.task("nope").await.unwrap().is_none());
+
+        // Another replica cannot take the task over.
+        other
+            .publish_task("t1", "b", r#"{"status":"completed"}"#.into(), true, hour)
+            .await
+            .unwrap();
+        assert!(!other.task("t1").await.unwrap().unwrap().terminal);
+
+        assert!(other.cancel_task("t1").await.unwrap());
+        assert!(other.answer_task("t1", r#"{"k1":1}"#.into()).await.unwrap());
+        assert!(other.answer_task("t1", r#"{"k2":2}"#.into()).await.unwrap());
+        assert!(!other.cancel_task("nope").await.unwrap());
+        assert!(!other.answer_task("nope", "{}".into()).await.unwrap());
+        assert!(owner.take_task_orders("b").await.unwrap().is_empty());
+        let orders = owner.take_task_orders("a").await.unwrap();
+        assert_eq!(orders.len(), 1, "{orders:?}");
+        assert!(orders[0].cancel);
+        assert_eq!(orders[0].responses, r#"{"k1": 1, "k2": 2}"#);
+        assert!(owner.take_task_orders("a").await.unwrap().is_empty());
+
+        let big = format!(r#"{{"k":"{}"}}"#, "x".repeat(1 << 20));
+        let refused = other.answer_task("t1", big).await.unwrap_err();
+        assert!(
+            refused.to_string().contains("bytes of input responses"),
+            "{refused}"
+        );
+
+        owner
+            .publish_task("t1", "a", r#"{"status":"completed"}"#.into(), true, hour)
+            .await
+            .unwrap();
+        assert!(other.task("t1").await.unwrap().unwrap().terminal);
+
+        // Expired: no longer there, and deleted at the next publish.
+        owner
+            .publish_task("t2", "a", "{}".into(), false, Duration::ZERO)
+            .await
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        assert!(other.task("t2").await.unwrap().is_none());
+        owner
+            .publish_task("t3", "a", "{}".into(), false, hour)
+            .await
+            .unwrap();
+    });
+    let left = pg
+        .psql(
+            "berm",
+            "SELECT string_agg(id, ',' ORDER BY id) FROM berm_tasks",
+        )
+        .unwrap();
+    assert_eq!(left, "t1,t3");
+}

@@ -262,23 +262,24 @@ impl McpServer {
 }
 
 impl McpServer {
-    /// Starts `name` as a task and answers with its handle at once; a task runs with
-    /// neither the session's log nor its progress token, since it outlives the session.
-    fn start_task(
+    /// Starts `name` as a task and answers with its handle at once (once every replica
+    /// would find it, when tasks are shared); a task runs with neither the session's log
+    /// nor its progress token, since it outlives the session.
+    async fn start_task(
         &self,
         name: String,
         args: serde_json::Value,
         spec: berm_manifest::TaskSpec,
         program_deadline: std::time::Duration,
         context: &RequestContext<RoleServer>,
-    ) -> CallToolResponse {
+    ) -> Result<CallToolResponse, McpError> {
         let tasks = self.service.tasks();
         if !tasks.has_room() {
-            return CallToolResult::error(vec![ContentBlock::text(format!(
+            return Ok(CallToolResult::error(vec![ContentBlock::text(format!(
                 "bermd has {} tasks open, its cap: wait for one to finish, or cancel one",
                 crate::tasks::MAX_OPEN_TASKS
             ))])
-            .into();
+            .into());
         }
         let deadline = tasks.deadline(&spec, program_deadline);
         let ttl = crate::tasks::Tasks::ttl(deadline);
@@ -301,7 +302,18 @@ impl McpServer {
                 task,
             ))
         });
-        CallToolResponse::Task(rmcp::model::CreateTaskResult::new(task))
+        if let Err(e) = tasks.started(&task.task_id, ttl).await {
+            let _ = tasks.manager().cancel_task(&task.task_id);
+            return Err(McpError::internal_error(
+                format!(
+                    "the task could not be recorded for the other replicas, so it was cancelled: {e}"
+                ),
+                None,
+            ));
+        }
+        Ok(CallToolResponse::Task(rmcp::model::CreateTaskResult::new(
+            task,
+        )))
     }
 }
 
@@ -612,13 +624,15 @@ impl ServerHandler for McpServer {
                 .is_some_and(|c| c.supports_tasks());
             if speaks_tasks {
                 let args = serde_json::Value::Object(request.arguments.unwrap_or_default());
-                return Ok(self.start_task(
-                    request.name.to_string(),
-                    args,
-                    spec,
-                    program_deadline,
-                    &context,
-                ));
+                return self
+                    .start_task(
+                        request.name.to_string(),
+                        args,
+                        spec,
+                        program_deadline,
+                        &context,
+                    )
+                    .await;
             }
             if spec.support == berm_manifest::TaskSupport::Required {
                 return Err(McpError::missing_required_client_capability(
@@ -653,7 +667,7 @@ impl ServerHandler for McpServer {
         request: rmcp::model::GetTaskParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::GetTaskResult, McpError> {
-        let task = self.service.tasks().manager().get_task(&request.task_id)?;
+        let task = self.service.tasks().get(&request.task_id).await?;
         Ok(rmcp::model::GetTaskResult::new(task))
     }
 
@@ -664,8 +678,8 @@ impl ServerHandler for McpServer {
     ) -> Result<(), McpError> {
         self.service
             .tasks()
-            .manager()
-            .update_task(&request.task_id, request.input_responses)
+            .update(&request.task_id, request.input_responses)
+            .await
     }
 
     async fn cancel_task(
@@ -673,7 +687,7 @@ impl ServerHandler for McpServer {
         request: rmcp::model::CancelTaskParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
-        self.service.tasks().manager().cancel_task(&request.task_id)
+        self.service.tasks().cancel(&request.task_id).await
     }
 
     async fn list_resources(

@@ -496,7 +496,7 @@ impl Service {
             receipts: config.receipts.clone().map(crate::receipts::Receipts::new),
             tracing: config.tracing.clone(),
             ask_key,
-            tasks: crate::tasks::Tasks::new(config.max_task_deadline),
+            tasks: crate::tasks::Tasks::new(config.max_task_deadline, config.kv_postgres.clone()),
         });
         service
             .berm

@@ -2,14 +2,23 @@
 //! once and a result later.
 //!
 //! rmcp's [`TaskManager`] keeps each task's state and answers `tasks/get`, `tasks/update`
-//! and `tasks/cancel`; this module holds bermd's bounds on it. A task lives in this bermd's
-//! memory: it outlives the client connection that started it, not a restart of bermd, and
-//! another replica does not know it.
+//! and `tasks/cancel`; this module holds bermd's bounds on it. A task runs in the bermd that
+//! started it: it outlives the client connection that started it, not a restart of bermd.
+//!
+//! With the kv in PostgreSQL (`bermd --kv-url-file`), replicas share their tasks there
+//! ([`berm_kv_postgres::PgKv::publish_task`]): the replica running a task publishes what
+//! `tasks/get` shows whenever it changes (checked every [`POLL`]), before its
+//! `CreateTaskResult` goes out; any other replica answers `tasks/get` from that, and leaves a
+//! `tasks/cancel` or a `tasks/update` there for the running replica to take on its next poll.
+//! An open task whose replica has not been heard from for [`STALE_AFTER`] is reported
+//! `failed`: a task does not survive the replica that runs it.
 
-use std::collections::VecDeque;
-use std::sync::Mutex;
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use rmcp::ErrorData as McpError;
+use rmcp::model::{DetailedTask, TaskPayload, TaskStatus};
 use rmcp::task_manager::TaskManager;
 
 /// The longest a task may run unless `bermd --max-task-deadline-ms` says otherwise.
@@ -29,21 +38,155 @@ pub const TTL_SLACK: Duration = Duration::from_secs(60);
 /// Most rounds of questions one task may ask its client.
 pub const MAX_TASK_ROUNDS: usize = 16;
 
+/// How often a replica publishes its tasks' changes and takes other replicas' cancels and
+/// answers, when tasks are shared.
+pub const POLL: Duration = Duration::from_millis(200);
+
+/// How long an open task's replica may go unheard before other replicas report the task
+/// `failed`.
+pub const STALE_AFTER: Duration = Duration::from_secs(10);
+
 /// bermd's tasks, and the bounds it keeps on them.
 pub struct Tasks {
     manager: TaskManager,
     max_deadline: Duration,
     /// Finished results still held, with when rmcp lets go of each at the latest.
     held: Mutex<VecDeque<(Instant, usize)>>,
+    /// The tasks replicas share, with the kv in PostgreSQL.
+    shared: Option<Arc<Shared>>,
+}
+
+/// This replica's part in the tasks replicas share.
+struct Shared {
+    pg: Arc<berm_kv_postgres::PgKv>,
+    /// This bermd's name among the replicas: random, so a restart is another replica.
+    owner: String,
+    /// The open tasks this replica runs: what was last published of each, and how long
+    /// its row is kept.
+    owned: Mutex<HashMap<String, (String, Duration)>>,
+    /// Whether the poller runs.
+    polling: std::sync::atomic::AtomicBool,
 }
 
 impl Tasks {
-    /// No tasks yet; none may run longer than `max_deadline`.
-    pub fn new(max_deadline: Duration) -> Tasks {
+    /// No tasks yet; none may run longer than `max_deadline`. With `pg`, tasks are shared
+    /// with the other replicas that use that database.
+    pub fn new(max_deadline: Duration, pg: Option<Arc<berm_kv_postgres::PgKv>>) -> Tasks {
+        let shared = pg.map(|pg| {
+            let mut id = [0u8; 8];
+            // Only a name among replicas: a failed read leaves zeros, and the pid beside it.
+            let _ = getrandom::fill(&mut id);
+            Arc::new(Shared {
+                pg,
+                owner: format!("{}-{}", hex::encode(id), std::process::id()),
+                owned: Mutex::new(HashMap::new()),
+                polling: std::sync::atomic::AtomicBool::new(false),
+            })
+        });
         Tasks {
             manager: TaskManager::new(),
             max_deadline,
             held: Mutex::new(VecDeque::new()),
+            shared,
+        }
+    }
+
+    /// Records a task this replica just started, so that any replica answers for it from
+    /// now on; rmcp keeps it `ttl` past its end, and so does the database. Without shared
+    /// tasks, nothing to do.
+    ///
+    /// # Errors
+    /// The database did not take it: the caller cancels the task and says so.
+    pub async fn started(&self, id: &str, ttl: Duration) -> Result<(), String> {
+        let Some(shared) = &self.shared else {
+            return Ok(());
+        };
+        let detail = self
+            .manager
+            .get_task(id)
+            .map_err(|e| e.message.to_string())?;
+        let json = serde_json::to_string(&detail).unwrap_or_default();
+        // rmcp keeps a task until one TTL past its end; a task ends within its TTL.
+        let keep_for = ttl.saturating_mul(2);
+        shared
+            .pg
+            .publish_task(id, &shared.owner, json.clone(), false, keep_for)
+            .await
+            .map_err(|e| e.to_string())?;
+        shared
+            .owned
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id.to_string(), (json, keep_for));
+        if !shared
+            .polling
+            .swap(true, std::sync::atomic::Ordering::SeqCst)
+        {
+            tokio::spawn(poll(self.manager.clone(), shared.clone()));
+        }
+        Ok(())
+    }
+
+    /// `tasks/get`: this replica's task, or else one another replica runs.
+    pub async fn get(&self, id: &str) -> Result<DetailedTask, McpError> {
+        let local = self.manager.get_task(id);
+        let (Err(unknown), Some(shared)) = (&local, &self.shared) else {
+            return local;
+        };
+        let Some(task) = shared.pg.task(id).await.map_err(unreachable)? else {
+            return Err(unknown.clone());
+        };
+        let detail: DetailedTask = serde_json::from_str(&task.detail).map_err(|e| {
+            McpError::internal_error(format!("task {id} in PostgreSQL does not read: {e}"), None)
+        })?;
+        if task.terminal || task.unseen_for < STALE_AFTER {
+            return Ok(detail);
+        }
+        let error = McpError::internal_error(
+            format!(
+                "the replica running this task has not been heard from for {} s: a task does not survive its replica",
+                task.unseen_for.as_secs()
+            ),
+            None,
+        );
+        let error = match serde_json::to_value(&error) {
+            Ok(serde_json::Value::Object(map)) => map,
+            _ => serde_json::Map::new(),
+        };
+        Ok(DetailedTask::new(
+            detail.task,
+            TaskPayload::Failed { error },
+        ))
+    }
+
+    /// `tasks/update`: to this replica's task, or left for the replica that runs it.
+    pub async fn update(
+        &self,
+        id: &str,
+        responses: rmcp::model::InputResponses,
+    ) -> Result<(), McpError> {
+        let Some(shared) = &self.shared else {
+            return self.manager.update_task(id, responses);
+        };
+        if self.manager.get_task(id).is_ok() {
+            return self.manager.update_task(id, responses);
+        }
+        let json = serde_json::to_string(&responses).unwrap_or_default();
+        match shared.pg.answer_task(id, json).await.map_err(unreachable)? {
+            true => Ok(()),
+            false => Err(unknown_task(id)),
+        }
+    }
+
+    /// `tasks/cancel`: of this replica's task, or left for the replica that runs it.
+    pub async fn cancel(&self, id: &str) -> Result<(), McpError> {
+        let local = self.manager.cancel_task(id);
+        let (Err(_), Some(shared)) = (&local, &self.shared) else {
+            return local;
+        };
+        match shared.pg.cancel_task(id).await.map_err(unreachable)? {
+            true => Ok(()),
+            false => Err(unknown_task(id)),
         }
     }
 
@@ -87,13 +230,100 @@ impl Tasks {
     }
 }
 
+/// What rmcp answers for a task it does not know: `-32602`, as the extension asks.
+fn unknown_task(id: &str) -> McpError {
+    McpError::invalid_params(format!("unknown task: {id}"), None)
+}
+
+/// The database could not be asked.
+fn unreachable(e: berm_kv_postgres::PgKvError) -> McpError {
+    McpError::internal_error(format!("the shared tasks in PostgreSQL: {e}"), None)
+}
+
+/// This replica's side of sharing: every [`POLL`], publishes what changed in the tasks it
+/// runs (and drops the ended ones from its list once published), then takes the cancels and
+/// answers other replicas left for them. Runs as long as bermd.
+async fn poll(manager: TaskManager, shared: Arc<Shared>) {
+    loop {
+        tokio::time::sleep(POLL).await;
+        let owned: Vec<(String, String, Duration)> = shared
+            .owned
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .map(|(id, (json, keep))| (id.clone(), json.clone(), *keep))
+            .collect();
+        if owned.is_empty() {
+            continue;
+        }
+        for (id, last, keep_for) in owned {
+            let Ok(detail) = manager.get_task(&id) else {
+                // rmcp let go of it (its TTL passed): so does the database, by expiry.
+                forget(&shared, &id);
+                continue;
+            };
+            let terminal = matches!(
+                detail.status(),
+                TaskStatus::Completed | TaskStatus::Failed | TaskStatus::Cancelled
+            );
+            let json = serde_json::to_string(&detail).unwrap_or_default();
+            if json == last {
+                continue;
+            }
+            match shared
+                .pg
+                .publish_task(&id, &shared.owner, json.clone(), terminal, keep_for)
+                .await
+            {
+                Ok(()) if terminal => forget(&shared, &id),
+                Ok(()) => {
+                    if let Some(entry) = shared
+                        .owned
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .get_mut(&id)
+                    {
+                        entry.0 = json;
+                    }
+                }
+                // Tried again at the next poll.
+                Err(e) => tracing::warn!(task = %id, "publishing a task to PostgreSQL: {e}"),
+            }
+        }
+        match shared.pg.take_task_orders(&shared.owner).await {
+            Ok(orders) => {
+                for order in orders {
+                    if order.cancel {
+                        let _ = manager.cancel_task(&order.id);
+                    }
+                    if let Ok(responses) =
+                        serde_json::from_str::<rmcp::model::InputResponses>(&order.responses)
+                        && !responses.is_empty()
+                    {
+                        let _ = manager.update_task(&order.id, responses);
+                    }
+                }
+            }
+            Err(e) => tracing::warn!("taking other replicas' task requests from PostgreSQL: {e}"),
+        }
+    }
+}
+
+fn forget(shared: &Shared, id: &str) {
+    shared
+        .owned
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .remove(id);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn deadlines_and_held_results_are_capped() {
-        let tasks = Tasks::new(Duration::from_secs(3600));
+        let tasks = Tasks::new(Duration::from_secs(3600), None);
         let spec = |ms| berm_manifest::TaskSpec {
             support: berm_manifest::TaskSupport::Optional,
             deadline_ms: ms,
@@ -113,7 +343,7 @@ mod tests {
         assert!(tasks.hold(10, ttl));
         assert!(!tasks.hold(1, ttl));
         // Results rmcp has let go of no longer count.
-        let expired = Tasks::new(Duration::from_secs(1));
+        let expired = Tasks::new(Duration::from_secs(1), None);
         assert!(expired.hold(MAX_HELD_RESULT_BYTES, Duration::ZERO));
         assert!(expired.hold(MAX_HELD_RESULT_BYTES, Duration::ZERO));
     }

@@ -529,6 +529,11 @@ fn get(connect: &str, host: &str, path: &str) -> (u16, String) {
 /// with the test's token (its file in `dir`), once it listens: it serves HTTP only after the
 /// folder's programs are deployed.
 fn bermd_with_app(dir: &Path, addr: &str, app: &str) -> Bermd {
+    bermd_with_app_env(dir, addr, app, &[])
+}
+
+/// [`bermd_with_app`] with `env` set.
+fn bermd_with_app_env(dir: &Path, addr: &str, app: &str, env: &[(&str, &str)]) -> Bermd {
     let folder = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../target/apps")
         .join(app);
@@ -537,14 +542,17 @@ fn bermd_with_app(dir: &Path, addr: &str, app: &str) -> Bermd {
         "{} is missing — run scripts/build-apps.sh first",
         folder.display()
     );
-    let bermd = Bermd::start(&[
-        "--http",
-        addr,
-        "--http-token-file",
-        &token_file(dir, &format!("{TOKEN}\n")),
-        "--app",
-        folder.to_str().unwrap(),
-    ]);
+    let bermd = Bermd::start_with_env(
+        &[
+            "--http",
+            addr,
+            "--http-token-file",
+            &token_file(dir, &format!("{TOKEN}\n")),
+            "--app",
+            folder.to_str().unwrap(),
+        ],
+        env,
+    );
     let deadline = Instant::now() + Duration::from_secs(30);
     while TcpStream::connect(addr).is_err() {
         assert!(Instant::now() < deadline, "bermd never listened on {addr}");
@@ -813,6 +821,114 @@ fn tasks_outlive_their_request_ask_through_the_task_and_end_as_told() {
     );
     assert_eq!(unknown["error"]["code"], -32602, "{unknown}");
     drop(bermd);
+}
+
+/// With the kv in PostgreSQL, replicas share their tasks: a task one replica runs, another
+/// answers `tasks/get` for at once, and passes on its `tasks/update` and `tasks/cancel`; a
+/// task whose replica was killed is reported failed.
+#[test]
+fn any_replica_answers_for_a_task_another_runs() {
+    use serde_json::json;
+    let Ok(pg) = berm_fixtures::postgres::Postgres::start().map_err(|why| {
+        println!("SKIPPED: {why}");
+    }) else {
+        return;
+    };
+    let url = pg.url();
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (
+        format!("127.0.0.1:{}", free_port()),
+        format!("127.0.0.1:{}", free_port()),
+    );
+    let replica_a = bermd_with_app_env(dir.path(), &a, "conformance", &[("BERM_KV_URL", &url)]);
+    let _replica_b = bermd_with_app_env(dir.path(), &b, "conformance", &[("BERM_KV_URL", &url)]);
+    let tasks =
+        meta(json!({"extensions": {"io.modelcontextprotocol/tasks": {}}, "elicitation": {}}));
+    let start = |tool: &str, args: serde_json::Value| {
+        let started = modern(
+            &a,
+            1,
+            "tools/call",
+            tool,
+            json!({"name": tool, "arguments": args, "_meta": tasks}),
+        );
+        started["result"]["taskId"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{started}"))
+            .to_string()
+    };
+    let on = |addr: &str, method: &str, task: &str, extra: serde_json::Value| {
+        let mut params = json!({"taskId": task, "_meta": tasks});
+        params
+            .as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        modern(addr, 2, method, task, params)
+    };
+    let until = |addr: &str, task: &str, status: &str| {
+        let deadline = Instant::now() + Duration::from_secs(40);
+        loop {
+            let now = on(addr, "tasks/get", task, json!({}))["result"].clone();
+            if now["status"] == status {
+                return now;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{task} never became {status} on {addr}: {now}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+
+    // Created durably: the other replica knows it as soon as the handle is out.
+    let id = start("slow_compute", json!({"seconds": 1, "label": "shared"}));
+    let first = on(&b, "tasks/get", &id, json!({}));
+    assert_eq!(first["result"]["taskId"], id.as_str(), "{first}");
+    let done = until(&b, &id, "completed");
+    assert_eq!(
+        done["result"]["content"][0]["text"], "Computed for 1 s (shared)",
+        "{done}"
+    );
+
+    // A question asked on one replica, answered through the other.
+    let asking = start("confirm_delete", json!({"filename": "b.txt"}));
+    let waiting = until(&b, &asking, "input_required");
+    let key = waiting["inputRequests"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .next()
+        .unwrap()
+        .clone();
+    let answer = json!({key: {"action": "accept", "content": {"ok": true}}});
+    let ack = on(
+        &b,
+        "tasks/update",
+        &asking,
+        json!({"inputResponses": answer}),
+    );
+    assert_eq!(ack["result"]["resultType"], "complete", "{ack}");
+    let deleted = until(&b, &asking, "completed");
+    assert_eq!(deleted["result"]["content"][0]["text"], "Deleted b.txt.");
+
+    // Cancelled through the other replica: the program is stopped where it runs.
+    let long = start("slow_compute", json!({"seconds": 60}));
+    let ack = on(&b, "tasks/cancel", &long, json!({}));
+    assert_eq!(ack["result"]["resultType"], "complete", "{ack}");
+    until(&a, &long, "cancelled");
+    until(&b, &long, "cancelled");
+    let unknown = on(&b, "tasks/get", "nope", json!({}));
+    assert_eq!(unknown["error"]["code"], -32602, "{unknown}");
+    let unknown = on(&b, "tasks/cancel", "nope", json!({}));
+    assert_eq!(unknown["error"]["code"], -32602, "{unknown}");
+
+    // A task does not survive its replica: the other one says so.
+    let orphan = start("slow_compute", json!({"seconds": 60}));
+    until(&b, &orphan, "working");
+    replica_a.kill9();
+    let failed = until(&b, &orphan, "failed");
+    let message = failed["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("has not been heard from"), "{failed}");
 }
 
 #[test]
