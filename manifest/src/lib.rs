@@ -149,6 +149,12 @@ pub struct TaskSpec {
     /// deadline; the host caps it (bermd: an hour by default).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deadline_ms: Option<u64>,
+    /// That a call first runs as a plain call, which may ask its client for input
+    /// (input-required results), and becomes a task on the round that brings the answers:
+    /// the tasks extension's composition of the two, for a tool that must ask before the
+    /// long work starts.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub ask_first: bool,
 }
 
 /// Whether a task tool may run as a plain call.

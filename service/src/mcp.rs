@@ -126,6 +126,29 @@ impl McpServer {
 }
 
 impl McpServer {
+    /// What a 2026-07-28 client sent back to entry `name` of program `digest`: its input
+    /// responses as JSON and the state it returned, opened (`-32602` when it does not open).
+    fn answered_input(
+        &self,
+        name: &str,
+        digest: &berm::Digest,
+        responses: Option<rmcp::model::InputResponses>,
+        sealed: Option<&str>,
+    ) -> Result<(Vec<u8>, Vec<u8>), McpError> {
+        let state = match sealed {
+            Some(sealed) => self
+                .service
+                .ask_key()
+                .open(digest, name, sealed)
+                .map_err(|e| McpError::invalid_params(e.to_string(), None))?,
+            None => Vec::new(),
+        };
+        let responses = responses
+            .and_then(|r| serde_json::to_vec(&r).ok())
+            .unwrap_or_default();
+        Ok((responses, state))
+    }
+
     /// The trace a request continues, when bermd exports traces.
     fn trace_parent(
         &self,
@@ -178,17 +201,10 @@ impl McpServer {
             .as_ref()
             .and_then(|c| serde_json::to_vec(c).ok())
             .unwrap_or_default();
-        let mut state = match (sealed, digest) {
-            (Some(sealed), Some(digest)) => self
-                .service
-                .ask_key()
-                .open(&digest, name, sealed)
-                .map_err(|e| McpError::invalid_params(e.to_string(), None))?,
-            _ => Vec::new(),
+        let (mut responses, mut state) = match digest {
+            Some(digest) => self.answered_input(name, &digest, responses, sealed)?,
+            None => Default::default(),
         };
-        let mut responses = responses
-            .and_then(|r| serde_json::to_vec(&r).ok())
-            .unwrap_or_default();
         let modern = context
             .protocol_version()
             .is_some_and(|v| v >= rmcp::model::ProtocolVersion::V_2026_07_28);
@@ -267,11 +283,9 @@ impl McpServer {
     /// nor its progress token, since it outlives the session.
     async fn start_task(
         &self,
-        name: String,
-        args: serde_json::Value,
+        call: TaskCall,
         spec: berm_manifest::TaskSpec,
         program_deadline: std::time::Duration,
-        context: &RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
         let tasks = self.service.tasks();
         if !tasks.has_room() {
@@ -283,24 +297,11 @@ impl McpServer {
         }
         let deadline = tasks.deadline(&spec, program_deadline);
         let ttl = crate::tasks::Tasks::ttl(deadline);
-        let capabilities = context.client_capabilities();
-        let trace_parent = self.trace_parent(context);
         let service = self.service.clone();
         let options = rmcp::task_manager::TaskOptions::new()
             .with_ttl_ms(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX));
         let task = tasks.manager().spawn(options, move |task| {
-            Box::pin(run_task(
-                service,
-                TaskCall {
-                    name,
-                    args,
-                    capabilities,
-                    deadline,
-                    ttl,
-                    trace_parent,
-                },
-                task,
-            ))
+            Box::pin(run_task(service, call, (deadline, ttl), task))
         });
         if let Err(e) = tasks.started(&task.task_id, ttl).await {
             let _ = tasks.manager().cancel_task(&task.task_id);
@@ -318,14 +319,14 @@ impl McpServer {
 }
 
 /// What a task runs: the tool, its arguments, what the client that started it declared,
-/// its deadline and how long its result is kept, and the trace its request continued.
+/// the trace its request continued, and for an `ask_first` tool the answers and opened
+/// state its first rounds gathered.
 struct TaskCall {
     name: String,
     args: serde_json::Value,
     capabilities: Option<rmcp::model::ClientCapabilities>,
-    deadline: std::time::Duration,
-    ttl: std::time::Duration,
     trace_parent: Option<crate::otel::TraceParent>,
+    input: Option<(Vec<u8>, Vec<u8>)>,
 }
 
 /// A task's work: runs the tool with the task's deadline, and when its program asks for
@@ -336,6 +337,7 @@ struct TaskCall {
 async fn run_task(
     service: Arc<Service>,
     call: TaskCall,
+    (deadline, ttl): (std::time::Duration, std::time::Duration),
     task: rmcp::task_manager::TaskContext,
 ) -> Result<CallToolResult, rmcp::task_manager::TaskExit> {
     use rmcp::task_manager::TaskExit;
@@ -343,15 +345,14 @@ async fn run_task(
         name,
         args,
         capabilities,
-        deadline,
-        ttl,
         trace_parent,
+        input,
     } = call;
     let capabilities_json = capabilities
         .as_ref()
         .and_then(|c| serde_json::to_vec(c).ok())
         .unwrap_or_default();
-    let (mut responses, mut state) = (Vec::new(), Vec::new());
+    let (mut responses, mut state) = input.unwrap_or_default();
     for round in 0..crate::tasks::MAX_TASK_ROUNDS {
         let extras = CallExtras {
             input: Some(berm_abi::frame::encode(&[&responses, &state, &capabilities_json]).into()),
@@ -622,19 +623,34 @@ impl ServerHandler for McpServer {
             let speaks_tasks = context
                 .client_capabilities()
                 .is_some_and(|c| c.supports_tasks());
-            if speaks_tasks {
+            let answered = request.input_responses.is_some() || request.request_state.is_some();
+            // An `ask_first` tool's rounds before its answers are plain calls (below).
+            if speaks_tasks && (answered || !spec.ask_first) {
                 let args = serde_json::Value::Object(request.arguments.unwrap_or_default());
+                let input = match (spec.ask_first, digest) {
+                    (true, Some(digest)) => Some(self.answered_input(
+                        &request.name,
+                        &digest,
+                        request.input_responses,
+                        request.request_state.as_deref(),
+                    )?),
+                    _ => None,
+                };
                 return self
                     .start_task(
-                        request.name.to_string(),
-                        args,
+                        TaskCall {
+                            name: request.name.to_string(),
+                            args,
+                            capabilities: context.client_capabilities(),
+                            trace_parent: self.trace_parent(&context),
+                            input,
+                        },
                         spec,
                         program_deadline,
-                        &context,
                     )
                     .await;
             }
-            if spec.support == berm_manifest::TaskSupport::Required {
+            if !speaks_tasks && spec.support == berm_manifest::TaskSupport::Required {
                 return Err(McpError::missing_required_client_capability(
                     rmcp::model::ClientCapabilities::builder()
                         .enable_tasks()

@@ -327,6 +327,7 @@ mod tests {
         let spec = |ms| berm_manifest::TaskSpec {
             support: berm_manifest::TaskSupport::Optional,
             deadline_ms: ms,
+            ask_first: false,
         };
         let call = Duration::from_secs(30);
         assert_eq!(tasks.deadline(&spec(None), call), call);

@@ -820,6 +820,50 @@ fn tasks_outlive_their_request_ask_through_the_task_and_end_as_told() {
         json!({"taskId": "nope", "_meta": tasks}),
     );
     assert_eq!(unknown["error"]["code"], -32602, "{unknown}");
+
+    // `ask_first`: the question is an input-required result, and the call that brings the
+    // answer (with the sealed state, checked) becomes the task.
+    let asked = call(11, "test_tool_with_task", json!({}), &tasks);
+    assert_eq!(asked["result"]["resultType"], "input_required", "{asked}");
+    assert!(asked["result"].get("taskId").is_none(), "{asked}");
+    let key = asked["result"]["inputRequests"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .next()
+        .unwrap()
+        .clone();
+    let state = asked["result"]["requestState"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let answered = |id, state: &str| {
+        modern(
+            &addr,
+            id,
+            "tools/call",
+            "test_tool_with_task",
+            json!({
+                "name": "test_tool_with_task",
+                "arguments": {},
+                "inputResponses": {key.as_str(): {"action": "accept", "content": {"name": "Alice"}}},
+                "requestState": state,
+                "_meta": tasks,
+            }),
+        )
+    };
+    let mut tampered = state.clone().into_bytes();
+    tampered[10] ^= 1;
+    let refused = answered(12, std::str::from_utf8(&tampered).unwrap());
+    assert_eq!(refused["error"]["code"], -32602, "{refused}");
+    let started = answered(13, &state);
+    assert_eq!(started["result"]["resultType"], "task", "{started}");
+    assert!(started["result"].get("requestState").is_none(), "{started}");
+    let greeted = until(started["result"]["taskId"].as_str().unwrap(), "completed");
+    assert_eq!(
+        greeted["result"]["content"][0]["text"], "Hello, Alice!",
+        "{greeted}"
+    );
     drop(bermd);
 }
 

@@ -665,8 +665,9 @@ mod conformance {
         }
     }
 
-    /// Ask for a name, then greet it, only as a task.
-    #[berm(task = "required")]
+    /// Ask for a name, then greet it, only as a task: the question comes first, as an
+    /// input-required result, and the round that brings the answer becomes the task.
+    #[berm(task = "required", ask_first)]
     pub fn tool_with_task() -> String {
         ask_once(
             "user_name",

@@ -219,7 +219,8 @@ struct Attributes {
     /// `input_schema = "JSON"`: the tool's input schema as written, instead of the one
     /// derived from its parameters (for keywords the derivation does not write).
     input_schema: Option<Value>,
-    /// `task` or `task = "required"`, with `task_deadline_ms = N`: the manifest's `task`.
+    /// `task` or `task = "required"`, with `task_deadline_ms = N` and `ask_first`: the
+    /// manifest's `task`.
     task: Option<Value>,
 }
 
@@ -232,6 +233,7 @@ fn take_annotations(func: &mut ItemFn) -> syn::Result<Attributes> {
     let mut input_schema: Option<Value> = None;
     let mut task: Option<Value> = None;
     let mut task_deadline: Option<u64> = None;
+    let mut ask_first = false;
     let mut error = None;
     func.attrs.retain(|attr| {
         if !attr.path().is_ident("berm") {
@@ -296,6 +298,10 @@ fn take_annotations(func: &mut ItemFn) -> syn::Result<Attributes> {
                 task = Some(json!({ "support": support }));
                 return Ok(());
             }
+            if meta.path.is_ident("ask_first") {
+                ask_first = true;
+                return Ok(());
+            }
             if meta.path.is_ident("task_deadline_ms") {
                 let value: syn::LitInt = meta.value()?.parse()?;
                 task_deadline = Some(value.base10_parse()?);
@@ -327,7 +333,7 @@ fn take_annotations(func: &mut ItemFn) -> syn::Result<Attributes> {
                 return Err(meta.error(
                     "expected one of read_only, destructive, idempotent, open_world, header(PARAM = \"Name\"), \
                      resource = \"URI\", resource_template = \"TEMPLATE\", prompt, mime_type = \"TYPE\", \
-                     input_schema = \"JSON\", task, task = \"required\", task_deadline_ms = N",
+                     input_schema = \"JSON\", task, task = \"required\", task_deadline_ms = N, ask_first",
                 ));
             };
             annotations.insert(key.into(), Value::Bool(true));
@@ -365,6 +371,15 @@ fn take_annotations(func: &mut ItemFn) -> syn::Result<Attributes> {
             Some(json!({ kind: body }))
         }
     };
+    if ask_first {
+        let Some(task) = task.as_mut() else {
+            return Err(syn::Error::new_spanned(
+                &func.sig.ident,
+                "ask_first belongs with task",
+            ));
+        };
+        task["ask_first"] = json!(true);
+    }
     Ok(Attributes {
         annotations: (!annotations.is_empty()).then_some(Value::Object(annotations)),
         headers,
