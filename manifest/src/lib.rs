@@ -422,3 +422,22 @@ impl Manifest {
         self.tools.iter().find(|t| t.name == name)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{TaskSpec, TaskSupport};
+
+    #[test]
+    fn a_task_spec_reads_ask_first_and_leaves_it_out_when_unset() {
+        let spec: TaskSpec =
+            serde_json::from_str(r#"{"support":"required","ask_first":true}"#).unwrap();
+        assert!(spec.ask_first && spec.support == TaskSupport::Required);
+        let plain: TaskSpec = serde_json::from_str(r#"{"support":"optional"}"#).unwrap();
+        assert!(!plain.ask_first);
+        assert_eq!(
+            serde_json::to_string(&plain).unwrap(),
+            r#"{"support":"optional"}"#
+        );
+        assert!(serde_json::from_str::<TaskSpec>(r#"{"support":"optional","later":1}"#).is_err());
+    }
+}
