@@ -234,6 +234,10 @@ pub struct Manifest {
     pub exports_memory: bool,
     /// Imports that are not functions, which deploy refuses.
     pub other_imports: Vec<OtherImport>,
+    /// Whether it imports `berm.input` (the calling convention's, so not among `syscalls`):
+    /// a host hands what a client answered and declared only to a program that reads it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub reads_input: bool,
 }
 
 impl Manifest {
@@ -258,6 +262,7 @@ impl Manifest {
         let mut other_imports = Vec::new();
         let mut tool_exports = Vec::new();
         let mut exports_memory = false;
+        let mut reads_input = false;
         for payload in Parser::new(0).parse_all(bytes) {
             match payload.map_err(not_wasm)? {
                 Payload::Version { encoding, .. } if encoding != wasmparser::Encoding::Module => {
@@ -273,6 +278,8 @@ impl Manifest {
                                 let is_convention = import.module == CONVENTION_MODULE
                                     && !berm_abi::convention::GRANTED.contains(&import.name)
                                     && berm_abi::convention::ALL.contains(&import.name);
+                                reads_input |= import.module == CONVENTION_MODULE
+                                    && import.name == berm_abi::convention::INPUT;
                                 if !is_convention {
                                     syscalls.insert(Import {
                                         module: import.module.to_string(),
@@ -334,6 +341,7 @@ impl Manifest {
             tool_exports,
             exports_memory,
             other_imports,
+            reads_input,
         })
     }
 

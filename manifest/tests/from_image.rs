@@ -25,6 +25,13 @@ fn echo_declares_its_tools_and_reaches_for_nothing() {
     );
     let names: Vec<&str> = m.tools.iter().map(|t| t.name.as_str()).collect();
     assert_eq!(names, ["echo", "reverse", "fail"]);
+    // It never reads what a client answered; the conformance app's asking tools do.
+    assert!(!m.reads_input);
+    assert!(
+        Manifest::from_image(&app("conformance"))
+            .unwrap()
+            .reads_input
+    );
     let echo = m.tool("echo").unwrap();
     assert_eq!(echo.description, "Repeat a message, unchanged.");
     assert_eq!(

@@ -34,6 +34,9 @@ pub struct ToolEntry {
     /// Whether the program imports `log.write`: only its calls carry a
     /// session's log (see [`crate::logs`]).
     pub logs: bool,
+    /// Whether the program imports `berm.input`: only its calls are handed what the
+    /// client answered and declared (the rest never read it, so it is not built for them).
+    pub reads_input: bool,
     /// The arguments a 2026-07-28 client mirrors into `Mcp-Param-*` headers, which bermd's
     /// HTTP listener checks against the body ([`crate::param_headers`]).
     pub headers: Vec<crate::param_headers::ParamHeader>,
@@ -97,6 +100,7 @@ impl Catalog {
         for program in programs {
             let starts_inline = never_waits(&program.manifest);
             let logs = program.manifest.syscalls.iter().any(|s| s.module == "log");
+            let reads_input = program.manifest.reads_input;
             let aliases = serve_as.get(&program.name);
             for tool in &program.manifest.tools {
                 let name = match aliases.and_then(|a| a.get(&tool.name)) {
@@ -192,6 +196,7 @@ impl Catalog {
                         output,
                         starts_inline,
                         logs,
+                        reads_input,
                         headers,
                         serves: tool.serves.clone(),
                         task: tool.task,
@@ -666,6 +671,7 @@ mod tests {
             tool_exports: vec![],
             exports_memory: true,
             other_imports: vec![],
+            reads_input: false,
         }
     }
 

@@ -161,6 +161,24 @@ impl McpServer {
     }
 }
 
+/// What a request's handler found of its entry in the catalog, for the run.
+#[derive(Clone, Copy)]
+struct Found {
+    /// The program's digest, which a sealed state is bound to.
+    digest: berm::Digest,
+    /// Whether the program reads what `berm.input` hands it.
+    reads_input: bool,
+}
+
+impl Found {
+    fn of(entry: &crate::catalog::ToolEntry) -> Found {
+        Found {
+            digest: entry.digest,
+            reads_input: entry.reads_input,
+        }
+    }
+}
+
 /// Most times one request's program may ask a 2025-11-25 client before it must give a result.
 pub const MAX_ASK_ROUNDS: usize = 8;
 
@@ -184,23 +202,30 @@ impl McpServer {
     /// client over the session and runs the entry again with the answers, up to
     /// [`MAX_ASK_ROUNDS`] times. `answered` is what a 2026-07-28 client sent back, its
     /// responses and the sealed state (a state that does not open is `-32602`); `digest` is
-    /// the entry's program's, as the caller found it in the catalog. `method` names the MCP
-    /// method in the call's span.
+    /// what the caller found of the entry in the catalog. `method` names the MCP method in
+    /// the call's span.
     async fn run_asking(
         &self,
         method: &'static str,
         name: &str,
-        digest: Option<berm::Digest>,
+        entry: Option<Found>,
         args: &serde_json::Value,
         answered: (Option<rmcp::model::InputResponses>, Option<&str>),
         context: &RequestContext<RoleServer>,
     ) -> Result<Asked, McpError> {
         let (responses, sealed) = answered;
-        let capabilities = context.client_capabilities();
-        let capabilities_json = capabilities
-            .as_ref()
-            .and_then(|c| serde_json::to_vec(c).ok())
-            .unwrap_or_default();
+        let digest = entry.map(|e| e.digest);
+        // What the client declared goes to a program that reads its input only: building it
+        // is the one part of a call that grows with the client's capabilities.
+        let reads_input = entry.is_some_and(|e| e.reads_input);
+        let capabilities_json = if reads_input {
+            context
+                .client_capabilities()
+                .and_then(|c| serde_json::to_vec(&c).ok())
+                .unwrap_or_default()
+        } else {
+            Vec::new()
+        };
         let (mut responses, mut state) = match digest {
             Some(digest) => self.answered_input(name, &digest, responses, sealed)?,
             None => Default::default(),
@@ -209,8 +234,11 @@ impl McpServer {
             .protocol_version()
             .is_some_and(|v| v >= rmcp::model::ProtocolVersion::V_2026_07_28);
         for _ in 0..MAX_ASK_ROUNDS {
-            let input = berm_abi::frame::encode(&[&responses, &state, &capabilities_json]);
-            let mut outcome = self.run(method, name, args, Some(&input), context).await?;
+            let input = reads_input
+                .then(|| berm_abi::frame::encode(&[&responses, &state, &capabilities_json]));
+            let mut outcome = self
+                .run(method, name, args, input.as_deref(), context)
+                .await?;
             let ask = match &mut outcome {
                 Ok(Ok(done)) => done.ask.take(),
                 _ => None,
@@ -218,6 +246,7 @@ impl McpServer {
             let Some(ask) = ask else {
                 return Ok(Asked::Outcome(outcome));
             };
+            let capabilities = context.client_capabilities();
             let requests = match input_requests(ask.requests, capabilities.as_ref()) {
                 Ok(requests) => requests,
                 Err(Refusal::Undeclared(error)) => return Err(error),
@@ -596,14 +625,15 @@ impl ServerHandler for McpServer {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
         // One catalog lookup for everything the call needs to know of its entry.
-        let (serves, task, digest) = match self.service.catalog().get(&request.name) {
+        let (serves, task, found) = match self.service.catalog().get(&request.name) {
             Some(e) => (
                 e.serves.clone(),
                 e.task.map(|t| (t, e.deadline)),
-                Some(e.digest),
+                Some(Found::of(e)),
             ),
             None => (None, None, None),
         };
+        let digest = found.map(|f| f.digest);
         if let Some(serves) = serves {
             let how = match serves {
                 Serves::Prompt {} => "a prompt: get it with prompts/get".to_string(),
@@ -663,7 +693,7 @@ impl ServerHandler for McpServer {
             .run_asking(
                 "tools/call",
                 &request.name,
-                digest,
+                found,
                 &args,
                 (request.input_responses, request.request_state.as_deref()),
                 &context,
@@ -755,13 +785,13 @@ impl ServerHandler for McpServer {
             return Err(not_found(&uri));
         };
         let mime_type = read.mime_type.to_string();
-        let (served, digest, args) = (read.served.to_string(), read.entry.digest, read.args);
+        let (served, found, args) = (read.served.to_string(), Found::of(read.entry), read.args);
         drop(catalog);
         let asked = self
             .run_asking(
                 "resources/read",
                 &served,
-                Some(digest),
+                Some(found),
                 &args,
                 (request.input_responses, request.request_state.as_deref()),
                 &context,
@@ -874,19 +904,19 @@ impl ServerHandler for McpServer {
         context: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, McpError> {
         let name = request.name;
-        let digest = self
+        let found = self
             .service
             .catalog()
             .get(&name)
             .filter(|e| e.serves == Some(Serves::Prompt {}))
-            .map(|e| e.digest);
+            .map(Found::of);
         let unknown = |name: &str| {
             McpError::invalid_params(
                 format!("no prompt `{name}` is served (list them with prompts/list)"),
                 None,
             )
         };
-        if digest.is_none() {
+        if found.is_none() {
             return Err(unknown(&name));
         }
         let args = serde_json::Value::Object(request.arguments.unwrap_or_default());
@@ -894,7 +924,7 @@ impl ServerHandler for McpServer {
             .run_asking(
                 "prompts/get",
                 &name,
-                digest,
+                found,
                 &args,
                 (request.input_responses, request.request_state.as_deref()),
                 &context,
