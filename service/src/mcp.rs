@@ -201,9 +201,9 @@ impl McpServer {
     /// returns the input-required result with its state sealed; on older sessions asks the
     /// client over the session and runs the entry again with the answers, up to
     /// [`MAX_ASK_ROUNDS`] times. `answered` is what a 2026-07-28 client sent back, its
-    /// responses and the sealed state (a state that does not open is `-32602`); `digest` is
-    /// what the caller found of the entry in the catalog. `method` names the MCP method in
-    /// the call's span.
+    /// responses and the sealed state (a state that does not open is `-32602`); `entry` is
+    /// what the caller found of it in the catalog (`None`: not served, which the run then
+    /// says). `method` names the MCP method in the call's span.
     async fn run_asking(
         &self,
         method: &'static str,

@@ -295,14 +295,15 @@ impl Span {
         self.handle.cx.span().set_attribute(attribute);
     }
 
-    /// Ends the span with `outcome` (`berm.outcome`): `ok`, or a failure whose `error.type`
-    /// is `error_type` and whose status says `message`.
-    pub fn end(mut self, outcome: &'static str, error: Option<(&'static str, String)>) {
+    /// Ends the span with `outcome` (`berm.outcome`): `ok`, or a failure of type
+    /// `error_type` (`error.type`, and the status's description). Never a message: a
+    /// program's error text, or bermd's about its arguments, may hold what the call carried.
+    pub fn end(mut self, outcome: &'static str, error_type: Option<&'static str>) {
         let span = self.handle.cx.span();
         span.set_attribute(KeyValue::new("berm.outcome", outcome));
-        if let Some((error_type, message)) = error {
+        if let Some(error_type) = error_type {
             span.set_attribute(KeyValue::new("error.type", error_type));
-            span.set_status(Status::error(message));
+            span.set_status(Status::error(error_type));
         }
         span.end();
         self.ended = true;

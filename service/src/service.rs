@@ -845,10 +845,8 @@ impl Service {
                 Ok(Ok(done)) if done.ask.is_some() => span.end("input_required", None),
                 Ok(Ok(_)) => span.end("ok", None),
                 // MCP's conventions name a result with `isError` so.
-                Ok(Err(failure)) => {
-                    span.end("failed", Some(("tool_error", failure.message.clone())))
-                }
-                Err(e) => span.end("error", Some((call_error_type(e), e.to_string()))),
+                Ok(Err(_)) => span.end("failed", Some("tool_error")),
+                Err(e) => span.end("error", Some(call_error_type(e))),
             }
         }
         result
@@ -1331,10 +1329,8 @@ impl berm::CallGate for NestedCalls {
         if let Some(span) = hold.span {
             match result {
                 Ok(Ok(_)) => span.end("ok", None),
-                Ok(Err(failure)) => {
-                    span.end("failed", Some(("tool_error", failure.message.clone())))
-                }
-                Err(e) => span.end("error", Some((host_error_type(e), e.to_string()))),
+                Ok(Err(_)) => span.end("failed", Some("tool_error")),
+                Err(e) => span.end("error", Some(host_error_type(e))),
             }
         }
         if let Some(pending) = hold.pending {

@@ -475,7 +475,7 @@ fn http_fetch(cx: &SyscallContext<'_>, request: &mut [u8]) -> Result<Pending, Sy
                     ));
                     span.end("ok", None);
                 }
-                Err(e) => span.end("error", Some((e.code.name(), e.message.clone()))),
+                Err(e) => span.end("error", Some(e.code.name())),
             }
         }
         match fetched {
