@@ -675,6 +675,27 @@ fn modern(
     serde_json::from_str(json).unwrap_or_else(|e| panic!("{e}: {}{}", answer.head, answer.body))
 }
 
+/// Polls `get` (a task as `tasks/get` shows it) until its status is `status`, for up to 40 s;
+/// `what` names the task in the failure.
+fn until_status(
+    status: &str,
+    what: &str,
+    get: impl Fn() -> serde_json::Value,
+) -> serde_json::Value {
+    let deadline = Instant::now() + Duration::from_secs(40);
+    loop {
+        let now = get();
+        if now["status"] == status {
+            return now;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what} never became {status}: {now}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// `_meta` of a 2026-07-28 request from a client with `capabilities`.
 fn meta(capabilities: serde_json::Value) -> serde_json::Value {
     serde_json::json!({
@@ -711,20 +732,7 @@ fn tasks_outlive_their_request_ask_through_the_task_and_end_as_told() {
         )["result"]
             .clone()
     };
-    let until = |task: &str, status: &str| {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let now = get(task);
-            if now["status"] == status {
-                return now;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{task} never became {status}: {now}"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    };
+    let until = |task: &str, status: &str| until_status(status, task, || get(task));
 
     // A task handle at once, the result later.
     let started = call(
@@ -910,18 +918,9 @@ fn any_replica_answers_for_a_task_another_runs() {
         modern(addr, 2, method, task, params)
     };
     let until = |addr: &str, task: &str, status: &str| {
-        let deadline = Instant::now() + Duration::from_secs(40);
-        loop {
-            let now = on(addr, "tasks/get", task, json!({}))["result"].clone();
-            if now["status"] == status {
-                return now;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{task} never became {status} on {addr}: {now}"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        until_status(status, &format!("{task} on {addr}"), || {
+            on(addr, "tasks/get", task, json!({}))["result"].clone()
+        })
     };
 
     // Created durably: the other replica knows it as soon as the handle is out.
