@@ -101,28 +101,14 @@ impl Tracing {
         }
         let trust = berm_egress::Trust::new(extra_ca)?;
         // The exporter reads the endpoint, headers and timeout from the same variables.
-        Tracing::build(None, runtime, &trust).map(Some)
-    }
-
-    /// Traces sent to the OTLP/HTTP collector at `endpoint` (`http://host:4318`, without the
-    /// `/v1/traces` path), whatever the environment says: for tests and benchmarks.
-    ///
-    /// # Errors
-    /// An endpoint the exporter refuses.
-    pub fn to_endpoint(
-        endpoint: &str,
-        runtime: &tokio::runtime::Handle,
-    ) -> Result<Tracing, TracingError> {
-        let endpoint = format!("{}/v1/traces", endpoint.trim_end_matches('/'));
-        Tracing::build(Some(endpoint), runtime, &berm_egress::Trust::none())
+        Tracing::build(runtime, &trust).map(Some)
     }
 
     fn build(
-        endpoint: Option<String>,
         runtime: &tokio::runtime::Handle,
         trust: &berm_egress::Trust,
     ) -> Result<Tracing, TracingError> {
-        use opentelemetry_otlp::{WithExportConfig as _, WithHttpConfig as _};
+        use opentelemetry_otlp::WithHttpConfig as _;
         let connector = hyper_rustls::HttpsConnectorBuilder::new()
             .with_tls_config(trust.client_config())
             .https_or_http()
@@ -137,13 +123,9 @@ impl Tracing {
             ),
             runtime: runtime.clone(),
         };
-        let mut builder = opentelemetry_otlp::SpanExporter::builder()
+        let exporter = opentelemetry_otlp::SpanExporter::builder()
             .with_http()
-            .with_http_client(client);
-        if let Some(endpoint) = endpoint {
-            builder = builder.with_endpoint(endpoint);
-        }
-        let exporter = builder
+            .with_http_client(client)
             .build()
             .map_err(|e| TracingError::Exporter(e.to_string()))?;
         let mut resource = opentelemetry_sdk::Resource::builder();
