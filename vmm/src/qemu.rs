@@ -405,6 +405,23 @@ fn start_vhost(vm: &QemuVm<'_>, sandboxes: &mut Vec<ChildReport>) -> Result<Chil
     Ok(vhost)
 }
 
+/// Connects to vhost-device-vsock's socket. The file appears when it binds, a moment before
+/// it listens: a connection refused in between is tried again, until [`VHOST_START`].
+fn connect_vhost(path: &std::path::Path) -> std::io::Result<UnixStream> {
+    let deadline = Instant::now() + VHOST_START;
+    loop {
+        match UnixStream::connect(path) {
+            Err(e)
+                if e.kind() == std::io::ErrorKind::ConnectionRefused
+                    && Instant::now() < deadline =>
+            {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            other => return other,
+        }
+    }
+}
+
 /// Binds a listener on every socket of the VM's port plan; served later by [`Relays::serve`].
 fn bind_relays(vm: &QemuVm<'_>) -> Result<Relays, StartQemuError> {
     let mut listeners = Vec::new();
@@ -431,7 +448,7 @@ fn start_qemu(
 ) -> Result<Child, StartQemuError> {
     // berm-vmm connects to vhost-device-vsock and hands QEMU the connected socket, so QEMU
     // itself never needs socket(2) or connect(2) (its allow list has neither).
-    let connected = UnixStream::connect(&vm.run.vhost).map_err(|source| StartQemuError::Spawn {
+    let connected = connect_vhost(&vm.run.vhost).map_err(|source| StartQemuError::Spawn {
         program: vm.vhost_device_vsock.to_owned(),
         source,
     })?;
