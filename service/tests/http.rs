@@ -675,6 +675,11 @@ fn modern(
     serde_json::from_str(json).unwrap_or_else(|e| panic!("{e}: {}{}", answer.head, answer.body))
 }
 
+/// The first key of a result's `inputRequests`.
+fn first_key(requests: &serde_json::Value) -> String {
+    requests.as_object().unwrap().keys().next().unwrap().clone()
+}
+
 /// Polls `get` (a task as `tasks/get` shows it) until its status is `status`, for up to 40 s;
 /// `what` names the task in the failure.
 fn until_status(
@@ -834,13 +839,7 @@ fn tasks_outlive_their_request_ask_through_the_task_and_end_as_told() {
     let asked = call(11, "test_tool_with_task", json!({}), &tasks);
     assert_eq!(asked["result"]["resultType"], "input_required", "{asked}");
     assert!(asked["result"].get("taskId").is_none(), "{asked}");
-    let key = asked["result"]["inputRequests"]
-        .as_object()
-        .unwrap()
-        .keys()
-        .next()
-        .unwrap()
-        .clone();
+    let key = first_key(&asked["result"]["inputRequests"]);
     let state = asked["result"]["requestState"]
         .as_str()
         .unwrap()
@@ -936,13 +935,7 @@ fn any_replica_answers_for_a_task_another_runs() {
     // A question asked on one replica, answered through the other.
     let asking = start("confirm_delete", json!({"filename": "b.txt"}));
     let waiting = until(&b, &asking, "input_required");
-    let key = waiting["inputRequests"]
-        .as_object()
-        .unwrap()
-        .keys()
-        .next()
-        .unwrap()
-        .clone();
+    let key = first_key(&waiting["inputRequests"]);
     let answer = json!({key: {"action": "accept", "content": {"ok": true}}});
     let ack = on(
         &b,
