@@ -635,9 +635,10 @@ impl Service {
             Persist::From(dir) => Some(dir.clone()),
             Persist::Plain | Persist::No => None,
         };
+        let digest = berm::Digest::of(image);
         let record = Record {
             name: name.to_string(),
-            digest: berm::Digest::of(image).to_string(),
+            digest: digest.to_string(),
             grants,
             limits,
             app_dir,
@@ -645,9 +646,7 @@ impl Service {
         };
         self.install(record.clone(), image)?;
         let saved = match persist {
-            Persist::Plain | Persist::From(_) => {
-                self.store.save(&record, &berm::Digest::of(image), image)
-            }
+            Persist::Plain | Persist::From(_) => self.store.save(&record, &digest, image),
             Persist::No => Ok(()),
         };
         if let Err(source) = saved {
@@ -1109,7 +1108,7 @@ impl Service {
         )?;
         let facts = self.receipts.as_ref().map(|_| {
             Arc::new(crate::receipts::ProgramFacts {
-                program_sha256: berm::Digest::of(image).hex(),
+                program_sha256: deployed.digest.hex(),
                 code_sha256: self.berm.code_sha256(&record.name),
                 grants: record.grants.iter().map(ToString::to_string).collect(),
             })
