@@ -54,8 +54,10 @@ pub enum StartQemuError {
         #[source]
         source: std::io::Error,
     },
-    /// vhost-device-vsock did not create its socket in time.
-    #[error("vhost-device-vsock did not create {0} within 5 s (see hypervisor.log in the run dir)")]
+    /// vhost-device-vsock did not listen on its socket in time, or ended first.
+    #[error(
+        "vhost-device-vsock did not listen on {0} within 5 s (see hypervisor.log in the run dir)"
+    )]
     VhostNotReady(PathBuf),
     /// A child's host sandbox could not be prepared.
     #[error("confining {program} failed")]
@@ -333,9 +335,9 @@ impl OptionValues {
 pub fn start(vm: &QemuVm<'_>) -> Result<QemuChildren, StartQemuError> {
     let values = OptionValues::of(vm)?;
     let mut sandboxes = Vec::new();
-    let mut vhost = start_vhost(vm, &mut sandboxes)?;
+    let (mut vhost, connected) = start_vhost(vm, &mut sandboxes)?;
     let started = bind_relays(vm).and_then(|relays| {
-        let qemu = start_qemu(vm, &values, &mut sandboxes)?;
+        let qemu = start_qemu(vm, &values, connected, &mut sandboxes)?;
         Ok((relays, qemu))
     });
     match started {
@@ -353,8 +355,12 @@ pub fn start(vm: &QemuVm<'_>) -> Result<QemuChildren, StartQemuError> {
     }
 }
 
-/// Starts vhost-device-vsock (confined to the run dir) and waits for its socket.
-fn start_vhost(vm: &QemuVm<'_>, sandboxes: &mut Vec<ChildReport>) -> Result<Child, StartQemuError> {
+/// Starts vhost-device-vsock (confined to the run dir) and connects to its socket, the
+/// connection QEMU is handed.
+fn start_vhost(
+    vm: &QemuVm<'_>,
+    sandboxes: &mut Vec<ChildReport>,
+) -> Result<(Child, UnixStream), StartQemuError> {
     let run = vm.run;
     let (out, err) = vm.output.stdio().map_err(|source| StartQemuError::Spawn {
         program: vm.vhost_device_vsock.to_owned(),
@@ -393,32 +399,32 @@ fn start_vhost(vm: &QemuVm<'_>, sandboxes: &mut Vec<ChildReport>) -> Result<Chil
         source,
     })?;
     measured(confined, &mut vhost, vm.vhost_device_vsock, sandboxes)?;
-    let deadline = Instant::now() + VHOST_START;
-    while !run.vhost.exists() {
-        if Instant::now() >= deadline || matches!(vhost.try_wait(), Ok(Some(_))) {
-            let _ = vhost.kill();
-            let _ = vhost.wait();
-            return Err(StartQemuError::VhostNotReady(run.vhost.clone()));
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    Ok(vhost)
-}
-
-/// Connects to vhost-device-vsock's socket. The file appears when it binds, a moment before
-/// it listens: a connection refused in between is tried again, until [`VHOST_START`].
-fn connect_vhost(path: &std::path::Path) -> std::io::Result<UnixStream> {
+    // The socket file appears when vhost-device-vsock binds, a moment before it listens: a
+    // missing file or a refused connection is tried again until it accepts.
     let deadline = Instant::now() + VHOST_START;
     loop {
-        match UnixStream::connect(path) {
+        let failed = match UnixStream::connect(&run.vhost) {
+            Ok(connected) => return Ok((vhost, connected)),
             Err(e)
-                if e.kind() == std::io::ErrorKind::ConnectionRefused
-                    && Instant::now() < deadline =>
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused
+                ) =>
             {
-                std::thread::sleep(Duration::from_millis(5));
+                (Instant::now() >= deadline || matches!(vhost.try_wait(), Ok(Some(_))))
+                    .then(|| StartQemuError::VhostNotReady(run.vhost.clone()))
             }
-            other => return other,
+            Err(source) => Some(StartQemuError::Spawn {
+                program: vm.vhost_device_vsock.to_owned(),
+                source,
+            }),
+        };
+        if let Some(error) = failed {
+            let _ = vhost.kill();
+            let _ = vhost.wait();
+            return Err(error);
         }
+        std::thread::sleep(Duration::from_millis(5));
     }
 }
 
@@ -444,14 +450,11 @@ fn bind_relays(vm: &QemuVm<'_>) -> Result<Relays, StartQemuError> {
 fn start_qemu(
     vm: &QemuVm<'_>,
     values: &OptionValues,
+    connected: UnixStream,
     sandboxes: &mut Vec<ChildReport>,
 ) -> Result<Child, StartQemuError> {
     // berm-vmm connects to vhost-device-vsock and hands QEMU the connected socket, so QEMU
     // itself never needs socket(2) or connect(2) (its allow list has neither).
-    let connected = connect_vhost(&vm.run.vhost).map_err(|source| StartQemuError::Spawn {
-        program: vm.vhost_device_vsock.to_owned(),
-        source,
-    })?;
     let (out, err) = vm.output.stdio().map_err(|source| StartQemuError::Spawn {
         program: vm.qemu.to_owned(),
         source,
