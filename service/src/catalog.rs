@@ -2,7 +2,7 @@
 //! resource templates and prompts that tools marked `serves` offer: rebuilt on each deploy
 //! and remove, read without locking on every call.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use berm::ProgramInfo;
@@ -69,6 +69,29 @@ pub struct Catalog {
     templates: Vec<TemplateEntry>,
     template_list: Arc<Vec<ResourceTemplate>>,
     prompt_list: Arc<Vec<Prompt>>,
+    /// The validators the entries use, handed to the next rebuild.
+    validators: Validators,
+}
+
+/// Compiled validators by their schema's JSON text. The catalog is rebuilt on every deploy
+/// and remove, and a deploy checks its schemas by compiling them: without this, every
+/// schema was compiled again each time, twice per deploy and once per program for each
+/// program of an app deployed after it. Compiling is the costly step of an app's start
+/// under emulation (docs/perf-vm.md).
+#[derive(Clone, Default)]
+pub struct Validators(HashMap<String, Arc<Validator>>);
+
+impl Validators {
+    /// The validator of `schema`: the one already compiled, else compiled now and kept.
+    pub fn get_or_compile(&mut self, schema: &serde_json::Value) -> Result<Arc<Validator>, String> {
+        let key = schema.to_string();
+        if let Some(validator) = self.0.get(&key) {
+            return Ok(validator.clone());
+        }
+        let validator = Arc::new(validator_for(schema)?);
+        self.0.insert(key, validator.clone());
+        Ok(validator)
+    }
 }
 
 /// What a `resources/read` URI resolves to.
@@ -87,10 +110,20 @@ impl Catalog {
     /// The catalog of `programs`. A tool whose schema does not compile as a
     /// JSON Schema is left out and reported (deploy refuses such programs,
     /// so this is only reachable for records from another version).
+    /// Validators `known` has are reused; the new catalog keeps only those its entries use.
     pub fn build(
         programs: &[ProgramInfo],
-        serve_as: &std::collections::HashMap<String, BTreeMap<String, String>>,
+        serve_as: &HashMap<String, BTreeMap<String, String>>,
+        known: &Validators,
     ) -> Catalog {
+        let mut used = Validators::default();
+        let mut validator = |schema: &serde_json::Value| match known.0.get(&schema.to_string()) {
+            Some(compiled) => {
+                used.0.insert(schema.to_string(), compiled.clone());
+                Ok(compiled.clone())
+            }
+            None => used.get_or_compile(schema),
+        };
         let mut tools = BTreeMap::new();
         let mut resources = BTreeMap::new();
         let mut resource_list = Vec::new();
@@ -113,16 +146,16 @@ impl Catalog {
                     tracing::warn!(tool = %name, program = %program.name, "served name taken by another program; not served here");
                     continue;
                 }
-                let validator = match validator_for(&tool.input_schema) {
-                    Ok(v) => Arc::new(v),
+                let input = match validator(&tool.input_schema) {
+                    Ok(v) => v,
                     Err(e) => {
                         tracing::warn!(tool = %name, "input schema does not compile, tool not served: {e}");
                         continue;
                     }
                 };
-                let output = match tool.output_schema.as_ref().map(validator_for) {
+                let output = match tool.output_schema.as_ref().map(&mut validator) {
                     None => None,
-                    Some(Ok(v)) => Some(Arc::new(v)),
+                    Some(Ok(v)) => Some(v),
                     Some(Err(e)) => {
                         tracing::warn!(tool = %name, "output schema does not compile, tool not served: {e}");
                         continue;
@@ -192,7 +225,7 @@ impl Catalog {
                         digest: program.digest,
                         tool: tool.name.clone(),
                         mcp,
-                        validator,
+                        validator: input,
                         output,
                         starts_inline,
                         logs,
@@ -222,7 +255,13 @@ impl Catalog {
             templates,
             template_list: Arc::new(template_list),
             prompt_list: Arc::new(prompt_list),
+            validators: used,
         }
+    }
+
+    /// The validators this catalog's entries use, for the next rebuild.
+    pub fn validators(&self) -> &Validators {
+        &self.validators
     }
 
     /// The entry that reads `uri` and the arguments it takes: a fixed resource first, then
@@ -486,8 +525,9 @@ pub fn validator_for(schema: &serde_json::Value) -> Result<Validator, String> {
 }
 
 /// Checks a manifest's schemas are bounded and compile, so deploy refuses
-/// what MCP could not validate against in bounded time.
-pub fn check_schemas(manifest: &berm::Manifest) -> Result<(), String> {
+/// what MCP could not validate against in bounded time. What compiles is kept in
+/// `validators`, for the catalog the deploy then builds.
+pub fn check_schemas(manifest: &berm::Manifest, validators: &mut Validators) -> Result<(), String> {
     for tool in &manifest.tools {
         let refuse = |problem: String| format!("tool `{}`: input_schema {problem}", tool.name);
         let size = serde_json::to_vec(&tool.input_schema).map_or(0, |v| v.len());
@@ -502,7 +542,7 @@ pub fn check_schemas(manifest: &berm::Manifest) -> Result<(), String> {
                 "nests {depth} levels deep, over the cap of {MAX_SCHEMA_DEPTH}"
             )));
         }
-        validator_for(&tool.input_schema).map_err(|e| {
+        validators.get_or_compile(&tool.input_schema).map_err(|e| {
             refuse(format!(
                 "is not a valid JSON Schema bermd can check in bounded time \
                  (patterns must be linear-time regexes: no lookaround or backreferences): {e}"
@@ -516,7 +556,7 @@ pub fn check_schemas(manifest: &berm::Manifest) -> Result<(), String> {
                     tool.name
                 ));
             }
-            validator_for(schema).map_err(|e| {
+            validators.get_or_compile(schema).map_err(|e| {
                 format!(
                     "tool `{}`: output_schema is not a valid JSON Schema: {e}",
                     tool.name
@@ -675,6 +715,38 @@ mod tests {
         }
     }
 
+    #[test]
+    fn a_schema_the_deploy_checked_is_not_compiled_again() {
+        use serde_json::json;
+        let schema =
+            json!({"type": "object", "properties": {"q": {"type": "string", "pattern": "^a+$"}}});
+        let mut validators = Validators::default();
+        check_schemas(&with_schema(schema.clone()), &mut validators).unwrap();
+        let kept = validators
+            .0
+            .get(&schema.to_string())
+            .cloned()
+            .expect("kept by the check");
+        assert!(Arc::ptr_eq(
+            &kept,
+            &validators.get_or_compile(&schema).unwrap()
+        ));
+        let other = json!({"type": "object"});
+        assert!(!Arc::ptr_eq(
+            &kept,
+            &validators.get_or_compile(&other).unwrap()
+        ));
+        assert_eq!(validators.0.len(), 2);
+        // A refused schema leaves nothing behind.
+        let before = validators.0.len();
+        assert!(check_schemas(&with_schema(json!({"type": 7})), &mut validators).is_err());
+        assert_eq!(validators.0.len(), before);
+    }
+
+    fn check(manifest: &berm::Manifest) -> Result<(), String> {
+        check_schemas(manifest, &mut Validators::default())
+    }
+
     fn with_schema(schema: serde_json::Value) -> berm::Manifest {
         let mut manifest = importing(&[]);
         manifest.tools.push(berm_manifest::Tool {
@@ -693,10 +765,10 @@ mod tests {
     fn schemas_are_bounded_at_deploy() {
         use serde_json::json;
         let ok = json!({"type": "object", "properties": {"name": {"type": "string", "pattern": "^(a+)+$"}}});
-        check_schemas(&with_schema(ok)).unwrap();
+        check(&with_schema(ok)).unwrap();
 
         let lookaround = json!({"type": "object", "properties": {"x": {"type": "string", "pattern": "^(?=a)a$"}}});
-        let err = check_schemas(&with_schema(lookaround)).unwrap_err();
+        let err = check(&with_schema(lookaround)).unwrap_err();
         assert!(
             err.starts_with(
                 "tool `t`: input_schema is not a valid JSON Schema bermd can check in bounded time"
@@ -704,18 +776,18 @@ mod tests {
             "{err}"
         );
         let huge = json!({"type": "string", "pattern": "(a{1000}){1000}"});
-        assert!(check_schemas(&with_schema(huge)).is_err());
+        assert!(check(&with_schema(huge)).is_err());
 
         let mut deep = json!({"type": "object"});
         for _ in 0..40 {
             deep = json!({"type": "array", "items": deep});
         }
         assert_eq!(
-            check_schemas(&with_schema(deep)).unwrap_err(),
+            check(&with_schema(deep)).unwrap_err(),
             "tool `t`: input_schema nests 41 levels deep, over the cap of 32"
         );
         let big = json!({"type": "object", "description": "x".repeat(MAX_SCHEMA_BYTES)});
-        let err = check_schemas(&with_schema(big)).unwrap_err();
+        let err = check(&with_schema(big)).unwrap_err();
         assert!(err.contains("over the cap of 65536"), "{err}");
     }
 

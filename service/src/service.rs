@@ -627,7 +627,8 @@ impl Service {
         let manifest = berm::Manifest::from_image(image).map_err(berm::DeployError::from)?;
         catalog::check_served_names(name, &manifest, &serve_as, &self.catalog())
             .map_err(DeployError::ServedName)?;
-        catalog::check_schemas(&manifest).map_err(DeployError::Schema)?;
+        let mut validators = self.catalog().validators().clone();
+        catalog::check_schemas(&manifest, &mut validators).map_err(DeployError::Schema)?;
         catalog::check_resource_uris(name, &manifest, &self.catalog())
             .map_err(DeployError::ServedName)?;
         let previous = self.berm.get(name).map(|p| p.digest.to_string());
@@ -660,7 +661,7 @@ impl Service {
                 source,
             });
         }
-        self.rebuild_catalog();
+        self.rebuild_catalog_with(&validators);
         let program = self
             .view(name)
             .ok_or_else(|| DeployError::Schema(format!("`{name}` vanished while deploying")))?;
@@ -1037,6 +1038,12 @@ impl Service {
     }
 
     fn rebuild_catalog(&self) {
+        let current = self.catalog();
+        self.rebuild_catalog_with(current.validators());
+    }
+
+    /// Rebuilds the catalog, compiling only the schemas `known` has no validator for.
+    fn rebuild_catalog_with(&self, known: &catalog::Validators) {
         let serve_as: HashMap<String, BTreeMap<String, String>> = self
             .deployments
             .read()
@@ -1045,7 +1052,7 @@ impl Service {
             .filter(|(_, d)| !d.record.serve_as.is_empty())
             .map(|(name, d)| (name.clone(), d.record.serve_as.clone()))
             .collect();
-        let catalog = Arc::new(Catalog::build(&self.berm.list(), &serve_as));
+        let catalog = Arc::new(Catalog::build(&self.berm.list(), &serve_as, known));
         *self.catalog.write().unwrap_or_else(|p| p.into_inner()) = catalog;
         let _ = self.changes.send(());
     }
