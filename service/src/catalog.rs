@@ -84,11 +84,20 @@ pub struct Validators(HashMap<String, Arc<Validator>>);
 impl Validators {
     /// The validator of `schema`: the one already compiled, else compiled now and kept.
     pub fn get_or_compile(&mut self, schema: &serde_json::Value) -> Result<Arc<Validator>, String> {
+        self.get_or_take(schema, &Validators::default())
+    }
+
+    /// As [`Self::get_or_compile`], but one `known` already has is taken from it.
+    fn get_or_take(
+        &mut self,
+        schema: &serde_json::Value,
+        known: &Validators,
+    ) -> Result<Arc<Validator>, String> {
         let key = schema.to_string();
-        if let Some(validator) = self.0.get(&key) {
-            return Ok(validator.clone());
-        }
-        let validator = Arc::new(validator_for(schema)?);
+        let validator = match self.0.get(&key).or_else(|| known.0.get(&key)) {
+            Some(compiled) => compiled.clone(),
+            None => Arc::new(validator_for(schema)?),
+        };
         self.0.insert(key, validator.clone());
         Ok(validator)
     }
@@ -117,13 +126,7 @@ impl Catalog {
         known: &Validators,
     ) -> Catalog {
         let mut used = Validators::default();
-        let mut validator = |schema: &serde_json::Value| match known.0.get(&schema.to_string()) {
-            Some(compiled) => {
-                used.0.insert(schema.to_string(), compiled.clone());
-                Ok(compiled.clone())
-            }
-            None => used.get_or_compile(schema),
-        };
+        let mut validator = |schema: &serde_json::Value| used.get_or_take(schema, known);
         let mut tools = BTreeMap::new();
         let mut resources = BTreeMap::new();
         let mut resource_list = Vec::new();

@@ -625,12 +625,12 @@ impl Service {
         let _changing = self.changing.lock().unwrap_or_else(|p| p.into_inner());
         let grants = normalize_grants(grants)?;
         let manifest = berm::Manifest::from_image(image).map_err(berm::DeployError::from)?;
-        catalog::check_served_names(name, &manifest, &serve_as, &self.catalog())
+        let current = self.catalog();
+        catalog::check_served_names(name, &manifest, &serve_as, &current)
             .map_err(DeployError::ServedName)?;
-        let mut validators = self.catalog().validators().clone();
+        let mut validators = current.validators().clone();
         catalog::check_schemas(&manifest, &mut validators).map_err(DeployError::Schema)?;
-        catalog::check_resource_uris(name, &manifest, &self.catalog())
-            .map_err(DeployError::ServedName)?;
+        catalog::check_resource_uris(name, &manifest, &current).map_err(DeployError::ServedName)?;
         let previous = self.berm.get(name).map(|p| p.digest.to_string());
         let app_dir = match &persist {
             Persist::From(dir) => Some(dir.clone()),
