@@ -5,6 +5,9 @@
 #
 #   scripts/build-kernel.sh [--arch ARCH]                    build (or reuse the cache), compare, install
 #   BERM_UPDATE_PINS=1 scripts/build-kernel.sh [--arch ARCH]  ... and write new pins into the manifest
+#                                                            (refused unless every input is committed)
+#   BERM_ALLOW_DIRTY_PINS=1 scripts/build-kernel.sh ...       an experiment: a differing kernel is
+#                                                            reported, never pinned nor installed
 #
 # ARCH is x86_64 (the default: an ELF vmlinux, built natively) or aarch64 (a raw arm64 Image,
 # cross-compiled with Debian's gcc-aarch64-linux-gnu).
@@ -23,6 +26,8 @@ tarball_sha="$(toml_get $manifest source tarball_sha256)"
 fragment="kernel/$(toml_get $manifest $arch.config fragment)"
 fragment_pin="$(toml_get $manifest $arch.config fragment_sha256)"
 [ "$fragment" != kernel/ ] || die "$manifest has no [$arch.config] fragment"
+# A re-pin is refused when anything that feeds the kernel differs from HEAD (scripts/lib-pins.sh).
+pins_guard "the $arch kernel" kernel scripts/build-kernel.sh scripts/lib-pins.sh
 case "$arch" in
   x86_64)
     make_args=()
@@ -71,6 +76,8 @@ fragment_sha="$(sha256_of "$fragment")"
 if [ "$fragment_sha" != "$fragment_pin" ]; then
   if [ "${BERM_UPDATE_PINS:-0}" = 1 ]; then
     toml_set $manifest $arch.config fragment_sha256 "\"$fragment_sha\""
+  elif [ "$pins_experiment" = 1 ]; then
+    note "experiment (BERM_ALLOW_DIRTY_PINS=1): $fragment differs from its pin; building it as it is"
   else
     die "$fragment has sha256 $fragment_sha but kernel/manifest.toml pins $fragment_pin.
   After editing the fragment, run BERM_UPDATE_PINS=1 scripts/build-kernel.sh --arch $arch and commit the manifest."
@@ -116,6 +123,10 @@ else
   note "building $arch $target_file (x86_64: about 190 s on 2 cores; aarch64 cross: longer)"
   (cd "$src" && make -j"$(nproc)" "${make_args[@]}" "$target_file") >>"$out.tmp/build.log" 2>&1 || die "kernel build failed, see $out.tmp/build.log"
   seconds=$(( $(date +%s) - started ))
+  # The cache entry must be what the key's fragment builds: one edited while make ran is not
+  # cached under it.
+  [ "$(sha256_of "$fragment")" = "$fragment_sha" ] \
+    || die "$fragment changed while the kernel was built, so the build is not cached; run again once nothing is editing it"
   cp "$src/$built_file" "$out.tmp/$target_file"
   cp "$src/.config" "$out.tmp/config"
   cat >"$out.tmp/inputs.json" <<JSON
@@ -133,18 +144,33 @@ pin_config="$(toml_get $manifest $arch.config config_sha256)"
 pin_sha="$(toml_get $manifest $arch.image sha256)"
 pin_size="$(toml_get $manifest $arch.image size)"
 if [ "$config_sha" != "$pin_config" ] || [ "$vmlinux_sha" != "$pin_sha" ] || [ "$vmlinux_size" != "$pin_size" ]; then
+  listing="  .config  $config_sha (pinned $pin_config)
+  $target_file  $vmlinux_sha, $vmlinux_size bytes (pinned $pin_sha, $pin_size bytes)"
   if [ "${BERM_UPDATE_PINS:-0}" = 1 ]; then
+    # pins_guard has refused a dirty tree already: these are the committed source's pins.
     toml_set $manifest $arch.config config_sha256 "\"$config_sha\""
     toml_set $manifest $arch.image sha256 "\"$vmlinux_sha\""
     toml_set $manifest $arch.image size "$vmlinux_size"
-    note "updated kernel/manifest.toml; rebuild berm-vmm (it compiles the pins in) and commit"
+    note "re-pinned the $arch kernel from $(git rev-parse --short HEAD):
+$listing
+  rebuild berm-vmm (it compiles the pins in) and commit kernel/manifest.toml"
+  elif [ "$pins_experiment" = 1 ]; then
+    # An experiment's kernel is neither pinned nor installed into the artifact store.
+    note "experiment (BERM_ALLOW_DIRTY_PINS=1): the $arch kernel differs from the pins, which stay as they are:
+$listing
+  boot it by path: berm-vmm run --arch $arch --kernel $out/$target_file …"
+    exit 0
   else
+    dirty_note=""
+    [ -z "$pins_dirty" ] || dirty_note="
+  This tree differs from HEAD in inputs of the kernel (an uncommitted change is part of the build):
+$(printf '%s\n' "$pins_dirty" | sed 's/^/    /')"
     die "the rebuilt $arch kernel does not match kernel/manifest.toml:
-  .config  $config_sha (pinned $pin_config)
-  $target_file  $vmlinux_sha, $vmlinux_size bytes (pinned $pin_sha, $pin_size bytes)
-  If the change is intended (new fragment or Debian source), update the pins with
-  BERM_UPDATE_PINS=1 scripts/build-kernel.sh --arch $arch, then rebuild berm-vmm and commit the manifest.
-  If not, the build is not reproducible on this machine: compare $out/inputs.json."
+$listing$dirty_note
+  If the change is intended (new fragment or Debian source), commit it, then update the pins with
+  BERM_UPDATE_PINS=1 scripts/build-kernel.sh --arch $arch, rebuild berm-vmm and commit the manifest.
+  For an experiment that must not touch the pins: BERM_ALLOW_DIRTY_PINS=1 scripts/build-kernel.sh --arch $arch
+  If neither, the build is not reproducible on this machine: compare $out/inputs.json."
   fi
 fi
 

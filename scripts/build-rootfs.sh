@@ -5,6 +5,9 @@
 #
 #   scripts/build-rootfs.sh [--arch ARCH]                    build (or reuse the cache), compare, install
 #   BERM_UPDATE_PINS=1 scripts/build-rootfs.sh [--arch ARCH]  ... and write new pins into the manifest
+#                                                            (refused unless every input is committed)
+#   BERM_ALLOW_DIRTY_PINS=1 scripts/build-rootfs.sh ...       an experiment: a differing image is
+#                                                            reported, never pinned nor installed
 #
 # ARCH is x86_64 (the default) or aarch64 (cross-built with Debian's gcc-aarch64-linux-gnu
 # as the linker; the digest of the app policy is printed by the aarch64 berm-init under
@@ -42,7 +45,11 @@ case "$arch" in
     run_guest=(qemu-aarch64-static) ;;
 esac
 
-# 1. Binaries: static musl, cached by their inputs (scripts/lib/static-bins.sh).
+# 1. Binaries: static musl, cached by their inputs (scripts/lib/static-bins.sh). Before any
+# build, the pin guard: a re-pin is refused when anything that feeds the image differs from
+# HEAD (scripts/lib-pins.sh, pins_guard).
+static_bins_inputs rootfs/contents.txt
+pins_guard "the $arch rootfs" "${static_bin_paths[@]}" $manifest scripts/build-rootfs.sh
 static_bins rootfs/contents.txt
 
 # 2. The tree, exactly as the recipe says.
@@ -100,25 +107,42 @@ pin_size="$(toml_get $manifest $arch.image size)"
 pin_init="$(toml_get $manifest $arch.contents berm_init_sha256)"
 pin_bermd="$(toml_get $manifest $arch.contents bermd_sha256)"
 pin_policy="$(toml_get $manifest $arch.contents app_policy_sha256)"
+# differs A B: "differs" when A and B are not the same, for the mismatch listing.
+differs() { [ "$1" = "$2" ] || echo "  <- differs"; }
 if [ "$sha" != "$pin_sha" ] || [ "$size" != "$pin_size" ] || [ "$init_sha" != "$pin_init" ] || [ "$bermd_sha" != "$pin_bermd" ] || [ "$policy_sha" != "$pin_policy" ]; then
+  listing="  rootfs.erofs     $sha, $size bytes (pinned $pin_sha, $pin_size bytes)$(differs "$sha $size" "$pin_sha $pin_size")
+  /sbin/berm-init  $init_sha (pinned $pin_init)$(differs "$init_sha" "$pin_init")
+  /usr/bin/bermd   $bermd_sha (pinned $pin_bermd)$(differs "$bermd_sha" "$pin_bermd")
+  app policy       $policy_sha (pinned $pin_policy)$(differs "$policy_sha" "$pin_policy")"
   if [ "${BERM_UPDATE_PINS:-0}" = 1 ]; then
+    # pins_guard has refused a dirty tree already: these are the committed source's pins.
     toml_set $manifest $arch.image sha256 "\"$sha\""
     toml_set $manifest $arch.image size "$size"
     toml_set $manifest $arch.contents berm_init_sha256 "\"$init_sha\""
     toml_set $manifest $arch.contents bermd_sha256 "\"$bermd_sha\""
     toml_set $manifest $arch.contents app_policy_sha256 "\"$policy_sha\""
-    note "updated rootfs/manifest.toml; the next cargo build compiles it into berm-vmm; commit it"
+    note "re-pinned the $arch rootfs from $(git rev-parse --short HEAD):
+$listing
+  the next cargo build compiles it into berm-vmm; commit rootfs/manifest.toml"
+  elif [ "$pins_experiment" = 1 ]; then
+    # An experiment's image is neither pinned nor installed into the artifact store.
+    note "experiment (BERM_ALLOW_DIRTY_PINS=1): the $arch rootfs differs from the pins, which stay as they are:
+$listing
+  boot it by path: berm-vmm run --arch $arch --rootfs $out/rootfs.erofs …"
+    exit 0
   else
+    dirty_note=""
+    [ -z "$pins_dirty" ] || dirty_note="
+  This tree differs from HEAD in inputs of the image (an uncommitted change is part of the build):
+$(printf '%s\n' "$pins_dirty" | sed 's/^/    /')"
     die "the rebuilt $arch rootfs does not match rootfs/manifest.toml:
-  rootfs.erofs     $sha, $size bytes (pinned $pin_sha, $pin_size bytes)
-  /sbin/berm-init  $init_sha (pinned $pin_init)
-  /usr/bin/bermd   $bermd_sha (pinned $pin_bermd)
-  app policy       $policy_sha (pinned $pin_policy)
+$listing$dirty_note
   If the change is intended (init/, vm-protocol/, service/ or what bermd links, Cargo.lock,
   rootfs/contents.txt or the toolchain changed; moving code counts, see rootfs/README.md),
-  re-pin with this one command and commit rootfs/manifest.toml:
+  commit it, then re-pin with this one command and commit rootfs/manifest.toml:
     BERM_UPDATE_PINS=1 scripts/build-rootfs.sh --arch $arch
-  If not, compare $out/inputs.json and tree.txt."
+  For an experiment that must not touch the pins: BERM_ALLOW_DIRTY_PINS=1 scripts/build-rootfs.sh --arch $arch
+  If neither, the build is not reproducible here: compare $out/inputs.json and tree.txt."
   fi
 fi
 
