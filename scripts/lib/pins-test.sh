@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
 # Tests of the pin guard (scripts/lib-pins.sh, pins_guard): a re-pin from a dirty tree is
 # refused and names what differs; BERM_ALLOW_DIRTY_PINS=1 builds an experiment but never writes
-# the pins nor installs the image. Run by scripts/test after the x86_64 rootfs is built (so
-# the builds below reuse its cargo target dir and take seconds); prints "N passed, N failed".
+# the pins nor installs the image. Run by scripts/test after the x86_64 rootfs is built: the
+# checks below reuse its cached binaries (no cargo build) and take seconds. Prints
+# "N passed, N failed".
 #
 #   scripts/lib/pins-test.sh          the guard's rules in a scratch repository, then the real
 #                                     scripts/build-rootfs.sh in this checkout
 #   scripts/lib/pins-test.sh --unit   the rules only (no build)
 #
-# In this checkout it adds one untracked file (init/.berm-pins-test) and one line to
-# rootfs/contents.txt for the time of a build, and puts both back on exit; it refuses to start
-# when rootfs/ or init/ already has uncommitted changes, so it never mixes with a developer's.
+# In this checkout it plants one untracked file (init/.berm-pins-test) for a refusal that comes
+# before any build, and gives rootfs/manifest.toml another filesystem UUID (a variant image with
+# the same binaries) for the time of a few builds; both are put back on exit. It refuses to
+# start when rootfs/ or init/ already has uncommitted changes, so it never mixes with a
+# developer's.
 set -uo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 cd "$root" || exit 2
@@ -93,54 +96,57 @@ if [ "${1:-}" = --unit ]; then
   exit
 fi
 
-# 2. The real scripts/build-rootfs.sh in this checkout. Its binaries come from target/rootfs,
-# which the x86_64 rootfs build that ran before this test left warm.
+# 2. The real scripts/build-rootfs.sh in this checkout, with the binaries its own x86_64 build
+# cached before this test (their key is untouched below, so nothing is compiled).
 if [ -n "$(git status --porcelain -- rootfs init)" ]; then
   echo "pins-test: rootfs/ or init/ has uncommitted changes; commit or stash them first" >&2
   exit 2
 fi
-manifest_before="$(sha256_of rootfs/manifest.toml)"
 pinned="$(toml_get rootfs/manifest.toml x86_64.image sha256)"
 run_rootfs() { env -u BERM_UPDATE_PINS -u BERM_ALLOW_DIRTY_PINS "$@" scripts/build-rootfs.sh --arch x86_64 2>&1; }
-manifest_unchanged() { [ "$(sha256_of rootfs/manifest.toml)" = "$manifest_before" ]; }
+# pins_as_before: the manifest's x86_64 pin lines are what they were (nothing was re-pinned).
+pin_lines() { grep -E "^($pins_written_keys) = " rootfs/manifest.toml; }
+pins_before="$(pin_lines)"
+pins_as_before() { [ "$(pin_lines)" = "$pins_before" ]; }
 
 printf 'planted by scripts/lib/pins-test.sh; removed when it ends\n' >init/.berm-pins-test
 out="$(run_rootfs BERM_UPDATE_PINS=1)"; status=$?
-if [ "$status" != 0 ] && grep -qF "init/.berm-pins-test" <<<"$out" && grep -qF "refusing to re-pin" <<<"$out"; then
+if [ "$status" != 0 ] && grep -qxF "    init/.berm-pins-test" <<<"$out" && grep -qF "refusing to re-pin" <<<"$out"; then
   ok "build-rootfs.sh: BERM_UPDATE_PINS=1 with an untracked file in init/ is refused, naming it"
 else fail "build-rootfs.sh: BERM_UPDATE_PINS=1 with an untracked file in init/ (status $status)" "$out"; fi
-if grep -qF "building " <<<"$out"; then fail "build-rootfs.sh: the refusal came only after a build" "$out"
+if grep -qF "binaries cached" <<<"$out" || grep -qF "building " <<<"$out"; then
+  fail "build-rootfs.sh: the refusal came only after the binaries" "$out"
 else ok "build-rootfs.sh: the refusal comes before anything is built"; fi
-check "build-rootfs.sh: the refused re-pin left rootfs/manifest.toml as it was" manifest_unchanged
-
-out="$(run_rootfs BERM_ALLOW_DIRTY_PINS=1)"; status=$?
-if [ "$status" = 0 ] && grep -qF "matches the pin" <<<"$out"; then
-  ok "build-rootfs.sh: BERM_ALLOW_DIRTY_PINS=1 builds the dirty tree (its binaries are unchanged, so it matches)"
-else fail "build-rootfs.sh: BERM_ALLOW_DIRTY_PINS=1 with an untracked file (status $status)" "$out"; fi
+check "build-rootfs.sh: the refused re-pin wrote no pin" pins_as_before
 rm -f init/.berm-pins-test
 
-# A variant image: one more directory in the recipe gives another digest with the same binaries.
-mkdir -p "$scratch/saved/rootfs" && cp rootfs/contents.txt "$scratch/saved/rootfs/contents.txt" && restore+=(rootfs/contents.txt)
-echo 'dir /berm-pins-test 0755' >>rootfs/contents.txt
+# A variant image: another filesystem UUID gives another digest with the same binaries.
+mkdir -p "$scratch/saved/rootfs" && cp rootfs/manifest.toml "$scratch/saved/rootfs/manifest.toml" \
+  && restore+=(rootfs/manifest.toml)
+toml_set rootfs/manifest.toml image uuid '"6265726d-7069-6e73-2d74-657374000000"'
+out="$(run_rootfs)"; status=$?
+if [ "$status" != 0 ] && grep -qF "BERM_UPDATE_PINS=1 scripts/build-rootfs.sh --arch x86_64" <<<"$out" \
+  && grep -qF "This tree differs from HEAD in inputs" <<<"$out" && grep -qxF "    rootfs/manifest.toml" <<<"$out" \
+  && grep -qF "rootfs.erofs" <<<"$out" && grep -qF "<- differs" <<<"$out"; then
+  ok "build-rootfs.sh: without a switch the variant fails, naming what differs, the dirty input and the re-pin command"
+else fail "build-rootfs.sh: the variant without a switch (status $status)" "$out"; fi
 out="$(run_rootfs BERM_ALLOW_DIRTY_PINS=1)"; status=$?
 variant="$(sed -n 's#.*--rootfs \(/[^ ]*rootfs\.erofs\).*#\1#p' <<<"$out" | tail -1)"
 if [ "$status" = 0 ] && grep -qF "experiment (BERM_ALLOW_DIRTY_PINS=1)" <<<"$out" && [ -f "$variant" ]; then
-  ok "build-rootfs.sh: an experiment with another digest succeeds and says where its image is"
-else fail "build-rootfs.sh: an experiment with another digest (status $status)" "$out"; fi
-check "build-rootfs.sh: the experiment left rootfs/manifest.toml as it was" manifest_unchanged
+  ok "build-rootfs.sh: BERM_ALLOW_DIRTY_PINS=1 builds the variant, exits 0 and says where its image is"
+else fail "build-rootfs.sh: BERM_ALLOW_DIRTY_PINS=1 with a variant (status $status)" "$out"; fi
+check "build-rootfs.sh: the experiment wrote no pin" pins_as_before
 if [ -n "$variant" ] && [ "$(sha256_of "$variant")" != "$pinned" ] && [ ! -e "$BERM_VM_ARTIFACTS/rootfs/$(sha256_of "$variant")" ]; then
   ok "build-rootfs.sh: the experiment's image has its own digest and is not in the artifact store"
 else fail "build-rootfs.sh: the experiment's image (${variant:-none}) is pinned or was installed" "$out"; fi
-out="$(run_rootfs)"; status=$?
-if [ "$status" != 0 ] && grep -qF "BERM_UPDATE_PINS=1 scripts/build-rootfs.sh --arch x86_64" <<<"$out" \
-  && grep -qF "This tree differs from HEAD in inputs" <<<"$out" && grep -qxF "    rootfs/contents.txt" <<<"$out" \
-  && grep -qF "<- differs" <<<"$out"; then
-  ok "build-rootfs.sh: without a switch the variant fails, naming what differs, the dirty input and the re-pin command"
-else fail "build-rootfs.sh: the variant without a switch (status $status)" "$out"; fi
+out="$(run_rootfs BERM_UPDATE_PINS=1)"; status=$?
+if [ "$status" != 0 ] && grep -qxF "    rootfs/manifest.toml" <<<"$out" && pins_as_before; then
+  ok "build-rootfs.sh: re-pinning the variant is refused, naming the manifest's changed recipe"
+else fail "build-rootfs.sh: re-pinning the variant (status $status)" "$out"; fi
 out="$(run_rootfs BERM_UPDATE_PINS=1 BERM_ALLOW_DIRTY_PINS=1)"; status=$?
-if [ "$status" != 0 ] && manifest_unchanged; then ok "build-rootfs.sh: both switches together are refused, the pins untouched"
+if [ "$status" != 0 ] && pins_as_before; then ok "build-rootfs.sh: both switches together are refused, the pins untouched"
 else fail "build-rootfs.sh: both switches together (status $status)" "$out"; fi
-cp "$scratch/saved/rootfs/contents.txt" rootfs/contents.txt
+cp "$scratch/saved/rootfs/manifest.toml" rootfs/manifest.toml
 restore=()
 check "this checkout's rootfs/ and init/ are as they were" test -z "$(git status --porcelain -- rootfs init)"
 
