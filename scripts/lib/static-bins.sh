@@ -72,9 +72,10 @@ static_bins() {
   note "built the $target binaries in $(( $(date +%s) - started ))s"
   # The cache entry must hold what the key's sources build, and nothing else: a file edited
   # (or edited and put back) while cargo ran may have been compiled in its other form. Such a
-  # build is not cached under the key; the next run builds again from a quiet tree. (This is
-  # how a variant berm-init once reached a pin: issue 40.)
-  changed="$(find $static_bin_dirs Cargo.lock Cargo.toml "$recipe" -path "$root/target" -prune -o -newer "$stamp" -type f -print | head -5)"
+  # build is not cached under the key; the next run builds again from a quiet tree. (The
+  # likeliest way a variant berm-init reached the x86_64 pin before this check: issue 40.)
+  # shellcheck disable=SC2086 # the crate directories, one word each
+  changed="$(find $static_bin_dirs Cargo.lock Cargo.toml "$recipe" -path "$root/target" -prune -o -newer "$stamp" -type f -print | head -5 || true)"
   rm -f "$stamp"
   [ -z "$changed" ] && [ "$(static_bins_key "$recipe")" = "$bin_key" ] \
     || die "the sources changed while the $target binaries were built, so they are not cached:
