@@ -48,9 +48,9 @@ pub struct DaemonConfig {
     pub service: ServiceConfig,
     /// Streamable HTTP, when asked for.
     pub http: Option<HttpConfig>,
-    /// A listener serving only `/metrics`, without a token (`--metrics ADDR`); checked by
-    /// the caller (loopback unless allowed otherwise).
-    pub metrics: Option<std::net::SocketAddr>,
+    /// A listener serving only `/metrics`, without a token (`--metrics ADDR`); its address
+    /// checked by the caller (loopback unless allowed otherwise), its Host by bermd.
+    pub metrics: Option<http::MetricsConfig>,
     /// Largest JSON-RPC line read on the Unix socket.
     pub max_frame_bytes: usize,
     /// Most MCP sessions served at once on each listener (`mcp.sock`, the
@@ -317,13 +317,14 @@ pub async fn run(config: DaemonConfig) -> Result<(), RunError> {
         }
         tasks.spawn(async move { axum::serve(no_delay(listener), router).await });
     }
-    if let Some(addr) = config.metrics {
+    if let Some(metrics) = &config.metrics {
+        let addr = metrics.addr;
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .map_err(|source| RunError::MetricsBind { addr, source })?;
         let local = listener.local_addr().unwrap_or(addr);
         tracing::info!(url = %format!("http://{local}/metrics"), "serving /metrics (no token)");
-        let router = http::metrics_router(service.clone());
+        let router = http::metrics_only_router(service.clone(), metrics);
         tasks.spawn(async move { axum::serve(no_delay(listener), router).await });
     }
     let bind = |path: PathBuf| {

@@ -125,13 +125,134 @@ impl HttpConfig {
     }
 
     /// The `Host` names requests may carry.
-    fn hosts(&self) -> Vec<String> {
-        let mut hosts = self.allowed_hosts.clone();
-        if self.addr.ip().is_loopback() {
-            hosts.extend(LOOPBACK_HOSTS.map(String::from));
-        }
-        hosts
+    fn hosts(&self) -> AllowedHosts {
+        AllowedHosts::new(self.addr, &self.allowed_hosts)
     }
+}
+
+/// Where and how to serve `/metrics` alone, without a token (`bermd --metrics ADDR`).
+#[derive(Debug, Clone)]
+pub struct MetricsConfig {
+    /// The address to listen on (loopback unless `--metrics-allow-remote`, checked by the
+    /// caller).
+    pub addr: SocketAddr,
+    /// The host names scrapers reach it by (`--allowed-host`), beside the loopback names on
+    /// a loopback address and any IP address on another ([`AllowedHosts::for_metrics`]).
+    pub allowed_hosts: Vec<String>,
+}
+
+/// The hosts a listener answers to: a request whose `Host`, or whose browser `Origin`, names
+/// any other is refused with 403. This is what stops DNS rebinding — a page whose own name
+/// the attacker points at bermd's address, so that the browser lets it read the answers —
+/// on every route but the probes, of the MCP listener and the `--metrics` listener alike
+/// ([`AllowedHosts::layer`]).
+#[derive(Debug, Clone)]
+pub struct AllowedHosts {
+    /// The names (lowercase, IPv6 without brackets).
+    names: Arc<Vec<String>>,
+    /// Whether any IP address literal is admitted too: no rebound name ever arrives as one
+    /// (a browser sends the name its page was loaded by), and a scraper in a cluster names
+    /// a pod by its address.
+    ip_literals: bool,
+}
+
+impl AllowedHosts {
+    /// For a listener on `addr`: `names` (`--allowed-host`), and `localhost`, `127.0.0.1`
+    /// and `::1` when `addr` is loopback.
+    pub fn new(addr: SocketAddr, names: &[String]) -> AllowedHosts {
+        let mut all: Vec<String> = names.iter().map(|n| normalize(n)).collect();
+        if addr.ip().is_loopback() {
+            all.extend(LOOPBACK_HOSTS.map(String::from));
+        }
+        AllowedHosts {
+            names: Arc::new(all),
+            ip_literals: false,
+        }
+    }
+
+    /// For the `--metrics` listener: as [`AllowedHosts::new`], and on an address that is
+    /// not loopback (`--metrics-allow-remote`) any IP address as well, which is how a
+    /// scraper in a cluster reaches a pod.
+    pub fn for_metrics(config: &MetricsConfig) -> AllowedHosts {
+        AllowedHosts {
+            ip_literals: !config.addr.ip().is_loopback(),
+            ..AllowedHosts::new(config.addr, &config.allowed_hosts)
+        }
+    }
+
+    /// The names, as rmcp's own check on `/mcp` takes them.
+    fn names(&self) -> Vec<String> {
+        self.names.to_vec()
+    }
+
+    /// Whether `host` (as a `Host` or an `Origin` names it, without the port) is one of
+    /// these.
+    fn admits(&self, host: &str) -> bool {
+        let host = normalize(host);
+        self.names.contains(&host) || (self.ip_literals && host.parse::<std::net::IpAddr>().is_ok())
+    }
+
+    /// Why `request` is refused, or `None` when its `Host` (or, over HTTP/2, its
+    /// `:authority`) and its `Origin`, if any, name hosts these admit.
+    fn refusal(&self, request: &Request) -> Option<Response> {
+        let forbidden = |what: &str| {
+            (
+                StatusCode::FORBIDDEN,
+                format!(
+                    "forbidden: the {what} names a host this listener does not answer to \
+                     (bermd --allowed-host NAME adds one)"
+                ),
+            )
+                .into_response()
+        };
+        let host = match request.headers().get(header::HOST) {
+            Some(value) => value
+                .to_str()
+                .ok()
+                .and_then(|v| axum::http::uri::Authority::try_from(v).ok()),
+            None => request.uri().authority().cloned(),
+        };
+        let Some(host) = host else {
+            return Some(
+                (StatusCode::BAD_REQUEST, "bad request: no valid Host header").into_response(),
+            );
+        };
+        if !self.admits(host.host()) {
+            return Some(forbidden("Host header"));
+        }
+        let origin = request.headers().get(header::ORIGIN)?;
+        let admitted = origin
+            .to_str()
+            .ok()
+            .and_then(|v| axum::http::Uri::try_from(v).ok())
+            .filter(|uri| matches!(uri.scheme_str(), Some("http" | "https")))
+            .and_then(|uri| uri.authority().map(|a| self.admits(a.host())))
+            .unwrap_or(false);
+        (!admitted).then(|| forbidden("Origin header"))
+    }
+
+    /// `router` with every request checked first ([`AllowedHosts`]).
+    pub fn layer(&self, router: axum::Router) -> axum::Router {
+        let hosts = self.clone();
+        router.layer(axum::middleware::from_fn(
+            move |request: Request, next: Next| {
+                let refusal = hosts.refusal(&request);
+                async move {
+                    match refusal {
+                        Some(refusal) => refusal,
+                        None => next.run(request).await,
+                    }
+                }
+            },
+        ))
+    }
+}
+
+/// A host name as compared: lowercase, an IPv6 address without its brackets.
+fn normalize(host: &str) -> String {
+    host.trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_ascii_lowercase()
 }
 
 /// Why HTTP could not be served.
@@ -293,7 +414,8 @@ pub fn router(
     let probes = health(service.clone(), declared);
     let service_for_metrics = service.clone();
     let service_for_headers = service.clone();
-    let hosts = config.hosts();
+    let allowed = config.hosts();
+    let hosts = allowed.names();
     let origins: Vec<String> = hosts
         .iter()
         .flat_map(|host| {
@@ -344,14 +466,23 @@ pub fn router(
         )),
         None => router,
     };
+    // The Host check first, on /metrics as on /mcp (where rmcp checks the same names again).
+    let router = allowed.layer(router);
     // Merged after the layers above, which therefore do not apply to the probes.
     probes.merge(router)
+}
+
+/// The `--metrics` listener's router: [`metrics_router`] alone, without a token, behind
+/// the same Host check as the MCP listener ([`AllowedHosts::for_metrics`]), so that a page
+/// rebinding its name to bermd's address cannot read program and tool names.
+pub fn metrics_only_router(service: Arc<Service>, config: &MetricsConfig) -> axum::Router {
+    AllowedHosts::for_metrics(config).layer(metrics_router(service))
 }
 
 /// `/metrics`: the Prometheus text format of [`crate::metrics::Metrics`]. On the MCP listener
 /// it sits behind the same token as `/mcp`; `bermd --metrics ADDR` serves it alone, without
 /// one, for a scraper that cannot hold the token (it reveals program and tool names and call
-/// counts, never arguments or results).
+/// counts, never arguments or results). Both check the Host first ([`AllowedHosts`]).
 pub fn metrics_router(service: Arc<Service>) -> axum::Router {
     axum::Router::new().route(
         "/metrics",

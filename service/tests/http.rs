@@ -509,13 +509,22 @@ fn stateless_calls_do_not_count_as_new_sessions() {
 
 /// GETs `path` from `http://{connect}` with `Host: {host}` and no token: the status and body.
 fn get(connect: &str, host: &str, path: &str) -> (u16, String) {
+    get_with(connect, host, path, &[])
+}
+
+/// [`get`] with the extra `headers`.
+fn get_with(connect: &str, host: &str, path: &str, headers: &[(&str, &str)]) -> (u16, String) {
     let mut stream = TcpStream::connect(connect).unwrap();
     stream
         .set_read_timeout(Some(Duration::from_secs(30)))
         .unwrap();
+    let headers: String = headers
+        .iter()
+        .map(|(name, value)| format!("{name}: {value}\r\n"))
+        .collect();
     write!(
         stream,
-        "GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+        "GET {path} HTTP/1.1\r\nHost: {host}\r\n{headers}Connection: close\r\n\r\n"
     )
     .unwrap();
     let mut answer = String::new();
@@ -588,6 +597,75 @@ fn health_and_readiness_answer_probes_without_a_token_and_say_only_a_status() {
     bermd.deploy("notes", "echo", &[], Default::default());
     assert_eq!(get(&addr, &host, "/readyz"), (503, "not ready\n".into()));
     assert_eq!(get(&addr, &host, "/healthz"), (200, "ok\n".into()));
+    drop(bermd);
+}
+
+/// `bermd --metrics ADDR` answers only to the hosts the MCP listener would (DNS rebinding: a
+/// page whose name the attacker points at 127.0.0.1 must not read program and tool names),
+/// and the MCP listener's own `/metrics` checks the Host too, token or not.
+#[test]
+fn metrics_refuses_a_foreign_host() {
+    let dir = tempfile::tempdir().unwrap();
+    let (port, metrics_port) = (free_port(), free_port());
+    let addr = format!("127.0.0.1:{port}");
+    let metrics = format!("127.0.0.1:{metrics_port}");
+    let bermd = Bermd::start(&[
+        "--http",
+        &addr,
+        "--http-token-file",
+        &token_file(dir.path(), TOKEN),
+        "--metrics",
+        &metrics,
+    ]);
+    let scraped = |host: &str, headers: &[(&str, &str)]| {
+        let (status, body) = get_with(&metrics, host, "/metrics", headers);
+        (status, body.contains("berm_calls_in_flight"))
+    };
+    for host in [
+        format!("localhost:{metrics_port}"),
+        format!("127.0.0.1:{metrics_port}"),
+        format!("[::1]:{metrics_port}"),
+        "LOCALHOST".to_string(),
+    ] {
+        assert_eq!(scraped(&host, &[]), (200, true), "{host}");
+    }
+    let own = format!("localhost:{metrics_port}");
+    for (host, origin) in [
+        (format!("evil.example:{metrics_port}"), None),
+        ("evil.example".to_string(), None),
+        ("10.1.2.3".to_string(), None),
+        (own.clone(), Some("http://evil.example")),
+        (own.clone(), Some("null")),
+    ] {
+        let headers: Vec<_> = origin.iter().map(|o| ("Origin", *o)).collect();
+        assert_eq!(scraped(&host, &headers), (403, false), "{host} {origin:?}");
+    }
+    let own_origin = format!("http://localhost:{metrics_port}");
+    assert_eq!(scraped(&own, &[("Origin", &own_origin)]), (200, true));
+    // The MCP listener's /metrics: the token and the Host.
+    let bearer = format!("Bearer {TOKEN}");
+    let on_mcp = |host: &str| get_with(&addr, host, "/metrics", &[("Authorization", &bearer)]).0;
+    assert_eq!(on_mcp(&format!("localhost:{port}")), 200);
+    assert_eq!(on_mcp("evil.example"), 403);
+    drop(bermd);
+
+    // Off loopback (--metrics-allow-remote): a scraper names the pod by its address, or by a
+    // name given with --allowed-host; a name of anyone else's is refused.
+    let metrics = format!("0.0.0.0:{metrics_port}");
+    let bermd = Bermd::start(&[
+        "--metrics",
+        &metrics,
+        "--metrics-allow-remote",
+        "--allowed-host",
+        "bermd.cluster.local",
+    ]);
+    let reach = format!("127.0.0.1:{metrics_port}");
+    let scraped = |host: &str| get(&reach, host, "/metrics").0;
+    assert_eq!(scraped(&format!("10.1.2.3:{metrics_port}")), 200);
+    assert_eq!(scraped(&format!("[fd00::1]:{metrics_port}")), 200);
+    assert_eq!(scraped(&format!("bermd.cluster.local:{metrics_port}")), 200);
+    assert_eq!(scraped(&format!("evil.example:{metrics_port}")), 403);
+    assert_eq!(scraped("localhost"), 403);
     drop(bermd);
 }
 

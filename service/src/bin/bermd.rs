@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use anyhow::Context;
 use berm::EngineConfig;
-use berm_service::http::{HttpConfig, Token};
+use berm_service::http::{HttpConfig, MetricsConfig, Token};
 use berm_service::listen::InheritedListener;
 use berm_service::service::{DEFAULT_MAX_CALLS_PER_PROGRAM, DEFAULT_TOOLS_PAGE_SIZE};
 use berm_service::syscalls::DEFAULT_MAX_HOST_OPS;
@@ -40,8 +40,9 @@ struct Args {
     #[arg(long, requires = "http")]
     http_allow_remote: bool,
     /// Serve Prometheus metrics at http://ADDR/metrics, without a token (loopback only
-    /// unless --metrics-allow-remote). With --http they are also at /metrics there, behind
-    /// the token.
+    /// unless --metrics-allow-remote), to requests whose Host is a loopback name, an
+    /// --allowed-host or (off loopback) an IP address. With --http they are also at
+    /// /metrics there, behind the token.
     #[arg(long, value_name = "ADDR")]
     metrics: Option<SocketAddr>,
     /// Allow --metrics on an address that is not loopback (a scraper in a cluster): anyone
@@ -58,10 +59,10 @@ struct Args {
     /// can then call every tool. Loopback addresses only.
     #[arg(long, requires = "http", conflicts_with = "http_token_file")]
     no_auth: bool,
-    /// A host name HTTP clients reach bermd by (checked against `Host` and a
-    /// browser's `Origin`); required for a non-loopback --http. Repeat for
-    /// several names.
-    #[arg(long = "allowed-host", requires = "http", value_name = "NAME")]
+    /// A host name HTTP clients reach bermd by, on --http and --metrics alike
+    /// (checked against `Host` and a browser's `Origin`, against DNS rebinding);
+    /// required for a non-loopback --http. Repeat for several names.
+    #[arg(long = "allowed-host", value_name = "NAME")]
     allowed_hosts: Vec<String>,
     /// Largest JSON-RPC message read on the MCP socket, in bytes.
     #[arg(long, default_value_t = DEFAULT_MAX_FRAME_BYTES)]
@@ -346,6 +347,11 @@ fn start(args: Args, started: Instant) -> Result<(), (Exit, anyhow::Error)> {
             "--metrics {addr} is not a loopback address: add --metrics-allow-remote to serve metrics, without a token, to whoever reaches it"
         )));
     }
+    if !args.allowed_hosts.is_empty() && args.http.is_none() && args.metrics.is_none() {
+        return Err(usage(anyhow::anyhow!(
+            "--allowed-host names a host HTTP clients reach bermd by: give --http ADDR or --metrics ADDR too"
+        )));
+    }
     if receipts_stream.is_none() && args.receipts.is_none() && args.receipts_key.is_some() {
         return Err(usage(anyhow::anyhow!(
             "--receipts-key signs receipts: give --receipts DIR too"
@@ -466,9 +472,12 @@ fn start(args: Args, started: Instant) -> Result<(), (Exit, anyhow::Error)> {
             token,
             token_file,
             no_auth: args.no_auth,
+            allowed_hosts: args.allowed_hosts.clone(),
+        }),
+        metrics: args.metrics.map(|addr| MetricsConfig {
+            addr,
             allowed_hosts: args.allowed_hosts,
         }),
-        metrics: args.metrics,
         max_frame_bytes: args.max_frame_bytes,
         max_connections: args.max_connections,
         max_session_rate: args.max_session_rate,
