@@ -15,6 +15,7 @@
 //! runtimes. The format is documented in `docs/apps.md`.
 #![forbid(unsafe_code)]
 
+pub mod own_paths;
 pub mod secret_file;
 pub mod store;
 
@@ -342,7 +343,8 @@ pub enum AppError {
         /// What is wrong and what to write instead.
         problem: Box<str>,
     },
-    /// A `[program.secrets]` file in one of berm's own directories.
+    /// A `[program.secrets]` file that is one of berm's own or lies in one of its
+    /// directories.
     #[error("{}: program `{program}`: [program.secrets] {name}: {source}", file.display())]
     SecretFile {
         /// The manifest.
@@ -754,8 +756,8 @@ fn app_secrets_moves(secrets: &BTreeMap<String, toml::Value>, programs: &[Progra
 /// Checks one program's `[program.secrets]`: each name is bound by the
 /// program's own `secret:NAME=HOST` grant, and each value file is named
 /// absolute (or from `~/`) and lies outside the app folder, so packing or
-/// sharing the folder never carries a value, and outside berm's own
-/// directories ([`secret_file::check_path`]). The files themselves are read
+/// sharing the folder never carries a value, and none of berm's own files
+/// or directories ([`secret_file::check_path`], [`own_paths`]). The files themselves are read
 /// (and their owner and mode checked) when a value is needed, on the host
 /// only, so they need not exist yet.
 fn secret_files(

@@ -103,6 +103,9 @@ fn main() -> ExitCode {
     const _: () = assert!(Exit::Error.code() == 2 && Exit::Ok.code() == 0);
     let cli = Cli::parse();
     let home = cli.home.unwrap_or_else(berm_control::home::berm_home);
+    // bermd's home as this command names it is berm's own: no app folder's secret may be
+    // read from it (`berm deploy --app` reads the values itself).
+    berm_app::own_paths::register(&home, berm_app::own_paths::STATE);
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -1079,6 +1079,242 @@ fn an_app_reads_its_secret_from_the_file_its_manifest_names() {
     assert!(!stderr.contains(TOKEN), "{stderr}");
 }
 
+/// An app folder `issues-app` in `dir` whose program reads GITHUB_TOKEN from `value_file`,
+/// with the net and secret grants for `api`.
+fn issues_folder(dir: &Path, api: &str, value_file: &Path) -> PathBuf {
+    let folder = dir.join("issues-app");
+    std::fs::create_dir_all(&folder).unwrap();
+    std::fs::copy(wasm("issues"), folder.join("issues.wasm")).unwrap();
+    std::fs::write(
+        folder.join("berm.toml"),
+        format!(
+            "name = \"issues\"\n[[program]]\nname = \"issues\"\nwasm = \"issues.wasm\"\n\
+             grants = [\"net={api}\", \"secret:GITHUB_TOKEN={api}\"]\n\
+             [program.secrets]\nGITHUB_TOKEN = {:?}\n",
+            value_file.display().to_string()
+        ),
+    )
+    .unwrap();
+    folder
+}
+
+/// `contents` in a new file `path`, mode 0600 (its directories made, mode 0700).
+fn private_file(path: &Path, contents: &str) {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(path.parent().unwrap())
+        .unwrap();
+    std::fs::write(path, contents).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).unwrap();
+}
+
+/// bermd's exit status and what it wrote, once it has stopped: it must refuse to start, and
+/// if it serves instead (its control socket in `home` answers) the test fails.
+fn refused_at_start(mut command: Command, home: &Path) -> (Option<i32>, String) {
+    // A file, not a pipe: a bermd that serves logs more than a pipe holds.
+    let log = tempfile::NamedTempFile::new().unwrap();
+    let mut child = command.stderr(log.reopen().unwrap()).spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return (status.code(), std::fs::read_to_string(log.path()).unwrap());
+        }
+        if std::os::unix::net::UnixStream::connect(home.join("control.sock")).is_ok() {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("bermd started and served instead of refusing the folder");
+        }
+        assert!(
+            Instant::now() < deadline,
+            "bermd neither stopped nor came up"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// bermd run with `--home H` while `BERM_HOME` names another directory (as the Kubernetes
+/// base runs it): a folder naming another program's stored secret under H as its own value
+/// file is refused before anything is served, by bermd and by `berm --home H deploy --app`.
+#[test]
+fn a_secret_file_under_the_home_given_by_flag_is_refused() {
+    const STORED: &str = "ghp-stored-for-another-program";
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("flag-home");
+    let stored = home.join("secrets/other/GITHUB_TOKEN");
+    private_file(&stored, STORED);
+    let folder = issues_folder(dir.path(), "127.0.0.1:9", &stored);
+    let env_home = dir.path().join("env-home");
+    let home_arg = home.to_str().unwrap();
+    let (code, stderr) = refused_at_start(
+        bermd_command(
+            &env_home,
+            &["--home", home_arg, "--app", folder.to_str().unwrap()],
+        ),
+        &home,
+    );
+    assert_eq!(code, Some(2), "{stderr}");
+    let inside = format!(
+        "{} is inside {} (bermd's state and its secret store)",
+        stored.display(),
+        home.display()
+    );
+    assert!(stderr.contains(&inside), "{stderr}");
+    assert!(!stderr.contains(STORED), "{stderr}");
+
+    let out = berm_in(
+        &env_home,
+        &[
+            "--home",
+            home_arg,
+            "deploy",
+            "--app",
+            folder.to_str().unwrap(),
+        ],
+        None,
+    );
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains(&inside), "{stderr}");
+}
+
+/// No file bermd reads for itself can be a program's secret: its `--ask-key`, its
+/// `--http-token-file`, its `--extra-ca`, by name or through a link.
+#[test]
+fn a_secret_file_that_is_bermds_ask_key_is_refused() {
+    let (_ca, dir, ca_file) = test_ca();
+    let ask_key = dir.path().join("keys/ask.key");
+    private_file(&ask_key, &format!("{}\n", "ab".repeat(32)));
+    let token = dir.path().join("keys/http-token");
+    private_file(&token, &"t".repeat(40));
+    let link = dir.path().join("innocent-looking");
+    std::os::unix::fs::symlink(&ask_key, &link).unwrap();
+    let http = "127.0.0.1:0".to_string();
+    let cases: [(&Path, &[&str], &str); 4] = [
+        (
+            &ask_key,
+            &["--ask-key", ask_key.to_str().unwrap()],
+            "the key that seals asking programs' state (--ask-key)",
+        ),
+        (
+            &link,
+            &["--ask-key", ask_key.to_str().unwrap()],
+            "the key that seals asking programs' state (--ask-key)",
+        ),
+        (
+            &token,
+            &[
+                "--http",
+                &http,
+                "--http-token-file",
+                token.to_str().unwrap(),
+            ],
+            "bermd's HTTP bearer token (--http-token-file)",
+        ),
+        (
+            &ca_file,
+            &["--extra-ca", ca_file.to_str().unwrap()],
+            "a CA bundle bermd trusts (--extra-ca)",
+        ),
+    ];
+    for (named, flags, what) in cases {
+        let case = tempfile::tempdir().unwrap();
+        let folder = issues_folder(case.path(), "127.0.0.1:9", named);
+        let home = case.path().join("home");
+        let args = [flags, &["--app", folder.to_str().unwrap()]].concat();
+        let (code, stderr) = refused_at_start(bermd_command(&home, &args), &home);
+        assert_eq!(code, Some(2), "{named:?}: {stderr}");
+        let real = std::fs::canonicalize(named).unwrap();
+        let via = if real == named {
+            String::new()
+        } else {
+            format!(" (through links: {})", real.display())
+        };
+        let own = format!(
+            "{}{via} is {} ({what}), a file berm reads for itself",
+            named.display(),
+            // What bermd was given, as it names it.
+            if named == link { &ask_key } else { named }.display()
+        );
+        assert!(stderr.contains(&own), "{stderr}");
+    }
+}
+
+/// The value file is judged when it is read, on the file opened: a folder's link that led to
+/// the user's own file when bermd loaded it, and leads into bermd's `--home` later, sends
+/// nothing from there.
+#[test]
+fn a_link_swapped_after_load_into_the_home_given_by_flag_is_refused() {
+    use berm_egress::testing::{Reply, TestServer};
+    const MINE: &str = "ghp-the-users-own";
+    const STORED: &str = "ghp-stored-for-another-program";
+    let (ca, dir, ca_file) = test_ca();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let github = {
+        let seen = seen.clone();
+        TestServer::https(&ca, move |request| {
+            let auth = request.header("authorization").unwrap_or("").to_string();
+            seen.lock().unwrap().push(auth);
+            Reply::ok(r#"[{"number":3,"title":"t"}]"#)
+        })
+    };
+    let api = format!("127.0.0.1:{}", github.port());
+    let home = dir.path().join("flag-home");
+    let stored_dir = home.join("secrets/other");
+    private_file(&stored_dir.join("GITHUB_TOKEN"), STORED);
+    let mine = dir.path().join("mine");
+    private_file(&mine.join("GITHUB_TOKEN"), MINE);
+    let link = dir.path().join("link");
+    std::os::unix::fs::symlink(&mine, &link).unwrap();
+    let folder = issues_folder(dir.path(), &api, &link.join("GITHUB_TOKEN"));
+    let log = dir.path().join("bermd.log");
+    let mut command = bermd_command(
+        &dir.path().join("env-home"),
+        &[
+            "--home",
+            home.to_str().unwrap(),
+            "--extra-ca",
+            ca_file.to_str().unwrap(),
+            "--app",
+            folder.to_str().unwrap(),
+        ],
+    );
+    let mut bermd = command
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while std::os::unix::net::UnixStream::connect(home.join("control.sock")).is_err() {
+        assert!(
+            Instant::now() < deadline && bermd.try_wait().unwrap().is_none(),
+            "bermd did not come up: {}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let call = format!(r#"{{"repo":"octo/demo","api":"https://{api}"}}"#);
+    let list = || berm_in(&home, &["call", "issues_list", &call], None);
+    let out = list();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(*seen.lock().unwrap(), [format!("Bearer {MINE}")]);
+
+    // The user's directory becomes a link into bermd's home.
+    std::fs::rename(&mine, dir.path().join("mine-away")).unwrap();
+    std::os::unix::fs::symlink(&stored_dir, &mine).unwrap();
+    let out = list();
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let _ = bermd.kill();
+    let _ = bermd.wait();
+    assert_eq!(*seen.lock().unwrap(), [format!("Bearer {MINE}")]);
+    let log = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        log.contains(&format!("is inside {}", home.display())),
+        "{log}"
+    );
+    assert!(!log.contains(STORED) && !text(&out.stderr).contains(STORED));
+}
+
 #[test]
 fn search_json_lists_entries_best_first_with_scores() {
     let dir = tempfile::tempdir().unwrap();

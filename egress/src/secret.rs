@@ -72,8 +72,9 @@ pub enum SecretError {
     /// No such secret.
     #[error("no secret `{0}` is set")]
     NotSet(String),
-    /// A value file that is not the user's own and private, or lies in berm's own
-    /// directories: refused, as ssh refuses an open key ([`berm_app::secret_file`]).
+    /// A value file that is not the user's own and private, or is one of berm's own files
+    /// or lies in one of its directories: refused, as ssh refuses an open key
+    /// ([`berm_app::secret_file`]).
     #[error("secret `{name}`: {source}")]
     File {
         /// The secret.
@@ -185,8 +186,8 @@ impl SecretStore {
 }
 
 /// The value in `path`, a file a program's `[program.secrets]` names for
-/// `name`: refused unless it is the user's own, private and outside berm's
-/// own directories ([`berm_app::secret_file::open`]), or when it is not one
+/// `name`: refused unless it is the user's own, private and none of berm's
+/// own, judged on the opened file ([`berm_app::secret_file::open`]), or when it is not one
 /// line of at most [`MAX_SECRET_BYTES`]; one trailing line break is dropped.
 pub fn read_value_file(name: &str, path: &Path) -> Result<Vec<u8>, SecretError> {
     let file = berm_app::secret_file::open(path).map_err(|source| SecretError::File {

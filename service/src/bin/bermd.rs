@@ -243,6 +243,44 @@ fn main() -> ExitCode {
     }
 }
 
+/// Registers everything this bermd owns or reads for itself as berm's own
+/// ([`berm_app::own_paths`]), so that no app folder can name one as a secret's value file:
+/// its home however given (`--home` as well as `$BERM_HOME`), and each file or directory a
+/// flag names.
+fn register_own_paths(args: &Args, home: &std::path::Path) {
+    use berm_app::own_paths::{STATE, register};
+    register(home, STATE);
+    let files = [
+        (&args.programs, "bermd's program store (--programs)"),
+        (
+            &args.http_token_file,
+            "bermd's HTTP bearer token (--http-token-file)",
+        ),
+        (&args.code_dir, "bermd's precompiled code (--code-dir)"),
+        (&args.kv_url_file, "the kv database's URL (--kv-url-file)"),
+        (
+            &args.ask_key,
+            "the key that seals asking programs' state (--ask-key)",
+        ),
+        (&args.receipts, "bermd's receipts (--receipts)"),
+        (
+            &args.receipts_key,
+            "the key that signs receipts (--receipts-key)",
+        ),
+    ];
+    for (path, what) in files {
+        if let Some(path) = path {
+            register(path, what);
+        }
+    }
+    for ca in &args.extra_ca {
+        register(ca, "a CA bundle bermd trusts (--extra-ca)");
+    }
+    for app in &args.apps {
+        register(app, "an app folder bermd serves (--app)");
+    }
+}
+
 fn start(args: Args, started: Instant) -> Result<(), (Exit, anyhow::Error)> {
     let usage = |e: anyhow::Error| (Exit::Usage, e);
     // Inherited descriptors first, before anything opens a file that could
@@ -291,6 +329,12 @@ fn start(args: Args, started: Instant) -> Result<(), (Exit, anyhow::Error)> {
         }
         None => None,
     };
+    // berm's own paths before any folder is read: no secret's value file may be one.
+    let home = args
+        .home
+        .clone()
+        .unwrap_or_else(berm_control::home::berm_home);
+    register_own_paths(&args, &home);
     // Every folder is read and checked whole before anything is deployed.
     berm_app::secret_file::admit_pod_secret_volumes(args.pod_secret_volumes);
     let mut apps = args
@@ -300,7 +344,6 @@ fn start(args: Args, started: Instant) -> Result<(), (Exit, anyhow::Error)> {
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| usage(e.into()))?;
     berm_service::app::check_distinct(&apps).map_err(|e| usage(e.into()))?;
-    let home = args.home.unwrap_or_else(berm_control::home::berm_home);
     let store = berm_app::ProgramStore::new(
         args.programs
             .clone()
