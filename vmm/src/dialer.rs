@@ -26,6 +26,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use berm_app::own_paths::OwnPath;
 use berm_app::secret_file::SecretFileError;
 use berm_control::Grant;
 use berm_egress::remote::Programs;
@@ -105,6 +106,10 @@ pub struct DialerPlan {
     pub apps: Vec<AppEgress>,
     /// Confine itself (false: `--no-host-sandbox`).
     pub sandbox: bool,
+    /// What berm-vmm registered as berm's own ([`berm_app::own_paths::registered`]): the
+    /// dialer registers the same before it reads any secret, so that no value file can be
+    /// one of them or lie in one.
+    pub own: Vec<OwnPath>,
 }
 
 /// The socket app `index`'s egress port is mapped to: `vsock.sock_<port>`, the name
@@ -120,7 +125,8 @@ pub fn socket_path(run: &RunDir, index: u32) -> PathBuf {
 /// any. A secret's value is read on the host from the file the program's `[program.secrets]`
 /// names, else from `$BERM_HOME/secrets/<program>/<NAME>`, the store `berm secret set PROGRAM
 /// NAME` writes. Every named value file that exists is checked now (the user's own, private,
-/// outside berm's own directories), so a run with a wrong one stops before it boots; one not
+/// none of berm's own files or directories), so a run with a wrong one stops before it boots,
+/// and again by the dialer at every read; one not
 /// there yet is not readable in this run (the dialer's Landlock grants only files that
 /// exist), which the program is told when it asks.
 pub fn app_egress(
@@ -187,6 +193,7 @@ pub fn plan(run: &RunDir, apps: &[App], sandbox: bool) -> Result<Option<DialerPl
     Ok((!planned.is_empty()).then_some(DialerPlan {
         apps: planned,
         sandbox,
+        own: berm_app::own_paths::registered(),
     }))
 }
 
@@ -325,6 +332,10 @@ pub fn run(plan_json: &[u8]) -> anyhow::Result<std::convert::Infallible> {
     use anyhow::Context;
     let plan: DialerPlan =
         serde_json::from_slice(plan_json).context("reading the dialer's plan")?;
+    // berm-vmm's own paths are this process's too: no value file may be one.
+    for own in &plan.own {
+        berm_app::own_paths::register(&own.path, &own.what);
+    }
     // Before confinement: the sockets are bound and the CA roots read.
     let mut served = Vec::new();
     let trust = Trust::new(&[]).context("loading the CA roots")?;

@@ -1,6 +1,6 @@
 //! `berm-vmm`: argument parsing and wiring only; the logic is in the library.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -160,6 +160,15 @@ fn main() -> ExitCode {
                 ));
                 return ExitCode::from(ExitStatus::Internal.code());
             }
+            register_own_paths(&OwnPaths {
+                apps: &apps,
+                programs: programs.as_deref(),
+                state: state.as_deref(),
+                run_dir: run_dir.as_deref(),
+                kernel: kernel.as_deref(),
+                rootfs: rootfs.as_deref(),
+                key: key.as_deref(),
+            });
             // Before anything boots, and before berm-vmm confines itself away from the key.
             let key = match berm_vmm::sign::host_key(key.as_deref()) {
                 Ok(key) => key,
@@ -240,6 +249,45 @@ fn main() -> ExitCode {
                 ExitCode::from(ExitStatus::HypervisorFailed.code())
             }
         },
+    }
+}
+
+/// The paths `berm-vmm run`'s flags name.
+struct OwnPaths<'a> {
+    apps: &'a [PathBuf],
+    programs: Option<&'a Path>,
+    state: Option<&'a Path>,
+    run_dir: Option<&'a Path>,
+    kernel: Option<&'a Path>,
+    rootfs: Option<&'a Path>,
+    key: Option<&'a Path>,
+}
+
+/// Registers everything this run owns or reads for itself as berm's own
+/// ([`berm_app::own_paths`]), before any app folder is read, so that no folder can name one
+/// as a secret's value file (the egress dialer is handed the same set): berm's home, the
+/// artifact store, and each file or directory a flag names.
+fn register_own_paths(paths: &OwnPaths<'_>) {
+    use berm_app::own_paths::{STATE, register};
+    register(&berm_control::home::berm_home(), STATE);
+    if let Some(store) = berm_pins::ArtifactStore::from_env() {
+        register(store.root(), "berm-vmm's kernels and rootfs images");
+    }
+    let named = [
+        (paths.programs, "the program store (--programs)"),
+        (paths.state, "the VM's state disk (--state)"),
+        (paths.run_dir, "the VM's run dir (--run-dir)"),
+        (paths.kernel, "the kernel booted (--kernel)"),
+        (paths.rootfs, "the rootfs booted (--rootfs)"),
+        (paths.key, "the host key that signs run records (--key)"),
+    ];
+    for (path, what) in named {
+        if let Some(path) = path {
+            register(path, what);
+        }
+    }
+    for app in paths.apps {
+        register(app, "an app folder berm-vmm serves (--app)");
     }
 }
 

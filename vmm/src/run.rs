@@ -438,6 +438,8 @@ impl Prepared {
             Some(dir) => RunDir::prepare(dir, config.apps.len())?,
             None => RunDir::create(config.apps.len())?,
         };
+        // Before any app folder is read: no secret's value file may lie in the run dir.
+        berm_app::own_paths::register(&run.dir, "the VM's run dir");
         let (state, apps, probe) = match Self::fill(config, &run) {
             Ok(parts) => parts,
             Err(e) => {

@@ -307,6 +307,7 @@ fn the_dialer_serves_each_socket_with_its_own_apps_grants_only() {
             ),
         ],
         sandbox: true,
+        own: Vec::new(),
     };
     let _dialer = Dialer::start(&plan);
     let (app0, app1) = (&plan.apps[0].socket, &plan.apps[1].socket);
@@ -416,6 +417,7 @@ fn two_programs_of_one_app_binding_one_name_each_send_their_own_value() {
             ],
         )],
         sandbox: true,
+        own: Vec::new(),
     };
     std::fs::remove_file(tmp.path().join("late-token")).unwrap();
     let _dialer = Dialer::start(&plan);
@@ -440,6 +442,66 @@ fn two_programs_of_one_app_binding_one_name_each_send_their_own_value() {
         ask_dialer_with(socket, "three", &url, bearer),
         berm_egress::ErrorCode::Denied,
         "program `three` of this app has no net or secret grants at the host dialer",
+    );
+}
+
+/// The dialer holds berm-vmm's own paths too (handed over in its plan): a value file in
+/// berm's home (another program's stored value) is refused when it is read, confined as in
+/// a run, while a program's own file beside it is sent.
+#[test]
+fn the_dialer_refuses_a_value_file_of_berms_own() {
+    use std::os::unix::fs::PermissionsExt;
+    let page = TestServer::http(|seen| {
+        Reply::ok(seen.header("authorization").unwrap_or("nobody").to_string())
+    });
+    let tmp = tempfile::tempdir().unwrap();
+    let rule = format!("127.0.0.1:{}", page.port());
+    let home = tmp.path().join("home");
+    let store = home.join("secrets/other");
+    berm_egress::secret::SecretStore::new(&store)
+        .set("TOKEN", b"stored-for-other")
+        .unwrap();
+    let mine = tmp.path().join("mine-token");
+    std::fs::write(&mine, "value-of-mine\n").unwrap();
+    std::fs::set_permissions(&mine, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let with_file = |name: &str, file: &Path| berm_vmm::dialer::ProgramEgress {
+        secrets: vec![("TOKEN".into(), format!("http://{rule}"))],
+        secret_files: [("TOKEN".to_string(), file.to_path_buf())].into(),
+        ..program(name, vec![rule.clone()])
+    };
+    let plan = berm_vmm::dialer::DialerPlan {
+        apps: vec![dialer_app(
+            tmp.path(),
+            0,
+            vec![
+                with_file("mine", &mine),
+                with_file("thief", &store.join("TOKEN")),
+            ],
+        )],
+        sandbox: true,
+        own: vec![berm_app::own_paths::OwnPath {
+            path: home.clone(),
+            what: berm_app::own_paths::STATE.into(),
+        }],
+    };
+    let _dialer = Dialer::start(&plan);
+    let socket = &plan.apps[0].socket;
+    let bearer = vec![("authorization".to_string(), b"{{secret:TOKEN}}".to_vec())];
+    let url = format!("{}/", page.origin(false));
+    let (kind, body) = ask_dialer_with(socket, "mine", &url, bearer.clone());
+    assert_eq!(
+        (kind, String::from_utf8_lossy(&body).as_ref()),
+        (0, "value-of-mine")
+    );
+    assert_refused(
+        ask_dialer_with(socket, "thief", &url, bearer),
+        berm_egress::ErrorCode::Io,
+        "secret `TOKEN` could not be read on the host (see its log)",
+    );
+    assert_eq!(
+        page.connections(),
+        1,
+        "only the program's own value was sent"
     );
 }
 
