@@ -112,10 +112,12 @@ pub fn template_segments(template: &str) -> Result<Vec<Segment<'_>>, String> {
     Ok(segments)
 }
 
-/// The variables' raw (still percent-encoded) values when `uri` matches the template's
-/// segments; `None` when it does not. A variable matches one or more characters up to the
-/// next literal, never `/`, `?` or `#` (a level-1 expansion percent-encodes them).
-pub fn match_template<'u>(segments: &[Segment<'_>], uri: &'u str) -> Option<Vec<&'u str>> {
+/// The variables' values, percent-decoded, when `uri` matches the template's segments;
+/// `None` when it does not. A variable's raw text runs up to the next literal, and what it
+/// decodes to must be one path segment ([`segment_value`]), so `..%2F..%2Fetc` matches nothing
+/// rather than reaching the program as `../../etc`. This is the one place a template variable
+/// is checked: bermd's reads and subscriptions both go through it.
+pub fn match_template(segments: &[Segment<'_>], uri: &str) -> Option<Vec<String>> {
     let mut values = Vec::new();
     let mut rest = uri;
     for (i, segment) in segments.iter().enumerate() {
@@ -126,16 +128,26 @@ pub fn match_template<'u>(segments: &[Segment<'_>], uri: &'u str) -> Option<Vec<
                     Some(Segment::Literal(next)) => rest.find(next)?,
                     _ => rest.len(),
                 };
-                let value = &rest[..end];
-                if value.is_empty() || value.contains(['/', '?', '#']) {
-                    return None;
-                }
-                values.push(value);
+                values.push(segment_value(&rest[..end])?);
                 rest = &rest[end..];
             }
         }
     }
     rest.is_empty().then_some(values)
+}
+
+/// What a variable's raw (percent-encoded) text `raw` decodes to, when that is one path
+/// segment: UTF-8, not empty, not `.` or `..`, and holding no `/`, `?`, `#` or NUL. The check
+/// is on the decoded text, which is what the program gets: `%2F` is as much a `/` as `/` is.
+fn segment_value(raw: &str) -> Option<String> {
+    let value = percent_encoding::percent_decode_str(raw)
+        .decode_utf8()
+        .ok()?;
+    let one_segment = !value.is_empty()
+        && value != "."
+        && value != ".."
+        && !value.contains(['/', '?', '#', '\0']);
+    one_segment.then(|| value.into_owned())
 }
 
 /// Holds what a tool serves against its own declaration, for [`crate::Manifest::check`].
@@ -239,17 +251,40 @@ mod tests {
         let segments = template_segments("test://template/{id}/data").unwrap();
         assert_eq!(
             match_template(&segments, "test://template/123/data"),
-            Some(vec!["123"])
+            Some(vec!["123".to_string()])
         );
         assert_eq!(match_template(&segments, "test://template//data"), None);
         assert_eq!(match_template(&segments, "test://template/1/2/data"), None);
         assert_eq!(match_template(&segments, "test://template/1/datax"), None);
         let two = template_segments("db://{table}/rows/{key}").unwrap();
         assert_eq!(
-            match_template(&two, "db://users/rows/a%2Fb"),
-            Some(vec!["users", "a%2Fb"])
+            match_template(&two, "db://users/rows/a%20b"),
+            Some(vec!["users".to_string(), "a b".to_string()])
         );
         assert_eq!(match_template(&two, "db://users/rows/"), None);
+    }
+
+    #[test]
+    fn a_variable_is_checked_as_it_decodes() {
+        let segments = template_segments("db://{table}/rows").unwrap();
+        let value = |uri: &str| match_template(&segments, uri).map(|v| v[0].clone());
+        assert_eq!(value("db://%2e%2e.x/rows"), Some("...x".to_string()));
+        assert_eq!(value("db://caf%C3%A9/rows"), Some("café".to_string()));
+        for refused in [
+            "db://../rows",
+            "db://./rows",
+            "db://%2e%2e/rows",
+            "db://%2E/rows",
+            "db://..%2F..%2Fetc/rows",
+            "db://a%2Fb/rows",
+            "db://a%3Fb/rows",
+            "db://a%23b/rows",
+            "db://a%00b/rows",
+            "db://%FF/rows",
+            "db://a?b/rows",
+        ] {
+            assert_eq!(value(refused), None, "{refused}");
+        }
     }
 
     #[test]

@@ -109,7 +109,8 @@ pub struct ResourceRead<'c> {
     pub entry: &'c ToolEntry,
     /// Its served name, for [`crate::Service::call`].
     pub served: &'c str,
-    /// The arguments: a template's variables, percent-decoded; empty for a fixed URI.
+    /// The arguments: a template's variables, percent-decoded and each one path segment
+    /// ([`match_template`]); empty for a fixed URI.
     pub args: serde_json::Value,
     /// The declared media type (empty when none was declared).
     pub mime_type: &'c str,
@@ -298,17 +299,11 @@ impl Catalog {
                 Segment::Variable(name) => Some(*name),
                 Segment::Literal(_) => None,
             });
-            let mut args = serde_json::Map::new();
-            for (name, raw) in names.zip(values) {
-                // A value that does not decode to UTF-8 matches nothing.
-                let value = percent_encoding::percent_decode_str(raw)
-                    .decode_utf8()
-                    .ok()?;
-                args.insert(
-                    name.to_string(),
-                    serde_json::Value::from(value.into_owned()),
-                );
-            }
+            // Decoded and checked as one path segment each by `match_template`.
+            let args = names
+                .zip(values)
+                .map(|(name, value)| (name.to_string(), serde_json::Value::from(value)))
+                .collect();
             read(&t.served, args)
         })
     }

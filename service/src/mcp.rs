@@ -775,7 +775,7 @@ impl ServerHandler for McpServer {
         let not_found = |uri: &str| {
             McpError::resource_not_found(
                 format!(
-                    "Resource not found: no program serves `{uri}` (list them with resources/list and resources/templates/list)"
+                    "Resource not found: no program serves `{uri}` (list them with resources/list and resources/templates/list; a template's variable matches one path segment: once percent-decoded, not empty, `.` or `..`, and without `/`, `?`, `#` or NUL)"
                 ),
                 Some(serde_json::json!({ "uri": uri })),
             )
@@ -1174,8 +1174,11 @@ fn content_block(block: berm::Content) -> ContentBlock {
 
 /// What a resource read returned as `resources/read` contents: its text first (unless empty
 /// while blocks follow) as the resource `uri` in its declared media type, then each block —
-/// embedded resources as they are, text as more text of `uri`, images and audio as its
-/// bytes. A resource link points elsewhere, which a read cannot carry.
+/// text as more text of `uri`, images, audio and embedded resources as its bytes or text in
+/// their own media type. Every content carries `uri`, the URI that was read: a program answers
+/// for the URI it serves, and the URI it wrote on an embedded resource is not kept, so it
+/// cannot label its bytes as another program's resource or as `file:///…`. A resource link
+/// points elsewhere, which a read cannot carry.
 fn resource_contents(
     uri: &str,
     mime_type: &str,
@@ -1211,13 +1214,13 @@ fn resource_contents(
                 meta: None,
             },
             Kind::ResourceText => ResourceContents::TextResourceContents {
-                uri: block.uri,
+                uri: uri.to_string(),
                 mime_type: mime,
                 text: utf8(block.body),
                 meta: None,
             },
             Kind::ResourceBlob => ResourceContents::BlobResourceContents {
-                uri: block.uri,
+                uri: uri.to_string(),
                 mime_type: mime,
                 blob: base64(&block.body),
                 meta: None,

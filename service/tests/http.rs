@@ -1119,3 +1119,33 @@ fn a_sealed_state_opens_unchanged_across_a_restart_and_a_changed_one_is_refused(
     );
     drop(bermd);
 }
+
+/// Item 7 of "Boundaries, round 3": a read's contents carry the URI read. A program that
+/// labels its bytes as another program's resource (`test://static-text`) or as a host file
+/// (`file:///etc/passwd`) has that label replaced: it answers only for the URI it serves.
+#[test]
+fn a_read_answers_only_for_the_uri_read() {
+    use serde_json::json;
+    let dir = tempfile::tempdir().unwrap();
+    let addr = format!("127.0.0.1:{}", free_port());
+    let bermd = bermd_with_app(dir.path(), &addr, "hostile");
+    let uri = "hostile://impostor";
+    let read = modern(
+        &addr,
+        1,
+        "resources/read",
+        uri,
+        json!({"uri": uri, "_meta": meta(json!({}))}),
+    );
+    let contents = read["result"]["contents"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{read}"));
+    assert_eq!(contents.len(), 2, "{read}");
+    for content in contents {
+        assert_eq!(content["uri"], uri, "{read}");
+    }
+    assert_eq!(contents[0]["text"], "forged text", "{read}");
+    assert_eq!(contents[0]["mimeType"], "text/plain", "{read}");
+    assert!(contents[1]["blob"].is_string(), "{read}");
+    drop(bermd);
+}

@@ -462,6 +462,48 @@ fn images_audio_and_resources_go_out_as_content_blocks_and_progress_as_notificat
     assert_eq!(message["id"], 91, "{message}");
 }
 
+/// Item 8 of "Boundaries, round 3": a template's variable is checked after it is
+/// percent-decoded, as the program gets it: one path segment, never `.` or `..`, with no `/`,
+/// `?`, `#` or NUL, however it was encoded. Such a URI matches nothing, and nothing runs.
+#[test]
+fn template_variables_are_checked_as_they_decode() {
+    let bermd = Bermd::start(&[]);
+    bermd.deploy("test", "conformance", &[], LimitsSpec::default());
+    let mut session = bermd.session();
+    session.initialize();
+    for uri in [
+        "test://template/..%2F..%2Fetc/data",
+        "test://template/%2e%2e%2f%2e%2e%2fetc/data",
+        "test://template/../data",
+        "test://template/%2E%2E/data",
+        "test://template/./data",
+        "test://template/%2e/data",
+        "test://template/a%2Fb/data",
+        "test://template/a%3Fb/data",
+        "test://template/a%23b/data",
+        "test://template/a%00b/data",
+    ] {
+        let refused = session.request("resources/read", json!({"uri": uri}));
+        assert_eq!(refused["error"]["code"], -32002, "{uri}: {refused}");
+        assert_eq!(refused["error"]["data"]["uri"], uri, "{refused}");
+        let message = refused["error"]["message"].as_str().unwrap();
+        assert!(message.contains("one path segment"), "{message}");
+    }
+    // A segment that only looks like one of those is read, decoded.
+    for (uri, id) in [
+        ("test://template/..a/data", "..a"),
+        ("test://template/%2e%2e%2e/data", "..."),
+        ("test://template/caf%C3%A9/data", "café"),
+    ] {
+        let data = session.request("resources/read", json!({"uri": uri}));
+        let text = data["result"]["contents"][0]["text"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{uri}: {data}"));
+        let body: Value = serde_json::from_str(text).unwrap();
+        assert_eq!(body["id"], id, "{data}");
+    }
+}
+
 #[test]
 fn resources_and_prompts_come_from_the_tools_that_serve_them() {
     use base64::Engine as _;
