@@ -506,7 +506,7 @@ pub fn metrics_router(service: Arc<Service>) -> axum::Router {
 /// connection can.
 #[derive(Clone)]
 struct HttpCap {
-    /// Whose catalog says which arguments a 2026-07-28 call mirrors into headers.
+    /// Whose catalog says which arguments a call mirrors into headers.
     service: Arc<Service>,
     sessions: Arc<LocalSessionManager>,
     in_flight: Arc<tokio::sync::Semaphore>,
@@ -538,16 +538,10 @@ impl HttpCap {
         // call is a POST without a session id, and must not be rate-limited as a new session.
         let mut request = request;
         let mut opens_session = false;
-        // 2026-07-28 and later: a tools/call's `Mcp-Param-*` headers are checked against its
-        // body (SEP-2243), so its body is read here too.
-        let mirrors_params = request
-            .headers()
-            .get("mcp-protocol-version")
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| v.trim() >= "2026-07-28");
-        if request.method() == axum::http::Method::POST
-            && (mirrors_params || !request.headers().contains_key("mcp-session-id"))
-        {
+        // Every POST's body is read here: a tools/call's `Mcp-Param-*` headers are checked
+        // against it (SEP-2243) whatever protocol version the request claims, and a body this
+        // cannot read is refused rather than passed on unchecked.
+        if request.method() == axum::http::Method::POST {
             let (parts, body) = request.into_parts();
             let Ok(bytes) = axum::body::to_bytes(body, self.max_body).await else {
                 return (
@@ -559,8 +553,12 @@ impl HttpCap {
                 )
                     .into_response();
             };
-            opens_session = is_initialize(&bytes);
-            if mirrors_params && let Some(refused) = self.param_headers(&parts.headers, &bytes) {
+            let head = match crate::param_headers::read_head(&bytes) {
+                Ok(head) => head,
+                Err(unreadable) => return refusal(None, unreadable.code(), &unreadable),
+            };
+            opens_session = head.method.as_deref() == Some("initialize");
+            if let Some(refused) = self.param_headers(&parts.headers, &head, &bytes) {
                 return refused;
             }
             request = Request::from_parts(parts, axum::body::Body::from(bytes));
@@ -586,68 +584,50 @@ impl HttpCap {
 }
 
 impl HttpCap {
-    /// For a `tools/call` of a tool with mirrored arguments, the refusal when a
-    /// `Mcp-Param-*` header does not say what the body says: HTTP 400 with JSON-RPC error
-    /// [`crate::param_headers::HEADER_MISMATCH`], as SEP-2243 has it. Anything else passes
-    /// on to rmcp, which answers a malformed body or an unknown tool itself.
-    fn param_headers(&self, headers: &axum::http::HeaderMap, body: &[u8]) -> Option<Response> {
-        // First only the method and the tool's name (the arguments are skipped, not built):
-        // most tools mirror nothing, and their calls pay no more than this.
-        #[derive(serde::Deserialize)]
-        struct Head<'a> {
-            #[serde(borrow)]
-            method: Option<std::borrow::Cow<'a, str>>,
-            #[serde(borrow)]
-            params: Option<HeadParams<'a>>,
-        }
-        #[derive(serde::Deserialize)]
-        struct HeadParams<'a> {
-            #[serde(borrow)]
-            name: Option<std::borrow::Cow<'a, str>>,
-        }
-        #[derive(serde::Deserialize)]
-        struct Call {
-            id: Option<serde_json::Value>,
-            params: CallParams,
-        }
-        #[derive(serde::Deserialize)]
-        struct CallParams {
-            arguments: Option<serde_json::Map<String, serde_json::Value>>,
-        }
-        let head: Head<'_> = serde_json::from_slice(body).ok()?;
-        if head.method.as_deref() != Some("tools/call") {
-            return None;
-        }
+    /// For a `tools/call` of a tool with mirrored arguments, the refusal when its
+    /// `Mcp-Param-*` headers do not say what the body says, whatever version the request
+    /// claims: HTTP 400 with JSON-RPC error [`crate::param_headers::HEADER_MISMATCH`], as
+    /// SEP-2243 has it; a body whose arguments cannot be read is refused too. Anything else
+    /// passes on to rmcp, which answers an unknown tool itself.
+    fn param_headers(
+        &self,
+        headers: &axum::http::HeaderMap,
+        head: &crate::param_headers::Head<'_>,
+        body: &[u8],
+    ) -> Option<Response> {
+        // Most tools mirror nothing, and their calls pay no more than the head's parse.
         let catalog = self.service.catalog();
-        let tool = catalog.get(head.params?.name.as_deref()?)?;
+        let tool = catalog.get(head.called_tool()?)?;
         if tool.headers.is_empty() {
             return None;
         }
-        let call: Call = serde_json::from_slice(body).ok()?;
-        let params = call.params;
-        let mismatch =
-            crate::param_headers::check_request(&tool.headers, headers, params.arguments.as_ref())
-                .err()?;
-        let body = serde_json::json!({
-            "jsonrpc": "2.0",
-            "id": call.id,
-            "error": {"code": crate::param_headers::HEADER_MISMATCH, "message": mismatch.to_string()},
-        });
-        Some((StatusCode::BAD_REQUEST, axum::Json(body)).into_response())
+        let call = match crate::param_headers::read_call(body) {
+            Ok(call) => call,
+            Err(unreadable) => return Some(refusal(None, unreadable.code(), &unreadable)),
+        };
+        let mismatch = crate::param_headers::check_request(
+            &tool.headers,
+            headers,
+            call.arguments(),
+            head.mirrors(headers),
+        )
+        .err()?;
+        Some(refusal(
+            call.id,
+            crate::param_headers::HEADER_MISMATCH,
+            &mismatch,
+        ))
     }
 }
 
-/// Whether a POST body is a JSON-RPC `initialize` request: only its `method` is read.
-fn is_initialize(body: &[u8]) -> bool {
-    #[derive(serde::Deserialize)]
-    struct Head<'a> {
-        #[serde(borrow)]
-        method: Option<std::borrow::Cow<'a, str>>,
-    }
-    serde_json::from_slice::<Head<'_>>(body)
-        .ok()
-        .and_then(|head| head.method)
-        .is_some_and(|method| method == "initialize")
+/// A request refused before rmcp sees it: HTTP 400 with a JSON-RPC error `code` saying why.
+fn refusal(id: Option<serde_json::Value>, code: i64, why: &dyn std::fmt::Display) -> Response {
+    let body = serde_json::json!({
+        "jsonrpc": "2.0",
+        "id": id,
+        "error": {"code": code, "message": why.to_string()},
+    });
+    (StatusCode::BAD_REQUEST, axum::Json(body)).into_response()
 }
 
 async fn require_bearer(token: &Token, request: Request, next: Next) -> Response {

@@ -6,11 +6,17 @@
 //! things.
 //!
 //! Deploy refuses a schema whose annotations a client would reject ([`check_schema`]); the HTTP
-//! listener checks each 2026-07-28 `tools/call` against its tool's [`ParamHeader`]s
-//! ([`check_request`]). Written here rather than taken from rmcp: rmcp checks the standard
-//! `Mcp-Method` and `Mcp-Name` headers, but knows nothing of a tool's schema.
+//! listener reads every POST body first ([`read_head`], [`read_call`]) and checks each
+//! `tools/call` against its tool's [`ParamHeader`]s ([`check_request`]), whatever protocol
+//! version the request claims: what a proxy routed on must be what the program runs on. A
+//! body bermd cannot read (not JSON, a key written twice) is refused rather than passed on
+//! unchecked. Written here rather than taken from rmcp: rmcp checks the standard `Mcp-Method`
+//! and `Mcp-Name` headers, but knows nothing of a tool's schema.
+
+use std::borrow::Cow;
 
 use base64::Engine as _;
+use serde::Deserialize;
 use serde_json::Value;
 
 /// The JSON-RPC error code SEP-2243 names for a header that does not match the body.
@@ -82,9 +88,171 @@ pub fn check_schema(schema: &Value) -> Result<(), String> {
     Ok(())
 }
 
+/// The protocol version from which a client must mirror arguments into headers.
+pub const MIRRORING_VERSION: &str = "2026-07-28";
+
+/// What bermd reads of a POST body before rmcp does: its method, the name a `tools/call`
+/// names, and the protocol version its `_meta` claims. Borrowed: most requests cost no more
+/// than finding these.
+#[derive(Debug, Deserialize)]
+pub struct Head<'a> {
+    /// The JSON-RPC method; none for a response.
+    #[serde(borrow, default)]
+    pub method: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    params: Option<HeadParams<'a>>,
+}
+
+#[derive(Debug, Deserialize)]
+struct HeadParams<'a> {
+    #[serde(borrow, default)]
+    name: Option<Cow<'a, str>>,
+    #[serde(borrow, default, rename = "_meta")]
+    meta: Option<HeadMeta<'a>>,
+}
+
+#[derive(Debug, Deserialize)]
+struct HeadMeta<'a> {
+    #[serde(borrow, default, rename = "io.modelcontextprotocol/protocolVersion")]
+    protocol_version: Option<Cow<'a, str>>,
+}
+
+impl Head<'_> {
+    /// The tool a `tools/call` names; `None` for any other message.
+    pub fn called_tool(&self) -> Option<&str> {
+        if self.method.as_deref() != Some("tools/call") {
+            return None;
+        }
+        self.params.as_ref()?.name.as_deref()
+    }
+
+    /// Whether the request speaks a version whose clients must mirror arguments into headers,
+    /// by its `MCP-Protocol-Version` header (any of them) or by its body's `_meta`: either
+    /// one saying so is enough, so claiming an older version in one place does not lift the
+    /// check on a missing header.
+    pub fn mirrors(&self, headers: &axum::http::HeaderMap) -> bool {
+        let says = |version: &str| version.trim() >= MIRRORING_VERSION;
+        let in_body = self
+            .params
+            .as_ref()
+            .and_then(|p| p.meta.as_ref())
+            .and_then(|m| m.protocol_version.as_deref())
+            .is_some_and(says);
+        in_body
+            || headers
+                .get_all("mcp-protocol-version")
+                .iter()
+                .filter_map(|v| v.to_str().ok())
+                .any(says)
+    }
+}
+
+/// A POST body bermd cannot read, so cannot check: it is refused, never passed on.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "bermd cannot read this request's body: {0}; send one JSON-RPC message, each key in it once"
+)]
+pub struct Unreadable(#[source] serde_json::Error);
+
+impl Unreadable {
+    /// The JSON-RPC error code: `-32700` (parse error) for text that is not JSON, `-32600`
+    /// (invalid request) for JSON that is not a message bermd can read.
+    pub fn code(&self) -> i64 {
+        match self.0.classify() {
+            serde_json::error::Category::Syntax | serde_json::error::Category::Eof => -32700,
+            _ => -32600,
+        }
+    }
+}
+
+/// The [`Head`] of a POST body.
+///
+/// # Errors
+/// [`Unreadable`] when it is not JSON, or names `method`, `params`, `name` or `_meta` twice,
+/// or one of them is not of its type.
+pub fn read_head(body: &[u8]) -> Result<Head<'_>, Unreadable> {
+    serde_json::from_slice(body).map_err(Unreadable)
+}
+
+/// What a `tools/call` carries that its headers must agree with.
+#[derive(Debug, Deserialize)]
+pub struct Call {
+    /// The request's id, for the refusal.
+    #[serde(default)]
+    pub id: Option<Value>,
+    #[serde(default)]
+    params: Option<CallParams>,
+}
+
+#[derive(Debug, Deserialize)]
+struct CallParams {
+    #[serde(default)]
+    arguments: Option<Arguments>,
+}
+
+impl Call {
+    /// The call's arguments, when it has any.
+    pub fn arguments(&self) -> Option<&serde_json::Map<String, Value>> {
+        Some(&self.params.as_ref()?.arguments.as_ref()?.0)
+    }
+}
+
+/// The [`Call`] of a `tools/call` body.
+///
+/// # Errors
+/// [`Unreadable`] when it names `id`, `params` or `arguments` twice, or an argument twice
+/// (which whatever reads the body next might take one way and a proxy another).
+pub fn read_call(body: &[u8]) -> Result<Call, Unreadable> {
+    serde_json::from_slice(body).map_err(Unreadable)
+}
+
+/// A call's arguments, each named once.
+#[derive(Debug)]
+struct Arguments(serde_json::Map<String, Value>);
+
+impl<'de> Deserialize<'de> for Arguments {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = Arguments;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an object of arguments")
+            }
+
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Arguments, A::Error> {
+                let mut arguments = serde_json::Map::new();
+                while let Some(key) = map.next_key::<String>()? {
+                    let value: Value = map.next_value()?;
+                    if arguments.contains_key(&key) {
+                        return Err(serde::de::Error::custom(format!(
+                            "argument `{key}` is written twice"
+                        )));
+                    }
+                    arguments.insert(key, value);
+                }
+                Ok(Arguments(arguments))
+            }
+        }
+        deserializer.deserialize_map(Visitor)
+    }
+}
+
 /// Why a request's `Mcp-Param-*` headers do not say what its body says.
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
 pub enum Mismatch {
+    /// The header is sent more than once: whatever routed on one of them may not have read
+    /// the one checked.
+    #[error("header Mcp-Param-{header} is sent {times} times; send it once")]
+    Repeated {
+        /// The header's name after `Mcp-Param-`.
+        header: String,
+        /// How many times.
+        times: usize,
+    },
     /// The argument is in the body, the header is not.
     #[error("argument `{param}` is in the body but header Mcp-Param-{header} is missing")]
     Missing {
@@ -120,19 +288,32 @@ pub enum Mismatch {
 }
 
 /// Checks each of `params`' headers in `headers` against `arguments` (the body's
-/// `params.arguments`).
+/// `params.arguments`): a header sent must be sent once and say what the argument says, and
+/// one sent for an absent argument is refused. A header missing for an argument in the body
+/// is refused when `required` (a client speaking [`MIRRORING_VERSION`] or later, which must
+/// send it); an older client does not know to send it.
 pub fn check_request(
     params: &[ParamHeader],
     headers: &axum::http::HeaderMap,
     arguments: Option<&serde_json::Map<String, Value>>,
+    required: bool,
 ) -> Result<(), Mismatch> {
     for ParamHeader { param, header } in params {
-        let sent = headers.get(format!("mcp-param-{header}").as_str());
+        let all = headers.get_all(format!("mcp-param-{header}").as_str());
+        let times = all.iter().count();
+        if times > 1 {
+            return Err(Mismatch::Repeated {
+                header: header.clone(),
+                times,
+            });
+        }
+        let sent = all.iter().next();
         let value = arguments
             .and_then(|a| a.get(param))
             .filter(|v| !v.is_null());
         let (sent, value) = match (sent, value) {
             (None, None) => continue,
+            (None, Some(_)) if !required => continue,
             (None, Some(_)) => {
                 return Err(Mismatch::Missing {
                     param: param.clone(),
@@ -266,7 +447,7 @@ mod tests {
                     axum::http::HeaderValue::from_str(v).unwrap(),
                 );
             }
-            check_request(&params, &map, args.as_object())
+            check_request(&params, &map, args.as_object(), true)
         };
         let args = json!({"region": "Hello", "n": 3, "q": "x"});
         assert_eq!(
@@ -321,5 +502,73 @@ mod tests {
             check(&[("Mcp-Param-N", "1")], json!({"q": "x"})),
             Err(Mismatch::Unexpected { .. })
         ));
+    }
+
+    #[test]
+    fn a_repeated_header_is_refused_and_a_missing_one_only_when_required() {
+        let params = of_schema(&json!({"type": "object", "properties": {
+            "region": {"type": "string", "x-mcp-header": "Region"}}}));
+        let args = json!({"region": "eu"});
+        let mut twice = axum::http::HeaderMap::new();
+        for value in ["eu", "us"] {
+            twice.append("mcp-param-region", value.parse().unwrap());
+        }
+        for required in [true, false] {
+            assert_eq!(
+                check_request(&params, &twice, args.as_object(), required),
+                Err(Mismatch::Repeated {
+                    header: "Region".into(),
+                    times: 2
+                })
+            );
+        }
+        let none = axum::http::HeaderMap::new();
+        assert!(matches!(
+            check_request(&params, &none, args.as_object(), true),
+            Err(Mismatch::Missing { .. })
+        ));
+        assert_eq!(
+            check_request(&params, &none, args.as_object(), false),
+            Ok(())
+        );
+        let mut other = axum::http::HeaderMap::new();
+        other.insert("mcp-param-region", "us".parse().unwrap());
+        assert!(matches!(
+            check_request(&params, &other, args.as_object(), false),
+            Err(Mismatch::Differs { .. })
+        ));
+    }
+
+    #[test]
+    fn bodies_with_a_key_twice_are_unreadable() {
+        let head = read_head(br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}"#).unwrap();
+        assert_eq!(head.called_tool(), Some("t"));
+        assert!(head.mirrors(&axum::http::HeaderMap::new()));
+        let old = read_head(br#"{"method":"tools/call","params":{"name":"t"}}"#).unwrap();
+        assert!(!old.mirrors(&axum::http::HeaderMap::new()));
+        let mut modern = axum::http::HeaderMap::new();
+        modern.append("mcp-protocol-version", "2025-11-25".parse().unwrap());
+        modern.append("mcp-protocol-version", "2026-07-28".parse().unwrap());
+        assert!(old.mirrors(&modern));
+        for twice in [
+            &br#"{"method":"ping","method":"tools/call","params":{"name":"t"}}"#[..],
+            br#"{"method":"tools/call","params":{"name":"a"},"params":{"name":"t"}}"#,
+            br#"{"method":"tools/call","params":{"name":"a","name":"t"}}"#,
+        ] {
+            let e = read_head(twice).unwrap_err();
+            assert_eq!(e.code(), -32600, "{e}");
+        }
+        assert_eq!(read_head(b"{not json").unwrap_err().code(), -32700);
+        let call =
+            read_call(br#"{"id":3,"params":{"name":"t","arguments":{"region":"eu"}}}"#).unwrap();
+        assert_eq!(call.arguments().unwrap()["region"], "eu");
+        assert_eq!(call.id, Some(json!(3)));
+        let e = read_call(br#"{"id":3,"params":{"arguments":{"region":"eu","region":"us"}}}"#)
+            .unwrap_err();
+        assert!(
+            e.to_string().contains("argument `region` is written twice"),
+            "{e}"
+        );
+        assert!(read_call(br#"{"id":3,"id":4,"params":{}}"#).is_err());
     }
 }

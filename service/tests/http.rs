@@ -1149,3 +1149,127 @@ fn a_read_answers_only_for_the_uri_read() {
     assert!(contents[1]["blob"].is_string(), "{read}");
     drop(bermd);
 }
+
+/// Item 6 of "Boundaries, round 3": `Mcp-Param-*` headers are checked whatever protocol
+/// version the request claims — a header sent twice is refused, one that differs from the
+/// body is refused on a 2025 session too — and a body bermd cannot read (an argument written
+/// twice) is refused rather than passed on unchecked. Only a missing header is asked of
+/// 2026-07-28 clients alone: older ones do not know to send it.
+#[test]
+fn mirrored_argument_headers_are_checked_whatever_version_the_request_claims() {
+    let dir = tempfile::tempdir().unwrap();
+    let addr = format!("127.0.0.1:{}", free_port());
+    let bermd = bermd_with_app(dir.path(), &addr, "conformance");
+    let bearer = format!("Bearer {TOKEN}");
+    let modern_body = |arguments: &str| {
+        format!(
+            r#"{{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{{"name":"test_routed","arguments":{arguments},"_meta":{{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{{}}}}}}}}"#
+        )
+    };
+    let modern_call = |regions: &[&str], body: &str| {
+        let mut headers = vec![
+            ("Authorization", bearer.as_str()),
+            ("MCP-Protocol-Version", "2026-07-28"),
+            ("Mcp-Method", "tools/call"),
+            ("Mcp-Name", "test_routed"),
+        ];
+        headers.extend(regions.iter().map(|r| ("Mcp-Param-Region", *r)));
+        post(&addr, &addr, &headers, body)
+    };
+    let refused = |answer: &Answer, code: i64, why: &str| {
+        assert_eq!(answer.status, 400, "{}{}", answer.head, answer.body);
+        let body: serde_json::Value = serde_json::from_str(answer.body.trim()).unwrap();
+        assert_eq!(body["error"]["code"], code, "{body}");
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(message.contains(why), "{message}");
+    };
+    let hello = modern_body(r#"{"region":"Hello"}"#);
+    let ok = modern_call(&["Hello"], &hello);
+    assert!(
+        ok.body.contains("routed to Hello"),
+        "{}{}",
+        ok.head,
+        ok.body
+    );
+    // The header twice, the first one matching: a proxy may have routed on the second.
+    for twice in [["Hello", "Elsewhere"], ["Hello", "Hello"]] {
+        refused(
+            &modern_call(&twice, &hello),
+            -32020,
+            "header Mcp-Param-Region is sent 2 times",
+        );
+    }
+    // An argument written twice: a proxy reading the first would route on "Elsewhere".
+    refused(
+        &modern_call(
+            &["Hello"],
+            &modern_body(r#"{"region":"Elsewhere","region":"Hello"}"#),
+        ),
+        -32600,
+        "argument `region` is written twice",
+    );
+
+    // A 2025 session: its client does not mirror arguments, but a header it sends is checked.
+    let opened = initialize(&addr, &addr, &[("Authorization", &bearer)]);
+    assert_eq!(opened.status, 200, "{}", opened.head);
+    let session = opened
+        .head
+        .lines()
+        .find_map(|line| {
+            let (name, value) = line.split_once(':')?;
+            name.eq_ignore_ascii_case("mcp-session-id")
+                .then(|| value.trim().to_string())
+        })
+        .unwrap_or_else(|| panic!("no session id: {}", opened.head));
+    let in_session = |extra: &[(&str, &str)], body: &str| {
+        let mut headers = vec![
+            ("Mcp-Session-Id", session.as_str()),
+            ("Authorization", bearer.as_str()),
+            ("MCP-Protocol-Version", "2025-06-18"),
+        ];
+        headers.extend_from_slice(extra);
+        post(&addr, &addr, &headers, body)
+    };
+    let initialized = in_session(
+        &[],
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+    );
+    assert_eq!(initialized.status, 202, "{}", initialized.head);
+    let old_body = r#"{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"test_routed","arguments":{"region":"Hello"}}}"#;
+    refused(
+        &in_session(&[("Mcp-Param-Region", "Elsewhere")], old_body),
+        -32020,
+        "header Mcp-Param-Region does not match argument `region`",
+    );
+    refused(
+        &in_session(
+            &[
+                ("Mcp-Param-Region", "Hello"),
+                ("Mcp-Param-Region", "Elsewhere"),
+            ],
+            old_body,
+        ),
+        -32020,
+        "is sent 2 times",
+    );
+    refused(
+        &in_session(
+            &[("Mcp-Param-Region", "Hello")],
+            r#"{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"test_simple_text","arguments":{}},"params":{"name":"test_routed","arguments":{"region":"Elsewhere"}}}"#,
+        ),
+        -32600,
+        "duplicate field `params`",
+    );
+    // Without the header, as a 2025 client sends it, and with it matching: the call runs.
+    for extra in [&[][..], &[("Mcp-Param-Region", "Hello")][..]] {
+        let ran = in_session(extra, old_body);
+        assert_eq!(ran.status, 200, "{}{}", ran.head, ran.body);
+        assert!(
+            ran.body.contains("routed to Hello"),
+            "{}{}",
+            ran.head,
+            ran.body
+        );
+    }
+    drop(bermd);
+}
