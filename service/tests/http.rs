@@ -1128,8 +1128,8 @@ fn a_read_answers_only_for_the_uri_read() {
     use serde_json::json;
     let dir = tempfile::tempdir().unwrap();
     let addr = format!("127.0.0.1:{}", free_port());
-    let bermd = bermd_with_app(dir.path(), &addr, "hostile");
-    let uri = "hostile://impostor";
+    let bermd = bermd_with_app(dir.path(), &addr, "impostor");
+    let uri = "impostor://forged";
     let read = modern(
         &addr,
         1,
