@@ -126,12 +126,11 @@ impl McpServer {
 }
 
 impl McpServer {
-    /// What a 2026-07-28 client sent back to entry `name` of program `digest`: its input
-    /// responses as JSON and the state it returned, opened (`-32602` when it does not open).
+    /// What a 2026-07-28 client sent back with `request`: its input responses as JSON and
+    /// the state it returned, opened (`-32602` when it does not open for this request).
     fn answered_input(
         &self,
-        name: &str,
-        digest: &berm::Digest,
+        request: &crate::ask::SealedFor<'_>,
         responses: Option<rmcp::model::InputResponses>,
         sealed: Option<&str>,
     ) -> Result<(Vec<u8>, Vec<u8>), McpError> {
@@ -139,7 +138,7 @@ impl McpServer {
             Some(sealed) => self
                 .service
                 .ask_key()
-                .open(digest, name, sealed)
+                .open(request, sealed)
                 .map_err(|e| McpError::invalid_params(e.to_string(), None))?,
             None => Vec::new(),
         };
@@ -179,6 +178,32 @@ impl Found {
     }
 }
 
+/// One request that runs an entry: what runs, and what a state sealed for it is bound to.
+#[derive(Clone, Copy)]
+struct Run<'a> {
+    /// The MCP method, named in the call's span and bound into a sealed state.
+    method: &'static str,
+    /// The entry's served name.
+    name: &'a str,
+    /// The arguments the program gets.
+    args: &'a serde_json::Value,
+    /// What the request named, bound into a sealed state ([`crate::ask::SealedFor::sent`]):
+    /// a call's or a prompt's arguments, a read's URI.
+    sent: &'a serde_json::Value,
+}
+
+impl<'a> Run<'a> {
+    /// The request a state of this run is sealed for, when its program is `digest`.
+    fn sealed_for(&self, digest: &'a berm::Digest) -> crate::ask::SealedFor<'a> {
+        crate::ask::SealedFor {
+            digest,
+            method: self.method,
+            served: self.name,
+            sent: self.sent,
+        }
+    }
+}
+
 /// Most times one request's program may ask a 2025-11-25 client before it must give a result.
 pub const MAX_ASK_ROUNDS: usize = 8;
 
@@ -197,22 +222,23 @@ enum Asked {
 }
 
 impl McpServer {
-    /// Runs entry `name`, and when its program asks for input (`berm.ask`): on 2026-07-28
-    /// returns the input-required result with its state sealed; on older sessions asks the
-    /// client over the session and runs the entry again with the answers, up to
-    /// [`MAX_ASK_ROUNDS`] times. `answered` is what a 2026-07-28 client sent back, its
-    /// responses and the sealed state (a state that does not open is `-32602`); `entry` is
-    /// what the caller found of it in the catalog (`None`: not served, which the run then
-    /// says). `method` names the MCP method in the call's span.
+    /// Runs the entry `run` names, and when its program asks for input (`berm.ask`): on
+    /// 2026-07-28 returns the input-required result with its state sealed for this request;
+    /// on older sessions asks the client over the session and runs the entry again with the
+    /// answers, up to [`MAX_ASK_ROUNDS`] times. `answered` is what a 2026-07-28 client sent
+    /// back, its responses and the sealed state (a state that does not open for this request
+    /// is `-32602`); `entry` is what the caller found of it in the catalog (`None`: not
+    /// served, which the run then says).
     async fn run_asking(
         &self,
-        method: &'static str,
-        name: &str,
+        run: Run<'_>,
         entry: Option<Found>,
-        args: &serde_json::Value,
         answered: (Option<rmcp::model::InputResponses>, Option<&str>),
         context: &RequestContext<RoleServer>,
     ) -> Result<Asked, McpError> {
+        let Run {
+            method, name, args, ..
+        } = run;
         let (responses, sealed) = answered;
         let digest = entry.map(|e| e.digest);
         // What the client declared goes to a program that reads its input only: building it
@@ -226,8 +252,8 @@ impl McpServer {
         } else {
             Vec::new()
         };
-        let (mut responses, mut state) = match digest {
-            Some(digest) => self.answered_input(name, &digest, responses, sealed)?,
+        let (mut responses, mut state) = match &digest {
+            Some(digest) => self.answered_input(&run.sealed_for(digest), responses, sealed)?,
             None => Default::default(),
         };
         let modern = context
@@ -259,7 +285,7 @@ impl McpServer {
                 let sealed = self
                     .service
                     .ask_key()
-                    .seal(&digest, name, &ask.state)
+                    .seal(&run.sealed_for(&digest), &ask.state)
                     .map_err(|e| McpError::internal_error(e.to_string(), None))?;
                 return Ok(Asked::Input(InputRequiredResult::new(
                     Some(requests),
@@ -657,13 +683,21 @@ impl ServerHandler for McpServer {
             // An `ask_first` tool's rounds before its answers are plain calls (below).
             if speaks_tasks && (answered || !spec.ask_first) {
                 let args = serde_json::Value::Object(request.arguments.unwrap_or_default());
-                let input = match (spec.ask_first, digest) {
-                    (true, Some(digest)) => Some(self.answered_input(
-                        &request.name,
-                        &digest,
-                        request.input_responses,
-                        request.request_state.as_deref(),
-                    )?),
+                let input = match (spec.ask_first, &digest) {
+                    (true, Some(digest)) => {
+                        // The state of its first rounds, sealed for this tools/call.
+                        let run = Run {
+                            method: "tools/call",
+                            name: &request.name,
+                            args: &args,
+                            sent: &args,
+                        };
+                        Some(self.answered_input(
+                            &run.sealed_for(digest),
+                            request.input_responses,
+                            request.request_state.as_deref(),
+                        )?)
+                    }
                     _ => None,
                 };
                 return self
@@ -689,12 +723,16 @@ impl ServerHandler for McpServer {
             }
         }
         let args = serde_json::Value::Object(request.arguments.unwrap_or_default());
+        let run = Run {
+            method: "tools/call",
+            name: &request.name,
+            args: &args,
+            sent: &args,
+        };
         let asked = self
             .run_asking(
-                "tools/call",
-                &request.name,
+                run,
                 found,
-                &args,
                 (request.input_responses, request.request_state.as_deref()),
                 &context,
             )
@@ -787,12 +825,18 @@ impl ServerHandler for McpServer {
         let mime_type = read.mime_type.to_string();
         let (served, found, args) = (read.served.to_string(), Found::of(read.entry), read.args);
         drop(catalog);
+        // A state is bound to the URI read, not to the variables it decodes to.
+        let sent = serde_json::Value::String(uri.clone());
+        let run = Run {
+            method: "resources/read",
+            name: &served,
+            args: &args,
+            sent: &sent,
+        };
         let asked = self
             .run_asking(
-                "resources/read",
-                &served,
+                run,
                 Some(found),
-                &args,
                 (request.input_responses, request.request_state.as_deref()),
                 &context,
             )
@@ -920,12 +964,16 @@ impl ServerHandler for McpServer {
             return Err(unknown(&name));
         }
         let args = serde_json::Value::Object(request.arguments.unwrap_or_default());
+        let run = Run {
+            method: "prompts/get",
+            name: &name,
+            args: &args,
+            sent: &args,
+        };
         let asked = self
             .run_asking(
-                "prompts/get",
-                &name,
+                run,
                 found,
-                &args,
                 (request.input_responses, request.request_state.as_deref()),
                 &context,
             )

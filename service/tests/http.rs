@@ -1120,6 +1120,101 @@ fn a_sealed_state_opens_unchanged_across_a_restart_and_a_changed_one_is_refused(
     drop(bermd);
 }
 
+/// Item 5 of "Boundaries, round 3": a sealed `requestState` opens only for the request it was
+/// sealed for — the same method, served name and arguments (their canonical JSON: key order
+/// and spacing aside), or for a read the same URI. The answers a person gave to "delete
+/// a.txt?" do not delete b.txt, and a confirmation to read `/1/guarded` reads no other id.
+#[test]
+fn a_sealed_state_opens_only_for_the_same_method_name_and_arguments() {
+    use serde_json::json;
+    let dir = tempfile::tempdir().unwrap();
+    let addr = format!("127.0.0.1:{}", free_port());
+    let bermd = bermd_with_app(dir.path(), &addr, "conformance");
+    let client = meta(json!({"elicitation": {}}));
+    let accept = json!({"confirm": {"action": "accept", "content": {"ok": true}}});
+    let refused_for = |answer: &serde_json::Value, what: &str| {
+        assert_eq!(answer["error"]["code"], -32602, "{answer}");
+        let message = answer["error"]["message"].as_str().unwrap();
+        assert!(message.contains(what), "{message}");
+    };
+
+    // A tool's call: sealed for its arguments.
+    let delete = |id, arguments: serde_json::Value, answered: serde_json::Value| {
+        let mut params = json!({"name": "confirm_delete", "arguments": arguments, "_meta": client});
+        params
+            .as_object_mut()
+            .unwrap()
+            .extend(answered.as_object().unwrap().clone());
+        modern(&addr, id, "tools/call", "confirm_delete", params)
+    };
+    let asked = delete(1, json!({"filename": "a.txt"}), json!({}));
+    assert_eq!(asked["result"]["resultType"], "input_required", "{asked}");
+    let state = asked["result"]["requestState"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let answered = json!({"inputResponses": accept, "requestState": state});
+    for other in [
+        json!({"filename": "b.txt"}),
+        json!({}),
+        json!({"filename": "a.txt", "x": 1}),
+    ] {
+        let replayed = delete(2, other, answered.clone());
+        refused_for(
+            &replayed,
+            "sealed for a tools/call of `confirm_delete` with other arguments than this one",
+        );
+    }
+    // The same arguments open it (key order and spacing aside: `ask`'s unit tests).
+    let done = delete(3, json!({"filename": "a.txt"}), answered.clone());
+    assert_eq!(
+        done["result"]["content"][0]["text"], "Deleted a.txt.",
+        "{done}"
+    );
+    // Another tool's call does not.
+    let mut params = json!({"name": "test_input_required_result_request_state", "arguments": {"filename": "a.txt"}, "_meta": client});
+    params
+        .as_object_mut()
+        .unwrap()
+        .extend(answered.as_object().unwrap().clone());
+    let elsewhere = modern(
+        &addr,
+        4,
+        "tools/call",
+        "test_input_required_result_request_state",
+        params,
+    );
+    refused_for(&elsewhere, "failed its integrity check");
+
+    // A read of a template: sealed for the URI read.
+    let read = |id, uri: &str, answered: serde_json::Value| {
+        let mut params = json!({"uri": uri, "_meta": client});
+        params
+            .as_object_mut()
+            .unwrap()
+            .extend(answered.as_object().unwrap().clone());
+        modern(&addr, id, "resources/read", uri, params)
+    };
+    let asked = read(5, "test://template/1/guarded", json!({}));
+    assert_eq!(asked["result"]["resultType"], "input_required", "{asked}");
+    let state = asked["result"]["requestState"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let answered = json!({"inputResponses": accept, "requestState": state});
+    let replayed = read(6, "test://template/2/guarded", answered.clone());
+    refused_for(
+        &replayed,
+        "sealed for a resources/read of `test_guarded_data` with another URI than this one",
+    );
+    let done = read(7, "test://template/1/guarded", answered);
+    assert_eq!(
+        done["result"]["contents"][0]["text"], "Guarded data for ID: 1",
+        "{done}"
+    );
+    drop(bermd);
+}
+
 /// Item 7 of "Boundaries, round 3": a read's contents carry the URI read. A program that
 /// labels its bytes as another program's resource (`test://static-text`) or as a host file
 /// (`file:///etc/passwd`) has that label replaced: it answers only for the URI it serves.

@@ -7,9 +7,10 @@
 //! `test_tool_with_progress`; `test_routed` mirrors its argument into a header for the
 //! 2026-07-28 custom-header scenario. It serves the suite's resources (`test://static-text`,
 //! `test://static-binary`, `test://watched-resource`, the template
-//! `test://template/{id}/data`) and prompts (`test_simple_prompt`,
-//! `test_prompt_with_arguments`, `test_prompt_with_embedded_resource`,
-//! `test_prompt_with_image`) through tools marked `resource`, `resource_template` or `prompt`.
+//! `test://template/{id}/data`; and `test://template/{id}/guarded`, which asks first) and
+//! prompts (`test_simple_prompt`, `test_prompt_with_arguments`,
+//! `test_prompt_with_embedded_resource`, `test_prompt_with_image`) through tools marked
+//! `resource`, `resource_template` or `prompt`.
 
 /// Tools for testing MCP clients and servers against the specification.
 ///
@@ -215,6 +216,30 @@ mod conformance {
     pub fn template_data(id: String) -> String {
         serde_json::json!({"id": id, "templateTest": true, "data": format!("Data for ID: {id}")})
             .to_string()
+    }
+
+    /// Data for one id, from the template `test://template/{id}/guarded`, given only once the
+    /// user confirms the read (an elicitation): the state of the question is sealed for the
+    /// URI read, so a confirmation for one id reads no other.
+    ///
+    /// # Arguments
+    /// - `id`: the id in the URI
+    #[berm(
+        resource_template = "test://template/{id}/guarded",
+        mime_type = "text/plain"
+    )]
+    pub fn guarded_data(id: String) -> String {
+        ask_once(
+            "confirm",
+            elicit(
+                &format!("Read the guarded data of {id}?"),
+                &[("ok", "boolean")],
+            ),
+            |answer| match answer["action"].as_str() {
+                Some("accept") => format!("Guarded data for ID: {id}"),
+                _ => "The read was not confirmed.".to_string(),
+            },
+        )
     }
 
     /// A simple prompt with no arguments.
