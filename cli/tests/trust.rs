@@ -343,3 +343,122 @@ fn signed_programs_deploy_and_others_are_refused_before_anything_is_deployed() {
         "{refused}"
     );
 }
+
+/// `berm push` of `program` to `repo_and_tag` on `registry`: its pinned reference.
+fn push_pinned(
+    world: &World,
+    registry: &TestRegistry,
+    repo_and_tag: &str,
+    program: &str,
+) -> String {
+    let out = world.ok(&[
+        "push",
+        &registry.reference(repo_and_tag),
+        &wasm(program),
+        "--json",
+    ]);
+    let pushed: serde_json::Value = serde_json::from_str(out.lines().next().unwrap()).unwrap();
+    pushed["pinned"].as_str().unwrap().to_string()
+}
+
+/// An app folder `name` whose one program, `notes`, is named by `image`.
+fn folder_naming(world: &World, name: &str, image: &str) -> String {
+    let dir = world.path(name);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("berm.toml"),
+        format!("name = \"{name}\"\n[[program]]\nname = \"notes\"\nimage = \"{image}\"\n"),
+    )
+    .unwrap();
+    dir.display().to_string()
+}
+
+fn keygen(world: &World, who: &str) {
+    std::fs::create_dir_all(world.path(who)).unwrap();
+    let out = world.berm_in(&world.path(who), &["trust", "keygen"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+}
+
+/// Item: trust-policy matching did not normalise registries. Every spelling of a registry
+/// meets the rules naming it: against the real registry (`localhost` for a rule naming
+/// `127.0.0.1`), and for registries this machine cannot reach, as `berm trust policy` shows.
+#[test]
+fn trust_policy_matching_normalises_registries() {
+    let registry = TestRegistry::start();
+    let world = World::start();
+    keygen(&world, "alice");
+    let alice = world.path("alice/cosign.pub").display().to_string();
+    let pinned = push_pinned(&world, &registry, "berm/notes:v1", "notes");
+    let port = registry.addr.rsplit_once(':').unwrap().1.to_string();
+    let digest = pinned.rsplit_once('@').unwrap().1.to_string();
+    world.policy(&format!(
+        "[[require]]\nreferences = [\"127.0.0.1:*/berm/*\"]\nkeys = [\"{alice}\"]\n"
+    ));
+    let out_file = world.path("notes.wasm").display().to_string();
+    for spelling in [
+        format!("localhost:{port}/berm/notes:v1"),
+        format!("LOCALHOST:{port}/berm/notes@{digest}"),
+    ] {
+        let refused = world.refused(&["pull", &spelling, "-o", &out_file]);
+        assert!(refused.contains("is not signed"), "{spelling}: {refused}");
+        assert!(!world.path("notes.wasm").exists(), "{spelling}");
+        let refused = world.refused(&["deploy", "notes", &spelling]);
+        assert!(refused.contains("is not signed"), "{spelling}: {refused}");
+    }
+    let app = folder_naming(
+        &world,
+        "app",
+        &format!("localhost:{port}/berm/notes@{digest}"),
+    );
+    let store = world.path("store").display().to_string();
+    let refused = world.refused(&["pull", "--app", &app, "--store", &store]);
+    assert!(refused.contains("is not signed"), "{refused}");
+
+    // Rules naming registries by one spelling, references naming them by another.
+    world.policy(&format!(
+        "[[require]]\nreferences = [\"GHCR.IO:443/acme/*\"]\nkeys = [\"{alice}\"]\n\
+         [[require]]\nreferences = [\"index.docker.io/library/*\"]\nkeys = [\"{alice}\"]\n\
+         [[require]]\nreferences = [\"localhost:5000/berm/*\"]\nkeys = [\"{alice}\"]\n"
+    ));
+    for (reference, name) in [
+        ("ghcr.io/acme/x:v1", "ghcr.io/acme/x"),
+        ("Ghcr.Io/acme/x", "ghcr.io/acme/x"),
+        ("ghcr.io:443/acme/x", "ghcr.io/acme/x"),
+        ("alpine", "docker.io/library/alpine"),
+        ("docker.io/alpine:3", "docker.io/library/alpine"),
+        (
+            "registry-1.docker.io/library/alpine",
+            "docker.io/library/alpine",
+        ),
+        (
+            "INDEX.DOCKER.IO:443/library/alpine",
+            "docker.io/library/alpine",
+        ),
+        ("127.0.0.1:5000/berm/x", "localhost:5000/berm/x"),
+        ("127.1:5000/berm/x", "localhost:5000/berm/x"),
+        ("0.0.0.0:5000/berm/x", "localhost:5000/berm/x"),
+    ] {
+        let shown: serde_json::Value =
+            serde_json::from_str(&world.ok(&["trust", "policy", reference, "--json"])).unwrap();
+        assert_eq!(shown["name"], name, "{reference}: {shown}");
+        assert_eq!(
+            shown["rules"].as_array().unwrap().len(),
+            1,
+            "{reference} escapes: {shown}"
+        );
+    }
+    for outside in [
+        "ghcr.io/acmex/x",
+        "ghcr.io:8443/acme/x",
+        "localhost:5001/berm/x",
+    ] {
+        let shown: serde_json::Value =
+            serde_json::from_str(&world.ok(&["trust", "policy", outside, "--json"])).unwrap();
+        assert_eq!(shown["rules"], serde_json::json!([]), "{outside}: {shown}");
+    }
+    let said = world.ok(&["trust", "policy", "127.0.0.1:5000/berm/x"]);
+    assert!(
+        said.contains("name       localhost:5000/berm/x") && said.contains("required"),
+        "{said}"
+    );
+}

@@ -77,6 +77,14 @@ pub enum TrustError {
         /// What each stored signature failed on.
         reasons: Vec<String>,
     },
+    /// A reference does not parse, so no policy rule can be matched against it.
+    #[error("`{reference}` is not a reference the trust policy can match: {message}")]
+    Reference {
+        /// The reference, as given (at most 200 characters).
+        reference: String,
+        /// What is wrong.
+        message: String,
+    },
     /// The trust policy could not be read or does not parse.
     #[error("trust policy `{path}`: {message}")]
     Policy {

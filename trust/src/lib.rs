@@ -8,7 +8,8 @@
 //! tag (berm-oci moves it). The formats come from the `sigstore` crate.
 //!
 //! A trust policy ([`Policy`], `~/.config/berm/trust.toml`) says which registries and
-//! repositories must be signed, and by whom; the CLI applies it to every pull and deploy.
+//! repositories must be signed, and by whom; the CLI applies it to every pull and deploy,
+//! matching each reference by its one normalised name ([`PolicyName`]).
 //!
 //! Keyless signing (a Fulcio certificate for an OIDC identity, logged in Rekor) needs the
 //! public Sigstore services, which berm's test machines cannot reach: it is not built. Its
@@ -20,10 +21,12 @@
 
 mod error;
 mod keys;
+mod name;
 mod policy;
 mod verify;
 
 pub use error::TrustError;
 pub use keys::{PASSWORD_ENV, PublicKey, SigningKey, password_from_env, write_key_pair};
+pub use name::PolicyName;
 pub use policy::{Policy, Requirement, default_policy_path};
 pub use verify::{Signed, Signer, Verified, sign, verify};

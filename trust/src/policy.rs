@@ -7,15 +7,19 @@
 //! keys = ["acme.pub"]        # relative to this file; any one of them suffices
 //! ```
 //!
-//! A reference is matched by its `registry/repository` (Docker Hub names written out:
-//! `docker.io/library/x`). In a pattern `*` stands for any characters but `/`, and `**` for
-//! any characters at all. Every rule that matches must be met; a reference no rule matches
-//! needs no signature (unless `--verify-key` asks for one). A policy that does not parse, or
-//! names a key that cannot be read, refuses everything rather than nothing.
+//! A reference is matched by its normalised `registry/repository` ([`PolicyName`]: Docker Hub
+//! names written out as `docker.io/library/x`, registries case folded, default ports dropped,
+//! Docker Hub's and this machine's aliases one name), against every spelling of its registry;
+//! patterns are normalised the same way when the policy is read. In a pattern `*` stands for
+//! any characters but `/`, and `**` for any characters at all. Every rule that matches must
+//! be met; a reference no rule matches needs no signature (unless `--verify-key` asks for
+//! one). A policy that does not parse, or names a key that cannot be read, refuses everything
+//! rather than nothing.
 
 use std::path::{Path, PathBuf};
 
-use crate::{PublicKey, Signer, TrustError};
+use crate::name::normalise_pattern;
+use crate::{PolicyName, PublicKey, Signer, TrustError};
 
 /// The policy file as written.
 #[derive(serde::Deserialize)]
@@ -35,7 +39,7 @@ struct RuleFile {
 /// One `[[require]]` rule, its keys read.
 #[derive(Debug, Clone)]
 pub struct Requirement {
-    /// The `registry/repository` patterns it covers.
+    /// The `registry/repository` patterns it covers, normalised (see [`PolicyName`]).
     pub references: Vec<String>,
     /// Who must have signed what it covers.
     pub signer: Signer,
@@ -85,12 +89,14 @@ impl Policy {
                     "{which} needs at least one of `references` and of `keys`"
                 )));
             }
+            let mut references = Vec::new();
             for pattern in &rule.references {
-                if pattern.is_empty() || !pattern.contains('/') || pattern.contains('@') {
-                    return Err(bad(format!(
-                        "{which}: `{pattern}` is not a `registry/repository` pattern (e.g. `ghcr.io/acme/*`; no tag or digest)"
-                    )));
-                }
+                let normalised = normalise_pattern(pattern).map_err(|why| {
+                    bad(format!(
+                        "{which}: `{pattern}` is not a `registry/repository` pattern (e.g. `ghcr.io/acme/*`; no tag or digest): {why}"
+                    ))
+                })?;
+                references.push(normalised);
             }
             let keys = rule
                 .keys
@@ -99,7 +105,7 @@ impl Policy {
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(|e| bad(format!("{which}: {e}")))?;
             rules.push(Requirement {
-                references: rule.references,
+                references,
                 signer: Signer {
                     keys,
                     because: which,
@@ -123,11 +129,15 @@ impl Policy {
         }
     }
 
-    /// The signers every one of which must have signed `repository` (`registry/repository`).
-    pub fn requirements_for(&self, repository: &str) -> Vec<&Signer> {
+    /// The signers every one of which must have signed what `name` names: each rule with a
+    /// pattern that matches any spelling of it.
+    pub fn requirements_for(&self, name: &PolicyName) -> Vec<&Signer> {
         self.rules
             .iter()
-            .filter(|rule| rule.references.iter().any(|p| matches(p, repository)))
+            .filter(|rule| {
+                name.spellings()
+                    .any(|spelling| rule.references.iter().any(|p| matches(p, &spelling)))
+            })
             .map(|rule| &rule.signer)
             .collect()
     }
@@ -164,6 +174,94 @@ mod tests {
         assert!(!matches("ghcr.io/acme/*", "ghcr.io/acmex/echo"));
         assert!(matches("127.0.0.1:*/berm/*", "127.0.0.1:5000/berm/echo"));
         assert!(!matches("ghcr.io/acme/echo", "ghcr.io/acme/echo2"));
+    }
+
+    /// A policy of one rule per pattern, without keys: enough to see which rules cover what.
+    fn policy_of(patterns: &[&str]) -> Policy {
+        let rules = patterns
+            .iter()
+            .map(|p| Requirement {
+                references: vec![normalise_pattern(p).unwrap()],
+                signer: Signer {
+                    keys: Vec::new(),
+                    because: (*p).to_string(),
+                },
+            })
+            .collect();
+        Policy {
+            path: PathBuf::from("trust.toml"),
+            rules,
+        }
+    }
+
+    #[test]
+    fn no_spelling_of_a_registry_escapes_a_rule_naming_it() {
+        for (rule, references) in [
+            (
+                "ghcr.io/acme/*",
+                &["GHCR.IO/acme/x", "ghcr.io:443/acme/x:v1"][..],
+            ),
+            (
+                "GHCR.IO:443/acme/*",
+                &["ghcr.io/acme/x", "Ghcr.io:80/acme/x"][..],
+            ),
+            (
+                "docker.io/acme/*",
+                &[
+                    "acme/x",
+                    "index.docker.io/acme/x",
+                    "registry-1.docker.io/acme/x",
+                    "INDEX.DOCKER.IO:443/acme/x",
+                ][..],
+            ),
+            (
+                "index.docker.io/library/*",
+                &[
+                    "alpine",
+                    "docker.io/alpine",
+                    "registry-1.docker.io/library/alpine",
+                ][..],
+            ),
+            (
+                "127.0.0.1:*/berm/*",
+                &[
+                    "localhost:5000/berm/x",
+                    "LOCALHOST:5000/berm/x",
+                    "127.1:5000/berm/x",
+                    "0.0.0.0:5000/berm/x",
+                    "127.0.0.1/berm/x",
+                ][..],
+            ),
+            (
+                "localhost:5000/berm/*",
+                &["127.0.0.1:5000/berm/x", "127.0.0.3:5000/berm/x"][..],
+            ),
+            ("*.example.com/**", &["A.Example.com:443/x/y"][..]),
+            ("[::1]:5000/berm/*", &["localhost:5000/berm/x"][..]),
+            ("ghcr.io./acme/*", &["ghcr.io/acme/x"][..]),
+        ] {
+            let policy = policy_of(&[rule]);
+            for reference in references {
+                let name = PolicyName::of(reference).unwrap();
+                assert_eq!(
+                    policy.requirements_for(&name).len(),
+                    1,
+                    "`{reference}` ({name}) escapes `{rule}`"
+                );
+            }
+        }
+        // What is another registry or repository stays outside.
+        let policy = policy_of(&["ghcr.io/acme/*", "localhost:5000/berm/*"]);
+        for outside in [
+            "ghcr.io/acmex/x",
+            "ghcr.io:8443/acme/x",
+            "evil.example/acme/x",
+            "localhost:5001/berm/x",
+            "10.0.0.1:5000/berm/x",
+        ] {
+            let name = PolicyName::of(outside).unwrap();
+            assert!(policy.requirements_for(&name).is_empty(), "{outside}");
+        }
     }
 
     #[test]

@@ -6,13 +6,14 @@
 //! berm trust keygen [--dir DIR]
 //! berm trust sign REF --key cosign.key [--insecure]
 //! berm trust verify REF [--key cosign.pub]… [--insecure]
+//! berm trust policy REF [--json]
 //! ```
 
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use berm_oci::RegistryOptions;
-use berm_trust::{Policy, PublicKey, Signer, SigningKey, Verified};
+use berm_trust::{Policy, PolicyName, PublicKey, Signer, SigningKey, Verified};
 
 use crate::Exit;
 
@@ -28,6 +29,20 @@ pub enum Command {
     /// Check that a program on a registry is signed by one of the given public keys, or by
     /// what the trust policy requires for it.
     Verify(VerifyArgs),
+    /// Show the name the trust policy matches a reference by (its registry normalised) and
+    /// the rules that cover it; reads no registry.
+    Policy(PolicyArgs),
+}
+
+/// `berm trust policy REF`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct PolicyArgs {
+    /// The reference: `host/repo:tag`, `host/repo@sha256:…` or a Docker Hub name.
+    #[arg(value_name = "REF")]
+    reference: String,
+    /// Print the name and the rules as one JSON object.
+    #[arg(long)]
+    json: bool,
 }
 
 /// `berm trust keygen`.
@@ -130,7 +145,62 @@ pub async fn run(command: Command) -> anyhow::Result<Exit> {
             }
             Ok(Exit::Ok)
         }
+        Command::Policy(args) => show_policy(&args),
     }
+}
+
+/// `berm trust policy REF`: the normalised name and each rule covering it, so a person can
+/// see what a reference will be held to before anything is pulled.
+fn show_policy(args: &PolicyArgs) -> anyhow::Result<Exit> {
+    let name = PolicyName::of(&args.reference)?;
+    let policy = Policy::load_default()?;
+    let rules: Vec<&Signer> = policy
+        .as_ref()
+        .map(|p| p.requirements_for(&name))
+        .unwrap_or_default();
+    if args.json {
+        let rules: Vec<serde_json::Value> = rules
+            .iter()
+            .map(|signer| {
+                serde_json::json!({
+                    "rule": signer.because,
+                    "keys": signer.keys.iter().map(|k| serde_json::json!({
+                        "file": k.source(),
+                        "id": k.id(),
+                    })).collect::<Vec<_>>(),
+                })
+            })
+            .collect();
+        super::print_json(&serde_json::json!({
+            "reference": args.reference,
+            "name": name.to_string(),
+            "policy": policy.as_ref().map(|p| &p.path),
+            "rules": rules,
+        }))?;
+        return Ok(Exit::Ok);
+    }
+    crate::outln!("name       {name}");
+    match &policy {
+        None => crate::outln!(
+            "no trust policy at {}: no signature is required",
+            policy_path_text()
+        ),
+        Some(policy) if rules.is_empty() => crate::outln!(
+            "no rule of {} covers it: no signature is required",
+            policy.path.display()
+        ),
+        Some(_) => {
+            for signer in &rules {
+                let keys: Vec<String> = signer
+                    .keys
+                    .iter()
+                    .map(|k| format!("{} ({})", k.source(), k.id()))
+                    .collect();
+                crate::outln!("required   {}: {}", signer.because, keys.join(" or "));
+            }
+        }
+    }
+    Ok(Exit::Ok)
 }
 
 /// Reads a private key with the password from $COSIGN_PASSWORD.
@@ -158,18 +228,10 @@ pub(crate) fn signers_for(reference: &str, verify_keys: &[PathBuf]) -> anyhow::R
         });
     }
     if let Some(policy) = Policy::load_default()? {
-        let repository = policy_repository(reference)?;
-        signers.extend(policy.requirements_for(&repository).into_iter().cloned());
+        let name = PolicyName::of(reference)?;
+        signers.extend(policy.requirements_for(&name).into_iter().cloned());
     }
     Ok(signers)
-}
-
-/// The `registry/repository` a trust policy matches `reference` by: `registry()`, not
-/// `resolve_registry()`, so Docker Hub is `docker.io` as references and cosign name it, not
-/// its API host `index.docker.io`.
-fn policy_repository(reference: &str) -> anyhow::Result<String> {
-    let parsed = berm_oci::parse_reference(reference)?;
-    Ok(format!("{}/{}", parsed.registry(), parsed.repository()))
 }
 
 fn policy_path_text() -> String {
@@ -210,28 +272,4 @@ pub async fn checked_reference(
         print_verified(&verified);
     }
     Ok(described.pinned)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::policy_repository;
-
-    #[test]
-    fn the_policy_matches_references_by_their_written_out_repository() {
-        for (reference, repository) in [
-            ("alpine", "docker.io/library/alpine"),
-            ("docker.io/acme/echo:v1", "docker.io/acme/echo"),
-            (
-                "ghcr.io/acme/echo@sha256:0000000000000000000000000000000000000000000000000000000000000000",
-                "ghcr.io/acme/echo",
-            ),
-            ("127.0.0.1:5000/berm/echo:v1", "127.0.0.1:5000/berm/echo"),
-        ] {
-            assert_eq!(
-                policy_repository(reference).unwrap(),
-                repository,
-                "{reference}"
-            );
-        }
-    }
 }
