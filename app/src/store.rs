@@ -4,14 +4,19 @@
 //! container), read by hosts that never talk to a registry (bermd, berm-vmm).
 //!
 //! ```text
-//! STORE/sha256/<manifest hex>/manifest.json   the OCI manifest, byte for byte
-//! STORE/sha256/<manifest hex>/program.wasm    its one layer: the program
+//! STORE/sha256/<manifest hex>/manifest.json     the OCI manifest, byte for byte
+//! STORE/sha256/<manifest hex>/program.wasm      its one layer: the program
+//! STORE/sha256/<manifest hex>/provenance.json   signatures that held, and where (optional)
 //! ```
 //!
 //! The store proves itself: the manifest's bytes must hash to the digest the folder pins,
 //! and the program's to the layer digest that manifest names, every time it is read, so a
 //! store edited or damaged since the pull is refused rather than run. `manifest.json` is
 //! written last: an entry without one was never finished and does not count.
+//!
+//! `provenance.json` is the CLI's (berm-trust's `Provenance`): each signature that held when
+//! the program was pulled or checked, with the repository it was found in, so that the trust
+//! policy in force at each later use is checked without a registry. Hosts do not read it.
 
 use std::fs;
 use std::io::Read;
@@ -152,6 +157,12 @@ impl ProgramStore {
     /// The entry directory of `image`.
     pub fn entry(&self, image: &ImageRef) -> PathBuf {
         self.dir.join("sha256").join(&image.manifest_hex)
+    }
+
+    /// Where the signatures that held for `image` are recorded, with the repository each was
+    /// found in (written and read by the CLI's trust checks, not by hosts).
+    pub fn provenance(&self, image: &ImageRef) -> PathBuf {
+        self.entry(image).join("provenance.json")
     }
 
     /// `image`'s program, once its manifest hashes to the pin and names exactly one layer.

@@ -379,6 +379,121 @@ fn keygen(world: &World, who: &str) {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
 }
 
+/// Item: programs already in the store skipped the signature check. A program the store
+/// holds is held to --verify-key and the trust policy as a pulled one is: by the signatures
+/// recorded for its own repository, checked against the keys required now, or else by the
+/// registry; a program stored under one reference never passes for another.
+#[test]
+fn stored_programs_do_not_skip_the_signature_check() {
+    let registry = TestRegistry::start();
+    let world = World::start();
+    keygen(&world, "alice");
+    keygen(&world, "mallory");
+    let key = |who: &str, file: &str| world.path(&format!("{who}/{file}")).display().to_string();
+
+    // The same program, unsigned, in a repository no rule covers and in acme's: one digest.
+    let evil = push_pinned(&world, &registry, "evil/notes:v1", "notes");
+    let acme = push_pinned(&world, &registry, "acme/notes:v1", "notes");
+    let digest = |pinned: &str| pinned.rsplit_once('@').unwrap().1.to_string();
+    assert_eq!(digest(&evil), digest(&acme), "{evil} {acme}");
+    let evil_app = folder_naming(&world, "evil", &evil);
+    let acme_app = folder_naming(&world, "acme", &acme);
+    let store = world.path("store").display().to_string();
+    let pull = |app: &str, extra: &[&str]| -> Vec<String> {
+        let mut args: Vec<String> = ["pull", "--app", app, "--store", &store]
+            .map(String::from)
+            .to_vec();
+        args.extend(extra.iter().map(|s| s.to_string()));
+        args
+    };
+    fn strs(args: &[String]) -> Vec<&str> {
+        args.iter().map(String::as_str).collect()
+    }
+    let ok = |args: Vec<String>| world.ok(&strs(&args));
+    let refused = |args: Vec<String>| world.refused(&strs(&args));
+
+    let pulled = ok(pull(&evil_app, &[]));
+    assert!(pulled.contains("pulled   notes"), "{pulled}");
+    // --verify-key holds for what the store already has.
+    let unsigned = refused(pull(
+        &evil_app,
+        &["--verify-key", &key("alice", "cosign.pub")],
+    ));
+    assert!(
+        unsigned.contains("is not signed") && unsigned.contains("program `notes`"),
+        "{unsigned}"
+    );
+
+    // A rule for acme's repositories: the second folder's program is stored already (the
+    // first folder pulled its digest), and is refused all the same.
+    let rule = |who: &str| {
+        world.policy(&format!(
+            "[[require]]\nreferences = [\"{}/acme/*\"]\nkeys = [\"{}\"]\n",
+            registry.addr,
+            key(who, "cosign.pub")
+        ))
+    };
+    rule("alice");
+    let unsigned = refused(pull(&acme_app, &[]));
+    assert!(
+        unsigned.contains("is not signed") && unsigned.contains("trust.toml"),
+        "{unsigned}"
+    );
+
+    // Signed by alice on acme's repository, it passes, and the signature is recorded.
+    world.ok(&["trust", "sign", &acme, "--key", &key("alice", "cosign.key")]);
+    let present = ok(pull(&acme_app, &["--json"]));
+    assert!(
+        present.contains("\"present\"") && present.contains("signed by"),
+        "{present}"
+    );
+    let record = world
+        .path("store/sha256")
+        .join(digest(&acme).trim_start_matches("sha256:"))
+        .join("provenance.json");
+    let recorded = std::fs::read_to_string(&record).unwrap();
+    assert!(recorded.contains("/acme/notes"), "{recorded}");
+
+    // The record is acme's repository's: the same bytes under evil's name still need their
+    // own signature.
+    let unsigned = refused(pull(
+        &evil_app,
+        &["--verify-key", &key("alice", "cosign.pub")],
+    ));
+    assert!(unsigned.contains("is not signed"), "{unsigned}");
+
+    // A key rotated in the policy applies to what is stored: alice's recorded signature does
+    // not meet a rule that now names mallory.
+    rule("mallory");
+    let rotated = refused(pull(&acme_app, &[]));
+    assert!(rotated.contains("no valid signature"), "{rotated}");
+    rule("alice");
+
+    // Recorded, it is checked against the keys without the registry.
+    drop(registry);
+    let offline = ok(pull(&acme_app, &[]));
+    assert!(
+        offline.contains("present") && offline.contains("as recorded in the program store"),
+        "{offline}"
+    );
+    // A requirement no record meets fails closed when the registry cannot be read.
+    let closed = refused(pull(
+        &acme_app,
+        &["--verify-key", &key("mallory", "cosign.pub")],
+    ));
+    assert!(
+        closed.contains("no signature recorded") && closed.contains("--verify-key"),
+        "{closed}"
+    );
+    // A record that does not parse refuses, naming the file.
+    std::fs::write(&record, "{").unwrap();
+    let damaged = refused(pull(&acme_app, &[]));
+    assert!(
+        damaged.contains("provenance.json") && damaged.contains("remove the file"),
+        "{damaged}"
+    );
+}
+
 /// Item: trust-policy matching did not normalise registries. Every spelling of a registry
 /// meets the rules naming it: against the real registry (`localhost` for a rule naming
 /// `127.0.0.1`), and for registries this machine cannot reach, as `berm trust policy` shows.

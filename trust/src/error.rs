@@ -85,6 +85,16 @@ pub enum TrustError {
         /// What is wrong.
         message: String,
     },
+    /// A program store's record of verified signatures cannot be read or written.
+    #[error(
+        "the signatures recorded for a stored program in `{path}`: {message}; remove the file, and the next `berm pull --app` checks the registry and records them again"
+    )]
+    Provenance {
+        /// The record file.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
     /// The trust policy could not be read or does not parse.
     #[error("trust policy `{path}`: {message}")]
     Policy {

@@ -9,7 +9,10 @@
 //!
 //! A trust policy ([`Policy`], `~/.config/berm/trust.toml`) says which registries and
 //! repositories must be signed, and by whom; the CLI applies it to every pull and deploy,
-//! matching each reference by its one normalised name ([`PolicyName`]).
+//! matching each reference by its one normalised name ([`PolicyName`]). Signatures that held
+//! for a program kept in a program store are recorded beside it ([`Provenance`]), with the
+//! repository they were found in, so that each later use is checked against the policy and
+//! keys in force then.
 //!
 //! Keyless signing (a Fulcio certificate for an OIDC identity, logged in Rekor) needs the
 //! public Sigstore services, which berm's test machines cannot reach: it is not built. Its
@@ -23,10 +26,12 @@ mod error;
 mod keys;
 mod name;
 mod policy;
+mod provenance;
 mod verify;
 
 pub use error::TrustError;
 pub use keys::{PASSWORD_ENV, PublicKey, SigningKey, password_from_env, write_key_pair};
 pub use name::PolicyName;
 pub use policy::{Policy, Requirement, default_policy_path};
+pub use provenance::Provenance;
 pub use verify::{Signed, Signer, Verified, sign, verify};

@@ -46,6 +46,10 @@ pub struct Verified {
     /// The repository the signer named (cosign's `docker-reference`), as information: a
     /// program copied to another repository keeps its manifest digest and its signature.
     pub signed_as: String,
+    /// The signature itself, as the registry stored it: what a program store records
+    /// ([`crate::Provenance`]) to check it again later without the registry.
+    #[serde(skip)]
+    pub stored: StoredSignature,
 }
 
 /// Signs the program `described` names with `key`, and stores the signature where cosign
@@ -119,7 +123,7 @@ pub async fn verify(
     }
     let mut reasons = stored.skipped.clone();
     for signature in &stored.signatures {
-        match check(described, signature, &signer.keys) {
+        match check(&described.manifest_digest, signature, &signer.keys) {
             Ok(verified) => return Ok(verified),
             Err(reason) => reasons.push(format!("signature {}: {reason}", signature.layer_digest)),
         }
@@ -137,9 +141,10 @@ pub async fn verify(
     })
 }
 
-/// One stored signature against the keys: which key made it, then what it names.
-fn check(
-    described: &Described,
+/// One stored signature against the keys: which key made it, then whether it names
+/// `manifest_digest`.
+pub(crate) fn check(
+    manifest_digest: &str,
     stored: &StoredSignature,
     keys: &[PublicKey],
 ) -> Result<Verified, String> {
@@ -163,7 +168,7 @@ fn check(
         ));
     }
     let named = &payload.critical.image.docker_manifest_digest;
-    if *named != described.manifest_digest {
+    if named != manifest_digest {
         return Err(format!(
             "made by {}, but over manifest {named}, not this program's",
             key.id()
@@ -175,5 +180,6 @@ fn check(
         key_source: key.source().to_string(),
         signature: stored.layer_digest.clone(),
         signed_as: payload.critical.identity.docker_reference,
+        stored: stored.clone(),
     })
 }

@@ -103,9 +103,8 @@ pub async fn run(home: &Path, args: Args) -> anyhow::Result<Exit> {
     };
     let image = if berm_oci::is_reference(&source) {
         let options = args.registry.options();
-        let reference =
-            super::trust::checked_reference(&source, &args.verify_keys, &options).await?;
-        let pulled = berm_oci::pull(&reference, &options)
+        let checked = super::trust::checked_reference(&source, &args.verify_keys, &options).await?;
+        let pulled = berm_oci::pull(&checked.reference, &options)
             .await
             .with_context(|| format!("pulling {source}"))?;
         eprintln!("{pulled}");

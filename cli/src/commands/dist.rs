@@ -79,7 +79,8 @@ pub struct PullArgs {
     output: Option<PathBuf>,
     /// Instead of one REF: every program the app folder's berm.toml names by `image`, into
     /// the program store (--store), verified, so that bermd --app and berm-vmm (which never
-    /// talk to a registry) find them. What the store already holds, verified, is kept.
+    /// talk to a registry) find them. What the store already holds, verified, is kept; it is
+    /// held to --verify-key and the trust policy all the same.
     #[arg(long, value_name = "DIR", conflicts_with = "output")]
     app: Option<PathBuf>,
     /// The program store --app fills [default: $BERM_HOME/programs, where bermd looks].
@@ -230,8 +231,8 @@ pub async fn pull(args: PullArgs) -> anyhow::Result<Exit> {
     let (Some(reference), Some(output)) = (&args.reference, &args.output) else {
         anyhow::bail!("give REF and -o FILE, or --app DIR");
     };
-    let reference = super::trust::checked_reference(reference, &args.verify_keys, &options).await?;
-    let pulled = berm_oci::pull_to(&reference, output, &options).await?;
+    let checked = super::trust::checked_reference(reference, &args.verify_keys, &options).await?;
+    let pulled = berm_oci::pull_to(&checked.reference, output, &options).await?;
     if args.json {
         // The module itself is in the output file; the object says what it is.
         super::print_json(&serde_json::json!({
@@ -282,10 +283,12 @@ pub struct PulledImage {
     pub status: &'static str,
 }
 
-/// Brings every program `app` names by image into `store`: kept when the store already
-/// holds it and it verifies (manifest and module), else pulled by its pinned reference
-/// once the trust policy (and `verify_keys`) is satisfied, verified, and stored. Nothing of
-/// a program that fails is stored.
+/// Brings every program `app` names by image into `store`, each held to the trust policy
+/// (and `verify_keys`) whether or not the store already holds it: kept when the store holds
+/// it, it verifies (manifest and module) and every required signature holds (recorded for
+/// its repository, else read from the registry: [`super::trust::check_stored`]); else pulled
+/// by its pinned reference once the signatures hold, verified, stored, and the signatures
+/// recorded beside it. Nothing of a program that fails is stored.
 pub async fn pull_images(
     app: &berm_app::App,
     store: &berm_app::ProgramStore,
@@ -305,13 +308,17 @@ pub async fn pull_images(
             held.wasm = stored.wasm;
             held.expected_sha256 = Some(stored.sha256.clone());
             if held.read().is_ok() {
+                super::trust::check_stored(image, &store.provenance(image), verify_keys, options)
+                    .await
+                    .with_context(|| format!("program `{}`", program.name))?;
                 pulled.push(entry(&stored.sha256, "present"));
                 continue;
             }
         }
-        let reference = super::trust::checked_reference(&image.reference, verify_keys, options)
+        let checked = super::trust::checked_reference(&image.reference, verify_keys, options)
             .await
             .with_context(|| format!("program `{}`", program.name))?;
+        let reference = checked.reference;
         let got = berm_oci::pull(&reference, options)
             .await
             .with_context(|| format!("program `{}`: pulling {reference}", program.name))?;
@@ -326,6 +333,12 @@ pub async fn pull_images(
         let stored = store
             .put(image, &got.manifest_bytes, &got.bytes)
             .with_context(|| format!("program `{}`", program.name))?;
+        super::trust::record_pulled(
+            &image.reference,
+            &store.provenance(image),
+            &checked.verified,
+        )
+        .with_context(|| format!("program `{}`", program.name))?;
         pulled.push(entry(&stored.sha256, "pulled"));
     }
     Ok(pulled)

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use berm_oci::RegistryOptions;
-use berm_trust::{Policy, PolicyName, PublicKey, Signer, SigningKey, Verified};
+use berm_trust::{Policy, PolicyName, Provenance, PublicKey, Signer, SigningKey, Verified};
 
 use crate::Exit;
 
@@ -140,7 +140,7 @@ pub async fn run(command: Command) -> anyhow::Result<Exit> {
             } else {
                 crate::outln!("verified   {}", described.pinned);
                 for v in &verified {
-                    print_verified(v);
+                    print_verified(v, "");
                 }
             }
             Ok(Exit::Ok)
@@ -240,16 +240,25 @@ fn policy_path_text() -> String {
         .unwrap_or_else(|| "~/.config/berm/trust.toml".into())
 }
 
-fn print_verified(v: &Verified) {
+fn print_verified(v: &Verified, how: &str) {
     eprintln!(
-        "signed by  {} ({}), signature {}",
+        "signed by  {} ({}), signature {}{how}",
         v.key_source, v.key, v.signature
     );
 }
 
-/// The reference to pull `reference` by, once every signature it needs has been checked:
-/// pinned to the manifest digest that was verified, so what is pulled is what was checked
-/// (a tag moved in between is not followed). `reference` itself when nothing is required.
+/// A reference whose required signatures held.
+pub struct Checked {
+    /// The reference to pull it by: pinned to the manifest digest that was verified, so what
+    /// is pulled is what was checked (a tag moved in between is not followed); the reference
+    /// as given when nothing was required.
+    pub reference: String,
+    /// The signatures that held, one per requirement.
+    pub verified: Vec<Verified>,
+}
+
+/// Checks every signature `reference` needs (`verify_keys`, the trust policy) on its
+/// registry.
 ///
 /// # Errors
 /// When a key or the policy cannot be read, or a required signature does not hold.
@@ -257,19 +266,108 @@ pub async fn checked_reference(
     reference: &str,
     verify_keys: &[PathBuf],
     options: &RegistryOptions,
-) -> anyhow::Result<String> {
+) -> anyhow::Result<Checked> {
     let signers = signers_for(reference, verify_keys)?;
     if signers.is_empty() {
-        return Ok(reference.to_string());
+        return Ok(Checked {
+            reference: reference.to_string(),
+            verified: Vec::new(),
+        });
     }
     let described = berm_oci::describe(reference, options)
         .await
         .with_context(|| format!("reading {reference}"))?;
+    let mut verified = Vec::new();
     for signer in &signers {
-        let verified = berm_trust::verify(&described, signer, options)
+        let held = berm_trust::verify(&described, signer, options)
             .await
             .with_context(|| format!("refusing {reference}: {}", signer.because))?;
-        print_verified(&verified);
+        print_verified(&held, "");
+        verified.push(held);
     }
-    Ok(described.pinned)
+    Ok(Checked {
+        reference: described.pinned,
+        verified,
+    })
+}
+
+/// Holds a program the store already has, `image`, to every signature required now
+/// (`verify_keys`, the trust policy), exactly as if it were pulled: each requirement is met
+/// by a signature recorded in `provenance` (the store's record) for the same normalised
+/// repository, verified again against the keys required now, or else by one read from the
+/// registry, which is then recorded. Whether the bytes were already stored changes where a
+/// signature is read from, never whether one is required.
+///
+/// # Errors
+/// When a key, the policy or the record cannot be read, or a required signature does not
+/// hold (or, with none recorded, the registry cannot be read).
+pub async fn check_stored(
+    image: &berm_app::ImageRef,
+    provenance: &Path,
+    verify_keys: &[PathBuf],
+    options: &RegistryOptions,
+) -> anyhow::Result<()> {
+    let reference = &image.reference;
+    let signers = signers_for(reference, verify_keys)?;
+    if signers.is_empty() {
+        return Ok(());
+    }
+    let name = PolicyName::of(reference)?;
+    let manifest_digest = image.manifest_digest();
+    let mut record = Provenance::load(provenance)?;
+    let mut unmet = Vec::new();
+    for signer in &signers {
+        match record.verified_by(&name, &manifest_digest, signer) {
+            Some(held) => print_verified(&held, ", as recorded in the program store"),
+            None => unmet.push(signer),
+        }
+    }
+    if unmet.is_empty() {
+        return Ok(());
+    }
+    // The reference is pinned, so what the registry describes hashes to the pin.
+    let described = berm_oci::describe(reference, options)
+        .await
+        .with_context(|| {
+            format!(
+                "refusing {reference}: the store holds it, but no signature recorded for {name} meets {}, and the registry cannot be read to look for one",
+                unmet.iter().map(|s| s.because.as_str()).collect::<Vec<_>>().join(", ")
+            )
+        })?;
+    anyhow::ensure!(
+        described.manifest_digest == manifest_digest,
+        "refusing {reference}: the registry describes the manifest {}, not the pinned {manifest_digest}",
+        described.manifest_digest
+    );
+    for signer in unmet {
+        let held = berm_trust::verify(&described, signer, options)
+            .await
+            .with_context(|| format!("refusing {reference}: {}", signer.because))?;
+        print_verified(&held, "");
+        record.record(&name, &held);
+    }
+    record.save(provenance)?;
+    Ok(())
+}
+
+/// Records in the store's `provenance` the signatures that held for `reference` when it was
+/// pulled, so later uses are checked against them without the registry.
+///
+/// # Errors
+/// When the reference does not parse or the record cannot be read or written.
+pub fn record_pulled(
+    reference: &str,
+    provenance: &Path,
+    verified: &[Verified],
+) -> anyhow::Result<()> {
+    if verified.is_empty() {
+        return Ok(());
+    }
+    let name = PolicyName::of(reference)?;
+    let mut record = Provenance::load(provenance)?;
+    for held in verified {
+        record.record(&name, held);
+    }
+    record.save(provenance)?;
+    Ok(())
 }
