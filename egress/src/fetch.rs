@@ -13,6 +13,7 @@ use tokio::net::TcpStream;
 use tokio::sync::Semaphore;
 use url::{Host, Url};
 
+use crate::holding::{Holding, Unbounded};
 use crate::secret::{self, Binding, SecretStore};
 use crate::{Caps, ErrorCode, FetchError, Request, Response, Trust};
 
@@ -53,9 +54,14 @@ pub struct EgressConfig {
 /// A way to hand a request this side has checked to another that dials it (the microVM's
 /// host dialer). Blocking: it runs on a blocking thread, and gives up once `left` has passed.
 pub trait Forward: Send + Sync + std::fmt::Debug {
-    /// Sends `request` and waits for the reply.
-    fn forward(&self, request: &Request, left: std::time::Duration)
-    -> Result<Response, FetchError>;
+    /// Sends `request` and waits for the reply, counting its bytes in `holding` before it
+    /// holds them.
+    fn forward(
+        &self,
+        request: &Request,
+        left: std::time::Duration,
+        holding: &dyn Holding,
+    ) -> Result<Response, FetchError>;
 }
 
 /// One program's egress, shared by all its calls.
@@ -110,6 +116,19 @@ impl Egress {
     /// redirects, ending by `deadline` at the latest (see
     /// [`crate::fetch_deadline`] for when it gives up).
     pub async fn fetch(&self, request: Request, deadline: Instant) -> Result<Response, FetchError> {
+        self.fetch_holding(request, deadline, Arc::new(Unbounded))
+            .await
+    }
+
+    /// [`Egress::fetch`], counting the response's bytes in `holding` as they arrive, before
+    /// they are kept: past the host's budget the fetch stops at once with `too_large`.
+    /// `holding` holds them until the host drops it.
+    pub async fn fetch_holding(
+        &self,
+        request: Request,
+        deadline: Instant,
+        holding: Arc<dyn Holding>,
+    ) -> Result<Response, FetchError> {
         let caps = self.config.caps;
         let until = crate::fetch_deadline(Instant::now(), deadline, caps.max_time);
         let timeout = || {
@@ -139,8 +158,8 @@ impl Egress {
         };
         let fetched = async {
             match &self.config.forward {
-                Some(forward) => self.forwarded(forward, request, until).await,
-                None => self.follow(request).await,
+                Some(forward) => self.forwarded(forward, request, until, holding).await,
+                None => self.follow(request, &*holding).await,
             }
         };
         tokio::time::timeout_at(until, fetched)
@@ -155,6 +174,7 @@ impl Egress {
         forward: &Arc<dyn Forward>,
         request: Request,
         until: tokio::time::Instant,
+        holding: Arc<dyn Holding>,
     ) -> Result<Response, FetchError> {
         let url = parse_url(&request.url)?;
         let hop = self.check(&url)?;
@@ -166,16 +186,21 @@ impl Egress {
         secret::check_bound(&names, &self.config.secrets, &hop.dest(&host_text(&hop)))?;
         let forward = Arc::clone(forward);
         let left = until.saturating_duration_since(tokio::time::Instant::now());
-        tokio::task::spawn_blocking(move || forward.forward(&request, left))
+        tokio::task::spawn_blocking(move || forward.forward(&request, left, &*holding))
             .await
             .unwrap_or_else(|e| Err(io(format!("forwarding the request failed: {e}"))))
     }
 
-    async fn follow(&self, mut request: Request) -> Result<Response, FetchError> {
+    async fn follow(
+        &self,
+        mut request: Request,
+        holding: &dyn Holding,
+    ) -> Result<Response, FetchError> {
         let mut url = parse_url(&request.url)?;
         let mut redirects = 0;
         loop {
-            let response = self.once(&request, &url).await?;
+            // A redirect's response is dropped before the next hop's is counted.
+            let response = self.once(&request, &url, holding).await?;
             let location = match response.status {
                 301 | 302 | 303 | 307 | 308 => response
                     .headers
@@ -220,7 +245,12 @@ impl Egress {
     }
 
     /// One request to `url`: check, resolve, connect, send, read.
-    async fn once(&self, request: &Request, url: &Url) -> Result<Response, FetchError> {
+    async fn once(
+        &self,
+        request: &Request,
+        url: &Url,
+        holding: &dyn Holding,
+    ) -> Result<Response, FetchError> {
         let hop = self.check(url)?;
         let host_text = host_text(&hop);
         // Secrets are checked against this hop's host before anything leaves.
@@ -248,9 +278,10 @@ impl Egress {
                 .connect(name, stream)
                 .await
                 .map_err(|e| io(format!("TLS with {host_text} failed: {e}")))?;
-            self.exchange(TokioIo::new(tls), outgoing, &host_text).await
+            self.exchange(TokioIo::new(tls), outgoing, &host_text, holding)
+                .await
         } else {
-            self.exchange(TokioIo::new(stream), outgoing, &host_text)
+            self.exchange(TokioIo::new(stream), outgoing, &host_text, holding)
                 .await
         }
     }
@@ -333,6 +364,7 @@ impl Egress {
         io_stream: IO,
         request: hyper::Request<Full<Bytes>>,
         host_text: &str,
+        holding: &dyn Holding,
     ) -> Result<Response, FetchError>
     where
         IO: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
@@ -389,6 +421,15 @@ impl Egress {
         {
             return Err(too_large(declared.to_string()));
         }
+        // What this response holds is counted before it is kept: its head, then its body as
+        // each part arrives.
+        let over_budget = |held: usize, why: String| {
+            FetchError::new(
+                ErrorCode::TooLarge,
+                format!("the response from {host_text} was stopped at {held} bytes: {why}"),
+            )
+        };
+        holding.hold(head).map_err(|why| over_budget(head, why))?;
         let headers = response
             .headers()
             .iter()
@@ -402,6 +443,8 @@ impl Egress {
                 if bytes.len() + data.len() > cap {
                     return Err(too_large(format!("more than {cap}")));
                 }
+                let held = head + bytes.len() + data.len();
+                holding.hold(held).map_err(|why| over_budget(held, why))?;
                 bytes.extend_from_slice(data);
             }
         }

@@ -19,13 +19,15 @@
 //!   the value only on a request to one of that secret's hosts, and a
 //!   request holding it toward any other host is refused ([`secret`]);
 //! - caps on request and response size, requests in flight per program and
-//!   time ([`Caps`]).
+//!   time ([`Caps`]); and, for a host that bounds what a program's fetches hold
+//!   together, each response's bytes counted as they arrive ([`Holding`]).
 //!
 //! `docs/design/abi.md` specifies the syscall; `docs/threat-model.md` says
 //! what this protects against and what it does not.
 #![forbid(unsafe_code)]
 
 mod fetch;
+mod holding;
 pub mod remote;
 pub mod secret;
 #[cfg(feature = "testing")]
@@ -35,6 +37,7 @@ pub mod wire;
 
 pub use berm_abi::word::ErrorCode;
 pub use fetch::{Egress, EgressConfig, Forward};
+pub use holding::{Holding, Unbounded};
 pub use trust::{Trust, TrustError};
 pub use wire::{Request, Response};
 

@@ -95,13 +95,15 @@ fn io(message: impl Into<String>) -> FetchError {
 }
 
 /// The guest's side: sends `program`'s `request` on `stream` (blocking; the caller sets the
-/// stream's timeouts) with `left` to go, and reads the one reply, bounded by `caps`.
+/// stream's timeouts) with `left` to go, and reads the one reply, bounded by `caps`, its
+/// bytes counted in `holding` before they are read.
 pub fn send<S: Read + Write>(
     mut stream: S,
     program: &str,
     request: &Request,
     left: Duration,
     caps: &Caps,
+    holding: &dyn crate::Holding,
 ) -> Result<Response, FetchError> {
     if program.is_empty() || program.len() > MAX_PROGRAM_BYTES {
         return Err(io(format!(
@@ -153,12 +155,20 @@ pub fn send<S: Read + Write>(
             "the host dialer's reply is {len} bytes, over the cap of {cap}"
         )));
     }
+    if head[0] == 0 {
+        holding.hold(len).map_err(|why| {
+            FetchError::new(
+                ErrorCode::TooLarge,
+                format!("the host dialer's reply of {len} bytes was not read: {why}"),
+            )
+        })?;
+    }
     let mut body = vec![0u8; len];
     stream
         .read_exact(&mut body)
         .map_err(|e| broke("reading the reply", e))?;
     if head[0] == 0 {
-        return Response::decode(&body);
+        return Response::decode_owned(body);
     }
     let code = ErrorCode::from_word(-i64::from(head[0]))
         .ok_or_else(|| io(format!("the host dialer answered error code {}", head[0])))?;
@@ -418,6 +428,7 @@ mod tests {
                 &request,
                 Duration::from_secs(5),
                 &Caps::default(),
+                &crate::Unbounded,
             )
         });
         let err = client.await.unwrap().unwrap_err();
@@ -436,7 +447,12 @@ mod tests {
         #[derive(Debug, Default)]
         struct Recorder(std::sync::Mutex<Vec<String>>);
         impl crate::Forward for Recorder {
-            fn forward(&self, request: &Request, _: Duration) -> Result<Response, FetchError> {
+            fn forward(
+                &self,
+                request: &Request,
+                _: Duration,
+                _: &dyn crate::Holding,
+            ) -> Result<Response, FetchError> {
                 self.0.lock().unwrap().push(request.url.clone());
                 Ok(Response {
                     status: 200,

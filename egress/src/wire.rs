@@ -126,15 +126,63 @@ impl Request {
 impl Response {
     /// The reply as frames: `[status, headers, body]`.
     pub fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(self.body.len() + 256);
+        let mut out = self.head();
+        out.reserve(self.body.len() + 4);
+        frame::push(&mut out, &self.body);
+        out
+    }
+
+    /// [`Response::encode`], in the body's own allocation: the body is moved up to make
+    /// room for the frames before it, so a large response is never held twice.
+    pub fn into_encoded(self) -> Vec<u8> {
+        let mut head = self.head();
+        // As `frame::push` would write it: a body cannot reach 4 GiB under any cap.
+        let len = u32::try_from(self.body.len()).expect("a response body is smaller than 4 GiB");
+        head.extend_from_slice(&len.to_le_bytes());
+        let mut out = self.body;
+        let body = out.len();
+        out.resize(body + head.len(), 0);
+        out.copy_within(0..body, head.len());
+        out[..head.len()].copy_from_slice(&head);
+        out
+    }
+
+    /// The status and headers frames.
+    fn head(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(256);
         frame::push(&mut out, self.status.to_string().as_bytes());
         frame::push(&mut out, &encode_headers(&self.headers));
-        frame::push(&mut out, &self.body);
         out
     }
 
     /// Reads a framed reply.
     pub fn decode(bytes: &[u8]) -> Result<Response, FetchError> {
+        let (status, headers, body) = Response::parts(bytes)?;
+        Ok(Response {
+            status,
+            headers,
+            body: bytes[body].to_vec(),
+        })
+    }
+
+    /// [`Response::decode`], keeping the body in `bytes`' own allocation (moved down over
+    /// the frames before it), so a large reply is never held twice.
+    pub fn decode_owned(mut bytes: Vec<u8>) -> Result<Response, FetchError> {
+        let (status, headers, body) = Response::parts(&bytes)?;
+        bytes.truncate(body.end);
+        bytes.drain(..body.start);
+        Ok(Response {
+            status,
+            headers,
+            body: bytes,
+        })
+    }
+
+    /// A framed reply's status, headers, and where its body is in `bytes`.
+    #[allow(clippy::type_complexity)]
+    fn parts(
+        bytes: &[u8],
+    ) -> Result<(u16, Vec<(String, Vec<u8>)>, std::ops::Range<usize>), FetchError> {
         let [status, headers, body] = frame::decode_exact::<3>(bytes)
             .map_err(|e| invalid(format!("http.fetch reply: {e}")))?;
         let status = std::str::from_utf8(status)
@@ -149,11 +197,9 @@ impl Response {
                 _ => None,
             })
             .collect();
-        Ok(Response {
-            status,
-            headers,
-            body: body.to_vec(),
-        })
+        // Where the body field lies in `bytes`: it is a slice of it.
+        let start = body.as_ptr() as usize - bytes.as_ptr() as usize;
+        Ok((status, headers, start..start + body.len()))
     }
 }
 
@@ -187,7 +233,18 @@ mod tests {
             headers: vec![("content-type".into(), b"text/plain".to_vec())],
             body: b"no".to_vec(),
         };
-        assert_eq!(Response::decode(&response.encode()), Ok(response));
+        assert_eq!(Response::decode(&response.encode()), Ok(response.clone()));
+        // Encoded in the body's allocation, and read back into the frames' own: the same.
+        let encoded = response.clone().into_encoded();
+        assert_eq!(encoded, response.encode());
+        assert_eq!(Response::decode_owned(encoded), Ok(response));
+        let empty = Response {
+            status: 204,
+            headers: Vec::new(),
+            body: Vec::new(),
+        };
+        assert_eq!(empty.clone().into_encoded(), empty.encode());
+        assert_eq!(Response::decode_owned(empty.encode()), Ok(empty));
     }
 
     #[test]

@@ -143,6 +143,7 @@ impl Forward for HostDialer {
         &self,
         request: &Request,
         left: std::time::Duration,
+        holding: &dyn berm_egress::Holding,
     ) -> Result<Response, FetchError> {
         let unreachable = |e: String| FetchError {
             code: ErrorCode::Io,
@@ -163,6 +164,7 @@ impl Forward for HostDialer {
             request,
             left,
             &self.caps,
+            holding,
         )
     }
 }

@@ -7,7 +7,7 @@
 //! is the deployment's [`ProgramHost`], attached at deploy, so a handler
 //! never looks a program up by name.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use berm::{Pending, Reply, Syscall, SyscallContext, SyscallError};
@@ -416,9 +416,27 @@ fn fs_error(error: crate::fs::FsError) -> SyscallError {
     SyscallError::code(error.code, error.message)
 }
 
+/// The bytes of one `http.fetch` response, held against the program's host memory budget
+/// from the first byte received (the egress counts them before it keeps them) until the
+/// reply is pulled, or given back when the fetch fails or the call ends.
+struct ResponseHeld(Mutex<Option<berm::Reservation>>);
+
+impl berm_egress::Holding for ResponseHeld {
+    fn hold(&self, bytes: usize) -> Result<(), String> {
+        let mut held = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        match held.as_mut() {
+            Some(held) => held.resize("http.fetch", bytes).map_err(|e| e.to_string()),
+            // Already taken for the reply: the fetch is over.
+            None => Ok(()),
+        }
+    }
+}
+
 /// `http.fetch`: the request is copied once it is known to fit the caps,
 /// and the exchange runs without holding the guest's memory; it ends before
-/// the call's deadline with `timeout` at the latest.
+/// the call's deadline with `timeout` at the latest. The response counts against the
+/// program's host memory budget as it arrives ([`ResponseHeld`]), and its reply is made in
+/// the body's own allocation.
 fn http_fetch(cx: &SyscallContext<'_>, request: &mut [u8]) -> Result<Pending, SyscallError> {
     let net = host(cx)?
         .net
@@ -429,6 +447,7 @@ fn http_fetch(cx: &SyscallContext<'_>, request: &mut [u8]) -> Result<Pending, Sy
     let request = berm_egress::Request::decode(request, net.caps())
         .map_err(|e| SyscallError::code(e.code, e.message))?;
     let held = cx.reserve("http.fetch", size)?;
+    let response_held = Arc::new(ResponseHeld(Mutex::new(Some(cx.reserve("http.fetch", 0)?))));
     let deadline = cx.deadline;
     let trace = cx.trace::<CallTrace>();
     // With receipts: the host asked for, and the secrets the request names (by name only).
@@ -457,7 +476,9 @@ fn http_fetch(cx: &SyscallContext<'_>, request: &mut [u8]) -> Result<Pending, Sy
         )
     });
     Ok(Box::pin(async move {
-        let fetched = net.fetch(request, deadline).await;
+        let fetched = net
+            .fetch_holding(request, deadline, response_held.clone())
+            .await;
         drop(held);
         if let Some((record, url, secrets)) = receipt {
             let result = match &fetched {
@@ -478,9 +499,15 @@ fn http_fetch(cx: &SyscallContext<'_>, request: &mut [u8]) -> Result<Pending, Sy
                 Err(e) => span.end("error", Some(e.code.name())),
             }
         }
-        match fetched {
-            Ok(response) => Ok(Reply::Staged(response.encode())),
-            Err(e) => Err(SyscallError::code(e.code, e.message)),
+        let response_held = response_held
+            .0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        match (fetched, response_held) {
+            (Ok(response), Some(held)) => Ok(Reply::Reserved(response.into_encoded(), held)),
+            (Ok(response), None) => Ok(Reply::Staged(response.into_encoded())),
+            (Err(e), _) => Err(SyscallError::code(e.code, e.message)),
         }
     }))
 }

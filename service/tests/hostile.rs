@@ -534,3 +534,111 @@ fn replies_held_past_the_host_memory_budget_are_refused_and_released_when_calls_
         assert_eq!(answer.text, "read", "{answer:?}");
     }
 }
+
+/// A plain HTTP server on loopback that answers `GET /SENT/LEN` with a head promising `LEN`
+/// bytes of body and sends `SENT` of them; when that is less than it promised, it then holds
+/// the connection open (for a minute at most), as a server that trickles a large body would.
+fn trickling_server() -> std::net::SocketAddr {
+    use std::io::Read;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            std::thread::spawn(move || {
+                let mut request = Vec::new();
+                let mut byte = [0u8; 1];
+                while !request.ends_with(b"\r\n\r\n") && stream.read(&mut byte).unwrap_or(0) == 1 {
+                    request.push(byte[0]);
+                }
+                let line = String::from_utf8_lossy(&request).into_owned();
+                let path = line.split(' ').nth(1).unwrap_or_default().to_string();
+                let mut numbers = path.trim_start_matches('/').split('/');
+                let mut next = || -> usize { numbers.next().unwrap_or("0").parse().unwrap_or(0) };
+                let (sent, promised) = (next(), next());
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: {promised}\r\n\r\n"
+                );
+                if stream.write_all(head.as_bytes()).is_err() {
+                    return;
+                }
+                // Written in pieces, so a client that stops reading stops the writing too.
+                for _ in 0..sent / 4096 {
+                    if stream.write_all(&[b'a'; 4096]).is_err() {
+                        return;
+                    }
+                }
+                let _ = stream.write_all(&vec![b'a'; sent % 4096]);
+                if sent < promised {
+                    std::thread::sleep(Duration::from_secs(60));
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// Item 12: an `http.fetch` response counts against the program's host memory budget as it
+/// arrives, not once it is whole: a body that would take the program past its budget stops
+/// being received at once, with `too_large` naming the budget (instead of being held in full,
+/// uncounted, until the fetch's deadline); what it held is given back when the fetch ends, so
+/// the program's next fetches are served, and so are other programs.
+#[test]
+fn an_http_fetch_response_counts_against_the_host_memory_budget_as_it_arrives() {
+    const BUDGET: usize = 1 << 20;
+    let server = trickling_server();
+    let bermd = Bermd::start(&["--max-host-memory", &BUDGET.to_string()]);
+    let net = format!("net=127.0.0.1:{}", server.port());
+    let limits = LimitsSpec {
+        deadline_ms: Some(20_000),
+        memory_bytes: None,
+    };
+    bermd.deploy("fetch", "fetch", &[&net], limits);
+    // The same program with a short deadline.
+    let short = LimitsSpec {
+        deadline_ms: Some(1500),
+        memory_bytes: None,
+    };
+    bermd.deploy("brief", "fetch", &[&net], short);
+    bermd.deploy("echo", "echo", &[], LimitsSpec::default());
+    let control = bermd.control();
+    let get = |tool: &str, sent: usize, promised: usize| {
+        let args = serde_json::json!({"url": format!("http://{server}/{sent}/{promised}")});
+        block_on(control.call(tool, args.to_string().into_bytes())).unwrap()
+    };
+    let fetch = |sent, promised| get("fetch_get", sent, promised);
+
+    // 1.5 MiB of a promised 2 MiB (under the 4 MiB response cap), and then nothing: the
+    // budget stops it while it arrives.
+    let refused = fetch(3 << 19, 2 << 20);
+    assert_eq!(refused.outcome, CallOutcome::Failed, "{refused:?}");
+    for part in [
+        &format!(
+            "the response from 127.0.0.1:{} was stopped at ",
+            server.port()
+        ),
+        &format!("past its host memory budget of {BUDGET} bytes (bermd --max-host-memory)"),
+        "(too_large)",
+    ] {
+        assert!(refused.text.contains(part), "{part}: {}", refused.text);
+    }
+
+    // Given back: whole bodies of half the budget, one after another, are served.
+    for _ in 0..3 {
+        let served = fetch(1 << 19, 1 << 19);
+        assert_eq!(served.outcome, CallOutcome::Done, "{}", served.text);
+        let page: serde_json::Value = serde_json::from_str(&served.text).unwrap();
+        assert_eq!(page["body"].as_str().unwrap().len(), 1 << 19);
+    }
+    // A body under the budget that never ends: the fetch ends before the call's deadline
+    // with `timeout`, and what it held is given back.
+    let stalled = get("brief_get", 1 << 19, 1 << 20);
+    assert_eq!(stalled.outcome, CallOutcome::Failed, "{stalled:?}");
+    assert!(stalled.text.contains("(timeout)"), "{}", stalled.text);
+    let served = get("brief_get", 3 << 18, 3 << 18);
+    assert_eq!(served.outcome, CallOutcome::Done, "{}", served.text);
+
+    // The host stayed up, and other programs were served throughout.
+    let echoed = block_on(control.call("echo_echo", br#"{"message":"still here"}"#.to_vec()));
+    assert!(echoed.unwrap().text.contains("still here"));
+}

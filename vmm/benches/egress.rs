@@ -151,6 +151,7 @@ fn main() {
             &request,
             Duration::from_secs(10),
             &berm_egress::Caps::default(),
+            &berm_egress::Unbounded,
         )
         .expect("dialer reply");
         assert_eq!(response.body.len(), 1024);

@@ -153,6 +153,7 @@ fn fetch_through_the_dialer(arch: GuestArch) {
         &request,
         Duration::from_secs(10),
         &berm_egress::Caps::default(),
+        &berm_egress::Unbounded,
     )
     .unwrap_err();
     assert_eq!(refused.code, berm_egress::ErrorCode::Denied, "{refused:?}");
@@ -262,6 +263,7 @@ fn ask_dialer_with(
         &request,
         Duration::from_secs(10),
         &berm_egress::Caps::default(),
+        &berm_egress::Unbounded,
     );
     match reply {
         Ok(response) => (0, response.body),
