@@ -20,7 +20,8 @@
 //!
 //! The same database holds bermd's tasks ([`PgKv::publish_task`] and the rest), so that
 //! any replica answers `tasks/get`, `tasks/update` and `tasks/cancel` for a task another one
-//! runs (`migrations/0002_tasks.sql`).
+//! runs (`migrations/0002_tasks.sql`), sealed by bermd before they reach this crate
+//! (`migrations/0003_sealed_tasks.sql`).
 //!
 //! The connections live on this crate's own runtime (one thread): bermd's call threads
 //! run at a low priority and may move a call to idle-priority threads mid-call, and a
@@ -31,7 +32,7 @@ use std::time::Duration;
 
 mod tasks;
 
-pub use tasks::{SharedTask, TaskOrder};
+pub use tasks::{SharedTask, TaskOrder, TaskOrderOutcome};
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime, Timeouts};
 use tokio_postgres::config::SslMode;
@@ -49,6 +50,11 @@ pub const MIGRATIONS: &[Migration] = &[
         version: 2,
         name: "tasks any replica answers for",
         sql: include_str!("migrations/0002_tasks.sql"),
+    },
+    Migration {
+        version: 3,
+        name: "tasks sealed at rest",
+        sql: include_str!("migrations/0003_sealed_tasks.sql"),
     },
 ];
 

@@ -2,6 +2,10 @@
 //! running replica (the owner) publishes what `tasks/get` shows; the others read it, and
 //! leave a cancel or input responses for the owner to take on its next poll.
 //!
+//! What `tasks/get` shows and each answer arrive here sealed by bermd: this crate stores and
+//! returns them as opaque bytes (an answer as opaque text under its key), and never sees a
+//! result or an answer in the clear (`migrations/0003_sealed_tasks.sql`).
+//!
 //! JSON travels as text and is cast in SQL, so tokio-postgres needs no JSON feature.
 
 use std::time::Duration;
@@ -15,8 +19,8 @@ pub const MAX_WAITING_RESPONSE_BYTES: i32 = 1 << 20;
 /// A task as the database has it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SharedTask {
-    /// What `tasks/get` shows (rmcp's `DetailedTask`), as JSON.
-    pub detail: String,
+    /// What `tasks/get` shows (rmcp's `DetailedTask`), as its owner sealed it.
+    pub detail: Vec<u8>,
     /// Whether it has ended (completed, failed or cancelled).
     pub terminal: bool,
     /// How long since its owner last said it was still running it.
@@ -30,19 +34,31 @@ pub struct TaskOrder {
     pub id: String,
     /// `tasks/cancel` was sent for it.
     pub cancel: bool,
-    /// Input responses sent with `tasks/update`, by key, as a JSON object.
+    /// Input responses sent with `tasks/update`, by key, as a JSON object (each value as the
+    /// replica that took it sealed it).
     pub responses: String,
 }
 
+/// What became of a cancel or answers left for a task's owner.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TaskOrderOutcome {
+    /// Left for the owner to take.
+    Left,
+    /// There is no such task (or it has expired).
+    Unknown,
+    /// The task has ended: nothing was left.
+    Ended,
+}
+
 impl PgKv {
-    /// Records task `id`, run by `owner`, as `detail` (JSON) shows it, kept until
+    /// Records task `id`, run by `owner`, as `detail` (sealed) shows it, kept until
     /// `keep_for` from now (a later publish of the same task keeps the first expiry). Also
     /// deletes every task past its expiry. Only the owner's row is ever overwritten.
     pub async fn publish_task(
         &self,
         id: &str,
         owner: &str,
-        detail: String,
+        detail: Vec<u8>,
         terminal: bool,
         keep_for: Duration,
     ) -> Result<(), PgKvError> {
@@ -53,7 +69,7 @@ impl PgKv {
             client
                 .execute(
                     "INSERT INTO berm_tasks (id, owner, detail, terminal, expires_at)
-                     VALUES ($1, $2, $3::text::jsonb, $4, now() + $5::bigint * interval '1 millisecond')
+                     VALUES ($1, $2, $3, $4, now() + $5::bigint * interval '1 millisecond')
                      ON CONFLICT (id) DO UPDATE
                          SET detail = EXCLUDED.detail, terminal = EXCLUDED.terminal, seen_at = now()
                          WHERE berm_tasks.owner = EXCLUDED.owner",
@@ -77,7 +93,7 @@ impl PgKv {
             let client = connection(&pool).await?;
             let row = client
                 .query_opt(
-                    "SELECT detail::text, terminal,
+                    "SELECT detail, terminal,
                             (extract(epoch FROM now() - seen_at) * 1000)::bigint
                      FROM berm_tasks WHERE id = $1 AND expires_at >= now()",
                     &[&id],
@@ -93,37 +109,46 @@ impl PgKv {
         .await
     }
 
-    /// Leaves a cancel for task `id`'s owner; `false` when there is no such open task.
-    pub async fn cancel_task(&self, id: &str) -> Result<bool, PgKvError> {
+    /// Leaves a cancel for task `id`'s owner, unless it has ended.
+    pub async fn cancel_task(&self, id: &str) -> Result<TaskOrderOutcome, PgKvError> {
         let (pool, id) = (self.pool.clone(), id.to_string());
         self.run(async move {
             let client = connection(&pool).await?;
-            let found = client
-                .execute(
-                    "UPDATE berm_tasks SET cancel_requested = true
-                     WHERE id = $1 AND expires_at >= now()",
+            let row = client
+                .query_opt(
+                    "UPDATE berm_tasks SET cancel_requested = cancel_requested OR NOT terminal
+                     WHERE id = $1 AND expires_at >= now()
+                     RETURNING terminal",
                     &[&id],
                 )
                 .await
                 .map_err(database)?;
-            Ok(found > 0)
+            Ok(match row.map(|row| row.get::<_, bool>(0)) {
+                None => TaskOrderOutcome::Unknown,
+                Some(true) => TaskOrderOutcome::Ended,
+                Some(false) => TaskOrderOutcome::Left,
+            })
         })
         .await
     }
 
     /// Leaves input responses (a JSON object by key) for task `id`'s owner, beside any it
-    /// has not taken yet; `false` when there is no such task.
+    /// has not taken yet, unless the task has ended.
     ///
     /// # Errors
     /// [`PgKvError::Database`] when more than [`MAX_WAITING_RESPONSE_BYTES`] would wait.
-    pub async fn answer_task(&self, id: &str, responses: String) -> Result<bool, PgKvError> {
+    pub async fn answer_task(
+        &self,
+        id: &str,
+        responses: String,
+    ) -> Result<TaskOrderOutcome, PgKvError> {
         let (pool, id) = (self.pool.clone(), id.to_string());
         self.run(async move {
             let client = connection(&pool).await?;
             let row = client
                 .query_opt(
                     "UPDATE berm_tasks SET responses = responses || $2::text::jsonb
-                     WHERE id = $1 AND expires_at >= now()
+                     WHERE id = $1 AND expires_at >= now() AND NOT terminal
                        AND octet_length(responses::text) + octet_length($2) <= $3
                      RETURNING 1",
                     &[&id, &responses, &MAX_WAITING_RESPONSE_BYTES],
@@ -131,18 +156,19 @@ impl PgKv {
                 .await
                 .map_err(database)?;
             if row.is_some() {
-                return Ok(true);
+                return Ok(TaskOrderOutcome::Left);
             }
-            let exists = client
+            let found = client
                 .query_opt(
-                    "SELECT 1 FROM berm_tasks WHERE id = $1 AND expires_at >= now()",
+                    "SELECT terminal FROM berm_tasks WHERE id = $1 AND expires_at >= now()",
                     &[&id],
                 )
                 .await
                 .map_err(database)?;
-            match exists {
-                None => Ok(false),
-                Some(_) => Err(PgKvError::Database(format!(
+            match found.map(|row| row.get::<_, bool>(0)) {
+                None => Ok(TaskOrderOutcome::Unknown),
+                Some(true) => Ok(TaskOrderOutcome::Ended),
+                Some(false) => Err(PgKvError::Database(format!(
                     "more than {MAX_WAITING_RESPONSE_BYTES} bytes of input responses wait for this task's replica"
                 ))),
             }

@@ -189,42 +189,61 @@ fn two_replicas_writing_at_once_stay_under_the_cap() {
     assert_eq!(counted, bytes.to_string());
 }
 
-/// Tasks two replicas share: what the owner publishes the other reads; the other's cancel
-/// and answers reach the owner once each; only the owner overwrites its task; an expired
-/// task is gone; answers past the cap are refused.
+/// Tasks two replicas share: what the owner publishes the other reads, byte for byte (bermd
+/// seals it first); the other's cancel and answers reach the owner once each; only the owner
+/// overwrites its task; a task that has ended takes no cancel and no answers; an expired task
+/// is gone; answers past the cap are refused.
 #[test]
 fn a_task_one_replica_runs_the_other_reads_cancels_and_answers() {
+    use berm_kv_postgres::TaskOrderOutcome::{Ended, Left, Unknown};
     use std::time::Duration;
     let Some(pg) = server() else { return };
     let (owner, other) = (connect(&pg.url(), CAPS), connect(&pg.url(), CAPS));
     let hour = Duration::from_secs(3600);
+    // Any bytes, as a sealed value is: not UTF-8, with a NUL.
+    let working = vec![0xff, 0x00, 0x01, b'w'];
     block_on(async {
         owner
-            .publish_task("t1", "a", r#"{"status":"working"}"#.into(), false, hour)
+            .publish_task("t1", "a", working.clone(), false, hour)
             .await
             .unwrap();
         let seen = other.task("t1").await.unwrap().unwrap();
-        assert_eq!(seen.detail, r#"{"status": "working"}"#);
+        assert_eq!(seen.detail, working);
         assert!(!seen.terminal && seen.unseen_for < Duration::from_secs(5));
         assert!(other.task("nope").await.unwrap().is_none());
 
         // Another replica cannot take the task over.
         other
-            .publish_task("t1", "b", r#"{"status":"completed"}"#.into(), true, hour)
+            .publish_task("t1", "b", b"completed".to_vec(), true, hour)
             .await
             .unwrap();
         assert!(!other.task("t1").await.unwrap().unwrap().terminal);
 
-        assert!(other.cancel_task("t1").await.unwrap());
-        assert!(other.answer_task("t1", r#"{"k1":1}"#.into()).await.unwrap());
-        assert!(other.answer_task("t1", r#"{"k2":2}"#.into()).await.unwrap());
-        assert!(!other.cancel_task("nope").await.unwrap());
-        assert!(!other.answer_task("nope", "{}".into()).await.unwrap());
+        assert_eq!(other.cancel_task("t1").await.unwrap(), Left);
+        assert_eq!(
+            other
+                .answer_task("t1", r#"{"k1":"s1"}"#.into())
+                .await
+                .unwrap(),
+            Left
+        );
+        assert_eq!(
+            other
+                .answer_task("t1", r#"{"k2":"s2"}"#.into())
+                .await
+                .unwrap(),
+            Left
+        );
+        assert_eq!(other.cancel_task("nope").await.unwrap(), Unknown);
+        assert_eq!(
+            other.answer_task("nope", "{}".into()).await.unwrap(),
+            Unknown
+        );
         assert!(owner.take_task_orders("b").await.unwrap().is_empty());
         let orders = owner.take_task_orders("a").await.unwrap();
         assert_eq!(orders.len(), 1, "{orders:?}");
         assert!(orders[0].cancel);
-        assert_eq!(orders[0].responses, r#"{"k1": 1, "k2": 2}"#);
+        assert_eq!(orders[0].responses, r#"{"k1": "s1", "k2": "s2"}"#);
         assert!(owner.take_task_orders("a").await.unwrap().is_empty());
 
         let big = format!(r#"{{"k":"{}"}}"#, "x".repeat(1 << 20));
@@ -235,20 +254,30 @@ fn a_task_one_replica_runs_the_other_reads_cancels_and_answers() {
         );
 
         owner
-            .publish_task("t1", "a", r#"{"status":"completed"}"#.into(), true, hour)
+            .publish_task("t1", "a", b"completed".to_vec(), true, hour)
             .await
             .unwrap();
         assert!(other.task("t1").await.unwrap().unwrap().terminal);
+        // Ended: nothing more is left for it.
+        assert_eq!(other.cancel_task("t1").await.unwrap(), Ended);
+        assert_eq!(
+            other
+                .answer_task("t1", r#"{"k3":"s3"}"#.into())
+                .await
+                .unwrap(),
+            Ended
+        );
+        assert!(owner.take_task_orders("a").await.unwrap().is_empty());
 
         // Expired: no longer there, and deleted at the next publish.
         owner
-            .publish_task("t2", "a", "{}".into(), false, Duration::ZERO)
+            .publish_task("t2", "a", Vec::new(), false, Duration::ZERO)
             .await
             .unwrap();
         std::thread::sleep(Duration::from_millis(20));
         assert!(other.task("t2").await.unwrap().is_none());
         owner
-            .publish_task("t3", "a", "{}".into(), false, hour)
+            .publish_task("t3", "a", Vec::new(), false, hour)
             .await
             .unwrap();
     });

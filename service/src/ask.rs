@@ -9,6 +9,9 @@
 //! so a state survives a restart; replicas that should accept each other's states are given
 //! the same file (`bermd --ask-key FILE`).
 //!
+//! The same key, through a key derived from it, seals the tasks replicas share in PostgreSQL
+//! ([`crate::tasks::seal`]).
+//!
 //! `ring` is already in bermd (rustls uses it), so this adds no crypto crate of its own.
 
 use std::path::{Path, PathBuf};
@@ -154,6 +157,8 @@ impl SealedFor<'_> {
 pub struct AskKey {
     key: LessSafeKey,
     random: SystemRandom,
+    /// The key derived from it that seals tasks at rest.
+    tasks: std::sync::Arc<crate::tasks::seal::TaskSeal>,
 }
 
 impl std::fmt::Debug for AskKey {
@@ -219,7 +224,14 @@ impl AskKey {
         AskKey {
             key: LessSafeKey::new(unbound),
             random: SystemRandom::new(),
+            tasks: std::sync::Arc::new(crate::tasks::seal::TaskSeal::derive(&bytes)),
         }
+    }
+
+    /// The key derived from this one that seals the tasks replicas share in PostgreSQL:
+    /// replicas given the same ask key open each other's tasks.
+    pub fn task_seal(&self) -> std::sync::Arc<crate::tasks::seal::TaskSeal> {
+        self.tasks.clone()
     }
 
     /// `state` sealed for the request `request`, as URL-safe Base64.

@@ -436,7 +436,7 @@ pub fn router(
         .enforce_origin_validation();
     let sessions = Arc::new(LocalSessionManager::default());
     let mcp: StreamableHttpService<McpServer, LocalSessionManager> = StreamableHttpService::new(
-        move || Ok(McpServer::new(service.clone())),
+        move || Ok(McpServer::over_http(service.clone())),
         sessions.clone(),
         http,
     );

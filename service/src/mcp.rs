@@ -57,16 +57,36 @@ pub struct McpServer {
     /// The URIs this session subscribed to (2025-11-25 `resources/subscribe`), each with
     /// the program and digest that served it when last seen.
     subscribed: Arc<Mutex<Watched>>,
+    /// Whose tasks this handler's requests count against: its session, once it is one.
+    client: Arc<std::sync::OnceLock<crate::tasks::open::Client>>,
 }
 
 impl McpServer {
-    /// A handler for one MCP session.
+    /// A handler for one MCP session: a connection (a socket, stdio), a session of its own
+    /// however its client speaks.
     pub fn new(service: Arc<Service>) -> McpServer {
+        let server = McpServer::over_http(service);
+        let _ = server.client.set(crate::tasks::open::Client::new_session());
+        server
+    }
+
+    /// A handler rmcp's HTTP service makes for a session (an `initialize`) or for one
+    /// request outside any session: a session of its own only once it is initialized.
+    pub fn over_http(service: Arc<Service>) -> McpServer {
         McpServer {
             service,
             log: SessionLog::default(),
             subscribed: Arc::default(),
+            client: Arc::default(),
         }
+    }
+
+    /// Whose tasks this handler's requests count against.
+    fn client(&self) -> crate::tasks::open::Client {
+        self.client
+            .get()
+            .copied()
+            .unwrap_or(crate::tasks::open::Client::Sessionless)
     }
 
     /// Runs entry `name` for a tools/call, a resource read or a prompt, with the session's
@@ -343,20 +363,26 @@ impl McpServer {
         program_deadline: std::time::Duration,
     ) -> Result<CallToolResponse, McpError> {
         let tasks = self.service.tasks();
-        if !tasks.has_room() {
-            return Ok(CallToolResult::error(vec![ContentBlock::text(format!(
-                "bermd has {} tasks open, its cap: wait for one to finish, or cancel one",
-                crate::tasks::MAX_OPEN_TASKS
-            ))])
-            .into());
-        }
+        let slot = match tasks.admit(self.client()) {
+            Ok(slot) => slot,
+            Err(full) => {
+                return Ok(
+                    CallToolResult::error(vec![ContentBlock::text(full.to_string())]).into(),
+                );
+            }
+        };
         let deadline = tasks.deadline(&spec, program_deadline);
         let ttl = crate::tasks::Tasks::ttl(deadline);
         let service = self.service.clone();
         let options = rmcp::task_manager::TaskOptions::new()
             .with_ttl_ms(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX));
+        // The slot is the task's work's: it is given back when the work ends, however it ends
+        // (a result, a failure, a cancel, its TTL).
         let task = tasks.manager().spawn(options, move |task| {
-            Box::pin(run_task(service, call, (deadline, ttl), task))
+            Box::pin(async move {
+                let _slot = slot;
+                run_task(service, call, (deadline, ttl), task).await
+            })
         });
         if let Err(e) = tasks.started(&task.task_id, ttl).await {
             let _ = tasks.manager().cancel_task(&task.task_id);
@@ -612,6 +638,18 @@ impl ServerHandler for McpServer {
         )
         .with_server_info(Implementation::new("bermd", env!("CARGO_PKG_VERSION")))
         .with_instructions(INSTRUCTIONS)
+    }
+
+    async fn initialize(
+        &self,
+        request: rmcp::model::InitializeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::InitializeResult, McpError> {
+        // An HTTP client that initializes has a session from now on: its tasks count
+        // against a cap of its own (a connection's handler is one already).
+        let _ = self.client.set(crate::tasks::open::Client::new_session());
+        context.peer.set_peer_info(request.clone());
+        self.negotiate_initialize(&request)
     }
 
     async fn list_tools(

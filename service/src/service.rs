@@ -69,11 +69,16 @@ pub struct ServiceConfig {
     /// Every program's keyspace in PostgreSQL (`bermd --kv-url-file`), shared with other
     /// replicas; `None` keeps each in its log under `$BERM_HOME/state`.
     pub kv_postgres: Option<Arc<berm_kv_postgres::PgKv>>,
-    /// The key that seals asking programs' state (`bermd --ask-key FILE`, for replicas that
-    /// share one); `None` uses `$BERM_HOME/ask.key`, made on first start.
+    /// The key that seals asking programs' state, and (through a key derived from it) the
+    /// tasks replicas share in PostgreSQL (`bermd --ask-key FILE`, for replicas that share
+    /// one); `None` uses `$BERM_HOME/ask.key`, made on first start.
     pub ask_key: Option<PathBuf>,
     /// The longest a task may run (`bermd --max-task-deadline-ms`).
     pub max_task_deadline: std::time::Duration,
+    /// Tasks one MCP session may have open at once, within bermd's own cap
+    /// ([`crate::tasks::DEFAULT_MAX_TASKS_PER_SESSION`], `bermd --max-tasks-per-session`);
+    /// requests outside a session share one such cap.
+    pub max_tasks_per_session: usize,
     /// Where each call's span goes (`OTEL_EXPORTER_OTLP_ENDPOINT`); `None` makes none.
     pub tracing: Option<crate::otel::Tracing>,
 }
@@ -101,6 +106,7 @@ impl ServiceConfig {
             kv_postgres: None,
             ask_key: None,
             max_task_deadline: crate::tasks::DEFAULT_MAX_TASK_DEADLINE,
+            max_tasks_per_session: crate::tasks::DEFAULT_MAX_TASKS_PER_SESSION,
             tracing: None,
         }
     }
@@ -495,8 +501,13 @@ impl Service {
             metrics: crate::metrics::Metrics::new(),
             receipts: config.receipts.clone().map(crate::receipts::Receipts::new),
             tracing: config.tracing.clone(),
+            tasks: crate::tasks::Tasks::new(
+                config.max_task_deadline,
+                config.max_tasks_per_session,
+                config.kv_postgres.clone(),
+                ask_key.task_seal(),
+            ),
             ask_key,
-            tasks: crate::tasks::Tasks::new(config.max_task_deadline, config.kv_postgres.clone()),
         });
         service
             .berm

@@ -543,6 +543,17 @@ fn bermd_with_app(dir: &Path, addr: &str, app: &str) -> Bermd {
 
 /// [`bermd_with_app`] with `env` set.
 fn bermd_with_app_env(dir: &Path, addr: &str, app: &str, env: &[(&str, &str)]) -> Bermd {
+    bermd_with_app_args(dir, addr, app, &[], env)
+}
+
+/// [`bermd_with_app`] with more arguments and `env` set.
+fn bermd_with_app_args(
+    dir: &Path,
+    addr: &str,
+    app: &str,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> Bermd {
     let folder = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../target/apps")
         .join(app);
@@ -551,17 +562,17 @@ fn bermd_with_app_env(dir: &Path, addr: &str, app: &str, env: &[(&str, &str)]) -
         "{} is missing — run scripts/build-apps.sh first",
         folder.display()
     );
-    let bermd = Bermd::start_with_env(
-        &[
-            "--http",
-            addr,
-            "--http-token-file",
-            &token_file(dir, &format!("{TOKEN}\n")),
-            "--app",
-            folder.to_str().unwrap(),
-        ],
-        env,
-    );
+    let token = token_file(dir, &format!("{TOKEN}\n"));
+    let mut all = vec![
+        "--http",
+        addr,
+        "--http-token-file",
+        &token,
+        "--app",
+        folder.to_str().unwrap(),
+    ];
+    all.extend_from_slice(args);
+    let bermd = Bermd::start_with_env(&all, env);
     let deadline = Instant::now() + Duration::from_secs(30);
     while TcpStream::connect(addr).is_err() {
         assert!(Instant::now() < deadline, "bermd never listened on {addr}");
@@ -969,8 +980,12 @@ fn any_replica_answers_for_a_task_another_runs() {
         format!("127.0.0.1:{}", free_port()),
         format!("127.0.0.1:{}", free_port()),
     );
-    let replica_a = bermd_with_app_env(dir.path(), &a, "conformance", &[("BERM_KV_URL", &url)]);
-    let _replica_b = bermd_with_app_env(dir.path(), &b, "conformance", &[("BERM_KV_URL", &url)]);
+    // Replicas that share tasks share the key that seals them.
+    let key = ask_key_file(dir.path(), "shared.key");
+    let shared = ["--ask-key", key.as_str()];
+    let env = [("BERM_KV_URL", url.as_str())];
+    let replica_a = bermd_with_app_args(dir.path(), &a, "conformance", &shared, &env);
+    let _replica_b = bermd_with_app_args(dir.path(), &b, "conformance", &shared, &env);
     let tasks =
         meta(json!({"extensions": {"io.modelcontextprotocol/tasks": {}}, "elicitation": {}}));
     let start = |tool: &str, args: serde_json::Value| {
@@ -1043,6 +1058,275 @@ fn any_replica_answers_for_a_task_another_runs() {
     let failed = until(&b, &orphan, "failed");
     let message = failed["error"]["message"].as_str().unwrap_or_default();
     assert!(message.contains("has not been heard from"), "{failed}");
+}
+
+/// A key file for `bermd --ask-key` in `dir`: 64 random hex digits, mode 0600.
+fn ask_key_file(dir: &Path, name: &str) -> String {
+    use std::os::unix::fs::PermissionsExt as _;
+    let mut key = [0u8; 32];
+    getrandom::fill(&mut key).unwrap();
+    let path = dir.join(name);
+    std::fs::write(&path, format!("{}\n", hex::encode(key))).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    path.display().to_string()
+}
+
+/// The text of an error result, or a panic naming what came instead.
+fn error_text(answer: &serde_json::Value) -> String {
+    assert_eq!(answer["result"]["isError"], true, "{answer}");
+    answer["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+/// Item 10, the per-session cap: one session (a connection, or an HTTP client that
+/// initialized) holds at most `--max-tasks-per-session` tasks open, requests outside a session
+/// share one such cap, and past it a call gets an error result naming the cap while other
+/// sessions still start theirs; a task that ends gives its place back.
+#[test]
+fn tasks_are_capped_per_session_beside_bermds_cap() {
+    use serde_json::json;
+    let dir = tempfile::tempdir().unwrap();
+    let addr = format!("127.0.0.1:{}", free_port());
+    let bermd = bermd_with_app_args(
+        dir.path(),
+        &addr,
+        "conformance",
+        &["--max-tasks-per-session", "2"],
+        &[],
+    );
+    let tasks_meta = json!({
+        "io.modelcontextprotocol/clientCapabilities":
+            {"extensions": {"io.modelcontextprotocol/tasks": {}}},
+    });
+    let start = |session: &mut common::Session| {
+        session.request(
+            "tools/call",
+            json!({"name": "slow_compute", "arguments": {"seconds": 600}, "_meta": tasks_meta}),
+        )
+    };
+    let task_id = |answer: &serde_json::Value| {
+        answer["result"]["taskId"]
+            .as_str()
+            .unwrap_or_else(|| panic!("not a task: {answer}"))
+            .to_string()
+    };
+    let (mut one, mut two) = (bermd.session(), bermd.session());
+    let first = task_id(&start(&mut one));
+    task_id(&start(&mut one));
+    let refused = error_text(&start(&mut one));
+    assert_eq!(
+        refused,
+        "this session has 2 tasks open, its cap (bermd --max-tasks-per-session): wait for one \
+         to finish, or cancel one"
+    );
+    // Another session is not held up by the first.
+    task_id(&start(&mut two));
+
+    // Requests outside a session (2026-07-28 over HTTP) share one cap.
+    let modern_meta =
+        meta(json!({"extensions": {"io.modelcontextprotocol/tasks": {}}, "elicitation": {}}));
+    let call = |id| {
+        modern(
+            &addr,
+            id,
+            "tools/call",
+            "slow_compute",
+            json!({"name": "slow_compute", "arguments": {"seconds": 600}, "_meta": modern_meta}),
+        )
+    };
+    task_id(&call(1));
+    task_id(&call(2));
+    let refused = error_text(&call(3));
+    assert!(
+        refused.starts_with(
+            "requests outside a session have 2 tasks open together, their cap (bermd \
+             --max-tasks-per-session)"
+        ),
+        "{refused}"
+    );
+
+    // A task that ends (here, cancelled) gives its place back to its session: once it reads
+    // `cancelled`, the session starts another (its work winds down just after).
+    let ack = one.request(
+        "tasks/cancel",
+        json!({"taskId": first, "_meta": tasks_meta}),
+    );
+    assert!(ack.get("error").is_none(), "{ack}");
+    let deadline = Instant::now() + Duration::from_secs(40);
+    let again = loop {
+        let status = one.request("tasks/get", json!({"taskId": first, "_meta": tasks_meta}));
+        if status["result"]["status"] == "cancelled" {
+            let again = start(&mut one);
+            if again["result"].get("taskId").is_some() {
+                break again;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the cancelled task's place never came back: {status}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    task_id(&again);
+    drop(bermd);
+}
+
+/// Item 10, ended tasks: a task that has completed (or failed, or been cancelled) takes no
+/// more answers and no cancel: `tasks/update` and `tasks/cancel` are `-32602` saying it has
+/// ended, and how.
+#[test]
+fn a_finished_task_refuses_answers_and_cancels() {
+    use serde_json::json;
+    let dir = tempfile::tempdir().unwrap();
+    let addr = format!("127.0.0.1:{}", free_port());
+    let bermd = bermd_with_app(dir.path(), &addr, "conformance");
+    let tasks =
+        meta(json!({"extensions": {"io.modelcontextprotocol/tasks": {}}, "elicitation": {}}));
+    let on = |method: &str, task: &str, extra: serde_json::Value| {
+        let mut params = json!({"taskId": task, "_meta": tasks});
+        params
+            .as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        modern(&addr, 2, method, task, params)
+    };
+    let started = modern(
+        &addr,
+        1,
+        "tools/call",
+        "slow_compute",
+        json!({"name": "slow_compute", "arguments": {"seconds": 0}, "_meta": tasks}),
+    );
+    let id = started["result"]["taskId"].as_str().unwrap().to_string();
+    until_status("completed", &id, || {
+        on("tasks/get", &id, json!({}))["result"].clone()
+    });
+    let answers = json!({"inputResponses": {"r0.confirm": {"action": "accept"}}});
+    for (method, extra, refused) in [
+        ("tasks/cancel", json!({}), "it can no longer be cancelled"),
+        ("tasks/update", answers, "it takes no more answers"),
+    ] {
+        let answer = on(method, &id, extra);
+        assert_eq!(answer["error"]["code"], -32602, "{method}: {answer}");
+        assert_eq!(
+            answer["error"]["message"],
+            format!("task {id} has already ended (completed): {refused}"),
+            "{method}"
+        );
+    }
+    // The task is as it was.
+    let done = on("tasks/get", &id, json!({}));
+    assert_eq!(done["result"]["status"], "completed", "{done}");
+    drop(bermd);
+}
+
+/// Item 10, tasks at rest: with replicas sharing tasks in PostgreSQL, the database holds a
+/// task's result only sealed (a replica with the same `--ask-key` reads it; one with another
+/// key says so, naming the flag), and a task that has ended refuses answers and cancels on any
+/// replica.
+#[test]
+fn shared_tasks_are_sealed_at_rest_and_refuse_answers_once_ended_on_any_replica() {
+    use serde_json::json;
+    let Ok(pg) = berm_fixtures::postgres::Postgres::start().map_err(|why| {
+        println!("SKIPPED: {why}");
+    }) else {
+        return;
+    };
+    let url = pg.url();
+    let dir = tempfile::tempdir().unwrap();
+    let key = ask_key_file(dir.path(), "shared.key");
+    let other_key = ask_key_file(dir.path(), "other.key");
+    let env = [("BERM_KV_URL", url.as_str())];
+    let (a, b, c) = (
+        format!("127.0.0.1:{}", free_port()),
+        format!("127.0.0.1:{}", free_port()),
+        format!("127.0.0.1:{}", free_port()),
+    );
+    let _replica_a = bermd_with_app_args(dir.path(), &a, "conformance", &["--ask-key", &key], &env);
+    let _replica_b = bermd_with_app_args(dir.path(), &b, "conformance", &["--ask-key", &key], &env);
+    let _stranger = bermd_with_app_args(
+        dir.path(),
+        &c,
+        "conformance",
+        &["--ask-key", &other_key],
+        &env,
+    );
+    let tasks =
+        meta(json!({"extensions": {"io.modelcontextprotocol/tasks": {}}, "elicitation": {}}));
+    let on = |addr: &str, method: &str, task: &str, extra: serde_json::Value| {
+        let mut params = json!({"taskId": task, "_meta": tasks});
+        params
+            .as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        modern(addr, 2, method, task, params)
+    };
+    const MARK: &str = "a-result-only-its-client-may-read";
+    let started = modern(
+        &a,
+        1,
+        "tools/call",
+        "slow_compute",
+        json!({"name": "slow_compute", "arguments": {"seconds": 0, "label": MARK}, "_meta": tasks}),
+    );
+    let id = started["result"]["taskId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{started}"))
+        .to_string();
+    let done = until_status("completed", &format!("{id} on {b}"), || {
+        on(&b, "tasks/get", &id, json!({}))["result"].clone()
+    });
+    assert_eq!(
+        done["result"]["content"][0]["text"],
+        format!("Computed for 0 s ({MARK})"),
+        "{done}"
+    );
+
+    // What the database holds: the task's row, its result nowhere in the clear.
+    let rows = pg
+        .psql(
+            "berm",
+            &format!("SELECT count(*) FROM berm_tasks WHERE id = '{id}' AND terminal"),
+        )
+        .unwrap();
+    assert_eq!(rows, "1");
+    let clear = pg
+        .psql(
+            "berm",
+            &format!(
+                "SELECT count(*) FROM berm_tasks WHERE position('{MARK}' IN detail::text) > 0 \
+                 OR position('{}' IN detail::text) > 0",
+                hex::encode(MARK)
+            ),
+        )
+        .unwrap();
+    assert_eq!(clear, "0", "the result is in the database in the clear");
+
+    // A replica with another key cannot read it, and says why.
+    let refused = on(&c, "tasks/get", &id, json!({}));
+    let message = refused["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("sealed by a replica with another key")
+            && message.contains("bermd --ask-key FILE"),
+        "{refused}"
+    );
+
+    // Ended: no answers and no cancel, through the other replica.
+    let answers = json!({"inputResponses": {"r0.confirm": {"action": "accept"}}});
+    for (method, extra, why) in [
+        ("tasks/cancel", json!({}), "it can no longer be cancelled"),
+        ("tasks/update", answers, "it takes no more answers"),
+    ] {
+        let answer = on(&b, method, &id, extra);
+        assert_eq!(answer["error"]["code"], -32602, "{method}: {answer}");
+        assert_eq!(
+            answer["error"]["message"],
+            format!("task {id} has already ended (completed): {why}"),
+            "{method}"
+        );
+    }
 }
 
 #[test]

@@ -157,9 +157,10 @@ struct Args {
     /// schema itself; give it an ordinary role (docs/kubernetes.md).
     #[arg(long, value_name = "FILE")]
     kv_url_file: Option<PathBuf>,
-    /// The key that seals the state of programs that ask their client for input (64 hex
-    /// digits, as bermd writes into $BERM_HOME/ask.key on first start). Give replicas behind
-    /// one load balancer the same file, so that any of them opens what another sealed.
+    /// The key that seals the state of programs that ask their client for input, and (through
+    /// a key derived from it) the tasks replicas share in PostgreSQL (64 hex digits, as bermd
+    /// writes into $BERM_HOME/ask.key on first start). Give replicas behind one load balancer
+    /// the same file, so that any of them opens what another sealed.
     #[arg(long, value_name = "FILE")]
     ask_key: Option<PathBuf>,
     /// The longest a task (a call of a tool marked `task`, from a client that speaks the MCP
@@ -168,6 +169,12 @@ struct Args {
     #[arg(long, value_name = "MS", default_value_t = berm_service::tasks::DEFAULT_MAX_TASK_DEADLINE.as_millis() as u64,
           value_parser = clap::builder::RangedU64ValueParser::<u64>::new().range(1..=86_400_000))]
     max_task_deadline_ms: u64,
+    /// Most tasks one MCP session may have open (running, or waiting for answers) at once,
+    /// within bermd's own 256; requests outside a session (2026-07-28 clients over HTTP) share
+    /// one such cap. Past it a call gets an error result naming this cap.
+    #[arg(long, value_name = "N", default_value_t = berm_service::tasks::DEFAULT_MAX_TASKS_PER_SESSION,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=berm_service::tasks::MAX_OPEN_TASKS as u64))]
+    max_tasks_per_session: usize,
     /// Connections to PostgreSQL at most, shared by every program (with --kv-url-file or
     /// BERM_KV_URL).
     #[arg(long, value_name = "N", default_value_t = berm_kv_postgres::DEFAULT_MAX_CONNECTIONS,
@@ -495,6 +502,7 @@ fn start(args: Args, started: Instant) -> Result<(), (Exit, anyhow::Error)> {
     service.kv_postgres = kv_postgres;
     service.ask_key = args.ask_key.clone();
     service.max_task_deadline = std::time::Duration::from_millis(args.max_task_deadline_ms);
+    service.max_tasks_per_session = args.max_tasks_per_session;
     service.receipts = receipts.clone();
     service.engine = match args.cpu_profile {
         Cpu::Native => EngineConfig::default(),
