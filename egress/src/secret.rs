@@ -79,8 +79,9 @@ pub enum SecretError {
     File {
         /// The secret.
         name: String,
-        /// Why the file is refused, naming it and what to run.
-        source: berm_app::secret_file::SecretFileError,
+        /// Why the file is refused, naming it and what to run (boxed: it is large, and
+        /// every other result of the store is small).
+        source: Box<berm_app::secret_file::SecretFileError>,
     },
     /// The store could not be read or written.
     #[error("secret store {}: {source}", path.display())]
@@ -192,7 +193,7 @@ impl SecretStore {
 pub fn read_value_file(name: &str, path: &Path) -> Result<Vec<u8>, SecretError> {
     let file = berm_app::secret_file::open(path).map_err(|source| SecretError::File {
         name: name.to_string(),
-        source,
+        source: Box::new(source),
     })?;
     // One byte past the cap (and a line break) is enough to refuse a wrong
     // file without reading it whole.
