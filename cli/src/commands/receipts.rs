@@ -29,8 +29,9 @@ pub enum Command {
         /// The app.
         #[arg(long)]
         app: String,
-        /// The host's public key (`berm attest key`): the record's signature is checked
-        /// first. Without it the record is read unchecked, and berm says so.
+        /// The host's public key (`berm attest key`), required: the record's signature is
+        /// checked before the app's key is read from it, since a key taken from a record
+        /// nobody checked proves nothing about the receipts it verifies.
         #[arg(long, value_name = "PUB")]
         host_key: Option<PathBuf>,
     },
@@ -84,20 +85,22 @@ pub fn run(command: Command) -> anyhow::Result<Exit> {
 
 fn app_key(run_dir: &Path, app: &str, host_key: Option<&Path>) -> anyhow::Result<Exit> {
     let path = run_dir.join(berm_attest::dsse::ENVELOPE_FILE);
+    // Taken as an option so that leaving it out gets this message rather than clap's.
+    let Some(host_key) = host_key else {
+        anyhow::bail!(
+            "berm receipts key needs --host-key PUB, the host's public key (`berm attest key` prints it): the app's receipt key is read from {} only once its signature is checked, or anyone who can write that file chooses the key your receipts verify against",
+            path.display()
+        );
+    };
     let text =
         read(&path).context("the run's signed record (berm-vmm writes it when the VM stops)")?;
     let envelope: Value =
         serde_json::from_str(&text).with_context(|| format!("{} is not JSON", path.display()))?;
-    let host_key = host_key.map(berm_dsse::read_public_key).transpose()?;
-    let record = berm_attest::dsse::open(&envelope, host_key.as_ref()).map_err(|problems| {
+    let host_key = berm_dsse::read_public_key(host_key)?;
+    let record = berm_attest::dsse::open(&envelope, Some(&host_key)).map_err(|problems| {
         let details: Vec<String> = problems.iter().map(|p| p.detail.clone()).collect();
         anyhow::anyhow!("{}: {}", path.display(), details.join("; "))
     })?;
-    if host_key.is_none() {
-        eprintln!(
-            "berm receipts: the record's signature was not checked (give --host-key PUB, from `berm attest key`)"
-        );
-    }
     let ready = record["guest"]["events"]
         .as_array()
         .into_iter()
