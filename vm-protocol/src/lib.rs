@@ -20,6 +20,7 @@ pub mod framing;
 pub mod host;
 pub mod host_event;
 mod line;
+pub mod private_dir;
 
 pub use host::{CodeSource, Landlock};
 pub use host_event::{HostEvent, VmmLine, VmmLineError};

@@ -8,9 +8,10 @@
 //! take first. At exit the sockets and app images are removed; the logs stay for reading.
 
 use std::ffi::OsStr;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
+use berm_vm_protocol::private_dir::{self, NotPrivate};
 use serde::Serialize;
 
 /// `sun_path` holds 108 bytes, NUL included.
@@ -134,29 +135,17 @@ fn create_fresh(base: &Path) -> Result<PathBuf, RunDirError> {
     })
 }
 
-/// Checks an existing `--run-dir`: a private directory of this user holding only what
-/// berm-vmm makes.
+/// Checks an existing `--run-dir`: a private directory of this user
+/// ([`private_dir::check`], the rule `berm vm logs` and `berm attest NAME` apply again before
+/// reading one) holding only what berm-vmm makes.
 fn check_existing(dir: &Path, meta: &std::fs::Metadata) -> Result<(), RunDirError> {
-    if meta.file_type().is_symlink() {
-        return Err(RunDirError::Symlink(dir.to_owned()));
-    }
-    if !meta.is_dir() {
-        return Err(RunDirError::NotADirectory(dir.to_owned()));
-    }
-    let user = crate::sys::euid();
-    if meta.uid() != user {
-        return Err(RunDirError::NotOwned {
-            path: dir.to_owned(),
-            owner: meta.uid(),
-            user,
-        });
-    }
-    if meta.mode() & 0o077 != 0 {
-        return Err(RunDirError::NotPrivate {
-            path: dir.to_owned(),
-            mode: meta.mode() & 0o7777,
-        });
-    }
+    let path = dir.to_owned();
+    private_dir::check(meta, crate::sys::euid()).map_err(|why| match why {
+        NotPrivate::Symlink => RunDirError::Symlink(path),
+        NotPrivate::NotADirectory => RunDirError::NotADirectory(path),
+        NotPrivate::NotOwned { owner, user } => RunDirError::NotOwned { path, owner, user },
+        NotPrivate::Open { mode } => RunDirError::NotPrivate { path, mode },
+    })?;
     for entry in std::fs::read_dir(dir).map_err(io(dir))? {
         let name = entry.map_err(io(dir))?.file_name();
         if !made_by_berm(&name) {
@@ -305,7 +294,7 @@ impl RunDir {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
 
     #[test]
     fn prepares_0700_and_removes_stale_sockets() {

@@ -630,15 +630,7 @@ pub fn logs(args: LogsArgs) -> anyhow::Result<Exit> {
     let path = if args.host {
         vm_dir.join(HOST_LINES)
     } else {
-        let run_dir = launch
-            .run_dir
-            .clone()
-            .or_else(|| {
-                HostLines::read(&vm_dir.join(HOST_LINES))
-                    .endpoints
-                    .map(|e| e.run_dir)
-            })
-            .with_context(|| format!("VM \"{}\" has no run dir yet", args.name))?;
+        let run_dir = recorded_run_dir(&args.name, &vm_dir, &launch)?;
         run_dir.join(if args.console {
             "console.log"
         } else {
@@ -679,17 +671,38 @@ pub fn logs(args: LogsArgs) -> anyhow::Result<Exit> {
     }
 }
 
-/// The run dir of VM `name` (running or the last that ran), for `berm attest NAME`.
+/// The run dir of VM `name` (running or the last that ran), for `berm attest NAME`, checked
+/// as [`recorded_run_dir`] checks it.
 pub fn run_dir_of(name: &str) -> anyhow::Result<PathBuf> {
     let (vm_dir, launch, _) = vm_life::find(name)?;
-    launch
+    recorded_run_dir(name, &vm_dir, &launch)
+}
+
+/// The run dir the pid file `launch` of VM `name` names (else berm-vmm's `endpoints` line in
+/// `vm_dir`), checked again before anything in it is read: still a directory of this user's
+/// that group and others cannot reach, the rule berm-vmm held it to
+/// ([`berm_vm_protocol::private_dir`]). The pid file outlives the run: a run dir under the
+/// temp dir may have been removed since, and made again by another user with a record or
+/// logs of their choosing.
+fn recorded_run_dir(name: &str, vm_dir: &Path, launch: &Launch) -> anyhow::Result<PathBuf> {
+    let run_dir = launch
         .run_dir
+        .clone()
         .or_else(|| {
             HostLines::read(&vm_dir.join(HOST_LINES))
                 .endpoints
                 .map(|e| e.run_dir)
         })
-        .with_context(|| format!("VM \"{name}\" has no run dir yet"))
+        .with_context(|| format!("VM \"{name}\" has no run dir yet"))?;
+    let meta = fs::symlink_metadata(&run_dir)
+        .with_context(|| format!("reading the run dir {} of VM \"{name}\"", run_dir.display()))?;
+    if let Err(why) = berm_vm_protocol::private_dir::check(&meta, crate::sys::euid()) {
+        bail!(
+            "the run dir {} of VM \"{name}\" {why}: berm reads a VM's logs and record only from a private directory of this user's, as berm-vmm made it, and this one may not be what the VM wrote (if it is yours, chmod 700 it; else berm vm up {name} runs the VM again in a new one)",
+            run_dir.display()
+        );
+    }
+    Ok(run_dir)
 }
 
 /// The MCP socket of app `app` (a name or index; the only app when `None`) of the running
