@@ -21,7 +21,7 @@ use std::process::Command;
 
 use sha2::{Digest, Sha256};
 
-use crate::code::{self, CodeError};
+use crate::code::{CodeCache, CodeError};
 
 /// Every inode's timestamp in app images (the rootfs's epoch).
 const IMAGE_EPOCH: &str = "1767225600";
@@ -136,13 +136,14 @@ impl App {
     }
 }
 
-/// Checks, measures, precompiles (for a guest of architecture `arch`) and packs every app
-/// folder in order into `run_dir`.
+/// Checks, measures, precompiles (for a guest of architecture `arch`, through the checked
+/// code `cache`) and packs every app folder in order into `run_dir`.
 pub fn prepare(
     folders: &[PathBuf],
     programs: Option<&Path>,
     run_dir: &Path,
     arch: berm::GuestArch,
+    cache: &CodeCache,
 ) -> Result<Vec<App>, AppError> {
     if folders.len() > 64 {
         return Err(AppError::TooMany(folders.len()));
@@ -175,7 +176,7 @@ pub fn prepare(
         if !names.insert(app.name.clone()) {
             return Err(AppError::DuplicateName(app.name));
         }
-        apps.push(pack(index, path, &app, run_dir, arch)?);
+        apps.push(pack(index, path, &app, run_dir, arch, cache)?);
     }
     Ok(apps)
 }
@@ -193,6 +194,7 @@ fn pack(
     app: &berm_app::App,
     run_dir: &Path,
     arch: berm::GuestArch,
+    cache: &CodeCache,
 ) -> Result<App, AppError> {
     let (digest, files) = berm_attest::folder_digest(&app.dir).map_err(|e| AppError::Read {
         path: e.path,
@@ -238,11 +240,13 @@ fn pack(
                 .cloned()
                 .collect(),
         });
-        let compiled = code::precompiled(&bytes, arch).map_err(|source| AppError::Code {
-            app: app.name.clone(),
-            program: program.name.clone(),
-            source,
-        })?;
+        let compiled = cache
+            .precompiled(&bytes, arch)
+            .map_err(|source| AppError::Code {
+                app: app.name.clone(),
+                program: program.name.clone(),
+                source,
+            })?;
         let target = code_dir.join(&compiled.file_name);
         std::fs::copy(&compiled.path, &target).map_err(read_error(&target))?;
         code.push(CodeMeasure {

@@ -120,7 +120,7 @@ const EXIT_CODES: &str = "Exit codes (docs/vm.md):
   2 usage             bad arguments
   3 artifact_missing  kernel or rootfs not installed (berm vm install, or scripts/build-kernel.sh + build-rootfs.sh)
   4 pin_mismatch      kernel or rootfs differs from the pins compiled in
-  5 refused           configuration refused before boot (guest settings, apps, run dir, state disk)
+  5 refused           configuration refused before boot (guest settings, apps, code cache, run dir, state disk)
   6 no_hypervisor     no backend can run the guest here
   7 hypervisor_failed QEMU, vhost-device-vsock or libkrun could not be started
   8 boot_timeout      no greeting on the control port in time

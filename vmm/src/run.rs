@@ -27,6 +27,7 @@ use berm_vm_protocol::{BootFailed, Event, GuestLine, HostEvent, PowerOff, Servic
 
 use crate::apps::{self, AppError};
 use crate::artifacts::{self, ArtifactError};
+use crate::code::{CodeCache, CodeCacheError};
 use crate::connector::{Connector, ConnectorError, Target};
 use crate::detect::{Backend, Choice, DetectError, Detection, Requested};
 use crate::dialer::{self, DialerError};
@@ -122,6 +123,9 @@ pub enum RunError {
     /// An app folder was refused.
     #[error(transparent)]
     App(#[from] AppError),
+    /// The code cache is missing or not the user's alone.
+    #[error(transparent)]
+    CodeCache(#[from] CodeCacheError),
     /// The run dir could not be prepared.
     #[error(transparent)]
     RunDir(#[from] RunDirError),
@@ -176,6 +180,7 @@ impl RunError {
             Self::Artifact(_) => ExitStatus::ArtifactMissing,
             Self::Setting(_)
             | Self::App(_)
+            | Self::CodeCache(_)
             | Self::RunDir(_)
             | Self::State(_)
             | Self::Record(_)
@@ -208,11 +213,17 @@ pub struct Outcome {
 pub fn run(config: &RunConfig) -> Result<Outcome, RunError> {
     check_bounds(config)?;
     let artifacts = Artifacts::check(config)?;
+    // Where the apps' native code will come from, before anything else about them: a cache
+    // only this user could have written, or none at all.
+    let code_cache = match config.apps.is_empty() {
+        true => None,
+        false => Some(CodeCache::open()?),
+    };
     let user_settings = user_settings(config)?;
     let detection = Detection::probe();
     let choice = detection.choose(config.hypervisor, config.arch)?;
     let guest = GuestSettings::new(config, user_settings, &artifacts, &detection, &choice)?;
-    let prepared = Prepared::new(config)?;
+    let prepared = Prepared::new(config, code_cache.as_ref())?;
     let memory_mib = guest_memory(config, &prepared.apps);
     report_plan(
         config, memory_mib, &artifacts, &guest, &prepared, &detection, &choice,
@@ -433,14 +444,14 @@ struct Prepared {
 }
 
 impl Prepared {
-    fn new(config: &RunConfig) -> Result<Self, RunError> {
+    fn new(config: &RunConfig, code_cache: Option<&CodeCache>) -> Result<Self, RunError> {
         let run = match &config.run_dir {
             Some(dir) => RunDir::prepare(dir, config.apps.len())?,
             None => RunDir::create(config.apps.len())?,
         };
         // Before any app folder is read: no secret's value file may lie in the run dir.
         berm_app::own_paths::register(&run.dir, "the VM's run dir");
-        let (state, apps, probe) = match Self::fill(config, &run) {
+        let (state, apps, probe) = match Self::fill(config, &run, code_cache) {
             Ok(parts) => parts,
             Err(e) => {
                 // Images already packed (and a probe's stage) go with the refusal.
@@ -464,16 +475,25 @@ impl Prepared {
         })
     }
 
-    /// Everything in `run` after the run dir itself: the record, the state disk, the images.
-    fn fill(config: &RunConfig, run: &RunDir) -> Result<Filled, RunError> {
+    /// Everything in `run` after the run dir itself: the record, the state disk, the images
+    /// (the apps' code from `code_cache`, which there is when there are apps).
+    fn fill(
+        config: &RunConfig,
+        run: &RunDir,
+        code_cache: Option<&CodeCache>,
+    ) -> Result<Filled, RunError> {
         report::record_to(&run.dir)?;
         let state = config.state.as_deref().map(state::prepare).transpose()?;
-        let apps = apps::prepare(
-            &config.apps,
-            config.programs.as_deref(),
-            &run.dir,
-            config.arch,
-        )?;
+        let apps = match code_cache {
+            Some(cache) => apps::prepare(
+                &config.apps,
+                config.programs.as_deref(),
+                &run.dir,
+                config.arch,
+                cache,
+            )?,
+            None => Vec::new(),
+        };
         let probe = config
             .test_probe
             .as_deref()

@@ -139,6 +139,16 @@ impl Vmm {
         args: &[&std::ffi::OsStr],
         envs: &[(&str, &Path)],
     ) -> Self {
+        Self::start_in_without(tmp, args, envs, &[])
+    }
+
+    /// [`Vmm::start_in`] with the variables `removed` taken out of its environment.
+    pub fn start_in_without(
+        tmp: tempfile::TempDir,
+        args: &[&std::ffi::OsStr],
+        envs: &[(&str, &Path)],
+        removed: &[&str],
+    ) -> Self {
         let run_dir = tmp.path().join("run");
         let mut command = Command::new(env!("CARGO_BIN_EXE_berm-vmm"));
         command
@@ -149,6 +159,9 @@ impl Vmm {
             .stdin(Stdio::null())
             .stderr(Stdio::piped())
             .stdout(Stdio::null());
+        for name in removed {
+            command.env_remove(name);
+        }
         for (k, v) in envs {
             command.env(k, v);
         }
