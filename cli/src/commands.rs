@@ -22,6 +22,7 @@ pub mod vm;
 pub mod vm_app;
 pub mod vm_life;
 pub mod vm_run;
+pub mod vm_state;
 
 use std::path::Path;
 

@@ -9,7 +9,7 @@
 
 use std::fs::{self, File};
 use std::io::{Read, Seek, SeekFrom};
-use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -60,6 +60,12 @@ pub struct VmOptions {
     /// change in nothing else needs no --accept).
     #[arg(long)]
     pub accept: bool,
+    /// When the state disk holds the workspace of an app of the same name that another app
+    /// folder booted with: boot anyway, and bind that workspace to these folders from now on
+    /// (they read and rewrite its files, keyspaces, receipts and keys). Only ever given here:
+    /// nothing in berm.toml stands for it.
+    #[arg(long, conflicts_with = "no_state")]
+    pub inherit_state: bool,
 }
 
 /// Arguments of `berm vm up`.
@@ -137,20 +143,6 @@ fn berm_vmm() -> anyhow::Result<PathBuf> {
 /// An absolute form of `path` (relative to the current directory), without resolving links.
 fn absolute(path: &Path) -> anyhow::Result<PathBuf> {
     std::path::absolute(path).with_context(|| format!("resolving {}", path.display()))
-}
-
-/// `$XDG_DATA_HOME/berm/state/<name>.img`, else `~/.local/share/berm/state/<name>.img`.
-fn default_state(name: &str) -> anyhow::Result<PathBuf> {
-    let data = vm_life::env_dir("XDG_DATA_HOME")
-        .or_else(|| vm_life::env_dir("HOME").map(|home| home.join(".local/share")))
-        .context("neither XDG_DATA_HOME nor HOME is set: give --state FILE or --no-state")?;
-    let dir = data.join("berm/state");
-    fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(&dir)
-        .with_context(|| format!("creating {}", dir.display()))?;
-    Ok(dir.join(format!("{name}.img")))
 }
 
 /// Runs `berm vm up`.
@@ -301,8 +293,22 @@ pub fn ensure(want: &Want, old: Option<Launch>) -> anyhow::Result<(Launch, Outco
     let state = match (&options.state, options.no_state) {
         (_, true) => None,
         (Some(state), false) => Some(absolute(state)?),
-        (None, false) => Some(default_state(name)?),
+        (None, false) => Some(super::vm_state::default_disk(name)?),
     };
+    if let Some(disk) = &state {
+        // Before berm-vmm is even looked for: a folder that may not have its workspace on
+        // this disk starts nothing.
+        super::vm_state::bind(&super::vm_state::Binding {
+            disk,
+            apps: apps
+                .iter()
+                .map(|app| (app.name.as_str(), app.dir.as_path()))
+                .collect(),
+            inherit: options.inherit_state,
+            vm_dir: want.vm_dir,
+            who: want.who,
+        })?;
+    }
     let vmm = berm_vmm()?;
     let run_dir = want.layout.run_dir(name);
     let mut argv: Vec<String> = vec![vmm.to_string_lossy().into_owned(), "run".into()];
