@@ -23,6 +23,9 @@ pub mod control;
 pub mod daemon;
 pub mod egress;
 pub mod fs;
+// For the fuzz targets in fuzz/ only.
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod home;
 pub mod http;
 pub mod kv;
