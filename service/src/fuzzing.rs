@@ -62,7 +62,13 @@ fn fuzz_key() -> &'static AskKey {
 pub fn sealed_state(data: &[u8]) {
     // A requestState arrives as a JSON string: always UTF-8.
     let text = String::from_utf8_lossy(data);
-    let opened = fuzz_key().open(&berm::Digest::of(b"the program"), "notes_add", &text);
+    let request = crate::ask::SealedFor {
+        digest: &berm::Digest::of(b"the program"),
+        method: "tools/call",
+        served: "notes_add",
+        sent: &json!({"text": "a note"}),
+    };
+    let opened = fuzz_key().open(&request, &text);
     assert!(opened.is_err(), "made-up text {text:?} opened: {opened:?}");
 }
 
@@ -219,7 +225,7 @@ pub fn param_headers(data: &[u8]) {
             },
         }
     }
-    let outcome = param_headers::check_request(&params, &headers, Some(&arguments));
+    let outcome = param_headers::check_request(&params, &headers, Some(&arguments), true);
     assert_eq!(
         outcome.is_ok(),
         expected,
