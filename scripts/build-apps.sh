@@ -3,7 +3,8 @@
 # target/wasm32-unknown-unknown/release/<app>.wasm in the repository root.
 # Then assembles the ready-made app folders of examples/apps/<name>/ at
 # target/apps/<name>/ (berm.toml + <name>.wasm), for `bermd --app` and
-# `berm deploy --app`.
+# `berm deploy --app`, and likewise the folders of test programs that are no
+# example (apps/<name>/berm.toml, such as impostor).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 rustup target list --installed 2>/dev/null | grep -qx wasm32-unknown-unknown \
@@ -12,7 +13,8 @@ cargo build --quiet --locked --release --target wasm32-unknown-unknown \
   --manifest-path "$root/apps/Cargo.toml" --target-dir "$root/target"
 ls "$root"/target/wasm32-unknown-unknown/release/*.wasm >/dev/null
 
-for folder in "$root"/examples/apps/*/; do
+for folder in "$root"/examples/apps/*/ "$root"/apps/*/; do
+  [ -f "$folder/berm.toml" ] || continue
   name=$(basename "$folder")
   out="$root/target/apps/$name"
   rm -rf "$out"
