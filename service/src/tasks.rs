@@ -210,12 +210,15 @@ impl Tasks {
         order_outcome(id, outcome, REFUSED)
     }
 
-    /// `tasks/cancel`: of this replica's task, or left for the replica that runs it; refused
-    /// for a task that has ended.
+    /// `tasks/cancel`: of this replica's task, or left for the replica that runs it. A task
+    /// that has ended is left as it ended: the cancel changes nothing and is acknowledged as
+    /// on an active task, since SEP-2663 makes a cancel idempotent (an answer to an ended
+    /// task, which would be taken as input, is refused: [`Tasks::update`]).
     pub async fn cancel(&self, id: &str) -> Result<(), McpError> {
-        const REFUSED: &str = "it can no longer be cancelled";
         if let Ok(local) = self.manager.get_task(id) {
-            refuse_if_ended(id, &local, REFUSED)?;
+            if has_ended(&local) {
+                return Ok(());
+            }
             return self.manager.cancel_task(id);
         }
         let Some(shared) = &self.shared else {
@@ -224,9 +227,14 @@ impl Tasks {
         let Some(detail) = shared.get(id).await? else {
             return Err(unknown_task(id));
         };
-        refuse_if_ended(id, &detail, REFUSED)?;
-        let outcome = shared.pg.cancel_task(id).await.map_err(unreachable)?;
-        order_outcome(id, outcome, REFUSED)
+        if has_ended(&detail) {
+            return Ok(());
+        }
+        match shared.pg.cancel_task(id).await.map_err(unreachable)? {
+            // It ended between the read above and the order: nothing to cancel.
+            berm_kv_postgres::TaskOrderOutcome::Ended => Ok(()),
+            outcome => order_outcome(id, outcome, "it can no longer be cancelled"),
+        }
     }
 
     /// rmcp's manager, which runs and answers for the tasks.
@@ -335,6 +343,14 @@ fn ended(id: &str, status: Option<TaskStatus>, refused: &str) -> McpError {
     McpError::invalid_params(
         format!("task {id} has already ended{status}: {refused}"),
         None,
+    )
+}
+
+/// Whether `detail` shows the task has ended (completed, failed or cancelled).
+fn has_ended(detail: &DetailedTask) -> bool {
+    matches!(
+        detail.status(),
+        TaskStatus::Completed | TaskStatus::Failed | TaskStatus::Cancelled
     )
 }
 

@@ -1174,10 +1174,11 @@ fn tasks_are_capped_per_session_beside_bermds_cap() {
 }
 
 /// Item 10, ended tasks: a task that has completed (or failed, or been cancelled) takes no
-/// more answers and no cancel: `tasks/update` and `tasks/cancel` are `-32602` saying it has
-/// ended, and how.
+/// more answers (`tasks/update` is `-32602` saying it has ended, and how), and a cancel
+/// changes nothing: it is acknowledged as on an active task, as SEP-2663 makes a cancel
+/// idempotent, and the task stays as it ended.
 #[test]
-fn a_finished_task_refuses_answers_and_cancels() {
+fn a_finished_task_refuses_answers_and_a_cancel_changes_nothing() {
     use serde_json::json;
     let dir = tempfile::tempdir().unwrap();
     let addr = format!("127.0.0.1:{}", free_port());
@@ -1204,18 +1205,16 @@ fn a_finished_task_refuses_answers_and_cancels() {
         on("tasks/get", &id, json!({}))["result"].clone()
     });
     let answers = json!({"inputResponses": {"r0.confirm": {"action": "accept"}}});
-    for (method, extra, refused) in [
-        ("tasks/cancel", json!({}), "it can no longer be cancelled"),
-        ("tasks/update", answers, "it takes no more answers"),
-    ] {
-        let answer = on(method, &id, extra);
-        assert_eq!(answer["error"]["code"], -32602, "{method}: {answer}");
-        assert_eq!(
-            answer["error"]["message"],
-            format!("task {id} has already ended (completed): {refused}"),
-            "{method}"
-        );
-    }
+    let answer = on("tasks/update", &id, answers);
+    assert_eq!(answer["error"]["code"], -32602, "tasks/update: {answer}");
+    assert_eq!(
+        answer["error"]["message"],
+        format!("task {id} has already ended (completed): it takes no more answers"),
+    );
+    // A cancel is acknowledged as on an active task (SEP-2663: idempotent) and changes
+    // nothing.
+    let cancel = on("tasks/cancel", &id, json!({}));
+    assert!(cancel.get("error").is_none(), "tasks/cancel: {cancel}");
     // The task is as it was.
     let done = on("tasks/get", &id, json!({}));
     assert_eq!(done["result"]["status"], "completed", "{done}");
@@ -1313,20 +1312,18 @@ fn shared_tasks_are_sealed_at_rest_and_refuse_answers_once_ended_on_any_replica(
         "{refused}"
     );
 
-    // Ended: no answers and no cancel, through the other replica.
+    // Ended: no answers, and a cancel that changes nothing, through the other replica.
     let answers = json!({"inputResponses": {"r0.confirm": {"action": "accept"}}});
-    for (method, extra, why) in [
-        ("tasks/cancel", json!({}), "it can no longer be cancelled"),
-        ("tasks/update", answers, "it takes no more answers"),
-    ] {
-        let answer = on(&b, method, &id, extra);
-        assert_eq!(answer["error"]["code"], -32602, "{method}: {answer}");
-        assert_eq!(
-            answer["error"]["message"],
-            format!("task {id} has already ended (completed): {why}"),
-            "{method}"
-        );
-    }
+    let answer = on(&b, "tasks/update", &id, answers);
+    assert_eq!(answer["error"]["code"], -32602, "tasks/update: {answer}");
+    assert_eq!(
+        answer["error"]["message"],
+        format!("task {id} has already ended (completed): it takes no more answers"),
+    );
+    let cancel = on(&b, "tasks/cancel", &id, json!({}));
+    assert!(cancel.get("error").is_none(), "tasks/cancel: {cancel}");
+    let done = on(&b, "tasks/get", &id, json!({}));
+    assert_eq!(done["result"]["status"], "completed", "{done}");
 }
 
 #[test]
