@@ -136,7 +136,10 @@ async def test_resources_and_prompts_are_served_by_programs(bermd, transport, mo
         assert resources["test://static-text"].mime_type == "text/plain"
         assert resources["test://static-text"].name == "test_static_text"
         templates = (await c.list_resource_templates()).resource_templates
-        assert [t.uri_template for t in templates] == ["test://template/{id}/data"]
+        assert sorted(t.uri_template for t in templates) == [
+            "test://template/{id}/data",
+            "test://template/{id}/guarded",
+        ]
         text = await c.read_resource("test://static-text")
         assert text.contents[0].text == "This is the content of the static text resource."
         binary = await c.read_resource("test://static-binary")
