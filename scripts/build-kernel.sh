@@ -84,6 +84,14 @@ if [ "$fragment_sha" != "$fragment_pin" ]; then
   fi
 fi
 
+# The patches berm applies to Debian's source, in order (kernel/patches/README.md says why each
+# is there). Their content is part of the key and of the recorded recipe.
+patches=(kernel/patches/*.patch)
+[ -e "${patches[0]}" ] || patches=()
+patch_shas=""
+for p in "${patches[@]}"; do patch_shas="$patch_shas ${p##*/}=$(sha256_of "$p")"; done
+recipe="$recipe; patches:${patch_shas:- none}"
+
 key="$(printf '%s\n' "$tarball_sha" "$fragment_sha" "$recipe" | sha256sum | cut -c1-32)"
 out="$BERM_CACHE/kernel/$key"
 
@@ -98,13 +106,18 @@ else
   note "extracting $tarball"
   tar -xJf "$tarball" -C "$build"
   src="$build/$(basename "$tarball" .tar.xz)"
+  for p in "${patches[@]}"; do
+    note "applying $p"
+    patch -d "$src" -p1 --forward --batch --quiet --no-backup-if-mismatch <"$p" >>"$out.tmp/build.log" 2>&1 \
+      || die "$p does not apply to $tarball (Debian's source moved?); see $out.tmp/build.log"
+  done
   started=$(date +%s)
   (
     cd "$src"
     make -s "${make_args[@]}" tinyconfig
     cat "$root/$fragment" >>.config
     make -s "${make_args[@]}" olddefconfig
-  ) >"$out.tmp/build.log" 2>&1 || die "configuring the kernel failed, see $out.tmp/build.log"
+  ) >>"$out.tmp/build.log" 2>&1 || die "configuring the kernel failed, see $out.tmp/build.log"
 
   # olddefconfig drops options whose dependencies are missing without a word
   # (EROFS_FS vanishes without MISC_FILESYSTEMS): every fragment line must survive.
