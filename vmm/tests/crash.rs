@@ -52,11 +52,7 @@ fn held_open(file: &Path) -> bool {
     })
 }
 
-// Ignored until diagnosed: in 4 of 5 runs here the first `tools/call` after the first
-// reboot got no answer within 120 s (docs/threat-model.md, "Crash consistency"). Run it with
-// `cargo test -p berm-vmm --test crash -- --ignored --nocapture`.
 #[test]
-#[ignore = "not yet diagnosed: after the first kill, the next boot's first call is not answered (docs/threat-model.md)"]
 fn acknowledged_kv_writes_survive_sigkill_of_berm_vmm() {
     let Some(tmp) = scratch_to_boot(GuestArch::HOST) else {
         return;
