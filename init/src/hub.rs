@@ -22,7 +22,8 @@ use berm_vm_protocol::{
     Request, Service, Status,
 };
 
-use crate::apps::Registry;
+use crate::lock::lock;
+use crate::registry::Registry;
 use crate::sys;
 
 /// Connections beyond this many per service are closed at once.
@@ -109,14 +110,6 @@ pub fn bounded(mut text: String, max: usize) -> String {
         text.push('…');
     }
     text
-}
-
-/// Locks a mutex even if a thread panicked while holding it: a panic already resets the VM
-/// through the panic hook, and the hook itself must still be able to report.
-pub fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl Hub {
