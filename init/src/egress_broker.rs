@@ -29,7 +29,7 @@ use std::time::Duration;
 use berm_vm_protocol::egress_broker::{MAX_IN_FLIGHT, Reply, channel};
 use berm_vm_protocol::{EGRESS_PORT_BASE, LogLevel};
 
-use crate::hub::{self, Hub};
+use crate::hub::Hub;
 use crate::lock::lock;
 use crate::sys;
 

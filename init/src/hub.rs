@@ -13,7 +13,7 @@ use std::io::Write;
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::mpsc::Sender;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use berm_vm_protocol::framing::{LineReader, ReadLineError};
