@@ -1,4 +1,5 @@
-//! A record's own hash: sha256 of its canonical JSON without the hash field.
+//! A record's own hash: sha256 of its canonical JSON without the hash field, and the shape
+//! every sha256 in a record must have.
 
 use berm_dsse::canonical_json;
 use serde_json::Value;
@@ -14,6 +15,11 @@ pub fn record_sha256(record: &Value) -> String {
         map.remove("recordSha256");
     }
     hex::encode(Sha256::digest(canonical_json(&body).as_bytes()))
+}
+
+/// Whether `s` is a sha256 as records write it: 64 lower-case hex digits.
+pub(crate) fn is_sha256(s: &str) -> bool {
+    s.len() == 64 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 
 #[cfg(test)]

@@ -22,8 +22,9 @@ use sha2::{Digest as _, Sha256};
 
 use berm_vm_protocol::host::EngineMeasurement as CodeEngine;
 
+use crate::canonical::is_sha256;
+use crate::problem::{Code, Problem};
 use crate::record::Record;
-use crate::verify::{Code, Problem, is_sha256};
 
 /// How deep [`Programs::from_dir`] looks for wasm files.
 const MAX_DEPTH: usize = 8;

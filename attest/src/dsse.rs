@@ -27,8 +27,9 @@ pub use berm_dsse::{
     VerifyingKey, key_id, pae, read_public_key,
 };
 
+use crate::problem::{Code, Problem};
 use crate::record::Record;
-use crate::verify::{Code, Options, Pins, Problem, Verdict, verify_with};
+use crate::verify::{Options, Pins, Verdict, verify_with};
 
 /// The predicate type of a berm record: the predicate is a [`Record`] of format
 /// [`crate::FORMAT`], documented in docs/vm.md ("Attestation: berm attest").

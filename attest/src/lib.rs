@@ -22,6 +22,7 @@ mod canonical;
 mod code;
 pub mod dsse;
 mod folder;
+mod problem;
 mod record;
 mod verify;
 
@@ -29,7 +30,8 @@ pub use berm_dsse::canonical_json;
 pub use canonical::record_sha256;
 pub use code::{Programs, ProgramsError, arch_of_target, engine as code_engine};
 pub use folder::{FolderError, folder_digest};
+pub use problem::{Code, Problem};
 pub use record::{BuildError, FORMAT, FORMAT_V1, Guest, Record, ShapeError, is_kept};
 pub use verify::{
-    ArchPins, Code, Options, Pins, PinsError, Problem, Verdict, is_expectation, verify, verify_with,
+    ArchPins, Options, Pins, PinsError, Verdict, is_expectation, verify, verify_with,
 };

@@ -15,9 +15,11 @@ pub mod mcp;
 pub mod mcp_lines;
 pub mod new;
 pub mod receipts;
+pub mod registry;
 pub mod rm;
 pub mod secret;
 pub mod trust;
+pub mod upgrade;
 pub mod vm;
 pub mod vm_app;
 pub mod vm_life;
@@ -44,6 +46,25 @@ pub fn served_tools(program: &berm_control::ProgramView) -> Vec<String> {
             None => berm_abi::served_name(&program.name, &t.name),
         })
         .collect()
+}
+
+/// What `--json` prints for one deployed program.
+#[derive(serde::Serialize)]
+pub struct DeployedJson<'a> {
+    #[serde(flatten)]
+    deployed: &'a berm_control::DeployResponse,
+    /// The names MCP clients call: `{program}_{tool}`.
+    tools: Vec<String>,
+}
+
+impl<'a> DeployedJson<'a> {
+    /// Pairs bermd's answer with the served tool names.
+    pub fn new(deployed: &'a berm_control::DeployResponse) -> Self {
+        Self {
+            tools: served_tools(&deployed.program),
+            deployed,
+        }
+    }
 }
 
 /// Prints `value` as one line of JSON on stdout: what `--json` gives scripts.

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use berm_oci::{Described, RegistryOptions};
 
 use crate::entry::{ENTRIES_DIR, Entry, ToolEntry};
-use crate::error::{AddError, LoadError};
+use crate::error::{AddError, LoadIndexError};
 
 /// The entry written, and where.
 #[derive(Debug, Clone)]
@@ -85,7 +85,7 @@ pub async fn add(
     options: &RegistryOptions,
 ) -> Result<Added, AddError> {
     if !dir.is_dir() {
-        return Err(LoadError::NoIndex {
+        return Err(LoadIndexError::NoIndex {
             dir: dir.to_path_buf(),
         }
         .into());

@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::LoadError;
+use crate::error::LoadIndexError;
 
 /// Folder of the index repository that holds one `<name>.toml` per program.
 pub const ENTRIES_DIR: &str = "entries";
@@ -107,19 +107,19 @@ impl Index {
     /// (the clone is not there); a bad file is skipped and reported.
     ///
     /// # Errors
-    /// [`LoadError::NoIndex`] when `dir/entries` does not exist;
-    /// [`LoadError::Read`] when it cannot be listed.
-    pub fn load(dir: &Path) -> Result<Index, LoadError> {
+    /// [`LoadIndexError::NoIndex`] when `dir/entries` does not exist;
+    /// [`LoadIndexError::Read`] when it cannot be listed.
+    pub fn load(dir: &Path) -> Result<Index, LoadIndexError> {
         let entries_dir = dir.join(ENTRIES_DIR);
         let listing = match std::fs::read_dir(&entries_dir) {
             Ok(l) => l,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Err(LoadError::NoIndex {
+                return Err(LoadIndexError::NoIndex {
                     dir: dir.to_path_buf(),
                 });
             }
             Err(source) => {
-                return Err(LoadError::Read {
+                return Err(LoadIndexError::Read {
                     path: entries_dir,
                     source,
                 });
@@ -127,7 +127,7 @@ impl Index {
         };
         let mut index = Index::default();
         for item in listing {
-            let item = item.map_err(|source| LoadError::Read {
+            let item = item.map_err(|source| LoadIndexError::Read {
                 path: entries_dir.clone(),
                 source,
             })?;

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 /// Reading a clone's entries failed.
 #[derive(Debug, thiserror::Error)]
-pub enum LoadError {
+pub enum LoadIndexError {
     /// There is no clone (no `entries/` folder) there.
     #[error(
         "no index at `{dir}` (no `entries/` folder): run `berm index update` first, or point --index-dir/BERM_INDEX_DIR at a clone"
@@ -75,7 +75,7 @@ pub enum AddError {
     },
     /// There is no clone to write into.
     #[error(transparent)]
-    Load(#[from] LoadError),
+    Load(#[from] LoadIndexError),
     /// The entry could not be written.
     #[error("cannot write `{path}`")]
     Write {

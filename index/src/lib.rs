@@ -24,7 +24,7 @@ pub mod search;
 
 pub use add::{Added, add, entry_from};
 pub use entry::{ENTRIES_DIR, Entry, Index, Skipped, ToolEntry};
-pub use error::{AddError, LoadError, UpdateError};
+pub use error::{AddError, LoadIndexError, UpdateError};
 pub use git::{DEFAULT_INDEX_URL, Updated, default_index_dir, update};
 pub use results::{Found, search, search_text};
 pub use search::{Hit, Searcher};

@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use crate::entry::{Entry, Index};
-use crate::error::LoadError;
+use crate::error::LoadIndexError;
 use crate::search::Searcher;
 
 /// One search result: the entry and its BM25 score (`berm search --json` prints a list).
@@ -22,12 +22,12 @@ pub struct Found {
 /// warning line per entry file that was skipped, which the caller should print on stderr.
 ///
 /// # Errors
-/// [`LoadError`] when there is no clone.
+/// [`LoadIndexError`] when there is no clone.
 pub fn search(
     dir: &Path,
     query: &str,
     limit: usize,
-) -> Result<(Vec<Found>, Vec<String>), LoadError> {
+) -> Result<(Vec<Found>, Vec<String>), LoadIndexError> {
     let index = Index::load(dir)?;
     let warnings = index
         .skipped
@@ -48,12 +48,12 @@ pub fn search(
 /// [`search`] as the text to print: one block per hit, safe for a terminal.
 ///
 /// # Errors
-/// [`LoadError`] when there is no clone.
+/// [`LoadIndexError`] when there is no clone.
 pub fn search_text(
     dir: &Path,
     query: &str,
     limit: usize,
-) -> Result<(String, Vec<String>), LoadError> {
+) -> Result<(String, Vec<String>), LoadIndexError> {
     let (found, warnings) = search(dir, query, limit)?;
     let mut out = String::new();
     for Found { entry: e, score } in &found {

@@ -7,7 +7,7 @@ mod support;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use berm_index::{Entry, Index, LoadError, Searcher, ToolEntry, UpdateError, Updated};
+use berm_index::{Entry, Index, LoadIndexError, Searcher, ToolEntry, UpdateError, Updated};
 use berm_oci::{Digest, RegistryOptions};
 use support::{TestRegistry, program};
 
@@ -177,7 +177,7 @@ fn update_failures_are_explained() {
     }
 
     let err = berm_index::search_text(&tmp.path().join("absent"), "x", 10).unwrap_err();
-    assert!(matches!(err, LoadError::NoIndex { .. }));
+    assert!(matches!(err, LoadIndexError::NoIndex { .. }));
     assert!(err.to_string().contains("berm index update"), "{err}");
 }
 

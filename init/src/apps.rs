@@ -30,26 +30,23 @@ use std::time::{Duration, Instant};
 
 use berm_vm_protocol::host::{BermdReady, Launch};
 use berm_vm_protocol::{
-    APP_UID_BASE, AppExited, AppLimits, AppProgram, AppReady, AppRefused, AppStarted, AppState,
-    AppStatus, Event, LogLevel, ProbeCheck, ProbeReport, RPC_PORT_BASE,
+    APP_UID_BASE, AppLimits, AppProgram, AppReady, AppRefused, AppStarted, AppState, AppStatus,
+    Event, LogLevel, ProbeCheck, ProbeReport, RPC_PORT_BASE,
 };
 use serde::Deserialize;
 
+use crate::app_rules::{APPS_DIR, AppRules, BERMD, WORKSPACE};
 use crate::confine::{self, EGRESS_BROKER_FD, Plan, READY_FD, RECEIPTS_FD, REPORT_FD, Report};
 use crate::egress_broker;
 use crate::hub::{self, Hub};
+use crate::lock::lock;
+use crate::registry::Registry;
 use crate::sys;
 
-/// Where app disks are mounted.
-const APPS_DIR: &str = "/run/apps";
 /// Where the probe disk is mounted.
 const PROBE_DIR: &str = "/run/probe";
 /// The apps' cgroup parent.
 const CGROUP_APPS: &str = "/sys/fs/cgroup/berm/apps";
-/// Every app's workspace lives under this.
-pub const WORKSPACE: &str = "/workspace";
-/// bermd in the rootfs.
-const BERMD: &str = "/usr/bin/bermd";
 /// How long a confining process may take to report.
 const REPORT_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long bermd may take to get ready (under TCG, a program that must be compiled in the
@@ -69,61 +66,14 @@ struct ProbeOutput {
     checks: Vec<ProbeCheck>,
 }
 
-/// One app as PID 1 tracks it.
-#[derive(Clone, Debug)]
-struct Tracked {
-    status: AppStatus,
-}
-
-/// Every app of this boot, for `status` and the reaper.
-#[derive(Default)]
-pub struct Registry {
-    apps: Mutex<Vec<Tracked>>,
-    mounts: Mutex<Vec<String>>,
-}
-
+/// The reaper's side of the registry, here rather than in [`crate::registry`] because it
+/// speaks through the hub, which holds the registry.
 impl Registry {
-    /// The apps as `status` lists them.
-    pub fn statuses(&self) -> Vec<AppStatus> {
-        hub::lock(&self.apps)
-            .iter()
-            .map(|t| t.status.clone())
-            .collect()
-    }
-
-    /// Mount points made for apps, in the order they were made.
-    pub fn mounts(&self) -> Vec<String> {
-        hub::lock(&self.mounts).clone()
-    }
-
-    fn update(&self, index: u32, change: impl FnOnce(&mut AppStatus)) {
-        if let Some(t) = hub::lock(&self.apps)
-            .iter_mut()
-            .find(|t| t.status.index == index)
-        {
-            change(&mut t.status);
-        }
-    }
-
     /// A reaped process: if it was an app's, mark it exited and say so.
     pub fn reaped(&self, hub: &Hub, pid: u32, code: Option<i32>, signal: Option<i32>) {
-        let mut apps = hub::lock(&self.apps);
-        let Some(t) = apps
-            .iter_mut()
-            .find(|t| t.status.pid == Some(pid) && t.status.state != AppState::Exited)
-        else {
-            return;
-        };
-        t.status.state = AppState::Exited;
-        let event = Event::AppExited(AppExited {
-            app: t.status.app.clone(),
-            index: t.status.index,
-            pid,
-            code,
-            signal,
-        });
-        drop(apps);
-        hub.event(event);
+        if let Some(event) = self.exited(pid, code, signal) {
+            hub.event(event);
+        }
     }
 }
 
@@ -214,37 +164,6 @@ fn refuse(hub: &Hub, app: &str, index: u32, reason: &str) {
     }));
 }
 
-impl Registry {
-    fn push_refused(&self, app: &str, index: u32) {
-        self.track(AppStatus {
-            app: app.into(),
-            index,
-            uid: APP_UID_BASE + index,
-            pid: None,
-            state: AppState::Refused,
-            cgroup: String::new(),
-            limits: None,
-        });
-    }
-
-    /// Tracks `status` in place of what app `status.index` had, keeping index order.
-    fn track(&self, status: AppStatus) {
-        let mut apps = hub::lock(&self.apps);
-        apps.retain(|t| t.status.index != status.index);
-        apps.push(Tracked { status });
-        apps.sort_by_key(|t| t.status.index);
-    }
-
-    /// bermd said it is ready: a starting app becomes ready (one that already exited stays so).
-    fn mark_ready(&self, index: u32) {
-        self.update(index, |s| {
-            if s.state == AppState::Starting {
-                s.state = AppState::Ready;
-            }
-        });
-    }
-}
-
 /// cgroup controllers for the app tree, and `/workspace`.
 fn prepare(state_mounted: bool, registry: &Registry) -> Result<(), String> {
     let controllers = "+cpu +memory +pids";
@@ -273,7 +192,7 @@ fn prepare(state_mounted: bool, registry: &Registry) -> Result<(), String> {
         )
         .map_err(|e| format!("tmpfs on {WORKSPACE}: {e}"))?;
     }
-    hub::lock(&registry.mounts).push(WORKSPACE.into());
+    registry.add_mount(WORKSPACE.into());
     mkdir(APPS_DIR, 0o755)
 }
 
@@ -309,7 +228,7 @@ fn mount_disk(registry: &Registry, serial: &str, target: &str, exec: bool) -> Re
     }
     sys::mount(&format!("/dev/{device}"), target, "erofs", flags, "")
         .map_err(|e| format!("mounting /dev/{device} ({serial}) on {target} as erofs: {e}"))?;
-    hub::lock(&registry.mounts).push(target.into());
+    registry.add_mount(target.into());
     Ok(())
 }
 
@@ -322,39 +241,6 @@ struct Launched {
     started: Instant,
     report: Arc<Mutex<Option<File>>>,
     ready: Arc<Mutex<Option<File>>>,
-}
-
-/// What an app's bermd may read, execute and write (Landlock), by index and name: one place
-/// for the plan PID 1 hands over and for the policy digest the rootfs pins
-/// (`berm-init policy-sha256`).
-pub struct AppRules {
-    /// Read only: the app's share.
-    pub read: Vec<String>,
-    /// Read and execute: bermd itself, nothing else.
-    pub exec: Vec<String>,
-    /// Read and write, never execute: the app's workspace.
-    pub write: Vec<String>,
-}
-
-impl AppRules {
-    /// The rules of app `index` named `name`.
-    pub fn of(index: u32, name: &str) -> Self {
-        Self::with(&index.to_string(), name)
-    }
-
-    /// The rules of any app, `<index>` and `<app>` standing for its index and name: what the
-    /// policy digest covers, so that every app of one build has the same digest.
-    pub fn template() -> Self {
-        Self::with("<index>", "<app>")
-    }
-
-    fn with(index: &str, name: &str) -> Self {
-        Self {
-            read: vec![format!("{APPS_DIR}/{index}")],
-            exec: vec![BERMD.into()],
-            write: vec![format!("{WORKSPACE}/{name}")],
-        }
-    }
 }
 
 fn launch(
@@ -682,8 +568,8 @@ fn read_line(file: File, timeout: Duration) -> Result<Option<String>, String> {
 /// Follows one app from its report to ready.
 fn watch(hub: &Arc<Hub>, app: Launched, settled: Sender<Settled>) {
     let registry = hub.apps();
-    let report = hub::lock(&app.report).take();
-    let ready = hub::lock(&app.ready).take();
+    let report = lock(&app.report).take();
+    let ready = lock(&app.ready).take();
     let (Some(report), Some(ready)) = (report, ready) else {
         let _ = settled.send(Settled::NotReady);
         return;
@@ -867,7 +753,7 @@ fn run_probe(hub: &Arc<Hub>, app: &Launched, all: &[Launched]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use berm_vm_protocol::{GuestLine, Service};
+    use berm_vm_protocol::{AppExited, GuestLine, Service};
 
     fn hub() -> Arc<Hub> {
         Hub::new("0f-a".into(), mpsc::channel().0)

@@ -186,7 +186,7 @@ fn confine(plan: &Plan) -> Result<Report, String> {
 /// `berm-init policy-sha256` and pinned beside the rootfs, so `berm attest verify` can check it.
 pub fn app_policy_sha256() -> String {
     let index = 0;
-    let rules = crate::apps::AppRules::of(index, "app");
+    let rules = crate::app_rules::AppRules::of(index, "app");
     let plan = Plan {
         app: "app".into(),
         uid: berm_vm_protocol::APP_UID_BASE + index,
@@ -268,11 +268,11 @@ fn seccomp_filters(plan: &Plan, abi: ABI) -> Result<(berm_confine::BpfProgram, S
 }
 
 /// The policy as text: Landlock's rules and the syscall allow list. Rule lists that are the
-/// standard ones of app `index` ([`crate::apps::AppRules`]) are written as the template, so
+/// standard ones of app `index` ([`crate::app_rules::AppRules`]) are written as the template, so
 /// every app of one build has the same text; anything else (the probe's) is written as is.
 pub fn policy_text(plan: &Plan, abi: ABI, index: u32) -> String {
-    let own = crate::apps::AppRules::of(index, &plan.app);
-    let template = crate::apps::AppRules::template();
+    let own = crate::app_rules::AppRules::of(index, &plan.app);
+    let template = crate::app_rules::AppRules::template();
     let mut policy = String::new();
     policy.push_str(&format!("landlock abi {}\n", abi as u32));
     for (kind, paths, standard, templated) in [
@@ -297,7 +297,7 @@ mod tests {
     use super::*;
 
     fn plan_of(index: u32, name: &str) -> Plan {
-        let rules = crate::apps::AppRules::of(index, name);
+        let rules = crate::app_rules::AppRules::of(index, name);
         Plan {
             app: name.into(),
             uid: berm_vm_protocol::APP_UID_BASE + index,

@@ -29,7 +29,8 @@ use std::time::Duration;
 use berm_vm_protocol::egress_broker::{MAX_IN_FLIGHT, Reply, channel};
 use berm_vm_protocol::{EGRESS_PORT_BASE, LogLevel};
 
-use crate::hub::{self, Hub};
+use crate::hub::Hub;
+use crate::lock::lock;
 use crate::sys;
 
 /// How long one connect to the host dialer may take.
@@ -131,7 +132,7 @@ struct Slot(Arc<Slots>);
 impl Slots {
     /// Waits for a free slot and takes it.
     fn take(self: &Arc<Self>) -> Slot {
-        let mut taken = hub::lock(&self.taken);
+        let mut taken = lock(&self.taken);
         while *taken >= MAX_IN_FLIGHT {
             taken = self.freed.wait(taken).unwrap_or_else(|p| p.into_inner());
         }
@@ -142,7 +143,7 @@ impl Slots {
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        *hub::lock(&self.0.taken) -= 1;
+        *lock(&self.0.taken) -= 1;
         self.0.freed.notify_one();
     }
 }

@@ -13,7 +13,7 @@ use std::io::Write;
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::mpsc::Sender;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use berm_vm_protocol::framing::{LineReader, ReadLineError};
@@ -22,7 +22,8 @@ use berm_vm_protocol::{
     Request, Service, Status,
 };
 
-use crate::apps::Registry;
+use crate::lock::lock;
+use crate::registry::Registry;
 use crate::sys;
 
 /// Connections beyond this many per service are closed at once.
@@ -109,14 +110,6 @@ pub fn bounded(mut text: String, max: usize) -> String {
         text.push('…');
     }
     text
-}
-
-/// Locks a mutex even if a thread panicked while holding it: a panic already resets the VM
-/// through the panic hook, and the hook itself must still be able to report.
-pub fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl Hub {

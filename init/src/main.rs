@@ -9,10 +9,13 @@
 //! orderly power-off, and a panic hook does the same for bugs.
 #![deny(unsafe_code)]
 
+mod app_rules;
 mod apps;
 mod confine;
 mod egress_broker;
 mod hub;
+mod lock;
+mod registry;
 mod relay;
 mod settings;
 #[allow(unsafe_code)]

@@ -498,16 +498,7 @@ async fn migrate(client: &mut deadpool_postgres::Object) -> Result<i32, PgKvErro
 fn db_error(e: &tokio_postgres::Error) -> String {
     match e.as_db_error() {
         Some(db) => format!("{} (SQLSTATE {})", db.message(), db.code().code()),
-        None => {
-            let mut message = e.to_string();
-            let mut source = std::error::Error::source(e);
-            while let Some(cause) = source {
-                message.push_str(": ");
-                message.push_str(&cause.to_string());
-                source = cause.source();
-            }
-            message
-        }
+        None => berm_errors::chain(e),
     }
 }
 

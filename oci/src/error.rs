@@ -172,7 +172,7 @@ impl RegistryError {
                 RegistryError::Unreachable {
                     registry,
                     scheme,
-                    cause: chain(&e),
+                    cause: berm_errors::chain(&e),
                     hint: if scheme == "https" {
                         "; if this registry speaks only plain HTTP and you trust the network, pass --insecure"
                     } else {
@@ -183,25 +183,10 @@ impl RegistryError {
             other => RegistryError::Protocol {
                 registry,
                 reference,
-                cause: chain(&other),
+                cause: berm_errors::chain(&other),
             },
         }
     }
-}
-
-/// An error and its causes on one line, each once.
-pub(crate) fn chain(err: &(dyn std::error::Error + 'static)) -> String {
-    let mut out = err.to_string();
-    let mut source = err.source();
-    while let Some(s) = source {
-        let text = s.to_string();
-        if !out.contains(&text) {
-            out.push_str(": ");
-            out.push_str(&text);
-        }
-        source = s.source();
-    }
-    out
 }
 
 /// `berm push` failed.

@@ -91,7 +91,7 @@ impl Remote {
         let client = Client::try_from(config).map_err(|e| RegistryError::Protocol {
             registry: registry.clone(),
             reference: reference.whole(),
-            cause: format!("cannot set up the HTTP client: {}", crate::error::chain(&e)),
+            cause: format!("cannot set up the HTTP client: {}", berm_errors::chain(&e)),
         })?;
         Ok(Remote {
             client,

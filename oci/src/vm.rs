@@ -497,7 +497,7 @@ async fn fetch_into(
                     repository: repository.to_string(),
                     got: writer.written(),
                     pinned: pin.size,
-                    cause: crate::error::chain(&e),
+                    cause: berm_errors::chain(&e),
                 });
             }
         }

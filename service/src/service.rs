@@ -1498,14 +1498,5 @@ fn log_skip(problem: &LoadError) {
     tracing::error!("skipped deployment: {}", error_chain(problem));
 }
 
-/// An error and its causes, joined, for logs and reports.
-pub fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut message = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        message.push_str(": ");
-        message.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    message
-}
+/// An error and its causes, joined, for logs and reports: the one formatter of every crate.
+pub use berm_errors::chain as error_chain;

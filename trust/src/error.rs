@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 /// Signing, verifying or reading keys and policy failed.
 #[derive(Debug, thiserror::Error)]
-pub enum TrustError {
+pub enum SigningError {
     /// No password to encrypt or decrypt a private key with.
     #[error(
         "set {} to the private key's password (cosign's variable; set it empty for a key without one)",

@@ -11,7 +11,7 @@ use sha2::{Digest, Sha256};
 use sigstore::crypto::signing_key::SigStoreKeyPair;
 use sigstore::crypto::{CosignVerificationKey, Signature, SigningScheme};
 
-use crate::TrustError;
+use crate::SigningError;
 
 /// The variable cosign reads a private key's password from; berm reads the same.
 pub const PASSWORD_ENV: &str = "COSIGN_PASSWORD";
@@ -22,11 +22,11 @@ const SCHEME: SigningScheme = SigningScheme::ECDSA_P256_SHA256_ASN1;
 /// The private key's password from [`PASSWORD_ENV`].
 ///
 /// # Errors
-/// [`TrustError::NoPassword`] when it is not set (it may be set empty).
-pub fn password_from_env() -> Result<Vec<u8>, TrustError> {
+/// [`SigningError::NoPassword`] when it is not set (it may be set empty).
+pub fn password_from_env() -> Result<Vec<u8>, SigningError> {
     std::env::var_os(PASSWORD_ENV)
         .map(|p| p.into_encoded_bytes())
-        .ok_or(TrustError::NoPassword)
+        .ok_or(SigningError::NoPassword)
 }
 
 /// A private key, decrypted, ready to sign.
@@ -41,12 +41,12 @@ impl SigningKey {
     /// # Errors
     /// When the file cannot be read, is not an encrypted cosign key, the password is wrong,
     /// or the key is not ECDSA P-256.
-    pub fn load(path: &Path, password: &[u8]) -> Result<SigningKey, TrustError> {
-        let pem = std::fs::read(path).map_err(|source| TrustError::ReadKey {
+    pub fn load(path: &Path, password: &[u8]) -> Result<SigningKey, SigningError> {
+        let pem = std::fs::read(path).map_err(|source| SigningError::ReadKey {
             path: path.to_path_buf(),
             source,
         })?;
-        let bad = |message: String| TrustError::Key {
+        let bad = |message: String| SigningError::Key {
             path: path.to_path_buf(),
             message,
         };
@@ -78,11 +78,11 @@ impl SigningKey {
     /// Signs `message`; the signature is ASN.1 DER, as cosign's.
     ///
     /// # Errors
-    /// [`TrustError::Sign`] when the signer fails.
-    pub fn sign(&self, message: &[u8]) -> Result<Vec<u8>, TrustError> {
+    /// [`SigningError::Sign`] when the signer fails.
+    pub fn sign(&self, message: &[u8]) -> Result<Vec<u8>, SigningError> {
         self.signer
             .sign(message)
-            .map_err(|e| TrustError::Sign(e.to_string()))
+            .map_err(|e| SigningError::Sign(e.to_string()))
     }
 
     /// The public half, which verifies what this key signs.
@@ -110,14 +110,16 @@ impl PublicKey {
     ///
     /// # Errors
     /// When the file cannot be read or holds no public key.
-    pub fn load(path: &Path) -> Result<PublicKey, TrustError> {
-        let pem = std::fs::read(path).map_err(|source| TrustError::ReadKey {
+    pub fn load(path: &Path) -> Result<PublicKey, SigningError> {
+        let pem = std::fs::read(path).map_err(|source| SigningError::ReadKey {
             path: path.to_path_buf(),
             source,
         })?;
-        PublicKey::from_pem(&pem, &path.display().to_string()).map_err(|message| TrustError::Key {
-            path: path.to_path_buf(),
-            message,
+        PublicKey::from_pem(&pem, &path.display().to_string()).map_err(|message| {
+            SigningError::Key {
+                path: path.to_path_buf(),
+                message,
+            }
         })
     }
 
@@ -188,27 +190,27 @@ fn pem_body(text: &str) -> Option<Vec<u8>> {
 /// overwrites: if either file exists, nothing is written. Returns the two paths.
 ///
 /// # Errors
-/// [`TrustError::Exists`] or [`TrustError::WriteKey`]; a failed write removes what it began.
-pub fn write_key_pair(dir: &Path, password: &[u8]) -> Result<(PathBuf, PathBuf), TrustError> {
+/// [`SigningError::Exists`] or [`SigningError::WriteKey`]; a failed write removes what it began.
+pub fn write_key_pair(dir: &Path, password: &[u8]) -> Result<(PathBuf, PathBuf), SigningError> {
     let private = dir.join("cosign.key");
     let public = dir.join("cosign.pub");
     for path in [&private, &public] {
         if path.exists() {
-            return Err(TrustError::Exists { path: path.clone() });
+            return Err(SigningError::Exists { path: path.clone() });
         }
     }
     let signer = SCHEME
         .create_signer()
-        .map_err(|e| TrustError::Sign(format!("cannot generate a key: {e}")))?;
+        .map_err(|e| SigningError::Sign(format!("cannot generate a key: {e}")))?;
     let pair = signer
         .to_sigstore_keypair()
-        .map_err(|e| TrustError::Sign(format!("cannot generate a key: {e}")))?;
+        .map_err(|e| SigningError::Sign(format!("cannot generate a key: {e}")))?;
     let encrypted = pair
         .private_key_to_encrypted_pem(password)
-        .map_err(|e| TrustError::Sign(format!("cannot encrypt the key: {e}")))?;
+        .map_err(|e| SigningError::Sign(format!("cannot encrypt the key: {e}")))?;
     let public_pem = pair
         .public_key_to_pem()
-        .map_err(|e| TrustError::Sign(format!("cannot encode the public key: {e}")))?;
+        .map_err(|e| SigningError::Sign(format!("cannot encode the public key: {e}")))?;
     write_new(&private, encrypted.as_bytes(), 0o600)?;
     if let Err(e) = write_new(&public, public_pem.as_bytes(), 0o644) {
         let _ = std::fs::remove_file(&private);
@@ -219,8 +221,8 @@ pub fn write_key_pair(dir: &Path, password: &[u8]) -> Result<(PathBuf, PathBuf),
 
 /// Creates `path` (which must not exist) with `mode` from the start, so a private key is
 /// never readable by others, not even for an instant; removes it if the write fails.
-fn write_new(path: &Path, bytes: &[u8], mode: u32) -> Result<(), TrustError> {
-    let error = |source| TrustError::WriteKey {
+fn write_new(path: &Path, bytes: &[u8], mode: u32) -> Result<(), SigningError> {
+    let error = |source| SigningError::WriteKey {
         path: path.to_path_buf(),
         source,
     };
@@ -231,7 +233,7 @@ fn write_new(path: &Path, bytes: &[u8], mode: u32) -> Result<(), TrustError> {
         .open(path)
         .map_err(|e| {
             if e.kind() == std::io::ErrorKind::AlreadyExists {
-                TrustError::Exists {
+                SigningError::Exists {
                     path: path.to_path_buf(),
                 }
             } else {

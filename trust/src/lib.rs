@@ -29,7 +29,7 @@ mod policy;
 mod provenance;
 mod verify;
 
-pub use error::TrustError;
+pub use error::SigningError;
 pub use keys::{PASSWORD_ENV, PublicKey, SigningKey, password_from_env, write_key_pair};
 pub use name::PolicyName;
 pub use policy::{Policy, Requirement, default_policy_path};

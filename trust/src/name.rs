@@ -26,7 +26,7 @@
 use std::fmt;
 use std::net::IpAddr;
 
-use crate::TrustError;
+use crate::SigningError;
 
 /// Docker Hub, as references and cosign name it.
 const DOCKER_HUB: &str = "docker.io";
@@ -56,10 +56,10 @@ impl PolicyName {
     /// Normalises `reference` (`host[:port]/repo[:tag][@digest]`, or a Docker Hub name).
     ///
     /// # Errors
-    /// [`TrustError::Reference`] when it does not parse as an OCI reference, or its registry
+    /// [`SigningError::Reference`] when it does not parse as an OCI reference, or its registry
     /// is not a host name or address.
-    pub fn of(reference: &str) -> Result<PolicyName, TrustError> {
-        let bad = |message: String| TrustError::Reference {
+    pub fn of(reference: &str) -> Result<PolicyName, SigningError> {
+        let bad = |message: String| SigningError::Reference {
             reference: reference.chars().take(200).collect(),
             message,
         };

@@ -19,7 +19,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::name::normalise_pattern;
-use crate::{PolicyName, PublicKey, Signer, TrustError};
+use crate::{PolicyName, PublicKey, Signer, SigningError};
 
 /// The policy file as written.
 #[derive(serde::Deserialize)]
@@ -67,10 +67,10 @@ impl Policy {
     /// Reads the policy at `path`; `Ok(None)` when there is no such file.
     ///
     /// # Errors
-    /// [`TrustError::Policy`] when it cannot be read, does not parse, has a rule without
+    /// [`SigningError::Policy`] when it cannot be read, does not parse, has a rule without
     /// references or keys or with a malformed pattern, or names a key that cannot be read.
-    pub fn load(path: &Path) -> Result<Option<Policy>, TrustError> {
-        let bad = |message: String| TrustError::Policy {
+    pub fn load(path: &Path) -> Result<Option<Policy>, SigningError> {
+        let bad = |message: String| SigningError::Policy {
             path: path.to_path_buf(),
             message,
         };
@@ -122,7 +122,7 @@ impl Policy {
     ///
     /// # Errors
     /// As [`Policy::load`].
-    pub fn load_default() -> Result<Option<Policy>, TrustError> {
+    pub fn load_default() -> Result<Option<Policy>, SigningError> {
         match default_policy_path() {
             Some(path) => Policy::load(&path),
             None => Ok(None),

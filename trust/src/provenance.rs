@@ -17,7 +17,7 @@ use base64::Engine;
 use berm_oci::StoredSignature;
 
 use crate::verify::check;
-use crate::{PolicyName, Signer, TrustError, Verified};
+use crate::{PolicyName, Signer, SigningError, Verified};
 
 /// Largest record file read; a record is under a few kilobytes.
 const MAX_BYTES: u64 = 1 << 20;
@@ -53,9 +53,9 @@ impl Provenance {
     /// Reads the record at `path`; empty when there is none.
     ///
     /// # Errors
-    /// [`TrustError::Provenance`] when it cannot be read, is too large or does not parse.
-    pub fn load(path: &Path) -> Result<Provenance, TrustError> {
-        let bad = |message: String| TrustError::Provenance {
+    /// [`SigningError::Provenance`] when it cannot be read, is too large or does not parse.
+    pub fn load(path: &Path) -> Result<Provenance, SigningError> {
+        let bad = |message: String| SigningError::Provenance {
             path: path.to_path_buf(),
             message,
         };
@@ -79,13 +79,13 @@ impl Provenance {
     /// Writes the record to `path` atomically (temporary file, sync, rename).
     ///
     /// # Errors
-    /// [`TrustError::Provenance`] when it cannot be written; the old record is left whole.
-    pub fn save(&self, path: &Path) -> Result<(), TrustError> {
-        let bytes = serde_json::to_vec_pretty(self).map_err(|e| TrustError::Provenance {
+    /// [`SigningError::Provenance`] when it cannot be written; the old record is left whole.
+    pub fn save(&self, path: &Path) -> Result<(), SigningError> {
+        let bytes = serde_json::to_vec_pretty(self).map_err(|e| SigningError::Provenance {
             path: path.to_path_buf(),
             message: e.to_string(),
         })?;
-        berm_durable::write_atomic(path, &bytes).map_err(|e| TrustError::Provenance {
+        berm_durable::write_atomic(path, &bytes).map_err(|e| SigningError::Provenance {
             path: path.to_path_buf(),
             message: format!("cannot write it: {e}"),
         })

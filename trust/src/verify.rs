@@ -6,7 +6,7 @@ use sigstore::cosign::payload::simple_signing::{
     CRITICAL_TYPE_NAME, Critical, Identity, Image, SimpleSigning,
 };
 
-use crate::{PublicKey, SigningKey, TrustError};
+use crate::{PublicKey, SigningError, SigningKey};
 
 /// What `berm trust sign` left on the registry.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -59,14 +59,14 @@ pub struct Verified {
 /// racing on one program can lose one of the two signatures.
 ///
 /// # Errors
-/// [`TrustError::Sign`], or the registry's failure (nothing is stored then).
+/// [`SigningError::Sign`], or the registry's failure (nothing is stored then).
 pub async fn sign(
     described: &Described,
     key: &SigningKey,
     options: &RegistryOptions,
-) -> Result<Signed, TrustError> {
-    let pinned =
-        berm_oci::parse_reference(&described.pinned).map_err(|e| TrustError::Registry(e.into()))?;
+) -> Result<Signed, SigningError> {
+    let pinned = berm_oci::parse_reference(&described.pinned)
+        .map_err(|e| SigningError::Registry(e.into()))?;
     let payload = SimpleSigning {
         critical: Critical {
             identity: Identity {
@@ -79,7 +79,7 @@ pub async fn sign(
         },
         optional: None,
     };
-    let payload = serde_json::to_vec(&payload).map_err(|e| TrustError::Sign(e.to_string()))?;
+    let payload = serde_json::to_vec(&payload).map_err(|e| SigningError::Sign(e.to_string()))?;
     let stored = berm_oci::signatures(described, options).await?;
     if stored
         .signatures
@@ -107,16 +107,16 @@ pub async fn sign(
 /// over its own manifest digest, and returns the first that holds.
 ///
 /// # Errors
-/// [`TrustError::Unsigned`] when nothing is stored; [`TrustError::NotTrusted`] naming what
+/// [`SigningError::Unsigned`] when nothing is stored; [`SigningError::NotTrusted`] naming what
 /// each stored signature failed on; the registry's failure.
 pub async fn verify(
     described: &Described,
     signer: &Signer,
     options: &RegistryOptions,
-) -> Result<Verified, TrustError> {
+) -> Result<Verified, SigningError> {
     let stored = berm_oci::signatures(described, options).await?;
     if stored.signatures.is_empty() && stored.skipped.is_empty() {
-        return Err(TrustError::Unsigned {
+        return Err(SigningError::Unsigned {
             reference: described.reference.clone(),
             signatures: stored.reference,
         });
@@ -133,7 +133,7 @@ pub async fn verify(
         .iter()
         .map(|k| format!("{} ({})", k.source(), k.id()))
         .collect();
-    Err(TrustError::NotTrusted {
+    Err(SigningError::NotTrusted {
         reference: described.reference.clone(),
         manifest_digest: described.manifest_digest.clone(),
         wanted: format!("{} [{}]", keys.join(" or "), signer.because),

@@ -8,7 +8,7 @@ mod support;
 use std::path::Path;
 
 use berm_oci::RegistryOptions;
-use berm_trust::{PublicKey, Signer, SigningKey, TrustError};
+use berm_trust::{PublicKey, Signer, SigningError, SigningKey};
 use support::{TestRegistry, program};
 
 fn key_pair(dir: &Path) -> (SigningKey, PublicKey) {
@@ -59,7 +59,7 @@ async fn signatures_hold_only_for_their_key_and_their_program() {
     let err = berm_trust::verify(&echo, &signer(&public), &options)
         .await
         .unwrap_err();
-    assert!(matches!(err, TrustError::Unsigned { .. }), "{err}");
+    assert!(matches!(err, SigningError::Unsigned { .. }), "{err}");
     assert!(err.to_string().contains("is not signed"), "{err}");
 
     // Signed: the right key verifies; signing again stores no second copy.

@@ -27,8 +27,8 @@ pub use host_event::{HostEvent, VmmLine, VmmLineError};
 pub use line::{
     AppExited, AppLimits, AppProgram, AppReady, AppRefused, AppStarted, AppState, AppStatus,
     BootComplete, BootFailed, BootStart, BootStep, Enforcement, ErrorReply, Event, Greeting,
-    GuestLine, LineError, Log, LogLevel, Phase, PowerOff, ProbeCheck, ProbeReport, Receipt,
-    Request, RequestError, Seccomp, Service, ShuttingDown, Status,
+    GuestLine, LineError, Log, LogLevel, ParseRequestError, Phase, PowerOff, ProbeCheck,
+    ProbeReport, Receipt, Request, Seccomp, Service, ShuttingDown, Status,
 };
 
 /// The longest line either side accepts, newline included. Longer lines end the connection.

@@ -46,7 +46,7 @@ pub enum Request {
 
 /// Why a host request was refused by the guest.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum RequestError {
+pub enum ParseRequestError {
     /// The line is longer than [`MAX_LINE_BYTES`].
     #[error("request line is longer than {MAX_LINE_BYTES} bytes")]
     TooLong,
@@ -57,22 +57,24 @@ pub enum RequestError {
 
 impl Request {
     /// Parses one request line (without its newline).
-    pub fn parse(line: &[u8]) -> Result<Self, RequestError> {
+    pub fn parse(line: &[u8]) -> Result<Self, ParseRequestError> {
         if line.len() >= MAX_LINE_BYTES {
-            return Err(RequestError::TooLong);
+            return Err(ParseRequestError::TooLong);
         }
-        let value: Value =
-            serde_json::from_slice(line).map_err(|e| RequestError::Malformed(e.to_string()))?;
+        let value: Value = serde_json::from_slice(line)
+            .map_err(|e| ParseRequestError::Malformed(e.to_string()))?;
         // serde ignores extra fields beside an internally tagged unit variant's tag even with
         // deny_unknown_fields, so the object's size is checked here.
         match &value {
             Value::Object(map) if map.len() == 1 => {}
             Value::Object(_) => {
-                return Err(RequestError::Malformed("fields other than `op`".into()));
+                return Err(ParseRequestError::Malformed(
+                    "fields other than `op`".into(),
+                ));
             }
-            _ => return Err(RequestError::Malformed("not a JSON object".into())),
+            _ => return Err(ParseRequestError::Malformed("not a JSON object".into())),
         }
-        serde_json::from_value(value).map_err(|e| RequestError::Malformed(e.to_string()))
+        serde_json::from_value(value).map_err(|e| ParseRequestError::Malformed(e.to_string()))
     }
 
     /// The request as one line, newline included.
@@ -967,7 +969,7 @@ mod tests {
                 len: MAX_LINE_BYTES
             })
         );
-        assert_eq!(Request::parse(&big), Err(RequestError::TooLong));
+        assert_eq!(Request::parse(&big), Err(ParseRequestError::TooLong));
     }
 
     #[test]
@@ -985,7 +987,7 @@ mod tests {
             b"",
         ] {
             assert!(
-                matches!(Request::parse(bad), Err(RequestError::Malformed(_))),
+                matches!(Request::parse(bad), Err(ParseRequestError::Malformed(_))),
                 "{:?}",
                 bad
             );

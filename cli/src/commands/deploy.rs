@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use berm_control::{DeployRequest, Grant, LimitsSpec};
 
+use super::upgrade::{print_changes, upgrade_changes, with_fs_dir};
 use crate::Exit;
 
 /// Arguments of `berm deploy`.
@@ -38,7 +39,7 @@ pub struct Args {
     /// Registry access, when SOURCE is a reference (or, with --app, for the programs the
     /// folder names by `image`).
     #[command(flatten)]
-    registry: super::dist::RegistryArgs,
+    registry: super::registry::RegistryArgs,
     /// When SOURCE is a reference: refuse it, before anything is deployed, unless one of
     /// these public keys (`cosign.pub`) signed it. The trust policy
     /// (~/.config/berm/trust.toml) applies as well.
@@ -69,25 +70,6 @@ pub struct Args {
     /// such object per program under `deployed`).
     #[arg(long)]
     json: bool,
-}
-
-/// What `--json` prints for one deployed program.
-#[derive(serde::Serialize)]
-pub struct DeployedJson<'a> {
-    #[serde(flatten)]
-    deployed: &'a berm_control::DeployResponse,
-    /// The names MCP clients call: `{program}_{tool}`.
-    tools: Vec<String>,
-}
-
-impl<'a> DeployedJson<'a> {
-    /// Pairs bermd's answer with the served tool names.
-    pub fn new(deployed: &'a berm_control::DeployResponse) -> Self {
-        Self {
-            tools: super::served_tools(&deployed.program),
-            deployed,
-        }
-    }
 }
 
 /// Deploys and prints what happened.
@@ -135,7 +117,7 @@ pub async fn run(home: &Path, args: Args) -> anyhow::Result<Exit> {
         .deploy(&name, &DeployRequest::new(&image, grants, limits))
         .await?;
     if args.json {
-        super::print_json(&DeployedJson::new(&deployed))?;
+        super::print_json(&super::DeployedJson::new(&deployed))?;
         return Ok(Exit::Ok);
     }
     let program = &deployed.program;
@@ -152,49 +134,6 @@ pub async fn run(home: &Path, args: Args) -> anyhow::Result<Exit> {
     crate::outln!("  tools: {}", tools.join(", "));
     crate::outln!("  grants: {}", super::ls::grants_text(&program.grants));
     Ok(Exit::Ok)
-}
-
-/// The changes from what `name` runs now to (`image`, `grants`): none when nothing is
-/// deployed under `name`, or for an image bermd will refuse anyway.
-pub async fn upgrade_changes(
-    client: &berm_control::Client,
-    name: &str,
-    image: &[u8],
-    grants: &[Grant],
-) -> anyhow::Result<Option<(String, Vec<berm_manifest::upgrade::Change>)>> {
-    let running = match client.get(name).await {
-        Ok(view) => view,
-        Err(berm_control::ClientError::Api { status: 404, .. }) => return Ok(None),
-        Err(e) => return Err(e.into()),
-    };
-    let Ok(new) = berm_manifest::Manifest::from_image(image) else {
-        return Ok(None);
-    };
-    // bermd keeps an fs grant's directory canonical; compare the new one the same way, so
-    // `fs=./data` over `fs=/home/me/data` is no change.
-    let grants: Vec<Grant> = grants
-        .iter()
-        .map(|grant| {
-            with_fs_dir(grant.clone(), |dir| {
-                std::fs::canonicalize(&dir).unwrap_or(dir)
-            })
-        })
-        .collect();
-    let changes =
-        berm_manifest::upgrade::compare(&running.manifest, &new, Some((&running.grants, &grants)));
-    Ok(Some((running.digest, changes)))
-}
-
-/// Prints each change, marked accepted or narrower.
-pub fn print_changes(prefix: &str, changes: &[berm_manifest::upgrade::Change]) {
-    for change in changes {
-        let kind = if change.needs_acceptance() {
-            "accepted"
-        } else {
-            "narrower"
-        };
-        eprintln!("{prefix}{kind}: {change}");
-    }
 }
 
 /// Refuses, unless `accept`, a deploy over `name` that changes what the model reads or what
@@ -224,22 +163,6 @@ async fn check_upgrade(
     }
     print_changes("", &changes);
     Ok(())
-}
-
-/// `grant` with its directory passed through `f` when it is an fs grant; any other as is.
-fn with_fs_dir(grant: Grant, f: impl FnOnce(PathBuf) -> PathBuf) -> Grant {
-    match grant {
-        Grant::Fs {
-            dir,
-            read_only,
-            quota,
-        } => Grant::Fs {
-            dir: f(dir),
-            read_only,
-            quota,
-        },
-        other => other,
-    }
 }
 
 /// `--secret NAME=HOST[:PORT]` as the grant it is.

@@ -104,7 +104,7 @@ pub async fn run(
         println!("{}", takeover.notice());
     }
     for (name, changes) in &upgrades {
-        super::deploy::print_changes(&format!("{name}: "), changes);
+        super::upgrade::print_changes(&format!("{name}: "), changes);
     }
     // bermd wants fs directories to exist; create them only once the whole
     // folder has been checked.
@@ -181,10 +181,7 @@ pub async fn run(
         }
     }
     if json {
-        let deployed: Vec<_> = responses
-            .iter()
-            .map(super::deploy::DeployedJson::new)
-            .collect();
+        let deployed: Vec<_> = responses.iter().map(super::DeployedJson::new).collect();
         super::print_json(&serde_json::json!({
             "app": app.name,
             "dir": app.dir,
@@ -226,7 +223,7 @@ async fn upgrades(
     let mut all = Vec::new();
     for program in prepared {
         if let Some((_, changes)) =
-            super::deploy::upgrade_changes(client, &program.name, &program.image, &program.grants)
+            super::upgrade::upgrade_changes(client, &program.name, &program.image, &program.grants)
                 .await?
             && !changes.is_empty()
         {

@@ -23,7 +23,7 @@ pub struct Args {
     json: bool,
     /// Registry access, for references.
     #[command(flatten)]
-    registry: super::dist::RegistryArgs,
+    registry: super::registry::RegistryArgs,
 }
 
 /// One side of the comparison.
@@ -36,7 +36,7 @@ struct Side {
 async fn side(
     home: &Path,
     target: &str,
-    registry: &super::dist::RegistryArgs,
+    registry: &super::registry::RegistryArgs,
 ) -> anyhow::Result<Side> {
     let path = Path::new(target);
     if path.is_file() {

@@ -19,24 +19,8 @@ use berm_oci::RegistryOptions;
 
 use crate::Exit;
 
-/// Options shared by every command that talks to a registry.
-#[derive(Debug, Clone, Default, clap::Args)]
-pub struct RegistryArgs {
-    /// Speak plain HTTP to a registry that is not on this machine's loopback
-    /// (loopback registries are always spoken to over HTTP). Credentials and
-    /// bytes then cross the network in the clear; pulled bytes are still
-    /// verified against their digests.
-    #[arg(long)]
-    pub insecure: bool,
-}
-
-impl RegistryArgs {
-    /// The options these flags and the environment select
-    /// (`BERM_REGISTRY_USER`, `BERM_REGISTRY_PASSWORD`, `DOCKER_CONFIG`).
-    pub fn options(&self) -> RegistryOptions {
-        RegistryOptions::from_environment(self.insecure)
-    }
-}
+/// Kept here too for `vm.rs`, which names it by this path.
+pub use super::registry::RegistryArgs;
 
 /// `berm push REF FILE`: publish a program to a registry.
 #[derive(Debug, Clone, clap::Args)]

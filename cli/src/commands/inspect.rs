@@ -28,7 +28,7 @@ pub struct Args {
     verify_keys: Vec<std::path::PathBuf>,
     /// Registry access, for a reference.
     #[command(flatten)]
-    registry: super::dist::RegistryArgs,
+    registry: super::registry::RegistryArgs,
 }
 
 /// Who signed a program on a registry, as far as can be checked: `signatures` stored, and

@@ -67,7 +67,7 @@ pub struct SignArgs {
     json: bool,
     /// Registry access.
     #[command(flatten)]
-    registry: super::dist::RegistryArgs,
+    registry: super::registry::RegistryArgs,
 }
 
 /// `berm trust verify REF [--key PUB]…`.
@@ -85,7 +85,7 @@ pub struct VerifyArgs {
     json: bool,
     /// Registry access.
     #[command(flatten)]
-    registry: super::dist::RegistryArgs,
+    registry: super::registry::RegistryArgs,
 }
 
 /// Runs `berm trust …`.
