@@ -23,6 +23,7 @@ pub mod upgrade;
 pub mod vm;
 pub mod vm_app;
 pub mod vm_life;
+pub mod vm_measure;
 pub mod vm_run;
 pub mod vm_state;
 

@@ -290,7 +290,9 @@ pub struct HostSandboxLine {
     pub children: Vec<HostChild>,
 }
 
-/// What a host sandbox grants: everything else is refused.
+/// What a host sandbox grants: everything else is refused. One type for both ends: berm-vmm
+/// builds its sandboxes from it (its host sandbox policy) and reports it as it is in the
+/// `host_sandbox` line, so what is enforced and what is reported cannot drift apart.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SandboxGrants {
     /// Files and folders readable (kernel, rootfs, app shares).

@@ -30,8 +30,13 @@ use std::sync::Mutex;
 
 use crate::run_dir::RunDir;
 #[cfg(target_os = "linux")]
-use crate::sandbox::{ChildPolicy, Policy, Role};
+use crate::sandbox::{ChildPolicy, Role, SandboxGrants};
 use crate::sandbox::{ChildReport, SandboxError};
+
+/// The connector process's system calls: the only `unsafe` code of this feature.
+#[cfg(target_os = "linux")]
+#[allow(unsafe_code)]
+mod sys;
 
 /// How long the connector may take to report its confinement.
 #[cfg(target_os = "linux")]
@@ -129,15 +134,36 @@ impl Connector {
             .open(&run.dir)
             .map_err(ConnectorError::Start)?
             .into();
-        let policy = Policy::default();
+        let policy = SandboxGrants::default();
         let sandbox = crate::sandbox::ChildSandbox::prepare(&policy, Role::VmmConnector)
             .map_err(ConnectorError::Sandbox)?;
-        let (ours, theirs) = crate::sys::connector::channel().map_err(ConnectorError::Start)?;
-        let pid = crate::sys::connector::fork(theirs, dir, &names, sandbox)
-            .map_err(ConnectorError::Start)?;
+        let (ours, theirs) = sys::channel().map_err(ConnectorError::Start)?;
+        let mut sandbox = sandbox;
+        let first_message = move |line: &mut [u8]| {
+            // Opened before Landlock grants nothing; read after the filter is loaded, which
+            // allows only `read`, `close` and `sendmsg` of what follows (nothing allocates).
+            let status = crate::measure::OwnStatus::open();
+            let report = match (status, sandbox.apply()) {
+                (Ok(status), Ok(landlock)) => status.measure(landlock).ok()?,
+                _ => return None,
+            };
+            let mut buf = [0u8; crate::measure::MAX_REPORT];
+            let encoded = report.encode(&mut buf);
+            let len = encoded.len().min(line.len());
+            line[..len].copy_from_slice(&encoded[..len]);
+            Some(len)
+        };
+        let pid = sys::fork(
+            theirs,
+            dir,
+            &names,
+            crate::measure::MAX_REPORT,
+            first_message,
+        )
+        .map_err(ConnectorError::Start)?;
         // Its first message: how it measured itself once confined. Dropping `ours` on a
         // refusal ends it (its read sees the channel closed).
-        let line = crate::sys::connector::receive_report(&ours, REPORT_WITHIN)
+        let line = sys::receive_report(&ours, crate::measure::MAX_REPORT, REPORT_WITHIN)
             .map_err(|e| ConnectorError::Unmeasured(e.to_string()))?;
         let measured = crate::measure::SelfReport::decode(&line)
             .map_err(|e| ConnectorError::Unmeasured(e.to_string()))?;
@@ -167,7 +193,7 @@ impl Connector {
                     let channel = channel
                         .lock()
                         .map_err(|_| io::Error::other("the connector channel is poisoned"))?;
-                    crate::sys::connector::request(&channel, target.index())?
+                    sys::request(&channel, target.index())?
                 };
                 // The connector connects without blocking; the caller's stream blocks.
                 let stream = UnixStream::from(fd);
@@ -233,7 +259,7 @@ mod tests {
         let Inner::Forked(channel) = &connector.inner else {
             panic!("not forked")
         };
-        let err = crate::sys::connector::request(&channel.lock().unwrap(), 3).unwrap_err();
+        let err = sys::request(&channel.lock().unwrap(), 3).unwrap_err();
         assert_eq!(err.raw_os_error(), Some(libc::EINVAL), "{err}");
         // Still serving after all that.
         connector.connect(Target::Control).unwrap();

@@ -11,13 +11,14 @@ use std::path::{Path, PathBuf};
 
 use berm::GuestArch;
 use berm_vm_protocol::host_event::{HostDetection, RequestedBackend};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// What `--hypervisor` asked for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Requested {
     /// libkrun where it can run guest user space, else QEMU, else an error.
+    #[default]
     Auto,
     /// libkrun (hardware KVM).
     Krun,

@@ -37,7 +37,7 @@ use serde::{Deserialize, Serialize};
 use crate::apps::App;
 use crate::measure::{OwnStatus, SelfReport, landlock_named};
 use crate::run_dir::RunDir;
-use crate::sandbox::{ChildPolicy, ChildReport, Policy, Role};
+use crate::sandbox::{ChildPolicy, ChildReport, Role, SandboxGrants};
 
 /// Most connections one app may have open to the dialer at once; past it a connection is
 /// answered `io` at once and closed.
@@ -202,8 +202,8 @@ pub fn plan(run: &RunDir, apps: &[App], sandbox: bool) -> Result<Option<DialerPl
 /// files of the user's); TCP connect allowed; nothing written. A value file is read in place
 /// on every request: a value rewritten in the same file takes effect at once, a file
 /// replaced by rename (or a Kubernetes Secret updated by kubelet) only in the next run.
-pub fn policy(plan: &DialerPlan) -> Policy {
-    Policy {
+pub fn policy(plan: &DialerPlan) -> SandboxGrants {
+    SandboxGrants {
         read: RESOLVER_FILES
             .iter()
             .map(PathBuf::from)
@@ -218,7 +218,7 @@ pub fn policy(plan: &DialerPlan) -> Policy {
             )
             .collect(),
         connect_tcp: true,
-        ..Policy::default()
+        ..SandboxGrants::default()
     }
 }
 

@@ -7,6 +7,7 @@
 //! path. libkrun listens on the run dir's sockets itself (`krun_add_vsock_port2`, listen
 //! mode), so clients connect straight to it.
 
+use std::ffi::CString;
 use std::process::{Child, Command, Stdio};
 
 use berm_vm_protocol::host_event::ChildSandboxLine;
@@ -17,8 +18,13 @@ use crate::log_cap::HypervisorOutput;
 use crate::measure::{OwnStatus, SelfReport};
 use crate::sandbox::{ChildPolicy, ChildReport, Role};
 use crate::spec::VmSpec;
-use crate::sys;
 use crate::view::{PreparedView, Seen, View};
+
+/// libkrun's C API: the only `unsafe` code of this backend.
+#[allow(unsafe_code)]
+mod sys;
+
+pub use sys::KrunError;
 
 /// What the child is told; passed as one JSON argument.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -27,7 +33,7 @@ pub struct KrunConfig {
     pub vm: VmSpec,
     /// The host sandbox the child applies to itself just before `krun_start_enter`
     /// (`None` with `--no-host-sandbox`).
-    pub host_sandbox: Option<crate::sandbox::Policy>,
+    pub host_sandbox: Option<crate::sandbox::SandboxGrants>,
     /// The inherited pipe the child writes its confinement report to, once confined, and
     /// closes (set by [`spawn`] whenever there is a host sandbox).
     #[serde(default)]
@@ -72,7 +78,7 @@ pub fn spawn(
     let report = match &config.host_sandbox {
         Some(policy) => {
             let (reader, writer) = std::io::pipe().map_err(SpawnKrunError::Spawn)?;
-            config.report_fd = Some(sys::pass_fd(&mut command, writer.into()));
+            config.report_fd = Some(crate::sys::pass_fd(&mut command, writer.into()));
             let role = config.vm.vsock_role(Role::KrunEnter);
             Some((
                 reader,
@@ -89,7 +95,7 @@ pub fn spawn(
         .stdin(Stdio::null())
         .stdout(out)
         .stderr(err);
-    sys::kill_with_parent(&mut command);
+    crate::sys::kill_with_parent(&mut command);
     let mut child = command.spawn().map_err(SpawnKrunError::Spawn)?;
     // The pipe's write end is the child's alone now.
     drop(command);
@@ -118,7 +124,7 @@ fn read_report(mut reader: std::io::PipeReader) -> Result<SelfReport, String> {
     let mut buf = [0u8; crate::measure::MAX_REPORT + 1];
     loop {
         let left = deadline.saturating_duration_since(std::time::Instant::now());
-        if !sys::wait_readable(&reader, left).map_err(|e| e.to_string())? {
+        if !crate::sys::wait_readable(&reader, left).map_err(|e| e.to_string())? {
             return Err(format!("no report within {} s", REPORT_WITHIN.as_secs()));
         }
         match reader.read(&mut buf) {
@@ -149,13 +155,13 @@ pub fn confine_self(config: &KrunConfig) -> anyhow::Result<()> {
     let fd = config
         .report_fd
         .context("the configuration names no report pipe")?;
-    let mut pipe = std::fs::File::from(sys::inherited_fd(fd).context("the report pipe")?);
+    let mut pipe = std::fs::File::from(crate::sys::inherited_fd(fd).context("the report pipe")?);
     let status = OwnStatus::open().context("opening /proc/self/status")?;
     let outside = config
         .outside
         .as_deref()
         .map(|path| {
-            sys::UnixAddress::new(path)
+            crate::sys::UnixAddress::new(path)
                 .with_context(|| format!("{} is not a Unix socket address", path.display()))
         })
         .transpose()?;
@@ -168,7 +174,7 @@ pub fn confine_self(config: &KrunConfig) -> anyhow::Result<()> {
             .as_deref()
             .context("the configuration names no run dir")?;
         let view = View::of(policy, run_dir).and_then(|view| PreparedView::prepare(&view))?;
-        match sys::isolate(&view) {
+        match crate::view::isolate(&view) {
             Ok(()) => Seen::PolicyPaths,
             Err(e) => {
                 crate::report::say(format_args!(
@@ -190,7 +196,7 @@ pub fn confine_self(config: &KrunConfig) -> anyhow::Result<()> {
     let mut measured = status
         .measure(landlock)
         .context("measuring the libkrun child's confinement")?;
-    measured.outside = outside.map(|address| (sys::connect_errno(&address), seen));
+    measured.outside = outside.map(|address| (crate::sys::connect_errno(&address), seen));
     let mut line = [0u8; crate::measure::MAX_REPORT];
     std::io::Write::write_all(&mut pipe, measured.encode(&mut line))
         .context("writing the confinement report")?;
@@ -205,10 +211,151 @@ pub fn confine_self(config: &KrunConfig) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The child's side: configure libkrun and enter the VM. Returns only on failure.
-pub fn enter(config: &KrunConfig) -> sys::KrunError {
-    match sys::krun_enter(&config.vm) {
+/// The child's side: configure libkrun and enter the VM. Returns only on failure: on success
+/// libkrun exits the process when the guest resets. The call order is the one measured to
+/// work (docs/design/microvm-findings.md): the implicit vsock is disabled first because it
+/// turns on TSI, which needs libkrunfw's patched kernel.
+pub fn enter(config: &KrunConfig) -> KrunError {
+    match configure(&config.vm) {
+        Ok(ctx) => ctx.start_enter(),
         Err(e) => e,
-        Ok(never) => match never {},
+    }
+}
+
+/// A libkrun context holding `vm`, ready to enter.
+fn configure(vm: &VmSpec) -> Result<sys::Context, KrunError> {
+    let kernel = c(&vm.kernel)?;
+    let cmdline = text(&vm.cmdline, "cmdline with a NUL byte")?;
+    let rootfs = c(&vm.rootfs)?;
+    let state = vm.state.as_deref().map(c).transpose()?;
+    let console = c(&vm.console)?;
+    let ports = c_ports(&vm.ports)?;
+    let egress = c_ports(&vm.egress)?;
+    let disks: Vec<(CString, CString)> = vm
+        .disks
+        .iter()
+        .map(|(serial, path)| Ok((text(serial, "disk serial with a NUL byte")?, c(path)?)))
+        .collect::<Result<_, _>>()?;
+
+    // Warnings and errors go to stderr, which berm-vmm points at hypervisor.log.
+    let ctx = sys::Context::create()?;
+    ctx.set_vm_config(vm.cpus, vm.memory_mib)?;
+    ctx.disable_implicit_vsock()?;
+    ctx.add_vsock(0)?;
+    ctx.set_kernel(&kernel, vm.kernel_format.krun(), &cmdline)?;
+    ctx.add_disk("krun_add_disk2 (rootfs)", c"root", &rootfs, true)?;
+    if let Some(state) = &state {
+        ctx.add_disk("krun_add_disk2 (state)", c"state", state, false)?;
+    }
+    for (serial, path) in &disks {
+        ctx.add_disk("krun_add_disk2 (app)", serial, path, true)?;
+    }
+    for (port, path) in &ports {
+        ctx.add_vsock_port("krun_add_vsock_port2", *port, path, true)?;
+    }
+    // The egress ports: the guest connects, libkrun connects to the dialer's socket
+    // (listen = false).
+    for (port, path) in &egress {
+        ctx.add_vsock_port("krun_add_vsock_port2 (egress)", *port, path, false)?;
+    }
+    ctx.set_console_output(&console)?;
+    Ok(ctx)
+}
+
+fn c(path: &std::path::Path) -> Result<CString, KrunError> {
+    CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| KrunError {
+        call: "path with a NUL byte",
+        code: -libc::EINVAL,
+    })
+}
+
+fn text(text: &str, call: &'static str) -> Result<CString, KrunError> {
+    CString::new(text).map_err(|_| KrunError {
+        call,
+        code: -libc::EINVAL,
+    })
+}
+
+fn c_ports(ports: &[(u32, std::path::PathBuf)]) -> Result<Vec<(u32, CString)>, KrunError> {
+    ports.iter().map(|(p, path)| Ok((*p, c(path)?))).collect()
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use std::io::Read;
+    use std::os::fd::AsRawFd;
+
+    use super::KrunConfig;
+    use crate::measure::{OutsideSocket, SelfReport, outcome};
+    use crate::sandbox::SandboxGrants;
+    use crate::spec::{KernelFormat, VmSpec};
+    use crate::view::Seen;
+
+    /// krun-enter's confinement step, the one the libkrun child runs before
+    /// `krun_start_enter` (libkrun cannot run a guest on this machine, so the step is run
+    /// alone, in a forked child): in a run with egress it enters the view of its policy's
+    /// paths, confines itself under `krun-enter-egress`, and reports a connect outside that
+    /// finds nothing.
+    #[test]
+    fn the_libkrun_child_of_an_egress_run_confines_itself_into_its_view() {
+        let tmp = tempfile::tempdir().unwrap();
+        let run = tmp.path().join("run");
+        std::fs::create_dir(&run).unwrap();
+        let kernel = tmp.path().join("vmlinux");
+        std::fs::write(&kernel, b"not a kernel").unwrap();
+        let outside = OutsideSocket::bind(&run).unwrap();
+        let (mut reader, writer) = std::io::pipe().unwrap();
+        let config = KrunConfig {
+            vm: VmSpec {
+                cpus: 1,
+                memory_mib: 64,
+                kernel: kernel.clone(),
+                kernel_format: KernelFormat::Elf,
+                cmdline: String::new(),
+                rootfs: kernel.clone(),
+                state: None,
+                disks: Vec::new(),
+                ports: Vec::new(),
+                egress: vec![(6000, run.join("vsock.sock_6000"))],
+                console: run.join("console.log"),
+            },
+            host_sandbox: Some(SandboxGrants {
+                read: vec![kernel.clone()],
+                read_write: vec![run.clone()],
+                devices: vec!["/dev/null".into()],
+                ..SandboxGrants::default()
+            }),
+            report_fd: Some(writer.as_raw_fd()),
+            outside: Some(outside.path().to_owned()),
+            run_dir: Some(run.clone()),
+        };
+        // The child runs the confinement step (which allocates, as krun-enter does after its
+        // exec: the forking thread is the only one in the child, and no other thread of this
+        // test process holds the allocator's lock across a fork, which glibc's fork handler
+        // makes safe) and answers one byte: whether it held.
+        let held = crate::sys::fork_reporting(1, std::time::Duration::from_secs(30), |out| {
+            let ok = super::confine_self(&config).is_ok()
+                && config.vm.kernel.exists()
+                && !std::path::Path::new("/etc/passwd").exists();
+            out[0] = u8::from(ok);
+            1
+        });
+        drop(writer);
+        let mut line = Vec::new();
+        reader.read_to_end(&mut line).unwrap();
+        assert_eq!(
+            held.as_deref().ok(),
+            Some(&[1u8][..]),
+            "{held:?} {:?}",
+            String::from_utf8_lossy(&line)
+        );
+        let report = SelfReport::decode(&line).unwrap();
+        assert_eq!(report.landlock.name(), "fully_enforced", "{report:?}");
+        assert!(report.status.no_new_privs);
+        let (connect, seen) = report.outside.unwrap();
+        assert_eq!(
+            (outcome(connect).as_str(), seen),
+            ("ENOENT", Seen::PolicyPaths)
+        );
     }
 }

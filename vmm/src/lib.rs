@@ -11,6 +11,7 @@
 pub mod apps;
 pub mod artifacts;
 pub mod code;
+pub mod config;
 pub mod connector;
 pub mod detect;
 pub mod dialer;
@@ -18,6 +19,7 @@ pub mod exit;
 pub mod krun;
 pub mod log_cap;
 pub mod measure;
+pub mod probe;
 pub mod qemu;
 pub mod report;
 pub mod run;
@@ -27,6 +29,8 @@ pub mod settings;
 pub mod sign;
 pub mod spec;
 pub mod state;
+/// The operating system primitives several features share; each feature keeps its own
+/// `unsafe` code in a `sys` module beside it.
 #[allow(unsafe_code)]
 mod sys;
 pub mod view;

@@ -1,16 +1,14 @@
 //! `berm-vmm`: argument parsing and wiring only; the logic is in the library.
+#![deny(unsafe_code)]
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Duration;
 
 use anyhow::Context;
-use berm::GuestArch;
 use berm_vm_protocol::HostEvent;
 use berm_vm_protocol::host_event::{RecordSignedLine, RecordUnsignedLine};
-use berm_vmm::detect::Requested;
 use berm_vmm::exit::ExitStatus;
-use berm_vmm::run::{RunConfig, run};
+use berm_vmm::run::{VmConfig, run};
 use clap::{Parser, Subcommand};
 
 /// The host side of berm's microVM.
@@ -30,78 +28,12 @@ enum Commands {
     /// Boot the pinned kernel and rootfs and run until the guest powers off.
     #[command(after_help = EXIT_CODES)]
     Run {
-        /// An app folder (repeatable); app i is served on rpc-<i>.sock (vsock 5000+i).
-        #[arg(long = "app", value_name = "DIR")]
-        apps: Vec<PathBuf>,
-        /// The program store the apps' `image = "…@sha256:…"` programs are read from,
-        /// verified against their pins (`berm pull --app DIR` fills it; berm vm up passes
-        /// $BERM_HOME/programs). berm-vmm never talks to a registry.
-        #[arg(long, value_name = "DIR")]
-        programs: Option<PathBuf>,
-        /// Accept what the app folders changed since they last ran on this state disk (a
-        /// tool's description or schema, a tool or program added or removed, a syscall or
-        /// grant not held before); without it such an app is refused at boot, naming each
-        /// change (berm.toml's `accept = "sha256:…"` accepts one program's new bytes).
-        #[arg(long)]
-        accept: bool,
-        /// The state disk (vdb); created and formatted ext4 if missing.
-        #[arg(long, value_name = "DISK")]
-        state: Option<PathBuf>,
-        /// Where the sockets and console.log go (mode 0700).
-        #[arg(long, value_name = "DIR")]
-        run_dir: Option<PathBuf>,
-        /// vCPUs.
-        #[arg(long, default_value_t = 1)]
-        cpus: u8,
-        /// Guest memory in MiB (64-16384) [default: the apps' memory.max added up, plus
-        /// 96 MiB for the kernel, berm-init and the page cache, rounded up to 32 MiB].
-        #[arg(long, value_name = "MiB")]
-        memory: Option<u32>,
-        /// Which backend: libkrun, QEMU, or the best one here.
-        #[arg(long, value_enum, default_value_t = Requested::Auto)]
-        hypervisor: Requested,
-        /// The guest's architecture (x86_64 or aarch64): its pinned kernel and rootfs, and
-        /// programs compiled for it. Another than this host's boots under QEMU's emulation.
-        #[arg(long, value_name = "ARCH", default_value = GuestArch::HOST.name())]
-        arch: GuestArch,
-        /// Boot this kernel instead of the pinned one (reported "pinned": false).
-        #[arg(long, value_name = "FILE")]
-        kernel: Option<PathBuf>,
-        /// Boot this rootfs instead of the pinned one (reported "pinned": false).
-        #[arg(long, value_name = "FILE")]
-        rootfs: Option<PathBuf>,
-        /// A guest setting NAME=VALUE (repeatable), passed on the kernel command line.
-        #[arg(long = "env", value_name = "NAME=VALUE")]
-        env: Vec<String>,
-        /// Seconds the guest may take to greet on the control port.
-        #[arg(long, value_name = "SECONDS", default_value_t = 60)]
-        boot_timeout: u64,
-        /// Test boots only: run this static enforcement-probe binary (berm-probe) inside the
-        /// guest under the confinement of app --test-probe-app; the measurement line reports it.
-        #[arg(long, value_name = "FILE", hide_short_help = true)]
-        test_probe: Option<PathBuf>,
-        /// The app (its index) whose confinement the probe runs under.
-        #[arg(
-            long,
-            value_name = "INDEX",
-            default_value_t = 0,
-            requires = "test_probe",
-            hide_short_help = true
-        )]
-        test_probe_app: u32,
-        /// Run unconfined: no Landlock and no seccomp deny list on berm-vmm (reported in the
-        /// host_sandbox line and in `berm attest` records).
-        #[arg(long)]
-        no_host_sandbox: bool,
-        /// Once confined, try to read, write and create beside FILE and to exec, and report
-        /// the outcome as a host_sandbox_probe line (tests; nothing is changed if it holds).
-        #[arg(long, value_name = "FILE", hide = true)]
-        sandbox_probe: Option<PathBuf>,
-        /// The host key the run's record is signed with (ed25519, PKCS#8 PEM, mode 0600),
-        /// created on first use; default $XDG_CONFIG_HOME/berm/host-key.pem, else
-        /// ~/.config/berm/host-key.pem.
-        #[arg(long, value_name = "FILE")]
-        key: Option<PathBuf>,
+        /// Read the whole run's configuration from FILE (JSON, the fields docs/vm.md lists)
+        /// instead of from these flags; it takes no other flag.
+        #[arg(long, value_name = "FILE", conflicts_with = "VmConfig")]
+        config: Option<PathBuf>,
+        #[command(flatten)]
+        flags: VmConfig,
     },
     /// Internal: the egress dialer (berm-vmm re-executes itself; its plan comes on stdin).
     #[command(hide = true)]
@@ -134,43 +66,30 @@ fn main() -> ExitCode {
     const _: () = assert!(ExitStatus::Usage.code() == 2);
     let cli = Cli::parse();
     match cli.command {
-        Commands::Run {
-            apps,
-            programs,
-            accept,
-            state,
-            run_dir,
-            cpus,
-            memory,
-            hypervisor,
-            arch,
-            kernel,
-            rootfs,
-            env,
-            boot_timeout,
-            test_probe,
-            test_probe_app,
-            no_host_sandbox,
-            sandbox_probe,
-            key,
-        } => {
+        Commands::Run { config, flags } => {
+            // The flags are the same value a --config file holds.
+            let config = match config {
+                Some(file) => match VmConfig::read(&file) {
+                    Ok(config) => config,
+                    Err(e) => {
+                        berm_vmm::report::say(format_args!(
+                            "berm-vmm: {:#}",
+                            anyhow::Error::new(e)
+                        ));
+                        return ExitCode::from(ExitStatus::Usage.code());
+                    }
+                },
+                None => flags,
+            };
             if let Err(e) = berm_vmm::catch_stop_signals() {
                 berm_vmm::report::say(format_args!(
                     "berm-vmm: installing the stop-signal handler failed: {e}"
                 ));
                 return ExitCode::from(ExitStatus::Internal.code());
             }
-            register_own_paths(&OwnPaths {
-                apps: &apps,
-                programs: programs.as_deref(),
-                state: state.as_deref(),
-                run_dir: run_dir.as_deref(),
-                kernel: kernel.as_deref(),
-                rootfs: rootfs.as_deref(),
-                key: key.as_deref(),
-            });
+            register_own_paths(&config);
             // Before anything boots, and before berm-vmm confines itself away from the key.
-            let key = match berm_vmm::sign::host_key(key.as_deref()) {
+            let key = match berm_vmm::sign::host_key(config.key.as_deref()) {
                 Ok(key) => key,
                 Err(e) => {
                     let message = format!("{:#}", anyhow::Error::new(e));
@@ -183,25 +102,6 @@ fn main() -> ExitCode {
                     berm_vmm::report::say(format_args!("berm-vmm: {message}"));
                     return ExitCode::from(ExitStatus::Refused.code());
                 }
-            };
-            let config = RunConfig {
-                apps,
-                programs,
-                accept,
-                state,
-                run_dir,
-                cpus,
-                memory_mib: memory,
-                hypervisor,
-                arch,
-                kernel,
-                rootfs,
-                env,
-                boot_timeout: Duration::from_secs(boot_timeout),
-                test_probe,
-                test_probe_app,
-                host_sandbox: !no_host_sandbox,
-                sandbox_probe,
             };
             let (status, message) = match run(&config) {
                 Ok(outcome) => (outcome.status, outcome.summary),
@@ -252,41 +152,30 @@ fn main() -> ExitCode {
     }
 }
 
-/// The paths `berm-vmm run`'s flags name.
-struct OwnPaths<'a> {
-    apps: &'a [PathBuf],
-    programs: Option<&'a Path>,
-    state: Option<&'a Path>,
-    run_dir: Option<&'a Path>,
-    kernel: Option<&'a Path>,
-    rootfs: Option<&'a Path>,
-    key: Option<&'a Path>,
-}
-
 /// Registers everything this run owns or reads for itself as berm's own
 /// ([`berm_app::own_paths`]), before any app folder is read, so that no folder can name one
 /// as a secret's value file (the egress dialer is handed the same set): berm's home, the
 /// artifact store, and each file or directory a flag names.
-fn register_own_paths(paths: &OwnPaths<'_>) {
+fn register_own_paths(paths: &VmConfig) {
     use berm_app::own_paths::{STATE, register};
     register(&berm_control::home::berm_home(), STATE);
     if let Some(store) = berm_pins::ArtifactStore::from_env() {
         register(store.root(), "berm-vmm's kernels and rootfs images");
     }
     let named = [
-        (paths.programs, "the program store (--programs)"),
-        (paths.state, "the VM's state disk (--state)"),
-        (paths.run_dir, "the VM's run dir (--run-dir)"),
-        (paths.kernel, "the kernel booted (--kernel)"),
-        (paths.rootfs, "the rootfs booted (--rootfs)"),
-        (paths.key, "the host key that signs run records (--key)"),
+        (&paths.programs, "the program store (--programs)"),
+        (&paths.state, "the VM's state disk (--state)"),
+        (&paths.run_dir, "the VM's run dir (--run-dir)"),
+        (&paths.kernel, "the kernel booted (--kernel)"),
+        (&paths.rootfs, "the rootfs booted (--rootfs)"),
+        (&paths.key, "the host key that signs run records (--key)"),
     ];
     for (path, what) in named {
         if let Some(path) = path {
             register(path, what);
         }
     }
-    for app in paths.apps {
+    for app in &paths.apps {
         register(app, "an app folder berm-vmm serves (--app)");
     }
 }

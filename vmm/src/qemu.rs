@@ -25,7 +25,7 @@ use crate::connector::{Connector, Target};
 use crate::log_cap::HypervisorOutput;
 use crate::measure::{OutsideSocket, ProbeReport, ProcStatus};
 use crate::run_dir::RunDir;
-use crate::sandbox::{ChildPolicy, ChildReport, ChildSandbox, Policy, Role, SandboxError};
+use crate::sandbox::{ChildPolicy, ChildReport, ChildSandbox, Role, SandboxError, SandboxGrants};
 use crate::spec::VmSpec;
 use crate::sys;
 use crate::view::{PreparedView, Seen, View};
@@ -124,7 +124,7 @@ pub struct QemuVm<'a> {
     pub connect_timeout: Duration,
     /// berm-vmm's own host-sandbox policy, which each child gets widened just enough to run
     /// (`None`: `--no-host-sandbox`).
-    pub sandbox: Option<&'a Policy>,
+    pub sandbox: Option<&'a SandboxGrants>,
     /// The socket outside every policy that each child's probe tries to connect to (there
     /// whenever there is a sandbox).
     pub outside: Option<&'a OutsideSocket>,
@@ -162,7 +162,7 @@ struct Confined {
 fn confine(
     command: &mut Command,
     program: &Path,
-    policy: Option<Policy>,
+    policy: Option<SandboxGrants>,
     role: Role,
     also: &str,
     vm: &QemuVm<'_>,
@@ -190,8 +190,9 @@ fn confine(
             program: program.to_owned(),
             source,
         })?;
-    let line = sys::probe_child(prepare()?, view.as_ref(), outside.address(), PROBE_WITHIN)
-        .map_err(|e| unmeasured(format!("its probe failed: {e}")))?;
+    let line =
+        crate::probe::probe_child(prepare()?, view.as_ref(), outside.address(), PROBE_WITHIN)
+            .map_err(|e| unmeasured(format!("its probe failed: {e}")))?;
     if line.is_empty() {
         return Err(unmeasured(
             "its Landlock probe could not apply the policy".into(),
@@ -203,9 +204,9 @@ fn confine(
     if let Some(view) = view
         && probe.seen == Seen::PolicyPaths
     {
-        sys::isolate_child(command, view);
+        crate::view::isolate_child(command, view);
     }
-    sys::confine_child(command, prepare()?);
+    crate::sandbox::confine_child(command, prepare()?);
     Ok(Some(Confined {
         child: ChildPolicy::new(program, &policy, role, also),
         probe,
@@ -380,11 +381,13 @@ fn start_vhost(
     sys::kill_with_parent(&mut command);
     // vhost-device-vsock needs only its run-dir sockets.
     let vhost_policy = vm.sandbox.map(|_| {
-        Policy {
-            read_write: vec![run.dir.clone()],
-            ..Policy::default()
-        }
-        .for_program(vm.vhost_device_vsock)
+        crate::sandbox::for_program(
+            &SandboxGrants {
+                read_write: vec![run.dir.clone()],
+                ..SandboxGrants::default()
+            },
+            vm.vhost_device_vsock,
+        )
     });
     let confined = confine(
         &mut command,
@@ -469,7 +472,7 @@ fn start_qemu(
     let vhost_fd = sys::pass_fd(&mut command, connected.into());
     command.args(vhost_args(vhost_fd));
     let qemu_policy = vm.sandbox.map(|base| {
-        let mut policy = base.for_program(vm.qemu);
+        let mut policy = crate::sandbox::for_program(&base, vm.qemu);
         if vm.accel == "kvm" {
             policy.devices.push(PathBuf::from("/dev/kvm"));
         }

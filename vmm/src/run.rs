@@ -9,27 +9,23 @@
 use std::path::{Path, PathBuf};
 use std::process::Child;
 use std::sync::Arc;
-use std::sync::mpsc::{self, RecvTimeoutError};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use berm::GuestArch;
 use berm_pins::{ArtifactStore, KernelPins, ParsePinsError, RootfsPins};
-use berm_vm_protocol::client::{ConnectError, GuestConnection, ReceiveError};
+use berm_vm_protocol::HostEvent;
 use berm_vm_protocol::host::{
-    GreetedLine, HypervisorLine, KernelMeasurement, MeasurementsLine, ProbeMeasurement,
-    RootfsMeasurement,
+    HypervisorLine, KernelMeasurement, MeasurementsLine, ProbeMeasurement, RootfsMeasurement,
 };
 use berm_vm_protocol::host_event::{
-    EgressEndpoint, EndpointsLine, HypervisorChoice, RpcEndpoint, RunDirCleanupLine,
-    StopSignalLine, VmConfigLine,
+    EgressEndpoint, EndpointsLine, HypervisorChoice, RpcEndpoint, RunDirCleanupLine, VmConfigLine,
 };
-use berm_vm_protocol::{BootFailed, Event, GuestLine, HostEvent, PowerOff, Service};
 
 use crate::apps::{self, AppError};
 use crate::artifacts::{self, ArtifactError};
 use crate::code::{CodeCache, CodeCacheError};
-use crate::connector::{Connector, ConnectorError, Target};
-use crate::detect::{Backend, Choice, DetectError, Detection, Requested};
+pub use crate::config::VmConfig;
+use crate::connector::{Connector, ConnectorError};
+use crate::detect::{Backend, Choice, DetectError, Detection};
 use crate::dialer::{self, DialerError};
 use crate::exit::ExitStatus;
 use crate::krun::{self, KrunConfig, SpawnKrunError};
@@ -43,6 +39,12 @@ use crate::settings::{self, GuestSetting, SettingError};
 use crate::spec::{self, VmSpec};
 use crate::state::{self, StateError};
 
+/// Watching a booted VM to its end and deciding the verdict.
+mod supervise;
+
+pub use supervise::Outcome;
+use supervise::{stop, supervise};
+
 /// Extra kernel words for libkrun on kvm_pvm (docs/design/microvm-findings.md): without them the
 /// kernel does not get far under PVM's emulation. Only ever added there, and reported.
 pub const PVM_CMDLINE: &str = "noxsave clearcpuid=popcnt,smap";
@@ -55,58 +57,6 @@ const NO_HOST_SANDBOX: &str = if cfg!(target_os = "macos") {
 } else {
     "--no-host-sandbox"
 };
-
-/// How long berm-vmm waits for the guest to reset after `power_off` before killing it.
-const RESET_GRACE: Duration = Duration::from_secs(5);
-/// How long a guest has to power off after berm-vmm got a stop signal.
-const STOP_GRACE: Duration = Duration::from_secs(5);
-/// How long berm-vmm waits, after the hypervisor ended, for lines still in flight.
-const DRAIN: Duration = Duration::from_secs(1);
-
-/// Everything `run` is told.
-#[derive(Clone, Debug)]
-pub struct RunConfig {
-    /// App folders, in port order.
-    pub apps: Vec<PathBuf>,
-    /// The program store for the apps' programs named by image (`--programs`).
-    pub programs: Option<PathBuf>,
-    /// Accept what the app folders changed since they last ran on the state disk
-    /// (`--accept`, the guest setting `BERM_ACCEPT=1`).
-    pub accept: bool,
-    /// State disk (created and formatted if missing).
-    pub state: Option<PathBuf>,
-    /// Run directory (default: a fresh `berm-vmm-<random>` under `$XDG_RUNTIME_DIR`, else
-    /// under the system temp dir).
-    pub run_dir: Option<PathBuf>,
-    /// vCPUs.
-    pub cpus: u8,
-    /// Guest memory in MiB; `None` sizes it from the apps ([`default_memory_mib`]).
-    pub memory_mib: Option<u32>,
-    /// Which backend.
-    pub hypervisor: Requested,
-    /// The guest's architecture: which pinned kernel and rootfs boot, and what programs are
-    /// compiled for. Another than the host's runs under QEMU's emulation (TCG) only.
-    pub arch: GuestArch,
-    /// Kernel override (reported unpinned unless it matches the pin).
-    pub kernel: Option<PathBuf>,
-    /// Rootfs override.
-    pub rootfs: Option<PathBuf>,
-    /// Extra guest settings, `NAME=VALUE`.
-    pub env: Vec<String>,
-    /// How long the guest may take to greet on the control port.
-    pub boot_timeout: Duration,
-    /// Test boots only: the enforcement probe binary, run under app `test_probe_app`'s
-    /// confinement; reported in the measurement line.
-    pub test_probe: Option<PathBuf>,
-    /// The app whose confinement the probe runs under.
-    pub test_probe_app: u32,
-    /// Confine berm-vmm (and the libkrun child) before the guest is served; `false` is
-    /// `--no-host-sandbox`.
-    pub host_sandbox: bool,
-    /// Once confined, try to read and write this host file and to exec, and report what
-    /// happened in a `host_sandbox_probe` line (`--sandbox-probe`, for tests).
-    pub sandbox_probe: Option<PathBuf>,
-}
 
 /// Why `run` stopped before or while booting.
 #[derive(Debug, thiserror::Error)]
@@ -198,19 +148,10 @@ impl RunError {
     }
 }
 
-/// How a VM run ended.
-#[derive(Debug)]
-pub struct Outcome {
-    /// The exit status.
-    pub status: ExitStatus,
-    /// One sentence for a person.
-    pub summary: String,
-}
-
 /// Runs one VM to its end: a straight sequence of steps, each of which may refuse. Nothing
 /// that starts a hypervisor happens before the artifacts are checked against the pins and
 /// everything the guest will see is validated and written down.
-pub fn run(config: &RunConfig) -> Result<Outcome, RunError> {
+pub fn run(config: &VmConfig) -> Result<Outcome, RunError> {
     check_bounds(config)?;
     let artifacts = Artifacts::check(config)?;
     // Where the apps' native code will come from, before anything else about them: a cache
@@ -272,7 +213,7 @@ pub fn run(config: &RunConfig) -> Result<Outcome, RunError> {
 }
 
 /// Refuses vCPU and memory counts the guest kernel cannot take.
-fn check_bounds(config: &RunConfig) -> Result<(), RunError> {
+fn check_bounds(config: &VmConfig) -> Result<(), RunError> {
     if !(1..=16).contains(&config.cpus) {
         return Err(RunError::Cpus(config.cpus));
     }
@@ -304,7 +245,7 @@ pub fn default_memory_mib(apps: &[apps::App]) -> u64 {
 
 /// The guest memory for this run: `--memory`, or [`default_memory_mib`] up to the kernel's
 /// bound. Less than the apps' caps add up to is allowed, with a warning on stderr.
-fn guest_memory(config: &RunConfig, apps: &[apps::App]) -> u32 {
+fn guest_memory(config: &VmConfig, apps: &[apps::App]) -> u32 {
     let wanted = default_memory_mib(apps);
     let mib = match config.memory_mib {
         Some(mib) => mib,
@@ -327,7 +268,7 @@ struct Artifacts {
 }
 
 impl Artifacts {
-    fn check(config: &RunConfig) -> Result<Self, RunError> {
+    fn check(config: &VmConfig) -> Result<Self, RunError> {
         let kernel_pins = KernelPins::compiled_in_for(config.arch.name())?;
         let rootfs_pins = RootfsPins::compiled_in_for(config.arch.name())?;
         let store = ArtifactStore::from_env();
@@ -355,7 +296,7 @@ impl Artifacts {
 }
 
 /// The user's `--env` settings, checked, and the probe's app index.
-fn user_settings(config: &RunConfig) -> Result<Vec<GuestSetting>, RunError> {
+fn user_settings(config: &VmConfig) -> Result<Vec<GuestSetting>, RunError> {
     let user_settings = config
         .env
         .iter()
@@ -377,7 +318,7 @@ struct GuestSettings {
 impl GuestSettings {
     /// berm-vmm's own settings, then the user's, then the command line they make.
     fn new(
-        config: &RunConfig,
+        config: &VmConfig,
         user_settings: Vec<GuestSetting>,
         artifacts: &Artifacts,
         detection: &Detection,
@@ -444,7 +385,7 @@ struct Prepared {
 }
 
 impl Prepared {
-    fn new(config: &RunConfig, code_cache: Option<&CodeCache>) -> Result<Self, RunError> {
+    fn new(config: &VmConfig, code_cache: Option<&CodeCache>) -> Result<Self, RunError> {
         let run = match &config.run_dir {
             Some(dir) => RunDir::prepare(dir, config.apps.len())?,
             None => RunDir::create(config.apps.len())?,
@@ -478,7 +419,7 @@ impl Prepared {
     /// Everything in `run` after the run dir itself: the record, the state disk, the images
     /// (the apps' code from `code_cache`, which there is when there are apps).
     fn fill(
-        config: &RunConfig,
+        config: &VmConfig,
         run: &RunDir,
         code_cache: Option<&CodeCache>,
     ) -> Result<Filled, RunError> {
@@ -520,7 +461,7 @@ impl Prepared {
 /// Says what is about to boot: the `hypervisor`, `endpoints`, `vm_config` and `measurements`
 /// lines, all before the hypervisor starts.
 fn report_plan(
-    config: &RunConfig,
+    config: &VmConfig,
     memory_mib: u32,
     artifacts: &Artifacts,
     guest: &GuestSettings,
@@ -588,7 +529,7 @@ fn report_plan(
 
 /// The `measurements` line.
 fn measurements(
-    config: &RunConfig,
+    config: &VmConfig,
     artifacts: &Artifacts,
     guest: &GuestSettings,
     prepared: &Prepared,
@@ -640,7 +581,7 @@ struct Booted {
 
 /// Starts the hypervisor on `spec`, then confines berm-vmm itself and starts serving.
 fn boot(
-    config: &RunConfig,
+    config: &VmConfig,
     spec: &VmSpec,
     choice: &Choice,
     detection: &Detection,
@@ -649,7 +590,7 @@ fn boot(
     let run = &prepared.run;
     // What the host sandbox grants: the artifacts and shares to read, the run dir and the
     // state disk to write; the libkrun child also gets /dev/kvm.
-    let policy = sandbox::Policy {
+    let policy = sandbox::SandboxGrants {
         read: [spec.kernel.clone(), spec.rootfs.clone()]
             .into_iter()
             .chain(prepared.apps.iter().map(|a| a.measured.path.clone()))
@@ -657,7 +598,7 @@ fn boot(
         read_write: std::iter::once(run.dir.clone())
             .chain(spec.state.clone())
             .collect(),
-        ..sandbox::Policy::default()
+        ..sandbox::SandboxGrants::default()
     };
     // The probe's sibling process (test boots only), read while files outside are readable.
     let probe_sibling = config.sandbox_probe.as_ref().and_then(|outside| {
@@ -743,13 +684,13 @@ type Started = (Vec<Child>, Option<Relays>, Vec<sandbox::ChildReport>);
 /// run, and the socket outside it their connects are measured against (`None` without a
 /// host sandbox).
 struct Sandboxed<'a> {
-    policy: &'a sandbox::Policy,
+    policy: &'a sandbox::SandboxGrants,
     outside: Option<&'a OutsideSocket>,
 }
 
 /// The libkrun child: berm-vmm itself, re-executed, confined to `policy` plus `/dev/kvm`.
 fn start_krun(
-    config: &RunConfig,
+    config: &VmConfig,
     spec: &VmSpec,
     output: &HypervisorOutput,
     sandboxed: &Sandboxed<'_>,
@@ -757,7 +698,7 @@ fn start_krun(
 ) -> Result<Started, RunError> {
     let krun_config = KrunConfig {
         vm: spec.clone(),
-        host_sandbox: config.host_sandbox.then(|| sandbox::Policy {
+        host_sandbox: config.host_sandbox.then(|| sandbox::SandboxGrants {
             devices: vec![PathBuf::from("/dev/kvm")],
             ..sandboxed.policy.clone()
         }),
@@ -771,7 +712,7 @@ fn start_krun(
 
 /// QEMU and its helper vhost-device-vsock, each confined to what it needs.
 fn start_qemu(
-    config: &RunConfig,
+    config: &VmConfig,
     spec: &VmSpec,
     choice: &Choice,
     detection: &Detection,
@@ -805,315 +746,4 @@ fn start_qemu(
         Some(children.relays),
         children.sandboxes,
     ))
-}
-
-enum Watch {
-    Greeted(GuestLine),
-    Line(GuestLine),
-    ConnectFailed(ConnectError),
-    Ended(String),
-}
-
-/// What the supervisor has learned from the control stream so far.
-#[derive(Default)]
-struct Seen {
-    greeted: bool,
-    power_off: Option<PowerOff>,
-    power_off_at: Option<Instant>,
-    boot_failed: Option<BootFailed>,
-    watch_problem: Option<String>,
-}
-
-impl Seen {
-    /// Takes one guest line: relays it into the record and keeps what decides the verdict.
-    fn line(&mut self, line: GuestLine) {
-        report::guest(&line);
-        match line.event {
-            Event::BootFailed(failed) => self.boot_failed = Some(failed),
-            Event::PowerOff(off) => {
-                self.power_off = Some(off);
-                self.power_off_at = Some(Instant::now());
-            }
-            _ => {}
-        }
-    }
-
-    /// The verdict once the VM has ended.
-    fn verdict(self, hypervisor_exit: std::process::ExitStatus, console: &Path) -> Outcome {
-        match (self.power_off, self.boot_failed) {
-            (Some(off), _) if off.exit_code == 0 => finish(
-                ExitStatus::Clean,
-                format!("the guest powered off ({})", off.reason),
-            ),
-            (Some(off), Some(failed)) => finish(
-                ExitStatus::BootFailed,
-                format!(
-                    "the guest's boot failed at {}: {} (guest exit code {})",
-                    failed.step, failed.message, off.exit_code
-                ),
-            ),
-            (Some(off), None) => finish(
-                ExitStatus::GuestError,
-                format!(
-                    "the guest powered off with exit code {} ({})",
-                    off.exit_code, off.reason
-                ),
-            ),
-            (None, _) => {
-                let why = self
-                    .watch_problem
-                    .unwrap_or_else(|| "no power_off line".into());
-                finish(
-                    ExitStatus::Crashed,
-                    format!(
-                        "the VM ended ({hypervisor_exit}) without power_off: {why}; see {}",
-                        console.display()
-                    ),
-                )
-            }
-        }
-    }
-}
-
-/// How long berm-vmm waits, once the VM has ended, for the log port's last lines (the
-/// apps' last receipts among them) to be written.
-const LOGS_DRAIN: Duration = Duration::from_secs(2);
-
-/// Watches the control stream and the hypervisor until the VM ends, then lets the log
-/// port's reader finish (at most [`LOGS_DRAIN`]).
-fn supervise(
-    run: &RunDir,
-    connector: &Arc<Connector>,
-    children: &mut [Child],
-    boot_timeout: Duration,
-    started: Instant,
-) -> Outcome {
-    let logs = run.logs.clone();
-    let guest_log = run.dir.join("guest.log");
-    let receipts = run.dir.join("receipts");
-    let log_connector = Arc::clone(connector);
-    let (drained, pumped) = std::sync::mpsc::channel::<()>();
-    std::thread::spawn(move || {
-        pump_logs(
-            &log_connector,
-            &logs,
-            &guest_log,
-            receipts,
-            started + boot_timeout,
-        );
-        drop(drained);
-    });
-    let outcome = watch(run, connector, children, boot_timeout, started);
-    // Disconnected when the reader ends; a reader still blocked is left behind.
-    let _ = pumped.recv_timeout(LOGS_DRAIN);
-    outcome
-}
-
-/// [`supervise`]'s watch: the control stream and the hypervisor, until the VM ends.
-fn watch(
-    run: &RunDir,
-    connector: &Arc<Connector>,
-    children: &mut [Child],
-    boot_timeout: Duration,
-    started: Instant,
-) -> Outcome {
-    let console = run.console.clone();
-    std::thread::spawn(move || {
-        crate::log_cap::watch_console(&console, crate::log_cap::CONSOLE_LOG_CAP)
-    });
-    let rx = watch_control(
-        Arc::clone(connector),
-        run.control.clone(),
-        started + boot_timeout,
-    );
-    let mut seen = Seen::default();
-    let mut stop_signal_at: Option<Instant> = None;
-    let hypervisor_exit = loop {
-        match rx.recv_timeout(Duration::from_millis(20)) {
-            Ok(Watch::Greeted(line)) => {
-                seen.greeted = true;
-                report::host(HostEvent::GuestGreeted(GreetedLine {
-                    after_ms: started.elapsed().as_millis() as u64,
-                    boot_id: line.boot_id,
-                }));
-            }
-            Ok(Watch::Line(line)) => seen.line(line),
-            Ok(Watch::ConnectFailed(e)) => return not_greeted(run, children, &e),
-            Ok(Watch::Ended(message)) => seen.watch_problem = Some(message),
-            Err(RecvTimeoutError::Timeout) | Err(RecvTimeoutError::Disconnected) => {}
-        }
-        if let Ok(Some(status)) = children[0].try_wait() {
-            break status;
-        }
-        if crate::sys::stop_requested() && stop_signal_at.is_none() {
-            stop_signal_at = Some(Instant::now());
-            request_shutdown(Arc::clone(connector), run.control.clone());
-        }
-        if stop_signal_at.is_some_and(|at| at.elapsed() > STOP_GRACE) {
-            let _ = children[0].kill();
-        }
-        if seen
-            .power_off_at
-            .is_some_and(|at| at.elapsed() > RESET_GRACE)
-        {
-            let _ = children[0].kill();
-        }
-    };
-    // Lines can still be in flight when the hypervisor is gone.
-    let deadline = Instant::now() + DRAIN;
-    while seen.power_off.is_none() && seen.watch_problem.is_none() && seen.greeted {
-        match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-            Ok(Watch::Line(line)) => seen.line(line),
-            Ok(Watch::Ended(message)) => seen.watch_problem = Some(message),
-            Ok(_) => {}
-            Err(_) => break,
-        }
-    }
-    stop(children);
-    seen.verdict(hypervisor_exit, &run.console)
-}
-
-/// Holds berm-vmm's own control connection on a thread of its own and passes on what it
-/// reads, until `power_off` (after which closing tells berm-init the line arrived).
-fn watch_control(
-    connector: Arc<Connector>,
-    control: PathBuf,
-    deadline: Instant,
-) -> mpsc::Receiver<Watch> {
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let open = || connector.connect(Target::Control);
-        let mut conn =
-            match GuestConnection::connect_with(&control, Service::Control, deadline, open) {
-                Ok(conn) => conn,
-                Err(e) => return drop(tx.send(Watch::ConnectFailed(e))),
-            };
-        let _ = tx.send(Watch::Greeted(conn.greeting().clone()));
-        loop {
-            match conn.receive(Instant::now() + Duration::from_secs(3600)) {
-                Ok(line) => {
-                    let last = matches!(line.event, Event::PowerOff(_));
-                    let _ = tx.send(Watch::Line(line));
-                    if last {
-                        // Closing tells berm-init the line arrived; it resets right after.
-                        return;
-                    }
-                }
-                Err(ReceiveError::TimedOut) => {}
-                Err(e) => {
-                    let message = match &e {
-                        ReceiveError::Line(line) => format!("{e}: {line}"),
-                        _ => e.to_string(),
-                    };
-                    return drop(tx.send(Watch::Ended(message)));
-                }
-            }
-        }
-    });
-    rx
-}
-
-/// The guest never greeted: a VM that already ended crashed, one still running timed out.
-fn not_greeted(run: &RunDir, children: &mut [Child], error: &ConnectError) -> Outcome {
-    let exited = children[0].try_wait().ok().flatten();
-    stop(children);
-    match exited {
-        Some(status) => finish(
-            ExitStatus::Crashed,
-            format!(
-                "the VM ended before the guest greeted ({status}); see {}",
-                run.console.display()
-            ),
-        ),
-        None => finish(
-            ExitStatus::BootTimeout,
-            format!("{error}; see {}", run.console.display()),
-        ),
-    }
-}
-
-/// A stop signal: asks the guest to shut down in order, on a connection of its own (the
-/// watcher's is busy reading); the supervisor kills the VM if that does not end it in time.
-fn request_shutdown(connector: Arc<Connector>, control: PathBuf) {
-    report::host(HostEvent::StopSignal(StopSignalLine {
-        action: "shutdown requested".into(),
-    }));
-    std::thread::spawn(move || {
-        let deadline = Instant::now() + Duration::from_secs(2);
-        let open = || connector.connect(Target::Control);
-        if let Ok(mut conn) =
-            GuestConnection::connect_with(&control, Service::Control, deadline, open)
-        {
-            let _ = conn.send(berm_vm_protocol::Request::Shutdown, deadline);
-            let _ = conn.wait_for(deadline + STOP_GRACE, |l| {
-                matches!(l.event, Event::PowerOff(_))
-            });
-        }
-    });
-}
-
-/// Keeps the guest's log port (berm-init's own lines and every app's bermd output) in
-/// `guest.log` in the run dir, one parsed and re-escaped line each, so a failed app can be
-/// read after the fact. Lines a host connects too late for are still there: the guest keeps a
-/// backlog for new connections. The apps' receipt lines go to their own files
-/// ([`crate::log_cap::ReceiptFiles`]).
-fn pump_logs(
-    connector: &Connector,
-    logs: &std::path::Path,
-    path: &std::path::Path,
-    receipts: PathBuf,
-    deadline: Instant,
-) {
-    let mut receipts = crate::log_cap::ReceiptFiles::new(receipts);
-    let open = || connector.connect(Target::Logs);
-    let Ok(mut conn) = GuestConnection::connect_with(logs, Service::Logs, deadline, open) else {
-        return;
-    };
-    let Ok(mut file) = crate::log_cap::CappedLog::open(path, crate::log_cap::GUEST_LOG_CAP) else {
-        return;
-    };
-    while let Ok(line) = conn.receive(Instant::now() + Duration::from_secs(3600)) {
-        if let Event::Receipt(receipt) = &line.event {
-            let note = match receipts.write(&line.boot_id, &receipt.app, &receipt.line) {
-                Ok(note) => note,
-                Err(e) => Some(format!(
-                    "could not keep app {}'s receipts: {e}",
-                    receipt.app.escape_debug()
-                )),
-            };
-            if let Some(note) = note
-                && file
-                    .write(format!("[berm-vmm] {note}\n").as_bytes())
-                    .is_err()
-            {
-                return;
-            }
-            continue;
-        }
-        if let Event::Log(log) = &line.event {
-            let text = format!(
-                "{:>8} {:?} {}: {}\n",
-                line.uptime_ms,
-                log.level,
-                log.source,
-                log.message.escape_debug()
-            );
-            if file.write(text.as_bytes()).is_err() {
-                return;
-            }
-        }
-    }
-}
-
-fn stop(children: &mut [Child]) {
-    for child in children.iter_mut() {
-        if let Ok(None) = child.try_wait() {
-            let _ = child.kill();
-        }
-        let _ = child.wait();
-    }
-}
-
-fn finish(status: ExitStatus, summary: String) -> Outcome {
-    Outcome { status, summary }
 }

@@ -25,7 +25,7 @@
 //! verify`). `--no-host-sandbox` runs unconfined, and the `host_sandbox` line says so.
 //!
 //! The hypervisor children (QEMU and vhost-device-vsock, or the libkrun child) get the same
-//! policy widened just enough to run (see [`Policy::for_program`] and [`ChildSandbox`]), both
+//! policy widened just enough to run (see [`for_program`] and [`ChildSandbox`]), both
 //! Landlock scopes (signals and abstract sockets), and their own role's allow list; the
 //! connector gets no file at all, both scopes and its own list. How each child ends up
 //! confined is measured, not assumed, and reported as a [`ChildReport`] (`measure.rs`).
@@ -36,50 +36,34 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 pub use berm_confine::Role;
-use berm_vm_protocol::host::{HostChild, HostSandboxLine, Landlock, SandboxGrants};
+pub use berm_vm_protocol::host::SandboxGrants;
+use berm_vm_protocol::host::{HostChild, HostSandboxLine, Landlock};
 use berm_vm_protocol::host_event::SandboxProbeLine;
 
-/// What the sandbox grants: everything else is refused.
-#[derive(Clone, Debug, Default, Serialize, serde::Deserialize, PartialEq, Eq)]
-pub struct Policy {
-    /// Files and folders readable (kernel, rootfs, app shares).
-    pub read: Vec<PathBuf>,
-    /// Files and folders readable and writable (state disk, run dir).
-    pub read_write: Vec<PathBuf>,
-    /// Devices readable, writable and ioctl-able (`/dev/kvm` for the libkrun child only).
-    pub devices: Vec<PathBuf>,
-    /// Files and folders readable and executable: only in a hypervisor child's policy (its
-    /// own program and the shared libraries it loads); berm-vmm itself may execute nothing.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub execute: Vec<PathBuf>,
-    /// TCP connect to any address left to seccomp and the process's own checks: only the
-    /// egress dialer's policy, whose grants decide where it connects.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub connect_tcp: bool,
-}
+/// Applying a child sandbox between fork and exec: the only `unsafe` code of this feature.
+#[allow(unsafe_code)]
+mod sys;
 
 /// Where a dynamically linked program's loader and libraries live (Debian, merged /usr).
 const LIBRARY_DIRS: &[&str] = &["/lib", "/lib64", "/usr/lib", "/usr/lib64", "/usr/local/lib"];
 /// Read-only system data a hypervisor child needs: the loader cache and QEMU's firmware.
 const SYSTEM_DATA: &[&str] = &["/etc/ld.so.cache", "/usr/share/qemu", "/usr/share/seabios"];
 
-impl Policy {
-    /// `self` widened just enough to exec `program` and let it load its libraries and
-    /// firmware: the policy of a hypervisor child (QEMU, vhost-device-vsock).
-    pub fn for_program(&self, program: &Path) -> Policy {
-        let existing = |paths: &[&str]| -> Vec<PathBuf> {
-            paths
-                .iter()
-                .map(PathBuf::from)
-                .filter(|p| p.exists())
-                .collect()
-        };
-        let mut policy = self.clone();
-        policy.execute.push(program.to_owned());
-        policy.execute.extend(existing(LIBRARY_DIRS));
-        policy.read.extend(existing(SYSTEM_DATA));
-        policy
-    }
+/// `grants` widened just enough to exec `program` and let it load its libraries and
+/// firmware: the policy of a hypervisor child (QEMU, vhost-device-vsock).
+pub fn for_program(grants: &SandboxGrants, program: &Path) -> SandboxGrants {
+    let existing = |paths: &[&str]| -> Vec<PathBuf> {
+        paths
+            .iter()
+            .map(PathBuf::from)
+            .filter(|p| p.exists())
+            .collect()
+    };
+    let mut policy = grants.clone();
+    policy.execute.push(program.to_owned());
+    policy.execute.extend(existing(LIBRARY_DIRS));
+    policy.read.extend(existing(SYSTEM_DATA));
+    policy
 }
 
 /// How one confined child of berm-vmm is confined, as the `host_sandbox` line reports it:
@@ -141,12 +125,17 @@ pub struct ChildPolicy {
 impl ChildPolicy {
     /// `program` confined to `policy` under `role`'s allow list (`also`: what follows it in
     /// the `seccomp` words, e.g. QEMU's own sandbox).
-    pub fn new(program: impl Into<PathBuf>, policy: &Policy, role: Role, also: &str) -> Self {
+    pub fn new(
+        program: impl Into<PathBuf>,
+        policy: &SandboxGrants,
+        role: Role,
+        also: &str,
+    ) -> Self {
         Self {
             program: program.into(),
             role,
             seccomp: format!("allow_list {}{also}", role.name()),
-            policy_sha256: policy.sha256(role),
+            policy_sha256: policy_sha256(&policy, role),
         }
     }
 
@@ -211,7 +200,7 @@ pub struct ChildSandbox {
 impl ChildSandbox {
     /// Builds the ruleset for `policy` (with both scopes) and `role`'s seccomp filter; fails
     /// closed like [`confine`].
-    pub fn prepare(policy: &Policy, role: Role) -> Result<Self, SandboxError> {
+    pub fn prepare(policy: &SandboxGrants, role: Role) -> Result<Self, SandboxError> {
         #[cfg(target_os = "linux")]
         {
             Ok(Self {
@@ -258,24 +247,28 @@ impl ChildSandbox {
     }
 }
 
-impl Policy {
-    /// sha256 of the policy's canonical JSON (the grants and `role`'s syscall policy), so a
-    /// record can say exactly which policy a run had.
-    pub fn sha256(&self, role: Role) -> String {
-        let mut canonical = serde_json::json!({
-            "landlock_handled_abi": 6,
-            "read": self.read, "read_write": self.read_write, "devices": self.devices,
-            "execute": self.execute,
-            "seccomp": seccomp_text(role),
-        });
-        if self.connect_tcp {
-            canonical["connect_tcp"] = true.into();
-        }
-        hex::encode(Sha256::digest(canonical.to_string().as_bytes()))
-    }
+/// Makes the child of `command` apply `sandbox` between fork and exec; a child that cannot
+/// is never executed (the spawn fails with the error).
+pub fn confine_child(command: &mut std::process::Command, mut sandbox: ChildSandbox) {
+    sys::confine_child(command, move || sandbox.apply().map(drop));
 }
 
-/// `role`'s syscall policy as [`Policy::sha256`] hashes it: the allow list on Linux; elsewhere
+/// sha256 of the policy's canonical JSON (`grants` and `role`'s syscall policy), so a
+/// record can say exactly which policy a run had.
+pub fn policy_sha256(grants: &SandboxGrants, role: Role) -> String {
+    let mut canonical = serde_json::json!({
+        "landlock_handled_abi": 6,
+        "read": grants.read, "read_write": grants.read_write, "devices": grants.devices,
+        "execute": grants.execute,
+        "seccomp": seccomp_text(role),
+    });
+    if grants.connect_tcp {
+        canonical["connect_tcp"] = true.into();
+    }
+    hex::encode(Sha256::digest(canonical.to_string().as_bytes()))
+}
+
+/// `role`'s syscall policy as [`policy_sha256`] hashes it: the allow list on Linux; elsewhere
 /// the plain statement that there is none.
 fn seccomp_text(role: Role) -> String {
     #[cfg(target_os = "linux")]
@@ -306,10 +299,10 @@ pub struct Report {
     pub allowed: Vec<String>,
     /// The Landlock scopes in force (`abstract_unix_socket`; none on kernels before ABI 6).
     pub scopes: Vec<&'static str>,
-    /// [`Policy::sha256`].
+    /// [`policy_sha256`].
     pub policy_sha256: String,
     /// The grants.
-    pub grants: Policy,
+    pub grants: SandboxGrants,
     /// Why it is disabled (`--no-host-sandbox`), if it is.
     pub reason: Option<String>,
     /// The hypervisor children berm-vmm started, and how each is confined.
@@ -327,8 +320,8 @@ impl Report {
             seccomp: "none",
             allowed: Vec::new(),
             scopes: Vec::new(),
-            policy_sha256: Policy::default().sha256(Role::Vmm),
-            grants: Policy::default(),
+            policy_sha256: policy_sha256(&SandboxGrants::default(), Role::Vmm),
+            grants: SandboxGrants::default(),
             reason: Some(reason.to_owned()),
             children: Vec::new(),
         }
@@ -347,7 +340,7 @@ impl Report {
             allowed: self.allowed.clone(),
             scopes: self.scopes.iter().map(|s| (*s).to_owned()).collect(),
             policy_sha256: self.policy_sha256.clone(),
-            grants: self.grants.line(),
+            grants: self.grants.clone(),
             reason: self.reason.clone(),
             children: self.children.iter().map(ChildReport::line).collect(),
         }
@@ -371,19 +364,6 @@ impl ChildReport {
             read_outside: self.read_outside.clone(),
             connect_outside: self.connect_outside.clone(),
             view: self.view.map(str::to_owned),
-        }
-    }
-}
-
-impl Policy {
-    /// The grants as the `host_sandbox` line lists them.
-    pub fn line(&self) -> SandboxGrants {
-        SandboxGrants {
-            read: self.read.clone(),
-            read_write: self.read_write.clone(),
-            devices: self.devices.clone(),
-            execute: self.execute.clone(),
-            connect_tcp: self.connect_tcp,
         }
     }
 }
@@ -443,14 +423,18 @@ pub fn thread_count() -> Option<usize> {
 /// Confines the calling process (which must be single-threaded) to `policy` and `role`'s
 /// allow list, fail-closed. `children` are the only processes it may signal (berm-vmm's
 /// hypervisor children; none for the libkrun child).
-pub fn confine(policy: &Policy, role: Role, children: &[u32]) -> Result<Report, SandboxError> {
+pub fn confine(
+    policy: &SandboxGrants,
+    role: Role,
+    children: &[u32],
+) -> Result<Report, SandboxError> {
     confine_counted(policy, role, children, thread_count())
 }
 
 /// [`confine`], with the process's thread count taken beforehand (by a process that has since
 /// entered a view without `/proc`: the libkrun child, which makes no thread in between).
 pub fn confine_counted(
-    policy: &Policy,
+    policy: &SandboxGrants,
     role: Role,
     children: &[u32],
     threads: Option<usize>,
@@ -512,7 +496,7 @@ mod linux {
     /// paths (the run dir). It is asked for only on such a kernel, since an older one would
     /// leave the ruleset `partially_enforced`; there the view alone holds the rule.
     pub(super) fn ruleset(
-        policy: &Policy,
+        policy: &SandboxGrants,
         role: Role,
         scopes: &[Scope],
     ) -> Result<landlock::RulesetCreated, SandboxError> {
@@ -563,7 +547,7 @@ mod linux {
     }
 
     pub(super) fn confine(
-        policy: &Policy,
+        policy: &SandboxGrants,
         role: Role,
         children: &[u32],
         threads: Option<usize>,
@@ -616,7 +600,7 @@ mod linux {
             } else {
                 Vec::new()
             },
-            policy_sha256: policy.sha256(role),
+            policy_sha256: policy_sha256(&policy, role),
             grants: policy.clone(),
             reason: None,
             children: Vec::new(),

@@ -17,7 +17,7 @@
 //!
 //! This module plans the view ([`View::of`], pure and tested) and prepares it in the parent
 //! ([`PreparedView`]: C strings), so that the child applies it between fork and exec, or
-//! before it confines itself, without allocating (`sys::isolate`). Where the
+//! before it confines itself, without allocating ([`isolate`]). Where the
 //! kernel refuses unprivileged user namespaces (a sysctl, AppArmor's
 //! `apparmor_restrict_unprivileged_userns`, a container's seccomp profile) the device runs
 //! without the view, and its measurement says so (`view: host`, and the probe's connect to a
@@ -27,7 +27,13 @@ use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 
-use crate::sandbox::{Policy, Role};
+use berm_confine::Role;
+use berm_vm_protocol::host::SandboxGrants;
+
+/// The namespace and mount calls that put a child into its view: the only `unsafe` code of
+/// this feature.
+#[allow(unsafe_code)]
+mod sys;
 
 /// Whether `role` runs in a [`View`]: the roles that connect to a Unix socket by pathname
 /// (the vsock device of a run with an egress dialer). Every other role either has no
@@ -115,7 +121,7 @@ impl View {
     /// The view of `policy`: every path it grants (read, read-write, devices, execute) that
     /// exists, made absolute against the current directory without resolving symlinks (the
     /// child names them as the parent does), dropping any beneath another.
-    pub fn of(policy: &Policy, stage: &Path) -> Result<View, ViewError> {
+    pub fn of(policy: &SandboxGrants, stage: &Path) -> Result<View, ViewError> {
         let absolute =
             |p: &Path| std::path::absolute(p).map_err(|e| ViewError::Cwd(p.to_owned(), e));
         let mut paths: Vec<PathBuf> = policy
@@ -177,29 +183,7 @@ fn c(path: &Path) -> Result<CString, ViewError> {
     CString::new(path.as_os_str().as_bytes()).map_err(|_| ViewError::Nul(path.to_owned()))
 }
 
-/// Most paths a view may bind (the child keeps their descriptors in a fixed array).
-pub const MAX_MOUNTS: usize = 32;
-
-/// A [`View`] ready to apply in a child without allocating: every path as a C string, and the
-/// user namespace's maps (this user to itself). The child opens each source itself, once it
-/// is in its own mount namespace: a bind mount's source must be a mount of that namespace.
-// Only Linux's `sys::isolate` reads the fields; elsewhere a view is prepared (so its errors
-// show up the same way) and then refused with ENOSYS.
-#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
-pub struct PreparedView {
-    /// `(source, target beneath the stage, is a directory)`, in order.
-    pub(crate) binds: Vec<(CString, CString, bool)>,
-    /// Directories to make beneath the stage, parents first.
-    pub(crate) dirs: Vec<CString>,
-    /// The stage.
-    pub(crate) stage: CString,
-    /// The directory to return to once the root is the view (relative paths keep their
-    /// meaning where they lie in it).
-    pub(crate) cwd: CString,
-    /// `uid_map` and `gid_map` lines: this user and group to themselves.
-    pub(crate) uid_map: CString,
-    pub(crate) gid_map: CString,
-}
+pub use sys::{IsolateError, MAX_MOUNTS, PreparedView, isolate, isolate_child};
 
 impl PreparedView {
     /// Builds `view`'s strings.
@@ -253,7 +237,7 @@ mod tests {
         let program = tmp.path().join("bin/device");
         std::fs::create_dir(tmp.path().join("bin")).unwrap();
         std::fs::write(&program, b"").unwrap();
-        let policy = Policy {
+        let policy = SandboxGrants {
             read: vec![tmp.path().join("absent"), run.join("console.log")],
             read_write: vec![run.clone(), run.clone()],
             devices: vec![PathBuf::from("/dev/null")],
@@ -295,9 +279,9 @@ mod tests {
 
     #[test]
     fn a_relative_path_is_placed_where_the_parent_sees_it() {
-        let policy = Policy {
+        let policy = SandboxGrants {
             read: vec![PathBuf::from("Cargo.toml")],
-            ..Policy::default()
+            ..SandboxGrants::default()
         };
         let view = View::of(&policy, Path::new("/")).unwrap();
         assert_eq!(

@@ -275,7 +275,7 @@ pub struct Launch {
     /// Each app folder as measured when the VM booted, in port order: what a changed folder
     /// is compared against.
     #[serde(default)]
-    pub measured: Vec<super::vm_app::Measured>,
+    pub measured: Vec<super::vm_measure::Measured>,
 }
 
 impl Launch {

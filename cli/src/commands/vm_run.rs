@@ -240,7 +240,7 @@ pub fn ensure(want: &Want, old: Option<Launch>) -> anyhow::Result<(Launch, Outco
     let mut measured = Vec::new();
     let mut apps = Vec::new();
     for (index, dir) in want.dirs.iter().enumerate() {
-        let (app, measure) = super::vm_app::measure(dir)?;
+        let (app, measure) = super::vm_measure::measure(dir)?;
         apps.push(LaunchApp {
             index: u32::try_from(index).context("too many apps")?,
             name: app.name,
@@ -251,7 +251,11 @@ pub fn ensure(want: &Want, old: Option<Launch>) -> anyhow::Result<(Launch, Outco
     if let Some(old) = old {
         match old.liveness() {
             Liveness::Running => {
-                let Some(changes) = super::vm_app::changes(&old, &apps, &measured) else {
+                let Some(changes) = super::vm_measure::changes(
+                    &old.measured,
+                    apps.iter().map(|app| app.name.as_str()),
+                    &measured,
+                ) else {
                     return Ok((old, Outcome::Running));
                 };
                 if !changes.is_empty() && !want.options.accept {
