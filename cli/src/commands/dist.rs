@@ -19,8 +19,7 @@ use berm_oci::RegistryOptions;
 
 use crate::Exit;
 
-/// Kept here too for `vm.rs`, which names it by this path.
-pub use super::registry::RegistryArgs;
+use super::registry::RegistryArgs;
 
 /// `berm push REF FILE`: publish a program to a registry.
 #[derive(Debug, Clone, clap::Args)]

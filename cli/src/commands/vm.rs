@@ -33,7 +33,7 @@ use futures_util::StreamExt;
 use indicatif::{ProgressBar, ProgressStyle};
 use sha2::{Digest, Sha256};
 
-use super::dist::RegistryArgs;
+use super::registry::RegistryArgs;
 use crate::Exit;
 
 /// `berm vm …`.
