@@ -13,9 +13,12 @@ use std::pin::Pin;
 use wasmtime::{Linker, Module};
 
 use crate::cache::CodeCache;
-use crate::invocation::{self, CallResult, CallState, Invocation, Program, Programs};
+use crate::invocation::{
+    self, CallResult, CallState, CheckedArgs, Invocation, Program, Programs, Target,
+};
 use crate::linker::{self, SyscallTable};
 use crate::program::{CompileSource, DeployOptions, Deployed, ProgramInfo};
+pub use crate::progress::{MAX_PROGRESS_MESSAGE, MAX_PROGRESS_REPORTS, Progress, ProgressSink};
 use crate::{DeployError, Digest, Engine, Error, Failure, Manifest, Output, Syscall};
 
 /// How deep calls between programs may nest: a program called from outside
@@ -53,36 +56,6 @@ impl std::fmt::Debug for CallOptions {
     }
 }
 
-/// One `berm.progress` report, checked: `progress` is finite, not negative, and no less than
-/// the call's report before it; `total`, when given, is finite and not negative.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Progress<'a> {
-    /// How far the call has got.
-    pub progress: f64,
-    /// How far it will go, when the program knows.
-    pub total: Option<f64>,
-    /// What it is doing, as the program wrote it (UTF-8: anything else is refused), cut at
-    /// [`MAX_PROGRESS_MESSAGE`] bytes: a host escapes it as it does log lines.
-    pub message: Option<&'a str>,
-}
-
-/// Longest `berm.progress` message kept; the rest is cut.
-pub const MAX_PROGRESS_MESSAGE: usize = 1024;
-
-/// Reports one call may make; later ones are dropped (the program still gets `0`), so a
-/// program reporting in a tight loop cannot flood its caller.
-pub const MAX_PROGRESS_REPORTS: u32 = 1000;
-
-/// Where a call's progress goes: the host's way back to whoever made the call from outside
-/// (bermd: an MCP request that carried a progress token). The runtime calls it on the thread
-/// the program runs on, so it must not block; a report it cannot deliver at once is dropped.
-/// A call from one program to another gets none: its progress reaches only its caller, a
-/// program, which has no way to read it.
-pub trait ProgressSink: Send + Sync {
-    /// Hears one report of `program`.
-    fn report(&self, program: &str, progress: &Progress<'_>);
-}
-
 /// What a [`CallGate`] let through: what it holds until the call ends (a call slot) and
 /// the host's record of the call between programs, if it keeps one.
 #[derive(Default)]
@@ -95,20 +68,20 @@ pub struct Admitted {
 }
 
 /// What a host checks before a call between programs starts, the same checks it makes
-/// before a call from outside (berm-service: the per-program call slots, the argument
-/// cap and the tool's input schema), so that no call reaches a program by a path with
-/// fewer checks. Installed with [`Berm::set_call_gate`]; the runtime has already checked
-/// depth, the caller's `call=` grants and manifest `calls`, and the argument cap.
+/// before a call from outside (berm-service: the per-program call slots and the tool's input
+/// schema), so that no call reaches a program by a path with fewer checks. Installed with
+/// [`Berm::set_call_gate`]; the runtime has already checked depth, the caller's `call=`
+/// grants and manifest `calls`, and the argument cap, and resolved the callee: the gate sees
+/// the [`Target`] the call runs on.
 pub trait CallGate: Send + Sync {
-    /// Admits a call of `program.tool` with `args`, made by the call whose trace is
-    /// `caller`, or refuses it with the error a call from outside would get.
+    /// Admits a call of `target` with `args`, made by the call whose trace is `caller`, or
+    /// refuses it with the error a call from outside would get.
     ///
     /// # Errors
     /// The refusal ([`Error::InvalidArguments`], [`Error::Busy`], …); nothing runs.
     fn admit(
         &self,
-        program: &str,
-        tool: &str,
+        target: &Target,
         args: &[u8],
         caller: Option<&CallTrace>,
     ) -> Result<Admitted, Error>;
@@ -403,15 +376,55 @@ impl Berm {
         options: &CallOptions,
     ) -> Result<Result<Output, Failure>, Error> {
         self.inner.check_depth(1, program, tool)?;
+        let target = self.resolve(program, tool)?;
+        let args = target.check_args(args)?;
+        self.run(caller, &target, args, options).await
+    }
+
+    /// `program.tool` resolved once, for [`Berm::call_target`]: what a host does at its edge,
+    /// so that the call's way down looks nothing up again.
+    ///
+    /// # Errors
+    /// [`Error::NoSuchProgram`], [`Error::NoSuchTool`].
+    pub fn resolve(&self, program: &str, tool: &str) -> Result<Target, Error> {
         let program = self
             .inner
             .program(program)
             .ok_or_else(|| Error::NoSuchProgram(program.to_string()))?;
-        let budget = options.deadline.unwrap_or(program.info.limits.deadline);
+        Target::of(program, tool)
+    }
+
+    /// [`Berm::call_with`] of a resolved `target`, with arguments checked against its cap
+    /// ([`Target::check_args`]).
+    ///
+    /// # Errors
+    /// As [`Berm::call`], apart from the lookups and the argument cap done already.
+    pub async fn call_target(
+        &self,
+        caller: Option<&str>,
+        target: &Target,
+        args: CheckedArgs,
+        options: &CallOptions,
+    ) -> Result<Result<Output, Failure>, Error> {
+        self.inner.check_depth(1, target.program(), target.tool())?;
+        self.run(caller, target, args, options).await
+    }
+
+    /// Runs a call from outside on a fresh instance of `target`.
+    async fn run(
+        &self,
+        caller: Option<&str>,
+        target: &Target,
+        args: CheckedArgs,
+        options: &CallOptions,
+    ) -> CallResult {
+        let budget = options
+            .deadline
+            .unwrap_or(target.program.info.limits.deadline);
         let invocation = Invocation {
-            program,
-            tool: tool.to_string(),
-            args,
+            program: target.program.clone(),
+            tool: target.tool.clone(),
+            args: args.into_bytes(),
             caller: caller.map(Arc::from),
             depth: 1,
             deadline: Instant::now() + budget,
@@ -420,7 +433,13 @@ impl Berm {
             progress: options.progress.clone(),
             input: options.input.clone(),
         };
-        invocation::invoke(&self.inner.engine, self.inner.clone(), invocation).await
+        invocation::invoke(
+            &self.inner.engine,
+            self.inner.clone(),
+            invocation,
+            &target.export,
+        )
+        .await
     }
 
     /// Installs the host's checks of every call between programs (see [`CallGate`]); the
@@ -499,41 +518,33 @@ impl Inner {
 }
 
 impl Programs for Inner {
-    fn max_args_bytes(&self, program: &str) -> Option<usize> {
-        self.program(program)
-            .map(|program| program.info.limits.max_args_bytes)
+    fn program(&self, name: &str) -> Option<Arc<Program>> {
+        Inner::program(self, name)
     }
 
-    fn call_by_name(
+    fn call_nested(
         self: Arc<Self>,
-        invocation: Invocation<String>,
+        invocation: Invocation,
     ) -> Pin<Box<dyn Future<Output = CallResult> + Send>> {
         Box::pin(async move {
-            self.check_depth(invocation.depth, &invocation.program, &invocation.tool)?;
-            let program = self
-                .program(&invocation.program)
-                .ok_or_else(|| Error::NoSuchProgram(invocation.program.clone()))?;
+            self.check_depth(invocation.depth, &invocation.program.name, &invocation.tool)?;
+            let target = Target::of(invocation.program.clone(), &invocation.tool)?;
             let gate = self.gate.get().cloned();
             let admitted = match &gate {
-                Some(gate) => gate.admit(
-                    &invocation.program,
-                    &invocation.tool,
-                    &invocation.args,
-                    invocation.trace.as_ref(),
-                )?,
+                Some(gate) => gate.admit(&target, &invocation.args, invocation.trace.as_ref())?,
                 None => Admitted::default(),
             };
             // The callee's own deadline applies as it does to a call from outside, within
             // what is left of the caller's.
             let mut invocation = invocation;
-            let own = Instant::now() + program.info.limits.deadline;
+            let own = Instant::now() + target.program.info.limits.deadline;
             if own < invocation.deadline {
                 invocation.deadline = own;
-                invocation.budget = program.info.limits.deadline;
+                invocation.budget = target.program.info.limits.deadline;
             }
             invocation.trace = admitted.trace.clone();
             let engine = self.engine.clone();
-            let result = invocation::invoke(&engine, self, invocation.of(program)).await;
+            let result = invocation::invoke(&engine, self, invocation, &target.export).await;
             if let Some(gate) = gate {
                 gate.finished(admitted, &result);
             }

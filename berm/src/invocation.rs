@@ -34,10 +34,9 @@ pub(crate) struct Program {
     pub host_memory: Arc<HostMemory>,
 }
 
-/// One call to run: of `program` (a looked-up [`Program`], or a name a running program asked
-/// for), `tool` with `args`.
-pub(crate) struct Invocation<P = Arc<Program>> {
-    pub program: P,
+/// One call to run: of `program`, `tool` with `args`.
+pub(crate) struct Invocation {
+    pub program: Arc<Program>,
     pub tool: String,
     pub args: Vec<u8>,
     pub caller: Option<Arc<str>>,
@@ -53,34 +52,123 @@ pub(crate) struct Invocation<P = Arc<Program>> {
     pub input: Option<Arc<[u8]>>,
 }
 
-impl<P> Invocation<P> {
-    /// The same call, of `program`.
-    pub fn of<Q>(self, program: Q) -> Invocation<Q> {
-        Invocation {
+/// A tool resolved once: its program as deployed and the tool's export. A host resolves a
+/// name at its edge ([`crate::Berm::resolve`]) and hands the target down, so nothing on the
+/// way to the instance looks the name up again; a call in flight keeps the program it was
+/// resolved to, even if the name is deployed anew meanwhile.
+#[derive(Clone)]
+pub struct Target {
+    pub(crate) program: Arc<Program>,
+    pub(crate) tool: String,
+    pub(crate) export: ModuleExport,
+}
+
+impl Target {
+    /// `tool` of `program`, or the error naming the tools it has.
+    pub(crate) fn of(program: Arc<Program>, tool: &str) -> Result<Target, Error> {
+        let Some(export) = program.tools.get(tool).cloned() else {
+            let mut available: Vec<&str> = program.tools.keys().map(String::as_str).collect();
+            available.sort_unstable();
+            return Err(Error::NoSuchTool {
+                program: program.name.to_string(),
+                tool: tool.to_string(),
+                available: available.join(", "),
+            });
+        };
+        Ok(Target {
             program,
-            tool: self.tool,
-            args: self.args,
-            caller: self.caller,
-            depth: self.depth,
-            deadline: self.deadline,
-            budget: self.budget,
-            trace: self.trace,
-            progress: self.progress,
-            input: self.input,
-        }
+            tool: tool.to_string(),
+            export,
+        })
+    }
+
+    /// The program's name.
+    pub fn program(&self) -> &str {
+        &self.program.name
+    }
+
+    /// The tool's name.
+    pub fn tool(&self) -> &str {
+        &self.tool
+    }
+
+    /// The program as deployed: its digest, manifest and limits.
+    pub fn info(&self) -> &ProgramInfo {
+        &self.program.info
+    }
+
+    /// `args` within the program's argument cap: the one check of it on a call's way in.
+    ///
+    /// # Errors
+    /// [`Error::ArgsTooLarge`].
+    pub fn check_args(&self, args: Vec<u8>) -> Result<CheckedArgs, Error> {
+        check_args(&self.program.info, &self.tool, args)
     }
 }
 
-/// The running program's way to the others: the runtime looks `program` up by name and runs
+/// Arguments checked against their program's cap ([`Target::check_args`]): a call runs only
+/// with such, so no path reaches an instance with the cap unchecked, or checks it twice.
+#[derive(Debug, Clone)]
+pub struct CheckedArgs(Vec<u8>);
+
+impl CheckedArgs {
+    /// The argument bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+
+    pub(crate) fn into_bytes(self) -> Vec<u8> {
+        self.0
+    }
+}
+
+/// Arguments of `size` bytes for `tool` of `program`, within its argument cap: the one
+/// place the cap is checked, before the arguments are copied or parsed.
+fn within_cap(program: &ProgramInfo, tool: &str, size: usize) -> Result<(), Error> {
+    let cap = program.limits.max_args_bytes;
+    if size > cap {
+        return Err(Error::ArgsTooLarge {
+            program: program.name.clone(),
+            tool: tool.to_string(),
+            size,
+            cap,
+        });
+    }
+    Ok(())
+}
+
+/// `args` for `tool` of `program`, within its argument cap.
+pub(crate) fn check_args(
+    program: &ProgramInfo,
+    tool: &str,
+    args: Vec<u8>,
+) -> Result<CheckedArgs, Error> {
+    within_cap(program, tool, args.len())?;
+    Ok(CheckedArgs(args))
+}
+
+/// `args` in a caller's memory for `tool` of `program`, copied once they are known to fit its
+/// argument cap.
+pub(crate) fn copy_checked_args(
+    program: &ProgramInfo,
+    tool: &str,
+    args: &[u8],
+) -> Result<CheckedArgs, Error> {
+    within_cap(program, tool, args.len())?;
+    Ok(CheckedArgs(args.to_vec()))
+}
+
+/// The running program's way to the others: the runtime finds `program` by name, and runs
 /// the call (boxed: the call may nest again).
 pub(crate) trait Programs: Send + Sync {
-    /// The argument cap of `program`, checked before a nested call's arguments are copied;
-    /// `None` when no program has that name.
-    fn max_args_bytes(&self, program: &str) -> Option<usize>;
+    /// The program deployed as `name`, looked up once for a nested call: its argument cap
+    /// is checked before the arguments are copied, and the call runs on it.
+    fn program(&self, name: &str) -> Option<Arc<Program>>;
 
-    fn call_by_name(
+    /// Runs a call one program makes to another, its arguments checked.
+    fn call_nested(
         self: Arc<Self>,
-        invocation: Invocation<String>,
+        invocation: Invocation,
     ) -> Pin<Box<dyn Future<Output = CallResult> + Send>>;
 }
 
@@ -157,13 +245,13 @@ impl CallState {
         wasmtime::Error::new(Violation(message.to_string()))
     }
 
-    /// A call `program` makes to another program by name, from inside this one: one level
-    /// deeper, under the same deadline, attributed to this program.
-    pub fn nested(&self, program: String, tool: String, args: Vec<u8>) -> Invocation<String> {
+    /// A call this program makes to `program` (looked up once), from inside this one: one
+    /// level deeper, under the same deadline, attributed to this program.
+    pub fn nested(&self, program: Arc<Program>, tool: String, args: CheckedArgs) -> Invocation {
         Invocation {
             program,
             tool,
-            args,
+            args: args.into_bytes(),
             caller: Some(self.call.program.name.clone()),
             depth: self.call.depth + 1,
             deadline: self.call.deadline,
@@ -256,33 +344,18 @@ impl ResourceLimiter for MemoryLimiter {
     }
 }
 
-/// Runs `invocation` on a fresh instance of its program, on `engine`; nested calls reach
-/// other programs through `programs`. The depth was checked by the caller.
+/// Runs `invocation` on a fresh instance of its program, calling `export` (its tool's,
+/// resolved once by the caller, as were its arguments checked); nested calls reach other
+/// programs through `programs`. The depth was checked by the caller.
 pub(crate) async fn invoke(
     engine: &Engine,
     programs: Arc<dyn Programs>,
     invocation: Invocation,
+    export: &ModuleExport,
 ) -> CallResult {
     let program = invocation.program.clone();
-    let Some(export) = program.tools.get(&invocation.tool).cloned() else {
-        let mut available: Vec<&str> = program.tools.keys().map(String::as_str).collect();
-        available.sort_unstable();
-        return Err(Error::NoSuchTool {
-            program: program.name.to_string(),
-            tool: invocation.tool,
-            available: available.join(", "),
-        });
-    };
-    if invocation.args.len() > program.info.limits.max_args_bytes {
-        return Err(Error::ArgsTooLarge {
-            program: program.name.to_string(),
-            tool: invocation.tool,
-            size: invocation.args.len(),
-            cap: program.info.limits.max_args_bytes,
-        });
-    }
     let mut store = store(engine, programs, invocation);
-    let result = run(&mut store, &program, &export).await;
+    let result = run(&mut store, &program, export).await;
     let mut state = store.into_data();
     // Names for an error are only built when there is one: the success
     // path is the hot one.

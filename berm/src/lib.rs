@@ -37,6 +37,7 @@ mod host_memory;
 mod invocation;
 mod linker;
 mod program;
+mod progress;
 mod shape;
 mod sys;
 pub mod syscall;
@@ -44,14 +45,14 @@ pub mod syscall;
 pub use berm_abi as abi;
 pub use berm_abi::grant::Grant;
 pub use berm_manifest::{self as manifest, Digest, DigestParseError, Manifest, ManifestError};
-pub use call::{
-    Admitted, Berm, CallGate, CallOptions, CallTrace, CodeDirs, Progress, ProgressSink,
-};
+pub use call::{Admitted, Berm, CallGate, CallOptions, CallTrace, CodeDirs};
 pub use engine::{
     CpuProfile, Engine, EngineConfig, EngineError, GuestArch, Limits, PORTABLE_FLAGS,
     PORTABLE_TARGET, Precompiled, UnknownArch,
 };
 pub use error::{Ask, Content, DeployError, Error, Failure, Output};
 pub use host_memory::{DEFAULT_HOST_MEMORY_BYTES, HostMemory, OverBudget, Reservation};
+pub use invocation::{CheckedArgs, Target};
 pub use program::{CompileSource, DeployOptions, Deployed, Grants, ProgramInfo};
+pub use progress::{Progress, ProgressSink};
 pub use syscall::{Pending, Reply, Syscall, SyscallContext, SyscallError};

@@ -15,10 +15,13 @@ use berm_abi::{CONVENTION_MODULE, content, convention, frame};
 use wasmtime::{Caller, ExternType, Linker, Module, ValType};
 
 use crate::DeployError;
-use crate::call::{MAX_PROGRESS_MESSAGE, MAX_PROGRESS_REPORTS, Progress};
 use crate::error::{Content, Error};
-use crate::invocation::{CallState, Invocation, Outcome, Programs, Staged, Violation};
+use crate::invocation::{
+    CallState, CheckedArgs, Invocation, Outcome, Program, Programs, Staged, Violation,
+    copy_checked_args,
+};
 use crate::program::Grants;
+use crate::progress::{MAX_PROGRESS_MESSAGE, MAX_PROGRESS_REPORTS, Progress};
 use crate::syscall::{Kind, Reply, Syscall, SyscallContext, SyscallError};
 
 /// Syscalls by `(module, name)`.
@@ -300,7 +303,7 @@ fn define_call(linker: &mut Linker<CallState>) -> wasmtime::Result<()> {
                     |(program, tool, args)| {
                         // The arguments are held, copied, until the nested call ends.
                         let memory = &state.call.program.host_memory;
-                        match memory.reserve(BERM_CALL, args.len()) {
+                        match memory.reserve(BERM_CALL, args.as_bytes().len()) {
                             Ok(held) => Ok((state.nested(program, tool, args), held)),
                             Err(over) => Err((ErrorCode::TooLarge, over.to_string())),
                         }
@@ -313,7 +316,7 @@ fn define_call(linker: &mut Linker<CallState>) -> wasmtime::Result<()> {
                         return Ok(code.word());
                     }
                 };
-                let result = state.programs.clone().call_by_name(invocation).await;
+                let result = state.programs.clone().call_nested(invocation).await;
                 let state = caller.data_mut();
                 let (status, text) = match result {
                     Ok(Ok(output)) if output.ask.is_some() => (
@@ -357,7 +360,7 @@ fn parse_call(
     request: &[u8],
     call: &Invocation,
     programs: &dyn Programs,
-) -> Result<(String, String, Vec<u8>), (ErrorCode, String)> {
+) -> Result<(Arc<Program>, String, CheckedArgs), (ErrorCode, String)> {
     let invalid = |message: String| (ErrorCode::Invalid, message);
     let [program, tool, args] = frame::decode_exact::<3>(request).map_err(|e| {
         invalid(format!(
@@ -372,22 +375,15 @@ fn parse_call(
     };
     let (program, tool) = (name(program, "program")?, name(tool, "tool")?);
     reachable(call, &program, &tool).map_err(|e| (ErrorCode::Denied, e.to_string()))?;
-    let Some(cap) = programs.max_args_bytes(&program) else {
+    let Some(callee) = programs.program(&program) else {
         return Err((
             ErrorCode::NotFound,
             Error::NoSuchProgram(program).to_string(),
         ));
     };
-    if args.len() > cap {
-        let error = Error::ArgsTooLarge {
-            program,
-            tool,
-            size: args.len(),
-            cap,
-        };
-        return Err((ErrorCode::TooLarge, error.to_string()));
-    }
-    Ok((program, tool, args.to_vec()))
+    let args = copy_checked_args(&callee.info, &tool, args)
+        .map_err(|e| (ErrorCode::TooLarge, e.to_string()))?;
+    Ok((callee, tool, args))
 }
 
 /// Whether the program making `call` may call `program.tool`: its manifest declares

@@ -15,7 +15,7 @@ use berm_app::App;
 use berm_control::inherit::{Leftovers, Takeover};
 use berm_control::{Grant, LimitsSpec};
 
-use crate::service::{DeployError, Service, StateError};
+use crate::service::{InstallError, Service, StateError};
 
 /// Why an app's program could not be deployed.
 #[derive(Debug, thiserror::Error)]
@@ -51,7 +51,7 @@ pub enum AppDeployError {
         wasm: std::path::PathBuf,
         /// Why (boxed: it is large and this path is cold).
         #[source]
-        source: Box<DeployError>,
+        source: Box<InstallError>,
     },
 }
 

@@ -78,7 +78,7 @@ pub enum KeyError {
 
 /// Why a sealed state was refused; the client gets this as `-32602`.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum OpenError {
+pub enum OpenStateError {
     /// Not something this bermd sealed for this program, method and served name: changed,
     /// cut, made up, sealed under another key, for another program version, for another
     /// method or entry, or by a bermd whose states had another form.
@@ -145,8 +145,8 @@ impl SealedFor<'_> {
     }
 
     /// The refusal of a state that did not open for this request.
-    fn integrity(&self) -> OpenError {
-        OpenError::Integrity {
+    fn integrity(&self) -> OpenStateError {
+        OpenStateError::Integrity {
             method: self.method.to_string(),
             served: self.served.to_string(),
         }
@@ -267,8 +267,8 @@ impl AskKey {
     /// method, served name and arguments) less than [`MAX_AGE`] ago.
     ///
     /// # Errors
-    /// [`OpenError`] naming why it was refused.
-    pub fn open(&self, request: &SealedFor<'_>, sealed: &str) -> Result<Vec<u8>, OpenError> {
+    /// [`OpenStateError`] naming why it was refused.
+    pub fn open(&self, request: &SealedFor<'_>, sealed: &str) -> Result<Vec<u8>, OpenStateError> {
         let integrity = || request.integrity();
         if sealed.len() > MAX_SEALED {
             return Err(integrity());
@@ -303,7 +303,7 @@ impl AskKey {
             return Err(integrity());
         };
         if *arguments != request.arguments_digest() {
-            return Err(OpenError::OtherArguments {
+            return Err(OpenStateError::OtherArguments {
                 method: request.method.to_string(),
                 served: request.served.to_string(),
                 what: if request.sent.is_string() {
@@ -316,7 +316,7 @@ impl AskKey {
         let sealed_at = u64::from_be_bytes(*time);
         let age = now().saturating_sub(sealed_at);
         if age > MAX_AGE.as_secs() {
-            return Err(OpenError::Expired(age));
+            return Err(OpenStateError::Expired(age));
         }
         Ok(state.to_vec())
     }
@@ -365,7 +365,7 @@ mod tests {
         let again = AskKey::load_or_create(&path).unwrap();
         assert_eq!(again.open(&request, &sealed).unwrap(), b"round 1");
 
-        let integrity = |method: &str, served: &str| OpenError::Integrity {
+        let integrity = |method: &str, served: &str| OpenStateError::Integrity {
             method: method.into(),
             served: served.into(),
         };
@@ -408,7 +408,7 @@ mod tests {
             assert!(
                 matches!(
                     refused,
-                    OpenError::OtherArguments {
+                    OpenStateError::OtherArguments {
                         what: "other arguments",
                         ..
                     }
@@ -500,7 +500,7 @@ mod tests {
         };
         assert!(matches!(
             key.open(&request, &sealed),
-            Err(OpenError::Integrity { .. })
+            Err(OpenStateError::Integrity { .. })
         ));
     }
 

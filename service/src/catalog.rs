@@ -61,7 +61,7 @@ struct TemplateEntry {
 /// lists MCP pages through.
 #[derive(Default)]
 pub struct Catalog {
-    tools: BTreeMap<String, ToolEntry>,
+    tools: BTreeMap<String, Arc<ToolEntry>>,
     list: Arc<Vec<Tool>>,
     /// Static resources by URI: the served name of the entry that reads each.
     resources: BTreeMap<String, String>,
@@ -106,7 +106,7 @@ impl Validators {
 /// What a `resources/read` URI resolves to.
 pub struct ResourceRead<'c> {
     /// The entry that reads it.
-    pub entry: &'c ToolEntry,
+    pub entry: &'c Arc<ToolEntry>,
     /// Its served name, for [`crate::Service::call`].
     pub served: &'c str,
     /// The arguments: a template's variables, percent-decoded and each one path segment
@@ -224,7 +224,7 @@ impl Catalog {
                 }
                 tools.insert(
                     name,
-                    ToolEntry {
+                    Arc::new(ToolEntry {
                         program: program.name.clone(),
                         digest: program.digest,
                         tool: tool.name.clone(),
@@ -238,7 +238,7 @@ impl Catalog {
                         serves: tool.serves.clone(),
                         task: tool.task,
                         deadline: program.limits.deadline,
-                    },
+                    }),
                 );
             }
         }
@@ -318,7 +318,7 @@ impl Catalog {
     /// The entry serving the resource template `template`, as declared.
     pub fn template_entry(&self, template: &str) -> Option<&ToolEntry> {
         let t = self.templates.iter().find(|t| t.template == template)?;
-        self.tools.get(&t.served)
+        self.tools.get(&t.served).map(|entry| &**entry)
     }
 
     /// Every static resource, sorted by URI (for noticing that the list changed).
@@ -360,7 +360,7 @@ impl Catalog {
     }
 
     /// A tool by its MCP name.
-    pub fn get(&self, name: &str) -> Option<&ToolEntry> {
+    pub fn get(&self, name: &str) -> Option<&Arc<ToolEntry>> {
         self.tools.get(name)
     }
 

@@ -16,7 +16,7 @@ use berm_control::{
 use berm_egress::secret::SecretError;
 use tokio::net::UnixListener;
 
-use crate::service::{CallError, DeployError, RemoveError, Service, StateError, error_chain};
+use crate::service::{CallError, InstallError, RemoveError, Service, StateError, error_chain};
 
 /// Largest request body: an image of up to ~48 MiB, base64-encoded.
 pub const MAX_BODY_BYTES: usize = 64 << 20;
@@ -109,9 +109,9 @@ async fn deploy(
         Ok(Ok(deployed)) => ok(deployed),
         Ok(Err(e)) => {
             let status = match e {
-                DeployError::Persist { .. } | DeployError::Home(_) | DeployError::State { .. } => {
-                    StatusCode::INTERNAL_SERVER_ERROR
-                }
+                InstallError::Persist { .. }
+                | InstallError::Home(_)
+                | InstallError::State { .. } => StatusCode::INTERNAL_SERVER_ERROR,
                 _ => StatusCode::BAD_REQUEST,
             };
             failure(status, error_chain(&e))

@@ -8,18 +8,15 @@
 //! the state a program can reach) and to bermd's configuration
 //! (`--extra-ca`).
 
-use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use berm_control::Grant;
-use berm_egress::secret::{Binding, SecretError, SecretStore};
+use berm_egress::secret::{Binding, SecretStore};
 use berm_egress::{
     Caps, Egress, EgressConfig, ErrorCode, FetchError, Forward, Request, Response, Trust,
     TrustError,
 };
-
-use crate::service::Service;
 
 pub mod broker;
 
@@ -36,9 +33,6 @@ pub struct EgressSetup {
     /// roots takes milliseconds that a bermd without `http` programs (most
     /// microVM apps) should not spend at start.
     trust: Mutex<Option<Trust>>,
-    /// Value files named by a program's `[program.secrets]`, by program: they take
-    /// precedence over the values in `$BERM_HOME/secrets/<program>/`.
-    secret_files: Mutex<HashMap<String, BTreeMap<String, PathBuf>>>,
 }
 
 impl EgressSetup {
@@ -61,7 +55,6 @@ impl EgressSetup {
             caps,
             broker,
             trust: Mutex::new(trust),
-            secret_files: Mutex::new(HashMap::new()),
         })
     }
 
@@ -166,55 +159,5 @@ impl Forward for HostDialer {
             &self.caps,
             holding,
         )
-    }
-}
-
-impl Service {
-    /// The secret store of `program` (deployed or not: a secret may be set
-    /// before the program that uses it).
-    fn secrets_of(&self, program: &str) -> Result<SecretStore, SecretError> {
-        if !berm_abi::is_valid_program_name(program) {
-            return Err(SecretError::Program(program.chars().take(80).collect()));
-        }
-        Ok(SecretStore::new(self.home().secrets(program)))
-    }
-
-    /// Sets secret `name` of `program`. The value is checked (no line
-    /// breaks, at most 8 KiB) and never echoed.
-    pub fn set_secret(&self, program: &str, name: &str, value: &[u8]) -> Result<(), SecretError> {
-        self.secrets_of(program)?.set(name, value)?;
-        tracing::info!(program, secret = name, "secret set");
-        Ok(())
-    }
-
-    /// The names of `program`'s secrets, sorted.
-    pub fn list_secrets(&self, program: &str) -> Result<Vec<String>, SecretError> {
-        self.secrets_of(program)?.list()
-    }
-
-    /// Removes secret `name` of `program`.
-    pub fn remove_secret(&self, program: &str, name: &str) -> Result<(), SecretError> {
-        self.secrets_of(program)?.remove(name)?;
-        tracing::info!(program, secret = name, "secret removed");
-        Ok(())
-    }
-
-    /// Reads `program`'s secrets from `files` (its `[program.secrets]`) from
-    /// now on, before its values in `$BERM_HOME`.
-    pub fn use_secret_files(&self, program: &str, files: BTreeMap<String, PathBuf>) {
-        let mut all = (self.egress.secret_files)
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        all.insert(program.to_string(), files);
-    }
-
-    pub(crate) fn secret_store(&self, program: &str) -> SecretStore {
-        let files = (self.egress.secret_files)
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(program)
-            .cloned()
-            .unwrap_or_default();
-        SecretStore::with_files(self.home().secrets(program), files)
     }
 }

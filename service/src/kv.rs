@@ -171,7 +171,7 @@ impl From<KvError> for KeyspaceError {
         };
         KeyspaceError {
             code,
-            message: crate::service::error_chain(&error),
+            message: berm_errors::chain(&error),
         }
     }
 }
@@ -185,7 +185,7 @@ impl From<berm_kv_postgres::PgKvError> for KeyspaceError {
         };
         KeyspaceError {
             code,
-            message: crate::service::error_chain(&error),
+            message: berm_errors::chain(&error),
         }
     }
 }

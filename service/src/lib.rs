@@ -1,8 +1,10 @@
 //! bermd: deploys berm programs by name, offers them the syscalls a host
 //! grants, and serves every program's tools on one MCP endpoint.
 //!
-//! - [`service::Service`]: programs by name under `$BERM_HOME`, restored on
-//!   start, calls validated against each tool's schema.
+//! - [`service::Service`]: wires the [`registry`] (programs by name under
+//!   `$BERM_HOME`, restored on start, the catalog, the secrets) to the call path,
+//!   [`calls`] (each call resolved once at its edge, validated against its tool's
+//!   schema, timed, traced and given its receipt).
 //! - [`syscalls`]: `log`, `clock`, `random`, `kv`, `fs`, `http` — granted
 //!   per deployment, nothing by default; [`egress`] builds what `http`
 //!   reaches and keeps programs' secrets.
@@ -18,6 +20,8 @@
 pub mod app;
 pub mod app_record;
 pub mod ask;
+mod call_threads;
+pub mod calls;
 pub mod catalog;
 pub mod control;
 pub mod daemon;
@@ -33,9 +37,11 @@ pub mod listen;
 pub mod logs;
 pub mod mcp;
 pub mod metrics;
+mod nested;
 pub mod otel;
 pub mod param_headers;
 mod receipts;
+pub mod registry;
 pub mod service;
 pub mod store;
 pub mod sys;

@@ -2,7 +2,7 @@
 //! runs and appended to the receipt log before its reply (berm-receipts has the format, the
 //! chain and the sealing).
 //!
-//! A call from outside gets its record in [`Service::call`](crate::Service::call); a call
+//! A call from outside gets its record on the call path (`calls.rs`); a call
 //! between programs gets one from the call gate, which links it to its caller's. The
 //! syscalls add to the record of the call they serve ([`berm::SyscallContext::trace`]):
 //! `http.fetch` its host, status and the secrets its request names.
@@ -218,7 +218,7 @@ impl Pending {
                 program = %record.program,
                 tool = %record.tool,
                 "the call's receipt could not be written: {}",
-                crate::service::error_chain(e)
+                berm_errors::chain(e)
             ),
         }
         written

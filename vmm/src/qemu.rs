@@ -472,7 +472,7 @@ fn start_qemu(
     let vhost_fd = sys::pass_fd(&mut command, connected.into());
     command.args(vhost_args(vhost_fd));
     let qemu_policy = vm.sandbox.map(|base| {
-        let mut policy = crate::sandbox::for_program(&base, vm.qemu);
+        let mut policy = crate::sandbox::for_program(base, vm.qemu);
         if vm.accel == "kvm" {
             policy.devices.push(PathBuf::from("/dev/kvm"));
         }

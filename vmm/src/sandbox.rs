@@ -135,7 +135,7 @@ impl ChildPolicy {
             program: program.into(),
             role,
             seccomp: format!("allow_list {}{also}", role.name()),
-            policy_sha256: policy_sha256(&policy, role),
+            policy_sha256: policy_sha256(policy, role),
         }
     }
 
@@ -600,7 +600,7 @@ mod linux {
             } else {
                 Vec::new()
             },
-            policy_sha256: policy_sha256(&policy, role),
+            policy_sha256: policy_sha256(policy, role),
             grants: policy.clone(),
             reason: None,
             children: Vec::new(),

@@ -298,11 +298,11 @@ pub fn proc_fd_path(fd: i32, path: &mut [libc::c_char; 108]) -> usize {
 /// async-signal-safe calls and neither allocates nor takes a lock.
 pub unsafe fn before_exec(
     command: &mut Command,
-    mut step: impl FnMut() -> io::Result<()> + Send + Sync + 'static,
+    step: impl FnMut() -> io::Result<()> + Send + Sync + 'static,
 ) {
     // SAFETY: the caller guarantees what `pre_exec` asks of the closure (see `# Safety`).
     unsafe {
-        command.pre_exec(move || step());
+        command.pre_exec(step);
     }
 }
 
