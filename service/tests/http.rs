@@ -1223,8 +1223,8 @@ fn a_finished_task_refuses_answers_and_a_cancel_changes_nothing() {
 
 /// Item 10, tasks at rest: with replicas sharing tasks in PostgreSQL, the database holds a
 /// task's result only sealed (a replica with the same `--ask-key` reads it; one with another
-/// key says so, naming the flag), and a task that has ended refuses answers and cancels on any
-/// replica.
+/// key says so, naming the flag), and a task that has ended refuses answers on any
+/// replica (a cancel of it is acknowledged and changes nothing, as SEP-2663 asks).
 #[test]
 fn shared_tasks_are_sealed_at_rest_and_refuse_answers_once_ended_on_any_replica() {
     use serde_json::json;
