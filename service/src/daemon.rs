@@ -135,6 +135,9 @@ pub enum RunError {
     /// HTTP could not be served.
     #[error(transparent)]
     Http(#[from] HttpError),
+    /// The threads that serve MCP sessions could not be started.
+    #[error("could not start the threads that serve MCP sessions")]
+    SessionThreads(#[source] std::io::Error),
     /// A program of an app folder was refused.
     #[error(transparent)]
     App(#[from] AppDeployError),
@@ -262,6 +265,8 @@ pub async fn run(config: DaemonConfig) -> Result<(), RunError> {
         None => Ok(()),
     };
 
+    let session_threads =
+        std::sync::Arc::new(transport::SessionThreads::start().map_err(RunError::SessionThreads)?);
     if let Some(listener) = config.listener {
         // Inside the microVM: the one inherited socket is all bermd serves
         // on; it creates no socket of its own (seccomp would refuse it).
@@ -269,6 +274,7 @@ pub async fn run(config: DaemonConfig) -> Result<(), RunError> {
             "the inherited listener",
             config.max_connections,
             config.max_session_rate,
+            session_threads,
         );
         let serving = listener.serve(service.clone(), config.max_frame_bytes, cap)?;
         let accept = tokio::spawn(serving);
@@ -336,8 +342,12 @@ pub async fn run(config: DaemonConfig) -> Result<(), RunError> {
     {
         let service = service.clone();
         let max = config.max_frame_bytes;
-        let cap =
-            transport::SessionCap::new("mcp.sock", config.max_connections, config.max_session_rate);
+        let cap = transport::SessionCap::new(
+            "mcp.sock",
+            config.max_connections,
+            config.max_session_rate,
+            session_threads,
+        );
         tasks.spawn(async move {
             transport::serve_unix(mcp, service, max, cap).await;
             Ok(())

@@ -130,20 +130,23 @@ async fn accept_loop(
                 continue;
             }
         };
-        let stream = match FdStream::new(connection) {
-            Ok(stream) => stream,
-            Err(e) => {
-                tracing::warn!("--listen-fd connection: {e}");
-                continue;
-            }
-        };
-        let (read, write) = tokio::io::split(stream);
-        cap.serve(read, write, service.clone(), max_frame);
+        cap.serve(connection, open_fd, service.clone(), max_frame);
     }
 }
 
 /// A connected stream socket of any family, read and written through its
 /// descriptor.
+/// An accepted connection's two halves, on the serving thread that runs it (whose reactor
+/// then waits on it).
+fn open_fd(
+    connection: OwnedFd,
+) -> io::Result<(
+    tokio::io::ReadHalf<FdStream>,
+    tokio::io::WriteHalf<FdStream>,
+)> {
+    Ok(tokio::io::split(FdStream::new(connection)?))
+}
+
 struct FdStream {
     fd: AsyncFd<OwnedFd>,
 }

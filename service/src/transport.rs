@@ -25,6 +25,7 @@ use tokio::sync::Mutex;
 
 use crate::mcp::McpServer;
 use crate::service::Service;
+pub use crate::session_threads::SessionThreads;
 
 /// Largest JSON-RPC message bermd reads by default: the largest arguments a
 /// call accepts, with room for the envelope.
@@ -141,18 +142,26 @@ pub struct SessionCap {
     max: usize,
     rate: SessionRate,
     listener: &'static str,
+    threads: Arc<SessionThreads>,
 }
 
 impl SessionCap {
     /// At most `max` sessions at once on `listener` (named in the refusal),
-    /// and at most `per_second` new ones a second.
-    pub fn new(listener: &'static str, max: usize, per_second: u32) -> SessionCap {
+    /// and at most `per_second` new ones a second, each served on one of
+    /// `threads`.
+    pub fn new(
+        listener: &'static str,
+        max: usize,
+        per_second: u32,
+        threads: Arc<SessionThreads>,
+    ) -> SessionCap {
         let max = max.max(1);
         SessionCap {
             slots: Arc::new(tokio::sync::Semaphore::new(max)),
             max,
             rate: SessionRate::new(per_second),
             listener,
+            threads,
         }
     }
 
@@ -163,37 +172,39 @@ impl SessionCap {
         self.rate.take(self.listener).await;
     }
 
-    /// Serves one connection as an MCP session on a task of its own, or
-    /// refuses it when the cap is reached.
-    pub fn serve<R, W>(&self, read: R, write: W, service: Arc<Service>, max_frame: usize)
-    where
+    /// Serves one accepted connection as an MCP session on a serving thread
+    /// ([`SessionThreads`]), or refuses it when the cap is reached. `open`
+    /// makes its two halves there, on the thread whose reactor then waits on
+    /// them.
+    pub fn serve<C, R, W>(
+        &self,
+        connection: C,
+        open: fn(C) -> std::io::Result<(R, W)>,
+        service: Arc<Service>,
+        max_frame: usize,
+    ) where
+        C: Send + 'static,
         R: AsyncRead + Unpin + Send + 'static,
         W: AsyncWrite + Unpin + Send + 'static,
     {
-        match self.slots.clone().try_acquire_owned() {
-            Ok(slot) => {
-                tokio::spawn(async move {
-                    serve_stream(read, write, service, max_frame).await;
-                    drop(slot);
-                });
-            }
+        let listener = self.listener;
+        let slot = match self.slots.clone().try_acquire_owned() {
+            Ok(slot) => slot,
             Err(_) => {
                 let refusal = error_line(
                     None,
                     SERVER_BUSY,
                     &format!(
-                        "bermd already serves {} sessions on {}, its cap (bermd --max-connections); \
+                        "bermd already serves {} sessions on {listener}, its cap (bermd --max-connections); \
                          try again when one closes",
-                        self.max, self.listener
+                        self.max
                     ),
                 );
-                tracing::warn!(
-                    listener = self.listener,
-                    max = self.max,
-                    "session refused: at the cap"
-                );
-                tokio::spawn(async move {
-                    let mut write = write;
+                tracing::warn!(listener, max = self.max, "session refused: at the cap");
+                self.threads.spawn(async move {
+                    let Ok((read, mut write)) = open(connection) else {
+                        return;
+                    };
                     // A client that does not read cannot hold the refusal open.
                     let _ = tokio::time::timeout(Duration::from_secs(1), async {
                         write.write_all(refusal.as_bytes()).await?;
@@ -202,8 +213,16 @@ impl SessionCap {
                     .await;
                     drop(read);
                 });
+                return;
             }
-        }
+        };
+        self.threads.spawn(async move {
+            match open(connection) {
+                Ok((read, write)) => serve_stream(read, write, service, max_frame).await,
+                Err(e) => tracing::warn!(listener, "mcp connection: {e}"),
+            }
+            drop(slot);
+        });
     }
 }
 
@@ -225,9 +244,26 @@ pub async fn serve_unix(
                 continue;
             }
         };
-        let (read, write) = stream.into_split();
-        cap.serve(read, write, service.clone(), max_frame);
+        // Moved to a serving thread, whose reactor then waits on it.
+        let stream = match stream.into_std() {
+            Ok(stream) => stream,
+            Err(e) => {
+                tracing::warn!("mcp.sock connection: {e}");
+                continue;
+            }
+        };
+        cap.serve(stream, open_unix, service.clone(), max_frame);
     }
+}
+
+/// A Unix connection's two halves, on the serving thread that runs it.
+fn open_unix(
+    stream: std::os::unix::net::UnixStream,
+) -> std::io::Result<(
+    tokio::net::unix::OwnedReadHalf,
+    tokio::net::unix::OwnedWriteHalf,
+)> {
+    Ok(UnixStream::from_std(stream)?.into_split())
 }
 
 /// Serves one MCP session over any byte stream (a Unix socket, stdio, a
