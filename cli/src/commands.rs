@@ -22,10 +22,7 @@ pub mod trust;
 pub mod upgrade;
 pub mod vm;
 pub mod vm_app;
-pub mod vm_life;
-pub mod vm_measure;
 pub mod vm_run;
-pub mod vm_state;
 
 use std::path::Path;
 

@@ -10,21 +10,11 @@
 use std::path::{Path, PathBuf};
 
 use berm::GuestArch;
-use berm_vm_protocol::host_event::{HostDetection, RequestedBackend};
-use serde::{Deserialize, Serialize};
+use berm_vm_protocol::host_event::HostDetection;
+use serde::Serialize;
 
-/// What `--hypervisor` asked for.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Requested {
-    /// libkrun where it can run guest user space, else QEMU, else an error.
-    #[default]
-    Auto,
-    /// libkrun (hardware KVM).
-    Krun,
-    /// QEMU `-machine microvm` with vhost-device-vsock.
-    Qemu,
-}
+/// What `--hypervisor` asked for (in the configuration, which lives in `berm-vm-launch`).
+pub use berm_vm_launch::config::Requested;
 
 /// The backend that will run the VM (named in lines as berm-vm-protocol says).
 pub use berm_vm_protocol::host::Backend;
@@ -38,17 +28,6 @@ impl std::ops::Deref for Detection {
 
     fn deref(&self) -> &HostDetection {
         &self.0
-    }
-}
-
-impl Requested {
-    /// As the `vm_config` line names it.
-    pub fn line(self) -> RequestedBackend {
-        match self {
-            Self::Auto => RequestedBackend::Auto,
-            Self::Krun => RequestedBackend::Krun,
-            Self::Qemu => RequestedBackend::Qemu,
-        }
     }
 }
 

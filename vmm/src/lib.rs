@@ -11,7 +11,9 @@
 pub mod apps;
 pub mod artifacts;
 pub mod code;
-pub mod config;
+/// [`VmConfig`](config::VmConfig): the one configuration of a run, shared with whoever starts
+/// one (`berm-vm-launch`, which the CLI links without a hypervisor).
+pub use berm_vm_launch::config;
 pub mod connector;
 pub mod detect;
 pub mod dialer;

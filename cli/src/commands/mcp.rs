@@ -40,7 +40,7 @@ pub struct Args {
     idle_timeout: u64,
     /// With --app DIR: how to boot the VM.
     #[command(flatten)]
-    boot: super::vm_run::VmOptions,
+    boot: berm_vm_launch::launch::VmOptions,
 }
 
 /// Bridges until either side closes.

@@ -1,7 +1,7 @@
 //! `berm mcp --app DIR`: one line in an MCP client's config gives it an app in a microVM.
 //!
 //! The bridge finds the VM by the name `berm vm up` derives (the app's `name` in berm.toml)
-//! under that name's lock: if none runs, it boots one as `up` does ([`vm_run::ensure`]); if
+//! under that name's lock: if none runs, it boots one as `up` does ([`ensure`]); if
 //! one runs with the folder changed, it reboots it on the same state disk (or refuses a
 //! change in the tools, descriptions, schemas or grants until `--accept`). Then it
 //! share-locks the VM's `clients` file and bridges stdio to the app's `rpc-<i>.sock`.
@@ -25,16 +25,19 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
+use berm_vm_launch::files::{now_unix, private_file};
+use berm_vm_launch::launch::{Outcome, VmOptions, Want, ensure};
+use berm_vm_launch::layout::{CLIENTS, LAUNCH_FILE, Layout, WATCH, WATCH_LOG};
+use berm_vm_launch::lock::Lock;
+use berm_vm_launch::record::{Launch, Liveness};
+use berm_vm_launch::stop::stop_running;
+use berm_vm_launch::view::View;
 use serde_json::{Value, json};
 use tokio::io::{AsyncWriteExt, BufReader};
 use tokio::net::UnixStream;
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 
 use super::mcp_lines::{LineReader, Pending};
-use super::vm_life::{
-    self, CLIENTS, LAUNCH_FILE, Launch, Layout, Liveness, Lock, View, WATCH, WATCH_LOG,
-};
-use super::vm_run::{self, Outcome, VmOptions, Want};
 use crate::Exit;
 
 /// How often the idle watchdog counts clients.
@@ -85,18 +88,19 @@ fn attach(dir: &Path, idle_timeout_s: u64, options: &VmOptions) -> anyhow::Resul
         vm_dir: &vm_dir,
         name: &name,
         dirs: &dirs,
+        programs: &super::dist::default_store(),
         options,
         idle_timeout_s: Some(idle_timeout_s),
         who: "berm mcp",
     };
-    let (launch, outcome) = vm_run::ensure(&want, old)?;
+    let (launch, outcome) = ensure(&want, old)?;
     if outcome == Outcome::Booted {
         eprintln!(
             "berm mcp: booted VM \"{name}\" (berm-vmm pid {}); it stops {idle_timeout_s} s after its last client leaves",
             launch.pid
         );
     }
-    let clients = vm_life::private_file(&vm_dir.join(CLIENTS), false)?;
+    let clients = private_file(&vm_dir.join(CLIENTS), false)?;
     clients
         .lock_shared()
         .with_context(|| format!("locking {}", vm_dir.join(CLIENTS).display()))?;
@@ -133,7 +137,7 @@ fn socket(vm_dir: &Path, launch: &Launch, dir: &Path) -> anyhow::Result<PathBuf>
 
 /// Starts the idle watchdog of VM `name` unless one runs.
 fn start_watchdog(vm_dir: &Path, name: &str) -> anyhow::Result<()> {
-    let guard = vm_life::private_file(&vm_dir.join(WATCH), false)?;
+    let guard = private_file(&vm_dir.join(WATCH), false)?;
     if guard.try_lock().is_err() {
         return Ok(());
     }
@@ -151,7 +155,7 @@ fn start_watchdog(vm_dir: &Path, name: &str) -> anyhow::Result<()> {
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(log);
-    crate::sys::new_session(&mut command);
+    berm_vm_launch::sys::new_session(&mut command);
     command
         .spawn()
         .context("starting the idle watchdog (berm vm watch)")?;
@@ -172,11 +176,11 @@ pub fn watch(args: WatchArgs) -> anyhow::Result<Exit> {
     let name = &args.name;
     layout.check_name(name)?;
     let vm_dir = layout.vm_dir(name);
-    let guard = vm_life::private_file(&vm_dir.join(WATCH), false)?;
+    let guard = private_file(&vm_dir.join(WATCH), false)?;
     if guard.try_lock().is_err() {
         return Ok(Exit::Ok);
     }
-    let clients = vm_life::private_file(&vm_dir.join(CLIENTS), false)?;
+    let clients = private_file(&vm_dir.join(CLIENTS), false)?;
     let attached = || match clients.try_lock() {
         Ok(()) => {
             let _ = clients.unlock();
@@ -184,7 +188,7 @@ pub fn watch(args: WatchArgs) -> anyhow::Result<Exit> {
         }
         Err(_) => true,
     };
-    let say = |what: String| eprintln!("{} berm vm watch: {what}", vm_life::now_unix());
+    let say = |what: String| eprintln!("{} berm vm watch: {what}", now_unix());
     let mut idle_since: Option<Instant> = None;
     loop {
         std::thread::sleep(TICK);
@@ -221,7 +225,7 @@ pub fn watch(args: WatchArgs) -> anyhow::Result<Exit> {
             && launch.liveness() == Liveness::Running
             && launch.idle_timeout_s.is_some()
         {
-            let how = vm_run::stop_running(&vm_dir, &launch, STOP_GRACE);
+            let how = stop_running(&vm_dir, &launch, STOP_GRACE);
             say(format!(
                 "stopped \"{name}\" after {timeout} s without a client: {how}"
             ));

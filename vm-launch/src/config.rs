@@ -10,7 +10,40 @@ use std::time::Duration;
 use berm::GuestArch;
 use serde::{Deserialize, Serialize};
 
-use crate::detect::Requested;
+use berm_vm_protocol::host_event::RequestedBackend;
+
+/// What `--hypervisor` asked for.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Requested {
+    /// libkrun where it can run guest user space, else QEMU, else an error.
+    #[default]
+    Auto,
+    /// libkrun (hardware KVM).
+    Krun,
+    /// QEMU `-machine microvm` with vhost-device-vsock.
+    Qemu,
+}
+
+impl Requested {
+    /// As the `vm_config` line names it.
+    pub fn line(self) -> RequestedBackend {
+        match self {
+            Self::Auto => RequestedBackend::Auto,
+            Self::Krun => RequestedBackend::Krun,
+            Self::Qemu => RequestedBackend::Qemu,
+        }
+    }
+
+    /// The name `--hypervisor` takes and the launch record keeps (`auto`, `krun`, `qemu`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Auto => "auto",
+            Self::Krun => "krun",
+            Self::Qemu => "qemu",
+        }
+    }
+}
 
 /// Everything a VM run is told: `berm-vmm run`'s flags (each field's doc is its help), or
 /// the same fields read from a `--config` file, where a field left out takes its flag's
@@ -128,6 +161,33 @@ fn confined() -> bool {
     true
 }
 
+impl Default for VmConfig {
+    /// The flags' defaults: no app, one vCPU, the host's architecture, the best hypervisor
+    /// here, confined.
+    fn default() -> Self {
+        Self {
+            apps: Vec::new(),
+            programs: None,
+            accept: false,
+            state: None,
+            run_dir: None,
+            cpus: one_cpu(),
+            memory_mib: None,
+            hypervisor: Requested::Auto,
+            arch: host_arch(),
+            kernel: None,
+            rootfs: None,
+            env: Vec::new(),
+            boot_timeout: boot_timeout(),
+            test_probe: None,
+            test_probe_app: 0,
+            host_sandbox: confined(),
+            sandbox_probe: None,
+            key: None,
+        }
+    }
+}
+
 /// A configuration file that could not be used.
 #[derive(Debug, thiserror::Error)]
 pub enum ReadVmConfigError {
@@ -149,6 +209,17 @@ pub enum ReadVmConfigError {
         #[source]
         source: serde_json::Error,
     },
+}
+
+/// A configuration that could not be written.
+#[derive(Debug, thiserror::Error)]
+#[error("writing the VM configuration {}", path.display())]
+pub struct WriteVmConfigError {
+    /// The file.
+    pub path: PathBuf,
+    /// Why.
+    #[source]
+    pub source: std::io::Error,
 }
 
 /// Bytes a configuration file may hold: paths and settings, never data.
@@ -175,6 +246,17 @@ impl VmConfig {
             path: path.to_owned(),
             source,
         })
+    }
+
+    /// Writes it as JSON to `path`, atomically and durably, mode 0600 (it names the user's
+    /// files and key): what `berm-vmm run --config FILE` reads.
+    pub fn write(&self, path: &Path) -> Result<(), WriteVmConfigError> {
+        let error = |source| WriteVmConfigError {
+            path: path.to_owned(),
+            source,
+        };
+        let bytes = serde_json::to_vec_pretty(self).map_err(|e| error(e.into()))?;
+        berm_durable::write_atomic(path, &bytes).map_err(error)
     }
 }
 
@@ -240,5 +322,26 @@ mod tests {
         assert_eq!(config, again);
         assert_eq!(again.arch, GuestArch::Aarch64);
         assert!(serde_json::from_str::<VmConfig>(r#"{"cpu": 2}"#).is_err());
+    }
+
+    #[test]
+    fn a_written_configuration_is_private_and_reads_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("vmm.json");
+        let config = VmConfig {
+            apps: vec![PathBuf::from("/a")],
+            env: vec!["BERM_X=1".into()],
+            memory_mib: Some(512),
+            ..VmConfig::default()
+        };
+        config.write(&path).unwrap();
+        use std::os::unix::fs::MetadataExt;
+        assert_eq!(std::fs::metadata(&path).unwrap().mode() & 0o777, 0o600);
+        assert_eq!(VmConfig::read(&path).unwrap(), config);
+        // The defaults are the flags': a file that leaves everything out is the default.
+        assert_eq!(
+            serde_json::from_str::<VmConfig>("{}").unwrap(),
+            VmConfig::default()
+        );
     }
 }

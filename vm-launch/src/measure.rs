@@ -1,11 +1,10 @@
 //! What an app folder offers, measured once when its VM boots: the folder's digest decides
 //! a reboot, and what its programs offer (grants, tools, manifests) decides whether the
-//! reboot needs `--accept`. The measurement is kept in the VM's pid file (`vm.json`), so the
+//! reboot needs `--accept`. The measurement is kept in the VM's launch record (`vm.json`), so the
 //! next `berm vm up` or `berm mcp --app` compares against what really booted.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
 /// One app folder as measured when its VM booted: its digest decides a reboot, what it
@@ -39,20 +38,43 @@ pub struct Offered {
     pub accepted: bool,
 }
 
-/// Loads and measures the app folder `dir`.
-pub fn measure(dir: &Path) -> anyhow::Result<(berm_app::App, Measured)> {
+/// An app folder that could not be measured.
+#[derive(Debug, thiserror::Error)]
+pub enum MeasureError {
+    /// The folder, its programs or their images could not be read.
+    #[error(transparent)]
+    App(#[from] berm_app::AppError),
+    /// The folder could not be digested.
+    #[error(transparent)]
+    Digest(#[from] berm_attest::FolderError),
+    /// A program's manifest could not be read.
+    #[error("reading the manifest of program `{program}` ({})", wasm.display())]
+    Manifest {
+        /// The program.
+        program: String,
+        /// Its file.
+        wasm: PathBuf,
+        /// Why.
+        #[source]
+        source: berm_manifest::ManifestError,
+    },
+}
+
+/// Loads and measures the app folder `dir`, its programs named by image read from the
+/// program store `store`.
+pub fn measure(dir: &Path, store: &Path) -> Result<(berm_app::App, Measured), MeasureError> {
     let mut app = berm_app::load(dir)?;
-    app.resolve_images(&berm_app::ProgramStore::new(super::dist::default_store()))?;
+    app.resolve_images(&berm_app::ProgramStore::new(store))?;
     let (digest, _) = berm_attest::folder_digest(&app.dir)?;
     let mut programs = Vec::new();
     for program in &app.programs {
         let bytes = program.read()?;
-        let manifest = berm_manifest::Manifest::from_image(&bytes).with_context(|| {
-            format!(
-                "reading the manifest of program `{}` ({})",
-                program.name,
-                program.wasm.display()
-            )
+        let manifest = berm_manifest::Manifest::from_image(&bytes).map_err(|source| {
+            MeasureError::Manifest {
+                program: program.name.clone(),
+                wasm: program.wasm.clone(),
+                source,
+            }
         })?;
         let mut grants: Vec<String> = program.grants.iter().map(ToString::to_string).collect();
         grants.sort();

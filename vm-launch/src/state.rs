@@ -30,11 +30,148 @@ use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, bail};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use super::vm_life::{self, LAST_FILE, LAUNCH_FILE, Launch};
+use crate::files::{OpenPrivateError, env_dir, now_unix, private_file};
+use crate::layout::{LAST_FILE, LAUNCH_FILE};
+use crate::record::Launch;
+
+/// A file or directory of the state records that could not be reached.
+#[derive(Debug, thiserror::Error)]
+#[error("{what} {}", path.display())]
+pub struct StateIoError {
+    /// `creating`, `reading` or `writing`.
+    pub what: &'static str,
+    /// The path.
+    pub path: PathBuf,
+    /// Why.
+    #[source]
+    pub source: std::io::Error,
+}
+
+fn io(what: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> StateIoError {
+    let path = path.to_owned();
+    move |source| StateIoError { what, path, source }
+}
+
+/// The state directory (default disks, owner records) could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum StateDirError {
+    /// Neither variable is set.
+    #[error(
+        "neither XDG_DATA_HOME nor HOME is set: give --no-state, or set one (berm keeps the state disks there, and which app folder each workspace on a disk belongs to)"
+    )]
+    NoHome,
+    /// It could not be made or read.
+    #[error(transparent)]
+    Io(#[from] StateIoError),
+    /// Another user owns it, or could write in it.
+    #[error(
+        "{} is not a directory of this user's that only this user can write (owner uid {uid}, mode {mode:o}); berm keeps state disks and their owners there: chmod go-w it, or move it away",
+        dir.display()
+    )]
+    NotPrivate {
+        /// The directory.
+        dir: PathBuf,
+        /// Its owner.
+        uid: u32,
+        /// Its mode.
+        mode: u32,
+    },
+    /// The records' directory is not private to the user.
+    #[error(
+        "{} {why}: berm keeps there which app folder each workspace on a state disk belongs to, so only this user may reach it (chmod 700 it if it is yours, else move it away)",
+        dir.display()
+    )]
+    OwnersNotPrivate {
+        /// The directory.
+        dir: PathBuf,
+        /// What is wrong with it.
+        why: String,
+    },
+}
+
+/// The workspaces of a state disk could not be bound to the folders booting.
+#[derive(Debug, thiserror::Error)]
+pub enum BindError {
+    /// The state directory could not be used.
+    #[error(transparent)]
+    StateDir(#[from] StateDirError),
+    /// A file could not be reached.
+    #[error(transparent)]
+    Io(#[from] StateIoError),
+    /// The disk's path names no file.
+    #[error("state disk {} names no file", .0.display())]
+    NoFileName(PathBuf),
+    /// The disk's directory is not there.
+    #[error("the directory of state disk {} does not exist", disk.display())]
+    NoDirectory {
+        /// The disk.
+        disk: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The disk could not be read.
+    #[error("reading state disk {}", disk.display())]
+    ReadDisk {
+        /// The disk.
+        disk: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The record is not one berm wrote.
+    #[error(
+        "{} is not a record berm wrote: move it away, and the next boot binds state disk {} again as on its first use",
+        path.display(),
+        disk.display()
+    )]
+    NotARecord {
+        /// The record.
+        path: PathBuf,
+        /// The disk.
+        disk: PathBuf,
+        /// Why, when it did not parse.
+        #[source]
+        source: Option<serde_json::Error>,
+    },
+    /// The record names another disk.
+    #[error(
+        "{} names state disk {}, not {}: {} is not a record berm wrote: move it away, and the next boot binds state disk {} again as on its first use",
+        path.display(),
+        named.display(),
+        disk.display(),
+        path.display(),
+        disk.display()
+    )]
+    OtherDisk {
+        /// The record.
+        path: PathBuf,
+        /// The disk it names.
+        named: PathBuf,
+        /// The disk.
+        disk: PathBuf,
+    },
+    /// Workspaces on the disk belong to other folders of the same names.
+    #[error(
+        "state disk {} holds workspaces of other app folders with the same names:\n{lines}\na folder that reuses an app's name would read and rewrite that app's files, keyspaces, receipts and keys, so nothing was started: add --inherit-state if these folders are to take them over, or give them a disk of their own (--name OTHER, --state FILE or --no-state); the owners are recorded in {}",
+        disk.display(),
+        path.display()
+    )]
+    Taken {
+        /// The disk.
+        disk: PathBuf,
+        /// One line per workspace taken.
+        lines: String,
+        /// The record.
+        path: PathBuf,
+    },
+    /// The record could not be opened.
+    #[error(transparent)]
+    Open(#[from] OpenPrivateError),
+}
 
 /// The directory of the records, under the state directory.
 const OWNERS: &str = "owners";
@@ -42,48 +179,47 @@ const OWNERS: &str = "owners";
 /// The directory the default state disks and the records live in:
 /// `$XDG_DATA_HOME/berm/state`, else `~/.local/share/berm/state`, made mode 0700 and refused
 /// if another user owns it or could write in it.
-fn state_dir() -> anyhow::Result<PathBuf> {
-    let data = vm_life::env_dir("XDG_DATA_HOME")
-        .or_else(|| vm_life::env_dir("HOME").map(|home| home.join(".local/share")))
-        .context("neither XDG_DATA_HOME nor HOME is set: give --no-state, or set one (berm keeps the state disks there, and which app folder each workspace on a disk belongs to)")?;
+fn state_dir() -> Result<PathBuf, StateDirError> {
+    let data = env_dir("XDG_DATA_HOME")
+        .or_else(|| env_dir("HOME").map(|home| home.join(".local/share")))
+        .ok_or(StateDirError::NoHome)?;
     let dir = data.join("berm/state");
     fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
         .create(&dir)
-        .with_context(|| format!("creating {}", dir.display()))?;
-    let meta = fs::symlink_metadata(&dir).with_context(|| format!("reading {}", dir.display()))?;
+        .map_err(io("creating", &dir))?;
+    let meta = fs::symlink_metadata(&dir).map_err(io("reading", &dir))?;
     let user = crate::sys::euid();
     if !meta.is_dir() || meta.uid() != user || meta.mode() & 0o022 != 0 {
-        bail!(
-            "{} is not a directory of this user's that only this user can write (owner uid {}, mode {:o}); berm keeps state disks and their owners there: chmod go-w it, or move it away",
-            dir.display(),
-            meta.uid(),
-            meta.mode() & 0o7777
-        );
+        return Err(StateDirError::NotPrivate {
+            dir,
+            uid: meta.uid(),
+            mode: meta.mode() & 0o7777,
+        });
     }
     Ok(dir)
 }
 
 /// The default state disk of VM `name`: `<state dir>/<name>.img`.
-pub fn default_disk(name: &str) -> anyhow::Result<PathBuf> {
+pub fn default_disk(name: &str) -> Result<PathBuf, StateDirError> {
     Ok(state_dir()?.join(format!("{name}.img")))
 }
 
 /// The records' directory, made mode 0700 and refused unless private to the user.
-fn owners_dir() -> anyhow::Result<PathBuf> {
+fn owners_dir() -> Result<PathBuf, StateDirError> {
     let dir = state_dir()?.join(OWNERS);
     match fs::DirBuilder::new().mode(0o700).create(&dir) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-        Err(e) => return Err(e).with_context(|| format!("creating {}", dir.display())),
+        Err(e) => return Err(io("creating", &dir)(e).into()),
     }
-    let meta = fs::symlink_metadata(&dir).with_context(|| format!("reading {}", dir.display()))?;
+    let meta = fs::symlink_metadata(&dir).map_err(io("reading", &dir))?;
     if let Err(why) = berm_vm_protocol::private_dir::check(&meta, crate::sys::euid()) {
-        bail!(
-            "{} {why}: berm keeps there which app folder each workspace on a state disk belongs to, so only this user may reach it (chmod 700 it if it is yours, else move it away)",
-            dir.display()
-        );
+        return Err(StateDirError::OwnersNotPrivate {
+            dir,
+            why: why.to_string(),
+        });
     }
     Ok(dir)
 }
@@ -139,26 +275,27 @@ struct Record {
 
 /// The disk's canonical path: the file's own when it exists, else its directory's with its
 /// name (berm-vmm creates it there).
-fn canonical_disk(disk: &Path) -> anyhow::Result<PathBuf> {
+fn canonical_disk(disk: &Path) -> Result<PathBuf, BindError> {
     match fs::canonicalize(disk) {
         Ok(path) => Ok(path),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             let name = disk
                 .file_name()
-                .with_context(|| format!("state disk {} names no file", disk.display()))?;
+                .ok_or_else(|| BindError::NoFileName(disk.to_owned()))?;
             let parent = disk
                 .parent()
                 .filter(|p| !p.as_os_str().is_empty())
                 .unwrap_or(Path::new("."));
-            let parent = fs::canonicalize(parent).with_context(|| {
-                format!(
-                    "the directory of state disk {} does not exist",
-                    disk.display()
-                )
+            let parent = fs::canonicalize(parent).map_err(|source| BindError::NoDirectory {
+                disk: disk.to_owned(),
+                source,
             })?;
             Ok(parent.join(name))
         }
-        Err(e) => Err(e).with_context(|| format!("reading state disk {}", disk.display())),
+        Err(source) => Err(BindError::ReadDisk {
+            disk: disk.to_owned(),
+            source,
+        }),
     }
 }
 
@@ -182,43 +319,42 @@ fn record_path(owners: &Path, disk: &Path) -> PathBuf {
 
 impl Record {
     /// Reads the record at `path`; `None` when there is none.
-    fn read(path: &Path, disk: &Path) -> anyhow::Result<Option<Self>> {
+    fn read(path: &Path, disk: &Path) -> Result<Option<Self>, BindError> {
         let meta = match fs::symlink_metadata(path) {
             Ok(meta) => meta,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+            Err(e) => return Err(io("reading", path)(e).into()),
         };
-        let not_berms = || {
-            format!(
-                "{} is not a record berm wrote: move it away, and the next boot binds state disk {} again as on its first use",
-                path.display(),
-                disk.display()
-            )
+        let not_berms = |source| BindError::NotARecord {
+            path: path.to_owned(),
+            disk: disk.to_owned(),
+            source,
         };
         if !meta.is_file() {
-            bail!(not_berms());
+            return Err(not_berms(None));
         }
-        let bytes = fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-        let record: Self = serde_json::from_slice(&bytes).with_context(not_berms)?;
+        let bytes = fs::read(path).map_err(io("reading", path))?;
+        let record: Self = serde_json::from_slice(&bytes).map_err(|e| not_berms(Some(e)))?;
         if record.disk != disk {
-            bail!(
-                "{} names state disk {}, not {}: {}",
-                path.display(),
-                record.disk.display(),
-                disk.display(),
-                not_berms()
-            );
+            return Err(BindError::OtherDisk {
+                path: path.to_owned(),
+                named: record.disk,
+                disk: disk.to_owned(),
+            });
         }
         Ok(Some(record))
     }
 
     /// Writes it to `path` (mode 0600, through a rename).
-    fn write(&self, path: &Path) -> anyhow::Result<()> {
+    fn write(&self, path: &Path) -> Result<(), BindError> {
         let partial = path.with_extension("json.partial");
-        let mut file = vm_life::private_file(&partial, true)?;
-        file.write_all(&serde_json::to_vec_pretty(self)?)
-            .with_context(|| format!("writing {}", partial.display()))?;
-        fs::rename(&partial, path).with_context(|| format!("writing {}", path.display()))
+        let mut file = private_file(&partial, true)?;
+        serde_json::to_vec_pretty(self)
+            .map_err(std::io::Error::from)
+            .and_then(|bytes| file.write_all(&bytes))
+            .map_err(io("writing", &partial))?;
+        fs::rename(&partial, path).map_err(io("writing", path))?;
+        Ok(())
     }
 }
 
@@ -262,7 +398,7 @@ fn last_run_on(vm_dir: &Path, disk: &Path) -> Vec<(String, PathBuf)> {
 /// folders: a workspace bound to another folder of the same name refuses the boot (nothing
 /// is written) unless `--inherit-state`, which rebinds it and says so; a workspace not yet
 /// bound is bound to the folder now booting.
-pub fn bind(binding: &Binding) -> anyhow::Result<()> {
+pub fn bind(binding: &Binding) -> Result<(), BindError> {
     let who = binding.who;
     let disk = canonical_disk(binding.disk)?;
     let path = record_path(&owners_dir()?, &disk);
@@ -272,7 +408,7 @@ pub fn bind(binding: &Binding) -> anyhow::Result<()> {
         true => Record::read(&path, &disk)?,
         false => None,
     };
-    let now = vm_life::now_unix();
+    let now = now_unix();
     let owner = |dir: &Path, how| Owner {
         dir: dir.to_owned(),
         since_unix: now,
@@ -316,12 +452,11 @@ pub fn bind(binding: &Binding) -> anyhow::Result<()> {
         })
         .collect();
     if !taken.is_empty() && !binding.inherit {
-        bail!(
-            "state disk {} holds workspaces of other app folders with the same names:\n{}\na folder that reuses an app's name would read and rewrite that app's files, keyspaces, receipts and keys, so nothing was started: add --inherit-state if these folders are to take them over, or give them a disk of their own (--name OTHER, --state FILE or --no-state); the owners are recorded in {}",
-            disk.display(),
-            lines.join("\n"),
-            path.display()
-        );
+        return Err(BindError::Taken {
+            disk,
+            lines: lines.join("\n"),
+            path,
+        });
     }
     for &(name, dir, _) in &taken {
         record
