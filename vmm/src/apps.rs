@@ -28,7 +28,7 @@ const IMAGE_EPOCH: &str = "1767225600";
 
 /// Why an app folder was refused.
 #[derive(Debug, thiserror::Error)]
-pub enum AppError {
+pub enum PrepareAppError {
     /// berm.toml or a program file is wrong.
     #[error("app folder {path}: {source}")]
     Folder {
@@ -103,7 +103,7 @@ pub struct Image {
 
 impl Image {
     /// Measures the image at `path`.
-    fn measure(path: PathBuf) -> Result<Image, AppError> {
+    fn measure(path: PathBuf) -> Result<Image, PrepareAppError> {
         let bytes = std::fs::read(&path).map_err(read_error(&path))?;
         Ok(Image {
             path,
@@ -144,14 +144,14 @@ pub fn prepare(
     run_dir: &Path,
     arch: berm::GuestArch,
     cache: &CodeCache,
-) -> Result<Vec<App>, AppError> {
+) -> Result<Vec<App>, PrepareAppError> {
     if folders.len() > 64 {
-        return Err(AppError::TooMany(folders.len()));
+        return Err(PrepareAppError::TooMany(folders.len()));
     }
     let mut names = HashSet::new();
     let mut apps = Vec::new();
     for (index, path) in folders.iter().enumerate() {
-        let mut app = berm_app::load(path).map_err(|source| AppError::Folder {
+        let mut app = berm_app::load(path).map_err(|source| PrepareAppError::Folder {
             path: path.clone(),
             source,
         })?;
@@ -161,28 +161,28 @@ pub fn prepare(
             .map(|(program, image)| (program.name.clone(), image.reference.clone()));
         if let Some((program, reference)) = first_image {
             let Some(store) = programs else {
-                return Err(AppError::NoProgramStore {
+                return Err(PrepareAppError::NoProgramStore {
                     app: app.name.clone(),
                     program,
                     reference,
                 });
             };
             app.resolve_images(&berm_app::ProgramStore::new(store))
-                .map_err(|source| AppError::Folder {
+                .map_err(|source| PrepareAppError::Folder {
                     path: path.clone(),
                     source,
                 })?;
         }
         if !names.insert(app.name.clone()) {
-            return Err(AppError::DuplicateName(app.name));
+            return Err(PrepareAppError::DuplicateName(app.name));
         }
         apps.push(pack(index, path, &app, run_dir, arch, cache)?);
     }
     Ok(apps)
 }
 
-fn read_error(path: &Path) -> impl FnOnce(std::io::Error) -> AppError + '_ {
-    move |source| AppError::Read {
+fn read_error(path: &Path) -> impl FnOnce(std::io::Error) -> PrepareAppError + '_ {
+    move |source| PrepareAppError::Read {
         path: path.to_owned(),
         source,
     }
@@ -195,11 +195,12 @@ fn pack(
     run_dir: &Path,
     arch: berm::GuestArch,
     cache: &CodeCache,
-) -> Result<App, AppError> {
-    let (digest, files) = berm_attest::folder_digest(&app.dir).map_err(|e| AppError::Read {
-        path: e.path,
-        source: e.source,
-    })?;
+) -> Result<App, PrepareAppError> {
+    let (digest, files) =
+        berm_attest::folder_digest(&app.dir).map_err(|e| PrepareAppError::Read {
+            path: e.path,
+            source: e.source,
+        })?;
 
     let stage = run_dir.join(format!("app-{index}.stage"));
     if stage.exists() {
@@ -225,7 +226,7 @@ fn pack(
     let mut programs = Vec::new();
     let mut code = Vec::new();
     for program in &app.programs {
-        let bytes = program.read().map_err(|source| AppError::Folder {
+        let bytes = program.read().map_err(|source| PrepareAppError::Folder {
             path: path.to_owned(),
             source,
         })?;
@@ -242,7 +243,7 @@ fn pack(
         });
         let compiled = cache
             .precompiled(&bytes, arch)
-            .map_err(|source| AppError::Code {
+            .map_err(|source| PrepareAppError::Code {
                 app: app.name.clone(),
                 program: program.name.clone(),
                 source,
@@ -278,14 +279,14 @@ fn pack(
         .arg(&stage)
         .env_remove("SOURCE_DATE_EPOCH")
         .output()
-        .map_err(|e| AppError::Image {
+        .map_err(|e| PrepareAppError::Image {
             app: app.name.clone(),
             message: format!("running mkfs.erofs: {e} (install erofs-utils)"),
         })?;
     let _ = std::fs::remove_dir_all(&stage);
     if !output.status.success() {
         let _ = std::fs::remove_file(&image);
-        return Err(AppError::Image {
+        return Err(PrepareAppError::Image {
             app: app.name.clone(),
             message: String::from_utf8_lossy(&output.stderr).trim().to_owned(),
         });
@@ -314,7 +315,7 @@ fn pack(
 }
 
 /// Copies the folder's directories, regular files and links (as links) into `to`.
-fn copy_tree(from: &Path, to: &Path) -> Result<(), AppError> {
+fn copy_tree(from: &Path, to: &Path) -> Result<(), PrepareAppError> {
     std::fs::create_dir_all(to).map_err(read_error(to))?;
     for entry in std::fs::read_dir(from).map_err(read_error(from))? {
         let entry = entry.map_err(read_error(from))?;
@@ -334,7 +335,7 @@ fn copy_tree(from: &Path, to: &Path) -> Result<(), AppError> {
 }
 
 /// Directories 0755 and files 0644: the image is owned by root, and the app's uid reads it.
-fn make_readable(dir: &Path) -> Result<(), AppError> {
+fn make_readable(dir: &Path) -> Result<(), PrepareAppError> {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))
         .map_err(read_error(dir))?;
@@ -352,7 +353,7 @@ fn make_readable(dir: &Path) -> Result<(), AppError> {
 }
 
 /// Packs the test-only enforcement probe binary into its own image (serial `probe`).
-pub fn pack_probe(binary: &Path, run_dir: &Path) -> Result<Image, AppError> {
+pub fn pack_probe(binary: &Path, run_dir: &Path) -> Result<Image, PrepareAppError> {
     use std::os::unix::fs::PermissionsExt;
     let stage = run_dir.join("probe.stage");
     let _ = std::fs::remove_dir_all(&stage);
@@ -372,13 +373,13 @@ pub fn pack_probe(binary: &Path, run_dir: &Path) -> Result<Image, AppError> {
         .arg(&stage)
         .env_remove("SOURCE_DATE_EPOCH")
         .output()
-        .map_err(|e| AppError::Image {
+        .map_err(|e| PrepareAppError::Image {
             app: "probe".into(),
             message: format!("running mkfs.erofs: {e} (install erofs-utils)"),
         })?;
     let _ = std::fs::remove_dir_all(&stage);
     if !output.status.success() {
-        return Err(AppError::Image {
+        return Err(PrepareAppError::Image {
             app: "probe".into(),
             message: String::from_utf8_lossy(&output.stderr).trim().to_owned(),
         });

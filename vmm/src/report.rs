@@ -42,7 +42,7 @@ pub fn recording_to() -> Option<PathBuf> {
 /// Why the run record could not be started.
 #[derive(Debug, thiserror::Error)]
 #[error("writing the run record {path} failed")]
-pub struct RecordError {
+pub struct StartRecordError {
     /// `<run-dir>/vmm.jsonl`.
     pub path: PathBuf,
     /// The I/O error.
@@ -52,9 +52,9 @@ pub struct RecordError {
 
 /// Starts `<run_dir>/vmm.jsonl` (truncated, mode 0600) with every line written so far; every
 /// later line is appended as it is written.
-pub fn record_to(run_dir: &Path) -> Result<(), RecordError> {
+pub fn record_to(run_dir: &Path) -> Result<(), StartRecordError> {
     let path = run_dir.join(RECORD_FILE);
-    let fail = |source| RecordError {
+    let fail = |source| StartRecordError {
         path: path.clone(),
         source,
     };

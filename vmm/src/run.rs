@@ -20,7 +20,7 @@ use berm_vm_protocol::host_event::{
     EgressEndpoint, EndpointsLine, HypervisorChoice, RpcEndpoint, RunDirCleanupLine, VmConfigLine,
 };
 
-use crate::apps::{self, AppError};
+use crate::apps::{self, PrepareAppError};
 use crate::artifacts::{self, ArtifactError};
 use crate::code::{CodeCache, CodeCacheError};
 pub use crate::config::VmConfig;
@@ -37,7 +37,7 @@ use crate::run_dir::{RunDir, RunDirError};
 use crate::sandbox::{self, SandboxError};
 use crate::settings::{self, GuestSetting, SettingError};
 use crate::spec::{self, VmSpec};
-use crate::state::{self, StateError};
+use crate::state::{self, PrepareStateError};
 
 /// Watching a booted VM to its end and deciding the verdict.
 mod supervise;
@@ -60,7 +60,7 @@ const NO_HOST_SANDBOX: &str = if cfg!(target_os = "macos") {
 
 /// Why `run` stopped before or while booting.
 #[derive(Debug, thiserror::Error)]
-pub enum RunError {
+pub enum RunVmError {
     /// A compiled-in manifest is broken.
     #[error("the pins compiled into berm-vmm are unusable")]
     Pins(#[from] ParsePinsError),
@@ -72,7 +72,7 @@ pub enum RunError {
     Setting(#[from] SettingError),
     /// An app folder was refused.
     #[error(transparent)]
-    App(#[from] AppError),
+    App(#[from] PrepareAppError),
     /// The code cache is missing or not the user's alone.
     #[error(transparent)]
     CodeCache(#[from] CodeCacheError),
@@ -81,10 +81,10 @@ pub enum RunError {
     RunDir(#[from] RunDirError),
     /// The state disk could not be prepared.
     #[error(transparent)]
-    State(#[from] StateError),
+    State(#[from] PrepareStateError),
     /// The run record (`vmm.jsonl`) could not be started.
     #[error(transparent)]
-    Record(#[from] report::RecordError),
+    Record(#[from] report::StartRecordError),
     /// No usable hypervisor.
     #[error(transparent)]
     Detect(#[from] DetectError),
@@ -120,7 +120,7 @@ pub enum RunError {
     ProbeApp(u32),
 }
 
-impl RunError {
+impl RunVmError {
     /// The documented exit status for this error.
     pub fn status(&self) -> ExitStatus {
         match self {
@@ -151,7 +151,7 @@ impl RunError {
 /// Runs one VM to its end: a straight sequence of steps, each of which may refuse. Nothing
 /// that starts a hypervisor happens before the artifacts are checked against the pins and
 /// everything the guest will see is validated and written down.
-pub fn run(config: &VmConfig) -> Result<Outcome, RunError> {
+pub fn run(config: &VmConfig) -> Result<Outcome, RunVmError> {
     check_bounds(config)?;
     let artifacts = Artifacts::check(config)?;
     // Where the apps' native code will come from, before anything else about them: a cache
@@ -213,12 +213,12 @@ pub fn run(config: &VmConfig) -> Result<Outcome, RunError> {
 }
 
 /// Refuses vCPU and memory counts the guest kernel cannot take.
-fn check_bounds(config: &VmConfig) -> Result<(), RunError> {
+fn check_bounds(config: &VmConfig) -> Result<(), RunVmError> {
     if !(1..=16).contains(&config.cpus) {
-        return Err(RunError::Cpus(config.cpus));
+        return Err(RunVmError::Cpus(config.cpus));
     }
     match config.memory_mib {
-        Some(mib) if !MEMORY_MIB.contains(&mib) => Err(RunError::Memory(mib)),
+        Some(mib) if !MEMORY_MIB.contains(&mib) => Err(RunVmError::Memory(mib)),
         _ => Ok(()),
     }
 }
@@ -268,7 +268,7 @@ struct Artifacts {
 }
 
 impl Artifacts {
-    fn check(config: &VmConfig) -> Result<Self, RunError> {
+    fn check(config: &VmConfig) -> Result<Self, RunVmError> {
         let kernel_pins = KernelPins::compiled_in_for(config.arch.name())?;
         let rootfs_pins = RootfsPins::compiled_in_for(config.arch.name())?;
         let store = ArtifactStore::from_env();
@@ -296,14 +296,14 @@ impl Artifacts {
 }
 
 /// The user's `--env` settings, checked, and the probe's app index.
-fn user_settings(config: &VmConfig) -> Result<Vec<GuestSetting>, RunError> {
+fn user_settings(config: &VmConfig) -> Result<Vec<GuestSetting>, RunVmError> {
     let user_settings = config
         .env
         .iter()
         .map(|arg| GuestSetting::parse_user(arg))
         .collect::<Result<_, _>>()?;
     if config.test_probe.is_some() && config.test_probe_app as usize >= config.apps.len() {
-        return Err(RunError::ProbeApp(config.test_probe_app));
+        return Err(RunVmError::ProbeApp(config.test_probe_app));
     }
     Ok(user_settings)
 }
@@ -323,7 +323,7 @@ impl GuestSettings {
         artifacts: &Artifacts,
         detection: &Detection,
         choice: &Choice,
-    ) -> Result<Self, RunError> {
+    ) -> Result<Self, RunVmError> {
         let mut settings = vec![GuestSetting::new("BERM_HYPERVISOR", choice.backend.name())?];
         if !config.apps.is_empty() {
             settings.push(GuestSetting::new(
@@ -385,7 +385,7 @@ struct Prepared {
 }
 
 impl Prepared {
-    fn new(config: &VmConfig, code_cache: Option<&CodeCache>) -> Result<Self, RunError> {
+    fn new(config: &VmConfig, code_cache: Option<&CodeCache>) -> Result<Self, RunVmError> {
         let run = match &config.run_dir {
             Some(dir) => RunDir::prepare(dir, config.apps.len())?,
             None => RunDir::create(config.apps.len())?,
@@ -422,7 +422,7 @@ impl Prepared {
         config: &VmConfig,
         run: &RunDir,
         code_cache: Option<&CodeCache>,
-    ) -> Result<Filled, RunError> {
+    ) -> Result<Filled, RunVmError> {
         report::record_to(&run.dir)?;
         let state = config.state.as_deref().map(state::prepare).transpose()?;
         let apps = match code_cache {
@@ -586,7 +586,7 @@ fn boot(
     choice: &Choice,
     detection: &Detection,
     prepared: &Prepared,
-) -> Result<Booted, RunError> {
+) -> Result<Booted, RunVmError> {
     let run = &prepared.run;
     // What the host sandbox grants: the artifacts and shares to read, the run dir and the
     // state disk to write; the libkrun child also gets /dev/kvm.
@@ -607,14 +607,14 @@ fn boot(
             .and_then(|pid| pid.trim().parse::<u32>().ok())
     });
     let started = Instant::now();
-    let output = HypervisorOutput::new().map_err(RunError::HypervisorOutput)?;
+    let output = HypervisorOutput::new().map_err(RunVmError::HypervisorOutput)?;
     // What the children's connects by pathname are measured against; removed once they all
     // started, while berm-vmm may still remove a file outside its run dir.
     let outside = config
         .host_sandbox
         .then(|| OutsideSocket::bind(&run.dir))
         .transpose()
-        .map_err(RunError::OutsideSocket)?;
+        .map_err(RunVmError::OutsideSocket)?;
     let sandboxed = Sandboxed {
         policy: &policy,
         outside: outside.as_ref(),
@@ -695,7 +695,7 @@ fn start_krun(
     output: &HypervisorOutput,
     sandboxed: &Sandboxed<'_>,
     run_dir: &Path,
-) -> Result<Started, RunError> {
+) -> Result<Started, RunVmError> {
     let krun_config = KrunConfig {
         vm: spec.clone(),
         host_sandbox: config.host_sandbox.then(|| sandbox::SandboxGrants {
@@ -719,7 +719,7 @@ fn start_qemu(
     run: &RunDir,
     sandboxed: &Sandboxed<'_>,
     output: &HypervisorOutput,
-) -> Result<Started, RunError> {
+) -> Result<Started, RunVmError> {
     // Cannot be None: choose() returned Qemu only with both programs present.
     let (Some(qemu), Some(vhost)) = (
         detection.qemu_for(config.arch),

@@ -24,7 +24,7 @@ const CHUNK: u64 = 1 << 20;
 
 /// Why the state disk could not be prepared.
 #[derive(Debug, thiserror::Error)]
-pub enum StateError {
+pub enum PrepareStateError {
     /// Creating or reading it failed.
     #[error("state disk {path}")]
     Io {
@@ -91,8 +91,8 @@ pub const MAX_RESTORE: u64 = 1 << 30;
 
 /// What to do about the file's size, decided from the superblock before the file is touched:
 /// `Ok(bytes)` of zero tail to restore (0 when the sizes agree), or the refusal.
-pub fn check_superblock(path: &Path, claimed: u64, size: u64) -> Result<u64, StateError> {
-    let bad = || StateError::BadSuperblock {
+pub fn check_superblock(path: &Path, claimed: u64, size: u64) -> Result<u64, PrepareStateError> {
+    let bad = || PrepareStateError::BadSuperblock {
         path: path.to_owned(),
         claimed,
         size,
@@ -109,8 +109,8 @@ pub fn check_superblock(path: &Path, claimed: u64, size: u64) -> Result<u64, Sta
 }
 
 /// Creates and formats `path` if missing or blank, restores a truncated tail, then digests it.
-pub fn prepare(path: &Path) -> Result<StateDisk, StateError> {
-    let io = |source| StateError::Io {
+pub fn prepare(path: &Path) -> Result<StateDisk, PrepareStateError> {
+    let io = |source| PrepareStateError::Io {
         path: path.to_owned(),
         source,
     };
@@ -121,7 +121,7 @@ pub fn prepare(path: &Path) -> Result<StateDisk, StateError> {
     }
     let size = std::fs::metadata(path).map_err(io)?.len();
     if size > MAX_SIZE {
-        return Err(StateError::TooLarge {
+        return Err(PrepareStateError::TooLarge {
             path: path.to_owned(),
             size,
         });
@@ -145,7 +145,7 @@ pub fn prepare(path: &Path) -> Result<StateDisk, StateError> {
         }
         None if head.iter().all(|&b| b == 0) => {
             if size < MIN_SIZE {
-                return Err(StateError::TooSmall {
+                return Err(PrepareStateError::TooSmall {
                     path: path.to_owned(),
                     size,
                 });
@@ -153,7 +153,7 @@ pub fn prepare(path: &Path) -> Result<StateDisk, StateError> {
             format(path, created)?;
             formatted = true;
         }
-        None => return Err(StateError::Foreign(path.to_owned())),
+        None => return Err(PrepareStateError::Foreign(path.to_owned())),
     }
     let (size_bytes, chunked_sha256, hashed_bytes, hash_ms) = digest(path)?;
     Ok(StateDisk {
@@ -170,8 +170,8 @@ pub fn prepare(path: &Path) -> Result<StateDisk, StateError> {
 
 /// sha256 over per-MiB chunk hashes, reading only chunks with data: (size, digest, bytes
 /// read, milliseconds).
-fn digest(path: &Path) -> Result<(u64, String, u64, u64), StateError> {
-    let io = |source| StateError::Io {
+fn digest(path: &Path) -> Result<(u64, String, u64, u64), PrepareStateError> {
+    let io = |source| PrepareStateError::Io {
         path: path.to_owned(),
         source,
     };
@@ -206,12 +206,12 @@ fn digest(path: &Path) -> Result<(u64, String, u64, u64), StateError> {
 }
 
 /// mkfs.ext4 with discards off (libkrun's discard handling is what truncates disks).
-fn format(path: &Path, created: bool) -> Result<(), StateError> {
+fn format(path: &Path, created: bool) -> Result<(), PrepareStateError> {
     let fail = |message: String| {
         if created {
             let _ = std::fs::remove_file(path);
         }
-        StateError::Format {
+        PrepareStateError::Format {
             path: path.to_owned(),
             message,
         }
@@ -315,7 +315,10 @@ mod tests {
             let started = std::time::Instant::now();
             let err = prepare(&disk).unwrap_err();
             berm_fixtures::assert_within(started, std::time::Duration::from_secs(1));
-            assert!(matches!(err, StateError::BadSuperblock { .. }), "{err}");
+            assert!(
+                matches!(err, PrepareStateError::BadSuperblock { .. }),
+                "{err}"
+            );
             assert!(err.to_string().contains("left as it is"), "{err}");
             assert_eq!(std::fs::metadata(&disk).unwrap().len(), size);
             assert_eq!(std::fs::read(&disk).unwrap(), bytes);
