@@ -27,6 +27,8 @@ use crate::mcp::McpServer;
 use crate::service::Service;
 pub use crate::session_threads::SessionThreads;
 
+mod call_line;
+
 /// Largest JSON-RPC message bermd reads by default: the largest arguments a
 /// call accepts, with room for the envelope.
 pub const DEFAULT_MAX_FRAME_BYTES: usize = 4 << 20;
@@ -405,6 +407,10 @@ where
         if line.iter().all(u8::is_ascii_whitespace) {
             return Judgement::Skip;
         }
+        // The message a session sends most, read straight into rmcp's types.
+        if let Some(message) = call_line::read(line) {
+            return self.admit(message);
+        }
         let error = match serde_json::from_slice::<RxJsonRpcMessage<RoleServer>>(line) {
             Ok(message) => return self.admit(message),
             Err(error) => error,
@@ -600,14 +606,28 @@ where
                 }
             }
         }
-        // Serialized here rather than in the future, so the spawned send
-        // only writes.
-        let line = serde_json::to_vec(&item).map(|mut line| {
-            line.push(b'\n');
-            line
-        });
+        // Serialized and, when the socket takes it at once, written here rather than in the
+        // future: rmcp runs the future as a task of its own, which would put the answer out
+        // only after rmcp's loop and that task had each had their turn.
+        let started = match serde_json::to_vec(&item) {
+            Ok(mut line) => {
+                line.push(b'\n');
+                start_line(&self.write, line)
+            }
+            Err(e) => Started::Done(Err(std::io::Error::other(e))),
+        };
         let write = self.write.clone();
-        async move { write_line(&write, &line.map_err(std::io::Error::other)?).await }
+        async move {
+            match started {
+                Started::Done(written) => written,
+                Started::Part {
+                    mut writer,
+                    line,
+                    written,
+                } => finish_line(&mut writer, &line[written..]).await,
+                Started::Waiting(line) => write_line(&write, &line).await,
+            }
+        }
     }
 
     async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleServer>> {
@@ -663,6 +683,68 @@ where
         }
         Ok(())
     }
+}
+
+/// How far [`start_line`] got with a line.
+enum Started<W> {
+    /// All of it was written and flushed, or writing it failed.
+    Done(std::io::Result<()>),
+    /// The socket took `written` bytes of it and then would block: the rest is written
+    /// under the writer's lock, which is held until then so no other line cuts in.
+    Part {
+        writer: tokio::sync::OwnedMutexGuard<Option<W>>,
+        line: Vec<u8>,
+        written: usize,
+    },
+    /// Another line is being written, or waits to be: this one queues behind it.
+    Waiting(Vec<u8>),
+}
+
+/// Writes as much of `line` as the socket takes now, without waiting: the answer to a
+/// request leaves while its handler's task is still on the thread. Lines keep their order,
+/// because the lock is taken only when no line holds it or waits for it.
+fn start_line<W: AsyncWrite + Unpin>(writer: &Arc<Mutex<Option<W>>>, line: Vec<u8>) -> Started<W> {
+    use std::task::{Context, Poll, Waker};
+    let Ok(mut guard) = writer.clone().try_lock_owned() else {
+        return Started::Waiting(line);
+    };
+    let Some(stream) = guard.as_mut() else {
+        return Started::Done(Err(std::io::ErrorKind::NotConnected.into()));
+    };
+    // Nothing waits on this context: whatever would block is finished by `finish_line`,
+    // whose polls register the real waker.
+    let mut cx = Context::from_waker(Waker::noop());
+    let mut written = 0;
+    while written < line.len() {
+        match std::pin::Pin::new(&mut *stream).poll_write(&mut cx, &line[written..]) {
+            Poll::Ready(Ok(0)) => return Started::Done(Err(std::io::ErrorKind::WriteZero.into())),
+            Poll::Ready(Ok(n)) => written += n,
+            Poll::Ready(Err(e)) => return Started::Done(Err(e)),
+            Poll::Pending => break,
+        }
+    }
+    if written == line.len()
+        && let Poll::Ready(flushed) = std::pin::Pin::new(&mut *stream).poll_flush(&mut cx)
+    {
+        return Started::Done(flushed);
+    }
+    Started::Part {
+        writer: guard,
+        line,
+        written,
+    }
+}
+
+/// Writes the rest of a line [`start_line`] began (possibly nothing but the flush).
+async fn finish_line<W: AsyncWrite + Unpin>(
+    writer: &mut tokio::sync::OwnedMutexGuard<Option<W>>,
+    rest: &[u8],
+) -> std::io::Result<()> {
+    let Some(stream) = writer.as_mut() else {
+        return Err(std::io::ErrorKind::NotConnected.into());
+    };
+    stream.write_all(rest).await?;
+    stream.flush().await
 }
 
 /// Writes one whole line, unless the session has closed its writer.

@@ -181,6 +181,20 @@ impl McpClient {
         }
     }
 
+    /// Writes `line` (a whole request, newline included) and reads one line back: the same
+    /// client work as the floor's, with no JSON built or parsed. The caller reads the
+    /// answer from [`McpClient::last_line`] once its timing has stopped.
+    pub fn round_trip(&mut self, line: &[u8]) {
+        self.writer.write_all(line).expect("write");
+        self.line.clear();
+        self.reader.read_line(&mut self.line).expect("read");
+    }
+
+    /// The last line read.
+    pub fn last_line(&self) -> &str {
+        &self.line
+    }
+
     /// The served name of `program`'s `tool`, whatever separator bermd
     /// uses, from `tools/list`.
     pub fn tool_name(&mut self, program: &str, tool: &str) -> String {
