@@ -42,6 +42,7 @@ pub mod otel;
 pub mod param_headers;
 mod receipts;
 pub mod registry;
+pub mod resource_server;
 pub mod service;
 pub mod session_threads;
 pub mod store;
