@@ -8,6 +8,11 @@
 //     the consent grants what the client asked for, or only `grantOnly` while the test sets
 //     it (a user who narrows what an app may do).
 //
+//   - for the resources in `opaqueResources`, opaque access tokens instead, which a resource
+//     server checks by RFC 7662 introspection (as the confidential client `introspector`
+//     names, { client_id, client_secret }), and which a confidential `machine` client gets by
+//     the client-credentials grant and revokes (RFC 7009) without a user.
+//
 // startIssuer() returns { url, state: { grantOnly }, close }.
 
 import { createRequire } from "node:module";
@@ -22,7 +27,7 @@ export const BERM_SCOPES = [
   "berm:read", "berm:call", "berm:call:echo", "berm:call:notes", "berm:call:echo_echo", "berm:call:notes_list",
 ];
 
-export async function startIssuer({ port, resources }) {
+export async function startIssuer({ port, resources, opaqueResources = [], introspector, machine }) {
   const { default: Provider } = await import(require.resolve("oidc-provider"));
   const jose = await import(require.resolve("jose"));
   const keys = [];
@@ -37,11 +42,23 @@ export async function startIssuer({ port, resources }) {
     // berm's scopes are the resource server's (getResourceServerInfo); listed here too, since
     // a client registering asks for them and oidc-provider admits only scopes it lists.
     scopes: ["openid", "offline_access", ...BERM_SCOPES],
+    ttl: { ClientCredentials: 300 },
     findAccount: (_ctx, id) => ({ accountId: id, claims: () => ({ sub: id }) }),
+    clients: [introspector, machine].filter(Boolean).map((client) => ({
+      ...client,
+      grant_types: client === machine ? ["client_credentials"] : [],
+      response_types: [],
+      redirect_uris: [],
+      token_endpoint_auth_method: "client_secret_basic",
+    })),
     pkce: { required: () => true },
     features: {
       devInteractions: { enabled: false },
       registration: { enabled: true },
+      // Only the resource server's own client may ask; a client revokes only its own tokens.
+      introspection: { enabled: true, allowedPolicy: (_ctx, client) => client.clientId === introspector?.client_id },
+      revocation: { enabled: true, allowedPolicy: (_ctx, client, token) => client.clientId === token.clientId },
+      clientCredentials: { enabled: true },
       resourceIndicators: {
         enabled: true,
         // A client that names no resource gets no token for bermd.
@@ -55,7 +72,7 @@ export async function startIssuer({ port, resources }) {
             scope: BERM_SCOPES.join(" "),
             audience: resource,
             accessTokenTTL: 300,
-            accessTokenFormat: "jwt",
+            accessTokenFormat: opaqueResources.includes(resource) ? "opaque" : "jwt",
             jwt: { sign: { alg: "ES256" } },
           };
         },
