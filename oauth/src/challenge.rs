@@ -19,14 +19,15 @@ pub fn metadata_url(resource: &str) -> Option<String> {
     Some(metadata.to_string())
 }
 
-/// RFC 9728's document for `config`, with `scopes` as `scopes_supported`.
+/// RFC 9728's document for `config`, with `scopes` as `scopes_supported`. It names no
+/// `resource_signing_alg_values_supported`: bermd signs no response, and RFC 9728 has the
+/// member omitted then rather than empty.
 pub fn metadata(config: &OAuthConfig, scopes: &[String]) -> serde_json::Value {
     serde_json::json!({
         "resource": config.resource,
         "authorization_servers": [config.issuer],
         "scopes_supported": scopes,
         "bearer_methods_supported": ["header"],
-        "resource_signing_alg_values_supported": [],
         "resource_name": "bermd",
         "resource_documentation": "https://github.com/berm-os/berm/blob/main/docs/service.md",
     })

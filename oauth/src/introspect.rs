@@ -1,31 +1,23 @@
 //! Opaque access tokens, through the issuer's RFC 7662 introspection endpoint: asked once per
-//! token and the answer held until the token expires or a minute passes, whichever is
-//! first. Held by the token's SHA-256, never the token.
+//! token and the answer held ([`crate::held`]) until the token expires or a minute passes,
+//! whichever is first.
 
-use std::collections::HashMap;
-use std::sync::Mutex;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::SystemTime;
 
 use base64::Engine as _;
-use sha2::Digest as _;
 
 use crate::fetch::Fetcher;
+use crate::held::{self, Held};
 use crate::keys::KeyRing;
 use crate::verify::{Claims, Principal, Refusal};
 use crate::{Introspection, OAuthConfig};
-
-/// The longest an introspection answer is trusted.
-const HOLD: Duration = Duration::from_secs(60);
-
-/// The most answers held; past it the oldest half is dropped.
-const MAX_HELD: usize = 10_000;
 
 pub(crate) struct Introspector {
     credentials: String,
     fetcher: Fetcher,
     issuer: String,
     resource: String,
-    held: Mutex<HashMap<[u8; 32], (Instant, Principal)>>,
+    held: Held,
 }
 
 impl Introspector {
@@ -43,20 +35,14 @@ impl Introspector {
             fetcher,
             issuer: config.issuer.clone(),
             resource: config.resource.clone(),
-            held: Mutex::new(HashMap::new()),
+            held: Held::default(),
         }
     }
 
     pub async fn introspect(&self, token: &str, ring: &KeyRing) -> Result<Principal, Refusal> {
-        let digest: [u8; 32] = sha2::Sha256::digest(token.as_bytes()).into();
-        if let Some((until, principal)) = self
-            .held
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&digest)
-            && Instant::now() < *until
-        {
-            return Ok(principal.clone());
+        let digest = held::digest(token);
+        if let Some(principal) = self.held.get(&digest) {
+            return Ok(principal);
         }
         if ring.metadata().is_none() {
             ring.refresh().await;
@@ -78,22 +64,7 @@ impl Introspector {
                 Refusal::Invalid("the issuer could not be asked about the token")
             })?;
         let (principal, expires) = self.judge(&answer)?;
-        let now = SystemTime::now()
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_secs();
-        let hold = expires.map_or(HOLD, |exp| {
-            Duration::from_secs(exp.saturating_sub(now)).min(HOLD)
-        });
-        let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
-        if held.len() >= MAX_HELD {
-            let now = Instant::now();
-            held.retain(|_, (until, _)| *until > now);
-            if held.len() >= MAX_HELD {
-                held.clear();
-            }
-        }
-        held.insert(digest, (Instant::now() + hold, principal.clone()));
+        self.held.hold(digest, expires, &principal);
         Ok(principal)
     }
 

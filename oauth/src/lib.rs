@@ -8,6 +8,9 @@
 //! ([`Principal`]) or why not ([`Refusal`]); bermd's HTTP layer decides what a refusal
 //! answers and what a principal may reach.
 //!
+//! A token checked once is held by its SHA-256 for up to a minute (never past its `exp`), so
+//! a client presenting the same token on every request pays one signature check a minute.
+//!
 //! Signatures are checked by `jsonwebtoken` (its pure-Rust backend): the most used JOSE
 //! crate in Rust, kept up, with JWK support and a per-call algorithm allow-list; `josekit`
 //! needs OpenSSL, which bermd's static musl builds do not link. Nothing here hand-writes a
@@ -15,6 +18,7 @@
 
 pub mod challenge;
 mod fetch;
+mod held;
 mod introspect;
 mod keys;
 pub mod scopes;

@@ -7,6 +7,7 @@ use jsonwebtoken::{Algorithm, Validation};
 use serde::Deserialize;
 
 use crate::fetch::Fetcher;
+use crate::held::{self, Held};
 use crate::introspect::Introspector;
 use crate::keys::KeyRing;
 use crate::{ConfigError, OAuthConfig, Scopes};
@@ -43,6 +44,9 @@ pub(crate) struct Claims {
     pub sub: Option<String>,
     pub client_id: Option<String>,
     pub azp: Option<String>,
+    /// When it expires (Unix seconds; a number, which some issuers write with a fraction):
+    /// how long its judgement may be held.
+    pub exp: Option<f64>,
     #[serde(default)]
     pub scope: Option<ScopeClaim>,
     /// Some issuers (Okta, Azure) put the scopes in `scp`.
@@ -80,6 +84,8 @@ pub struct ResourceServer {
     /// A validation per allowed algorithm, built once.
     validations: Vec<(Algorithm, Validation)>,
     introspector: Option<Introspector>,
+    /// JWTs already checked ([`crate::held`]).
+    held: Held,
 }
 
 impl std::fmt::Debug for ResourceServer {
@@ -119,6 +125,7 @@ impl ResourceServer {
             config,
             validations,
             introspector,
+            held: Held::default(),
         })
     }
 
@@ -158,7 +165,13 @@ impl ResourceServer {
         }
     }
 
+    /// A JWT's principal: the one held if it was checked less than [`held::HOLD`] ago and
+    /// has not expired since, else after every check.
     async fn verify_jwt(&self, token: &str) -> Result<Principal, Refusal> {
+        let digest = held::digest(token);
+        if let Some(principal) = self.held.get(&digest) {
+            return Ok(principal);
+        }
         let header = jsonwebtoken::decode_header(token)
             .map_err(|_| Refusal::Invalid("the token's JOSE header does not parse"))?;
         let Some((alg, validation)) = self.validations.iter().find(|(a, _)| *a == header.alg)
@@ -179,7 +192,13 @@ impl ResourceServer {
         let mut refusal = Refusal::Invalid("the token's signature does not verify");
         for key in keys {
             match jsonwebtoken::decode::<Claims>(token, &key.key, validation) {
-                Ok(data) => return Ok(data.claims.principal()),
+                Ok(data) => {
+                    // Whole seconds, down: held no longer than the token lives.
+                    let exp = data.claims.exp.map(|exp| exp.max(0.0) as u64);
+                    let principal = data.claims.principal();
+                    self.held.hold(digest, exp, &principal);
+                    return Ok(principal);
+                }
                 Err(e) => {
                     refusal = Refusal::Invalid(match e.kind() {
                         ErrorKind::ExpiredSignature => "the token has expired",
