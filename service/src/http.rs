@@ -94,6 +94,9 @@ pub struct HttpConfig {
     /// Access tokens from an OAuth issuer instead of the static token (`--oauth-issuer`);
     /// an empty `resource` stands for this listener's URL ([`HttpConfig::url`]).
     pub oauth: Option<berm_oauth::OAuthConfig>,
+    /// Whether the public server card lists the catalog's tools (`--server-card-tools`;
+    /// [`crate::server_card`]).
+    pub server_card_tools: bool,
 }
 
 impl HttpConfig {
@@ -440,6 +443,7 @@ pub fn router(
     let probes = health(service.clone(), declared);
     let service_for_metrics = service.clone();
     let service_for_headers = service.clone();
+    let service_for_card = service.clone();
     let allowed = config.hosts();
     let hosts = allowed.names();
     let origins: Vec<String> = hosts
@@ -484,6 +488,22 @@ pub fn router(
                 async move { cap.admit(request, next).await }
             },
         ));
+    // The server card, like the resource metadata, is discovery: served without a token.
+    let card = crate::server_card::router(
+        service_for_card,
+        crate::server_card::CardConfig {
+            url: match &oauth {
+                Some(gate) => gate.server().config().resource.clone(),
+                None => config.url(config.addr),
+            },
+            auth: match (&oauth, &config.token) {
+                (Some(_), _) => crate::server_card::CardAuth::OAuth,
+                (None, Some(_)) => crate::server_card::CardAuth::Bearer,
+                (None, None) => crate::server_card::CardAuth::None,
+            },
+            tools: config.server_card_tools,
+        },
+    );
     let router = match (config.token.clone(), &oauth) {
         (_, Some(gate)) => gate.layer(router).merge(gate.metadata_router()),
         (Some(token), None) => router.layer(axum::middleware::from_fn(
@@ -494,6 +514,7 @@ pub fn router(
         )),
         (None, None) => router,
     };
+    let router = router.merge(card);
     // The Host check first, on /metrics as on /mcp (where rmcp checks the same names again).
     let router = allowed.layer(router);
     // Merged after the layers above, which therefore do not apply to the probes.

@@ -301,6 +301,11 @@ fn tokens_are_checked_for_this_resource_and_refusals_run_nothing() {
         assert_eq!(doc["resource"], resource.as_str());
         assert_eq!(doc["authorization_servers"], json!([issuer.url]));
         assert_eq!(doc["bearer_methods_supported"], json!(["header"]));
+        // bermd signs no response: RFC 9728 has the member omitted, not empty.
+        assert!(
+            doc.get("resource_signing_alg_values_supported").is_none(),
+            "{doc}"
+        );
         let scopes = doc["scopes_supported"].as_array().unwrap();
         for scope in [
             "berm:read",
@@ -311,6 +316,17 @@ fn tokens_are_checked_for_this_resource_and_refusals_run_nothing() {
             assert!(scopes.contains(&json!(scope)), "{scope}: {doc}");
         }
     }
+
+    // The server card too, naming OAuth as the way in and no tool (they depend on the token).
+    let card = get(&addr, "/.well-known/mcp/server-card.json");
+    assert_eq!(card.status, 200, "{}", card.head);
+    let card: Value = serde_json::from_str(&card.body).unwrap();
+    assert_eq!(card["remotes"][0]["url"], resource.as_str());
+    assert_eq!(
+        card["remotes"][0]["authentication"],
+        json!({"required": true, "schemes": ["oauth2"]})
+    );
+    assert!(card.get("tools").is_none(), "{card}");
 
     // A token for echo alone: tools/list shows echo's tools only, and a call of one runs.
     let echo_only = key.sign("k1", &claims("openid berm:call:echo"));

@@ -101,6 +101,10 @@ struct Args {
         value_name = "S"
     )]
     oauth_leeway_s: u64,
+    /// List the catalog's tools (names, descriptions, input schemas) in the public MCP server
+    /// card at /.well-known/mcp/server-card.json; without it the card names no tool.
+    #[arg(long, requires = "http")]
+    server_card_tools: bool,
     /// A host name HTTP clients reach bermd by, on --http and --metrics alike
     /// (checked against `Host` and a browser's `Origin`, against DNS rebinding);
     /// required for a non-loopback --http. Repeat for several names.
@@ -572,6 +576,7 @@ fn start(args: Args, started: Instant) -> Result<(), (Exit, anyhow::Error)> {
             no_auth: args.no_auth,
             allowed_hosts: args.allowed_hosts.clone(),
             oauth,
+            server_card_tools: args.server_card_tools,
         }),
         metrics: args.metrics.map(|addr| MetricsConfig {
             addr,
