@@ -98,7 +98,11 @@ mod tests {
     #[test]
     fn an_expired_token_is_not_held() {
         let held = Held::default();
-        held.hold(digest("a.b.c"), Some(now().saturating_sub(1)), &principal("alice"));
+        held.hold(
+            digest("a.b.c"),
+            Some(now().saturating_sub(1)),
+            &principal("alice"),
+        );
         assert_eq!(held.get(&digest("a.b.c")), None);
     }
 

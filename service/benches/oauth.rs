@@ -122,7 +122,11 @@ fn serve_issuer(key: &Key) -> String {
 }
 
 /// A bermd serving echo over HTTP on a fresh home: the process, the home, its `/mcp` URL.
-fn bermd(extra: &[&str], port: u16, runtime: &tokio::runtime::Runtime) -> (Bermd, tempfile::TempDir) {
+fn bermd(
+    extra: &[&str],
+    port: u16,
+    runtime: &tokio::runtime::Runtime,
+) -> (Bermd, tempfile::TempDir) {
     let dir = tempfile::tempdir().expect("tempdir");
     let addr = format!("127.0.0.1:{port}");
     let mut args = vec!["--http", addr.as_str()];
@@ -267,7 +271,13 @@ fn main() {
         let clients: Vec<reqwest::Client> = lines.iter().map(|_| reqwest::Client::new()).collect();
         for (line, http) in lines.iter_mut().zip(&clients) {
             for _ in 0..WARMUP {
-                echo(http, &line.url, &(line.bearers)(line.calls), line.calls as u64).await;
+                echo(
+                    http,
+                    &line.url,
+                    &(line.bearers)(line.calls),
+                    line.calls as u64,
+                )
+                .await;
                 line.calls += 1;
             }
         }

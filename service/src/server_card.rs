@@ -22,7 +22,8 @@ pub const CARD_PATH: &str = "/.well-known/mcp/server-card.json";
 pub const CARD_PATH_BARE: &str = "/.well-known/mcp/server-card";
 
 /// The card's schema (SEP-2127).
-pub const CARD_SCHEMA: &str = "https://static.modelcontextprotocol.io/schemas/v1/server-card.schema.json";
+pub const CARD_SCHEMA: &str =
+    "https://static.modelcontextprotocol.io/schemas/v1/server-card.schema.json";
 
 /// bermd's name in reverse-DNS form, as the MCP Registry and the card spell a server's name.
 pub const SERVER_NAME: &str = "io.github.berm-os/bermd";

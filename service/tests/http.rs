@@ -667,9 +667,11 @@ fn the_server_card_is_public_and_lists_tools_only_when_told() {
     let tools = card["tools"].as_array().unwrap();
     assert!(
         !tools.is_empty()
-            && tools.iter().all(|t| t["name"].as_str().unwrap().starts_with("notes_")
-                && t["inputSchema"].is_object()
-                && t.get("_meta").is_none()),
+            && tools
+                .iter()
+                .all(|t| t["name"].as_str().unwrap().starts_with("notes_")
+                    && t["inputSchema"].is_object()
+                    && t.get("_meta").is_none()),
         "{card}"
     );
     let digest = common::block_on(bermd.control().get("notes"))
