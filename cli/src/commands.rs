@@ -16,6 +16,7 @@ pub mod mcp_lines;
 pub mod new;
 pub mod receipts;
 pub mod registry;
+pub mod registry_json;
 pub mod rm;
 pub mod secret;
 pub mod trust;

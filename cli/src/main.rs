@@ -93,6 +93,8 @@ enum Command {
     /// The receipts `bermd --receipts DIR` writes: `verify` them offline, or `show` them.
     #[command(subcommand)]
     Receipts(commands::receipts::Command),
+    /// Print bermd's server.json for the MCP Registry: a remote endpoint at --url and the image.
+    RegistryJson(commands::registry_json::Args),
     /// Print a shell completion script: `berm completions bash > ~/.local/share/bash-completion/completions/berm`.
     Completions(commands::completions::Args),
 }
@@ -137,6 +139,7 @@ fn main() -> ExitCode {
             Command::Doctor(args) => commands::doctor::run(&home, args).await,
             Command::Attest(args) => commands::attest::run(args),
             Command::Receipts(command) => commands::receipts::run(command),
+            Command::RegistryJson(args) => commands::registry_json::run(args),
             Command::Completions(args) => commands::completions::run::<Cli>(args),
         }
     });

@@ -92,6 +92,14 @@ pub struct Call {
     pub grants: Vec<String>,
     /// The program that made this call with `berm.call`; `None` for a call from outside.
     pub caller: Option<String>,
+    /// The subject (`sub`) of the OAuth access token the call came with (bermd
+    /// `--oauth-issuer`): who called. Absent without OAuth, and in receipts written before
+    /// the field existed, which read and verify as before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subject: Option<String>,
+    /// The OAuth client that access token was issued to (`client_id`, else `azp`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_id: Option<String>,
     /// sha256 of the arguments' canonical JSON ([`arguments_sha256`]).
     pub arguments_sha256: String,
     /// sha256 of the text the client got: the result, the program's failure message or the

@@ -33,6 +33,8 @@ fn call(n: u64) -> Call {
         omitted: 0,
         started: now_rfc3339(),
         duration_us: 12,
+        subject: None,
+        client_id: None,
     }
 }
 

@@ -134,6 +134,8 @@ pub struct CallExtras {
     pub trace_parent: Option<crate::otel::TraceParent>,
     /// The MCP method that asked for the call, for its span's name; `None` is `tools/call`.
     pub method: Option<&'static str>,
+    /// Who called, over HTTP with OAuth: recorded in the call's receipt.
+    pub principal: Option<Arc<berm_oauth::Principal>>,
 }
 
 /// The call path's own state: the call threads, the metrics, the receipts and the traces,
@@ -249,6 +251,7 @@ impl Calls {
             facts.clone(),
             berm_receipts::arguments_sha256(args),
             None,
+            extras.principal.clone(),
         );
         let trace = crate::trace::CallTrace::of(Some(pending.record()), span);
         let outcome = self.call_traced(target, args, log, extras, trace).await;

@@ -172,7 +172,8 @@ impl RunError {
                 | HttpError::NoAllowedHost { .. }
                 | HttpError::NoAuthRemote { .. }
                 | HttpError::InsecureTokenFile { .. }
-                | HttpError::WeakToken { .. },
+                | HttpError::WeakToken { .. }
+                | HttpError::OAuth(_),
             )
             | RunError::Listen(_)
             | RunError::NotAccepted(_)
@@ -291,6 +292,29 @@ pub async fn run(config: DaemonConfig) -> Result<(), RunError> {
     if let (Some(http_config), Some(auth)) = (&config.http, http_auth) {
         let listener = http::bind(&auth.config).await?;
         let local = listener.local_addr().unwrap_or(http_config.addr);
+        // The resource server once the listener's URL is known (the default resource).
+        let oauth = match &auth.config.oauth {
+            Some(oauth) => {
+                let oauth = auth.config.resolved_oauth(local, oauth.clone());
+                let server = std::sync::Arc::new(
+                    berm_oauth::ResourceServer::new(oauth).map_err(HttpError::OAuth)?,
+                );
+                // The keys are fetched in the background: an issuer that is slow or down
+                // delays no start, and the first token waits for this fetch, not another.
+                let warming = server.clone();
+                tokio::spawn(async move { warming.warm().await });
+                tracing::info!(
+                    issuer = %server.config().issuer,
+                    resource = %server.config().resource,
+                    "HTTP clients authenticate with access tokens from the OAuth issuer"
+                );
+                Some(crate::resource_server::OAuthGate::new(
+                    server,
+                    service.clone(),
+                ))
+            }
+            None => None,
+        };
         let router = http::router(
             service.clone(),
             &auth.config,
@@ -303,6 +327,7 @@ pub async fn run(config: DaemonConfig) -> Result<(), RunError> {
                     .map(|p| (p.name.clone(), p.sha256.clone()))
                     .collect(),
             ),
+            oauth,
         );
         let info = berm_control::home::HttpInfo {
             url: auth.config.url(local),
@@ -317,6 +342,7 @@ pub async fn run(config: DaemonConfig) -> Result<(), RunError> {
                 token_file = %file.display(),
                 "serving MCP over Streamable HTTP: every request needs `Authorization: Bearer <the token in token_file>` (`berm http` prints it)"
             ),
+            None if auth.config.oauth.is_some() => {}
             None => {
                 tracing::warn!(url = %info.url, "serving MCP over Streamable HTTP with no token (--no-auth)")
             }
@@ -379,7 +405,7 @@ impl HttpAuth {
     /// when missing), else none with `--no-auth`.
     fn resolve(http: &HttpConfig, home: &crate::home::Home) -> Result<HttpAuth, RunError> {
         let mut config = http.clone();
-        let token_file = if config.no_auth {
+        let token_file = if config.no_auth || config.oauth.is_some() {
             None
         } else if config.token.is_some() {
             config.token_file.clone()

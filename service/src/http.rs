@@ -3,7 +3,8 @@
 //! loopback (any local process can reach a loopback port): the one given
 //! with `--http-token-file`, else one bermd generates into
 //! `$BERM_HOME/http-token`; only `--no-auth` turns it off, and only on
-//! loopback.
+//! loopback. With `--oauth-issuer`, the token is instead an OAuth access token that issuer
+//! made for this resource ([`crate::resource_server`]).
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -90,6 +91,12 @@ pub struct HttpConfig {
     /// `Origin`, names anything else is refused (DNS rebinding). A loopback
     /// listener answers to `localhost`, `127.0.0.1` and `::1` as well.
     pub allowed_hosts: Vec<String>,
+    /// Access tokens from an OAuth issuer instead of the static token (`--oauth-issuer`);
+    /// an empty `resource` stands for this listener's URL ([`HttpConfig::url`]).
+    pub oauth: Option<berm_oauth::OAuthConfig>,
+    /// Whether the public server card lists the catalog's tools (`--server-card-tools`;
+    /// [`crate::server_card`]).
+    pub server_card_tools: bool,
 }
 
 impl HttpConfig {
@@ -97,13 +104,16 @@ impl HttpConfig {
     /// explicitly allowed, guarded by a token, and given the names clients
     /// use to reach it.
     pub fn check(&self) -> Result<(), HttpError> {
+        if let Some(oauth) = &self.oauth {
+            self.resolved_oauth(self.addr, oauth.clone()).check()?;
+        }
         if self.no_auth && !self.addr.ip().is_loopback() {
             return Err(HttpError::NoAuthRemote { addr: self.addr });
         }
         if self.addr.ip().is_loopback() {
             return Ok(());
         }
-        if !self.allow_remote || self.token.is_none() {
+        if !self.allow_remote || (self.token.is_none() && self.oauth.is_none()) {
             return Err(HttpError::NotLoopback { addr: self.addr });
         }
         if self.allowed_hosts.is_empty() {
@@ -122,6 +132,19 @@ impl HttpConfig {
             }
             _ => format!("http://{local}/mcp"),
         }
+    }
+
+    /// `oauth` with its resource settled: the one configured, else this listener's URL
+    /// once bound to `local`.
+    pub fn resolved_oauth(
+        &self,
+        local: SocketAddr,
+        mut oauth: berm_oauth::OAuthConfig,
+    ) -> berm_oauth::OAuthConfig {
+        if oauth.resource.is_empty() {
+            oauth.resource = self.url(local);
+        }
+        oauth
     }
 
     /// The `Host` names requests may carry.
@@ -309,6 +332,9 @@ pub enum HttpError {
         /// The token's length.
         len: usize,
     },
+    /// The OAuth configuration was refused.
+    #[error(transparent)]
+    OAuth(#[from] berm_oauth::ConfigError),
     /// The listener could not be bound.
     #[error("could not listen on {addr}")]
     Bind {
@@ -399,7 +425,9 @@ fn health(service: Arc<Service>, declared: Declared) -> axum::Router {
 /// The router serving MCP at `/mcp`, `/metrics` ([`metrics_router`]) behind the same token,
 /// and the probes `/healthz` and `/readyz` ([`health`]).
 ///
-/// For `/mcp`, in order: the bearer token (401 with `WWW-Authenticate: Bearer`), the
+/// For `/mcp`, in order: the bearer token (401 with `WWW-Authenticate: Bearer`), or with
+/// `oauth` the access token (401 with the challenge naming the resource's metadata, which is
+/// served before any token), the
 /// session cap (503: at most `max_sessions` sessions open and requests in
 /// flight), the session rate (429: at most `per_second` new sessions a
 /// second), then rmcp's `Host` and `Origin` checks against the allowed hosts
@@ -410,10 +438,12 @@ pub fn router(
     max_sessions: usize,
     per_second: u32,
     declared: Declared,
+    oauth: Option<crate::resource_server::OAuthGate>,
 ) -> axum::Router {
     let probes = health(service.clone(), declared);
     let service_for_metrics = service.clone();
     let service_for_headers = service.clone();
+    let service_for_card = service.clone();
     let allowed = config.hosts();
     let hosts = allowed.names();
     let origins: Vec<String> = hosts
@@ -447,6 +477,7 @@ pub fn router(
         max: max_sessions.max(1),
         rate: SessionRate::new(per_second),
         max_body,
+        oauth: oauth.clone(),
     };
     let router = axum::Router::new()
         .nest_service("/mcp", mcp)
@@ -457,15 +488,33 @@ pub fn router(
                 async move { cap.admit(request, next).await }
             },
         ));
-    let router = match config.token.clone() {
-        Some(token) => router.layer(axum::middleware::from_fn(
+    // The server card, like the resource metadata, is discovery: served without a token.
+    let card = crate::server_card::router(
+        service_for_card,
+        crate::server_card::CardConfig {
+            url: match &oauth {
+                Some(gate) => gate.server().config().resource.clone(),
+                None => config.url(config.addr),
+            },
+            auth: match (&oauth, &config.token) {
+                (Some(_), _) => crate::server_card::CardAuth::OAuth,
+                (None, Some(_)) => crate::server_card::CardAuth::Bearer,
+                (None, None) => crate::server_card::CardAuth::None,
+            },
+            tools: config.server_card_tools,
+        },
+    );
+    let router = match (config.token.clone(), &oauth) {
+        (_, Some(gate)) => gate.layer(router).merge(gate.metadata_router()),
+        (Some(token), None) => router.layer(axum::middleware::from_fn(
             move |request: Request, next: Next| {
                 let token = token.clone();
                 async move { require_bearer(&token, request, next).await }
             },
         )),
-        None => router,
+        (None, None) => router,
     };
+    let router = router.merge(card);
     // The Host check first, on /metrics as on /mcp (where rmcp checks the same names again).
     let router = allowed.layer(router);
     // Merged after the layers above, which therefore do not apply to the probes.
@@ -514,6 +563,8 @@ struct HttpCap {
     rate: SessionRate,
     /// rmcp's own cap on one request's body, so reading it first refuses nothing rmcp takes.
     max_body: usize,
+    /// With OAuth, what checks each request's method against its token's scopes.
+    oauth: Option<crate::resource_server::OAuthGate>,
 }
 
 impl HttpCap {
@@ -558,6 +609,15 @@ impl HttpCap {
                 Err(unreadable) => return refusal(None, unreadable.code(), &unreadable),
             };
             opens_session = head.method.as_deref() == Some("initialize");
+            // Before anything runs: a request its token's scopes do not allow is a step-up.
+            if let (Some(gate), Some(authorized)) = (
+                &self.oauth,
+                parts.extensions.get::<crate::resource_server::Authorized>(),
+            ) && let Some(refused) =
+                gate.scope_refusal(&authorized.0, head.method.as_deref(), head.called_tool())
+            {
+                return refused;
+            }
             if let Some(refused) = self.param_headers(&parts.headers, &head, &bytes) {
                 return refused;
             }

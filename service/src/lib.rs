@@ -42,6 +42,8 @@ pub mod otel;
 pub mod param_headers;
 mod receipts;
 pub mod registry;
+pub mod resource_server;
+pub mod server_card;
 pub mod service;
 pub mod session_threads;
 pub mod store;

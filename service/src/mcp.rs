@@ -189,7 +189,7 @@ impl ServerHandler for McpServer {
     async fn list_tools(
         &self,
         request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
         let cursor = request.and_then(|r| r.cursor);
         if let Some(cursor) = &cursor
@@ -202,10 +202,15 @@ impl ServerHandler for McpServer {
                 None,
             ));
         }
-        let (tools, next) = self
+        let (mut tools, next) = self
             .service
             .catalog()
             .page(cursor.as_deref(), self.service.tools_page_size());
+        // Over HTTP with OAuth, only the tools the token's scopes let it call (a page may
+        // then hold fewer than the page size; its cursor still leads on).
+        if let Some(principal) = crate::resource_server::principal_of(&context.extensions) {
+            tools.retain(|tool| principal.scopes.may_call(&tool.name));
+        }
         let mut result = ListToolsResult::with_all_items(tools);
         result.next_cursor = next;
         Ok(result)
@@ -272,6 +277,7 @@ impl ServerHandler for McpServer {
                     capabilities: context.client_capabilities(),
                     trace_parent: trace_parent(&self.service, &context),
                     input,
+                    principal: crate::resource_server::principal_of(&context.extensions),
                 };
                 return start_task(&self.service, self.client(), call, spec).await;
             }

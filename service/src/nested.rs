@@ -55,6 +55,9 @@ impl berm::CallGate for NestedCalls {
                     facts.clone(),
                     berm_receipts::arguments_sha256(value),
                     parent,
+                    // A call between programs is the calling program's; its caller's
+                    // receipt names who called from outside.
+                    None,
                 ))
             }
             _ => None,

@@ -28,6 +28,8 @@ pub(crate) struct CallRecord {
     program: String,
     tool: String,
     caller: Option<String>,
+    /// Who called, by the OAuth access token's subject and client id (never the token).
+    principal: Option<Arc<berm_oauth::Principal>>,
     arguments_sha256: String,
     facts: Arc<ProgramFacts>,
     started: SystemTime,
@@ -117,11 +119,13 @@ impl Receipts {
         facts: Arc<ProgramFacts>,
         arguments_sha256: String,
         parent: Option<Arc<CallRecord>>,
+        principal: Option<Arc<berm_oauth::Principal>>,
     ) -> Pending {
         let record = Arc::new(CallRecord {
             program: program.to_string(),
             tool: tool.to_string(),
             caller: parent.as_ref().map(|p| p.program.clone()),
+            principal,
             arguments_sha256,
             facts,
             started: SystemTime::now(),
@@ -192,6 +196,8 @@ impl Pending {
             tool: record.tool.clone(),
             grants: record.facts.grants.clone(),
             caller: record.caller.clone(),
+            subject: record.principal.as_ref().and_then(|p| p.subject.clone()),
+            client_id: record.principal.as_ref().and_then(|p| p.client_id.clone()),
             arguments_sha256: record.arguments_sha256.clone(),
             result_sha256,
             content_sha256,

@@ -611,6 +611,77 @@ fn health_and_readiness_answer_probes_without_a_token_and_say_only_a_status() {
     drop(bermd);
 }
 
+/// The MCP server card (SEP-2127) is discovery: served without a token, naming the
+/// Streamable HTTP URL and the static token as the way in; the catalog's tools only with
+/// `--server-card-tools`, and then without their `_meta`; nothing of a program's digest.
+#[test]
+fn the_server_card_is_public_and_lists_tools_only_when_told() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let host = format!("localhost:{port}");
+    let bermd = bermd_with_app(dir.path(), &addr, "notes");
+    for path in [
+        "/.well-known/mcp/server-card.json",
+        "/.well-known/mcp/server-card",
+    ] {
+        let (status, body) = get(&addr, &host, path);
+        assert_eq!(status, 200, "{path}: {body}");
+        let card: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(card["name"], "io.github.berm-os/bermd", "{card}");
+        assert_eq!(card["remotes"][0]["type"], "streamable-http");
+        assert_eq!(card["remotes"][0]["url"], format!("http://{addr}/mcp"));
+        assert_eq!(
+            card["remotes"][0]["authentication"],
+            serde_json::json!({"required": true, "schemes": ["bearer"]})
+        );
+        assert!(
+            card["remotes"][0]["supportedProtocolVersions"]
+                .as_array()
+                .unwrap()
+                .contains(&serde_json::json!("2025-11-25")),
+            "{card}"
+        );
+        assert_eq!(card["capabilities"]["tools"]["listChanged"], true);
+        assert!(card.get("tools").is_none(), "{card}");
+        assert!(!body.contains(TOKEN));
+    }
+    // A foreign Host is refused here as on /mcp (DNS rebinding).
+    assert_eq!(
+        get(&addr, "evil.example", "/.well-known/mcp/server-card.json").0,
+        403
+    );
+    drop(bermd);
+
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let bermd = bermd_with_app_args(dir.path(), &addr, "notes", &["--server-card-tools"], &[]);
+    let (status, body) = get(
+        &addr,
+        &format!("localhost:{port}"),
+        "/.well-known/mcp/server-card.json",
+    );
+    assert_eq!(status, 200, "{body}");
+    let card: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let tools = card["tools"].as_array().unwrap();
+    assert!(
+        !tools.is_empty()
+            && tools
+                .iter()
+                .all(|t| t["name"].as_str().unwrap().starts_with("notes_")
+                    && t["inputSchema"].is_object()
+                    && t.get("_meta").is_none()),
+        "{card}"
+    );
+    let digest = common::block_on(bermd.control().get("notes"))
+        .unwrap()
+        .digest;
+    let hex = digest.trim_start_matches("sha256:");
+    assert!(!hex.is_empty() && !body.contains(hex), "{body}");
+    drop(bermd);
+}
+
 /// `bermd --metrics ADDR` answers only to the hosts the MCP listener would (DNS rebinding: a
 /// page whose name the attacker points at 127.0.0.1 must not read program and tool names),
 /// and the MCP listener's own `/metrics` checks the Host too, token or not.

@@ -69,8 +69,9 @@ render "$kube/base" "$work/base.yaml"
 render "$kube/overlays/kata" "$work/kata.yaml"
 render "$kube/overlays/single-replica" "$work/single-replica.yaml"
 render "$kube/overlays/postgres" "$work/postgres.yaml"
-for f in base kata single-replica postgres; do validate "$work/$f.yaml"; done
-check "the base and overlays kata, single-replica and postgres render with kustomize v2.0.3 and validate strictly against Kubernetes $k8s_version"
+render "$kube/overlays/oauth" "$work/oauth.yaml"
+for f in base kata single-replica postgres oauth; do validate "$work/$f.yaml"; done
+check "the base and overlays kata, single-replica, postgres and oauth render with kustomize v2.0.3 and validate strictly against Kubernetes $k8s_version"
 
 assert "$work/base.yaml" '
 assert sorted(docs) == ["Deployment/bermd", "HorizontalPodAutoscaler/bermd", "NetworkPolicy/bermd",
@@ -117,7 +118,19 @@ egress = docs["NetworkPolicy/bermd"]["spec"]["egress"]
 assert {"port": 5432, "protocol": "TCP"} in [p for rule in egress for p in rule["ports"]], egress
 assert {"port": 53, "protocol": "UDP"} in [p for rule in egress for p in rule["ports"]], egress
 '
-check "non-root, read-only root, no capability, seccomp RuntimeDefault (the init container that pulls programs by image too), probes on /healthz and /readyz, ClientIP affinity; kata adds a RuntimeClass; single-replica pins one replica on a claim; postgres keeps the replicas, takes BERM_KV_URL from a Secret and lets 5432 out"
+assert "$work/oauth.yaml" '
+pod = docs["Deployment/bermd"]["spec"]["template"]["spec"]
+(c,) = pod["containers"]
+a = c["args"]
+assert "--http-token-file" not in a, a
+assert a[a.index("--oauth-issuer") + 1].startswith("https://"), a
+assert a[a.index("--oauth-resource") + 1] == "https://mcp.example.com/mcp", a
+assert "mcp.example.com" in [a[i + 1] for i, x in enumerate(a) if x == "--allowed-host"], a
+assert "token" not in [v["name"] for v in pod["volumes"]] and "token" not in [m["name"] for m in c["volumeMounts"]]
+egress = docs["NetworkPolicy/bermd"]["spec"]["egress"]
+assert {"port": 443, "protocol": "TCP"} in [p for rule in egress for p in rule["ports"]], egress
+'
+check "non-root, read-only root, no capability, seccomp RuntimeDefault (the init container that pulls programs by image too), probes on /healthz and /readyz, ClientIP affinity; kata adds a RuntimeClass; single-replica pins one replica on a claim; postgres keeps the replicas, takes BERM_KV_URL from a Secret and lets 5432 out; oauth trades the token for an issuer and lets 443 out"
 
 # 2. The validator refuses what is wrong, so the step above can fail.
 sed 's/readOnlyRootFilesystem: true/readOnlyRootFileSystem: true/' "$work/base.yaml" >"$work/misspelt.yaml"

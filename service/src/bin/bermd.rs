@@ -59,6 +59,52 @@ struct Args {
     /// can then call every tool. Loopback addresses only.
     #[arg(long, requires = "http", conflicts_with = "http_token_file")]
     no_auth: bool,
+    /// Take OAuth 2.1 access tokens from this issuer instead of a static token on --http:
+    /// bermd is then a resource server (docs/service.md, "OAuth"). HTTPS, or HTTP to a
+    /// loopback host.
+    #[arg(long, requires = "http", conflicts_with_all = ["http_token_file", "no_auth"], value_name = "URL")]
+    oauth_issuer: Option<String>,
+    /// The resource identifier tokens must name as their audience: the URL clients reach
+    /// /mcp by (default: the --http listener's, http://ADDR/mcp or http://ALLOWED-HOST:PORT/mcp).
+    #[arg(long, requires = "oauth_issuer", value_name = "URL")]
+    oauth_resource: Option<String>,
+    /// The signature algorithms accepted, comma-separated (default: RS256, RS384, RS512,
+    /// PS256, PS384, PS512, ES256, ES384, EdDSA); never `none` or HS*.
+    #[arg(long, requires = "oauth_issuer", value_name = "LIST")]
+    oauth_algorithms: Option<String>,
+    /// A file holding `CLIENT_ID:CLIENT_SECRET`, with which bermd introspects opaque (non-JWT)
+    /// access tokens at the issuer (RFC 7662); without it only JWT access tokens pass.
+    #[arg(long, requires = "oauth_issuer", value_name = "FILE")]
+    oauth_introspection_client_file: Option<PathBuf>,
+    /// How long one fetch from the issuer (metadata, keys, introspection) may take, in ms.
+    #[arg(
+        long,
+        requires = "oauth_issuer",
+        default_value_t = 5000,
+        value_name = "MS"
+    )]
+    oauth_fetch_timeout_ms: u64,
+    /// The least time between two fetches of the issuer's keys, in ms: a token naming an
+    /// unknown key refetches them at most this often.
+    #[arg(
+        long,
+        requires = "oauth_issuer",
+        default_value_t = 30_000,
+        value_name = "MS"
+    )]
+    oauth_min_refresh_ms: u64,
+    /// The clock skew allowed on a token's `exp` and `nbf`, in seconds.
+    #[arg(
+        long,
+        requires = "oauth_issuer",
+        default_value_t = 60,
+        value_name = "S"
+    )]
+    oauth_leeway_s: u64,
+    /// List the catalog's tools (names, descriptions, input schemas) in the public MCP server
+    /// card at /.well-known/mcp/server-card.json; without it the card names no tool.
+    #[arg(long, requires = "http")]
+    server_card_tools: bool,
     /// A host name HTTP clients reach bermd by, on --http and --metrics alike
     /// (checked against `Host` and a browser's `Origin`, against DNS rebinding);
     /// required for a non-loopback --http. Repeat for several names.
@@ -271,6 +317,10 @@ fn register_own_paths(args: &Args, home: &std::path::Path) {
         ),
         (&args.receipts, "bermd's receipts (--receipts)"),
         (
+            &args.oauth_introspection_client_file,
+            "bermd's OAuth introspection credentials (--oauth-introspection-client-file)",
+        ),
+        (
             &args.receipts_key,
             "the key that signs receipts (--receipts-key)",
         ),
@@ -389,6 +439,7 @@ fn start(args: Args, started: Instant) -> Result<(), (Exit, anyhow::Error)> {
         }
         None => None,
     };
+    let oauth = oauth_config(&args).map_err(usage)?;
     if let Some(addr) = args.metrics
         && !addr.ip().is_loopback()
         && !args.metrics_allow_remote
@@ -524,6 +575,8 @@ fn start(args: Args, started: Instant) -> Result<(), (Exit, anyhow::Error)> {
             token_file,
             no_auth: args.no_auth,
             allowed_hosts: args.allowed_hosts.clone(),
+            oauth,
+            server_card_tools: args.server_card_tools,
         }),
         metrics: args.metrics.map(|addr| MetricsConfig {
             addr,
@@ -551,4 +604,44 @@ fn start(args: Args, started: Instant) -> Result<(), (Exit, anyhow::Error)> {
         traces.shutdown();
     }
     served
+}
+
+/// The OAuth resource server's configuration from `--oauth-*`, when `--oauth-issuer` is
+/// given; its resource left empty for the listener's URL when `--oauth-resource` is not.
+fn oauth_config(args: &Args) -> anyhow::Result<Option<berm_oauth::OAuthConfig>> {
+    let Some(issuer) = &args.oauth_issuer else {
+        return Ok(None);
+    };
+    let trust = berm_egress::Trust::new(&args.extra_ca)
+        .context("the CAs the OAuth issuer's TLS is verified against")?;
+    let mut config = berm_oauth::OAuthConfig::new(
+        issuer,
+        args.oauth_resource.as_deref().unwrap_or_default(),
+        std::sync::Arc::new(trust.client_config()),
+    );
+    if let Some(list) = &args.oauth_algorithms {
+        config.algorithms = berm_oauth::parse_algorithms(list).context("--oauth-algorithms")?;
+    }
+    if let Some(path) = &args.oauth_introspection_client_file {
+        let text = std::fs::read_to_string(path).with_context(|| {
+            format!(
+                "reading --oauth-introspection-client-file {}",
+                path.display()
+            )
+        })?;
+        let (id, secret) = text.trim().split_once(':').with_context(|| {
+            format!(
+                "--oauth-introspection-client-file {}: write CLIENT_ID:CLIENT_SECRET",
+                path.display()
+            )
+        })?;
+        config.introspection = Some(berm_oauth::Introspection {
+            client_id: id.to_string(),
+            client_secret: secret.to_string(),
+        });
+    }
+    config.fetch_timeout = std::time::Duration::from_millis(args.oauth_fetch_timeout_ms);
+    config.min_refresh = std::time::Duration::from_millis(args.oauth_min_refresh_ms);
+    config.leeway = std::time::Duration::from_secs(args.oauth_leeway_s);
+    Ok(Some(config))
 }

@@ -113,6 +113,7 @@ impl Session<'_> {
             deadline: None,
             trace_parent: trace_parent(self.service, context),
             method: Some(method),
+            principal: crate::resource_server::principal_of(&context.extensions),
         };
         let mut call = pin!(self.service.call_target(target, args, Some(log), extras));
         // The first poll runs a short call to its end; only a call still

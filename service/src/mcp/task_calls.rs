@@ -65,6 +65,8 @@ pub(crate) struct TaskCall {
     pub capabilities: Option<rmcp::model::ClientCapabilities>,
     pub trace_parent: Option<crate::otel::TraceParent>,
     pub input: Option<(Vec<u8>, Vec<u8>)>,
+    /// Who asked for it, over HTTP with OAuth: recorded in each round's receipt.
+    pub principal: Option<Arc<berm_oauth::Principal>>,
 }
 
 /// A task's work: runs the tool with the task's deadline, and when its program asks for
@@ -85,6 +87,7 @@ async fn run_task(
         capabilities,
         trace_parent,
         input,
+        principal,
     } = call;
     let capabilities_json = capabilities
         .as_ref()
@@ -97,6 +100,7 @@ async fn run_task(
             deadline: Some(deadline),
             trace_parent: trace_parent.clone(),
             method: Some("tools/call"),
+            principal: principal.clone(),
         };
         let outcome = tokio::select! {
             outcome = service.call_target(&target, &args, None, extras) => outcome,
