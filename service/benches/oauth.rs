@@ -176,11 +176,7 @@ async fn echo(http: &reqwest::Client, url: &str, bearer: &str, id: u64) {
     let status = answer.status();
     let bytes = answer.text().await.expect("body");
     assert_eq!(status, 200, "{bytes}");
-    let json = bytes
-        .lines()
-        .find_map(|l| l.strip_prefix("data: ").filter(|d| d.starts_with('{')))
-        .unwrap_or(&bytes);
-    let answer: Value = serde_json::from_str(json).expect("answer");
+    let answer: Value = serde_json::from_str(common::http_message(&bytes)).expect("answer");
     assert_eq!(answer["result"]["content"][0]["text"], "hello", "{answer}");
 }
 

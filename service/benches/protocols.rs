@@ -197,12 +197,8 @@ impl Caller {
                 let status = answer.status();
                 let bytes = answer.text().await.expect("body");
                 assert_eq!(status, 200, "{bytes}");
-                // A JSON body, or one SSE event whose data is the answer.
-                let json = bytes
-                    .lines()
-                    .find_map(|l| l.strip_prefix("data: ").filter(|d| d.starts_with('{')))
-                    .unwrap_or(&bytes);
-                let answer: Value = serde_json::from_str(json).expect("answer");
+                let answer: Value =
+                    serde_json::from_str(common::http_message(&bytes)).expect("answer");
                 answer["result"]["content"][0]["text"].clone()
             }
         };

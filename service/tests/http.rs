@@ -825,14 +825,8 @@ fn modern(
     ];
     let body = serde_json::json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
     let answer = post(addr, addr, &headers, &body.to_string());
-    let text = answer.body.trim();
-    let json = text
-        .lines()
-        .filter_map(|line| line.strip_prefix("data:"))
-        .map(str::trim)
-        .find(|line| line.contains("\"id\""))
-        .unwrap_or(text);
-    serde_json::from_str(json).unwrap_or_else(|e| panic!("{e}: {}{}", answer.head, answer.body))
+    serde_json::from_str(common::http_message(&answer.body))
+        .unwrap_or_else(|e| panic!("{e}: {}{}", answer.head, answer.body))
 }
 
 /// The first key of a result's `inputRequests`.

@@ -211,14 +211,7 @@ fn request(addr: &str, token: Option<&str>, method: &str, params: Value) -> Answ
 
 /// The JSON-RPC result of an answer (plain JSON or one SSE event).
 fn result(answer: &Answer) -> Value {
-    let text = answer.body.trim();
-    let json = text
-        .lines()
-        .filter_map(|line| line.strip_prefix("data:"))
-        .map(str::trim)
-        .find(|line| line.contains("\"id\""))
-        .unwrap_or(text);
-    let value: Value = serde_json::from_str(json)
+    let value: Value = serde_json::from_str(common::http_message(&answer.body))
         .unwrap_or_else(|e| panic!("{e}: {} {}", answer.head, answer.body));
     value["result"].clone()
 }

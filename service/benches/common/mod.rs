@@ -218,3 +218,11 @@ impl McpClient {
         self.request("tools/call", json!({"name": name, "arguments": arguments}))
     }
 }
+
+/// The JSON-RPC message in a Streamable HTTP answer's body: the body itself when it is plain
+/// JSON, or the data of its one SSE event.
+pub fn http_message(body: &str) -> &str {
+    body.lines()
+        .find_map(|l| l.strip_prefix("data: ").filter(|d| d.starts_with('{')))
+        .unwrap_or(body)
+}

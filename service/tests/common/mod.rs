@@ -244,3 +244,14 @@ impl Session {
         self.request("tools/call", json!({"name": tool, "arguments": args}))
     }
 }
+
+/// The JSON-RPC message in a Streamable HTTP answer's body: the body itself when it is plain
+/// JSON, or the data of the SSE event that carries an `id`.
+pub fn http_message(body: &str) -> &str {
+    let body = body.trim();
+    body.lines()
+        .filter_map(|line| line.strip_prefix("data:"))
+        .map(str::trim)
+        .find(|line| line.contains("\"id\""))
+        .unwrap_or(body)
+}
