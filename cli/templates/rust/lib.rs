@@ -2,7 +2,7 @@
 //! `wit/world.wit`. `cargo build --release --target wasm32-wasip2` makes
 //! target/wasm32-wasip2/release/{{module}}.wasm.
 
-wit_bindgen::generate!({ path: "wit", world: "program" });
+wit_bindgen::generate!({ path: "wit", world: "program", generate_all });
 
 struct Program;
 
