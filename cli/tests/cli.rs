@@ -413,7 +413,9 @@ fn berm_new_scaffolds_a_program_that_builds_and_deploys_as_is() {
 fn berm_new_scaffolds_a_component_in_each_language_that_builds_with_one_command() {
     let bermd = Bermd::start();
     let work = tempfile::tempdir().unwrap();
-    let node = Command::new(root().join("scripts/setup-node")).output().unwrap();
+    let node = Command::new(root().join("scripts/setup-node"))
+        .output()
+        .unwrap();
     assert!(node.status.success(), "{}", text(&node.stderr));
     let path = format!(
         "{}:{}",

@@ -62,8 +62,8 @@ class Program:
         if _program is not None:
             raise RuntimeError("a berm program creates one Program")
         self.name = name
-        self.description = inspect.cleandoc(description)
-        self.usage = inspect.cleandoc(usage)
+        self.description = inspect.cleandoc(description).strip()
+        self.usage = inspect.cleandoc(usage).strip()
         self.calls = list(calls or [])
         self._tools: dict[str, _Tool] = {}
         _program = self
