@@ -27,3 +27,10 @@ for folder in "$root"/examples/apps/*/ "$root"/apps/*/; do
   [ -f "$root/target/components/$name.wasm" ] && wasm=$root/target/components/$name.wasm
   cp "$wasm" "$out/$name.wasm"
 done
+
+# Test programs that are WebAssembly components (docs/components.md), at
+# target/wasm32-wasip2/release/<name>.wasm.
+rustup target list --installed 2>/dev/null | grep -qx wasm32-wasip2 \
+  || rustup target add wasm32-wasip2
+cargo build --quiet --locked --release --target wasm32-wasip2 \
+  --manifest-path "$root/apps/components/Cargo.toml" --target-dir "$root/target"
