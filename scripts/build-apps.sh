@@ -5,8 +5,8 @@
 # target/apps/<name>/ (berm.toml + <name>.wasm), for `bermd --app` and
 # `berm deploy --app`, and likewise the folders of test programs that are no
 # example (apps/<name>/berm.toml, such as impostor). The programs that are WebAssembly
-# components (TypeScript, Python, Rust for wasm32-wasip2) come from
-# scripts/build-components.sh, at target/components/<name>.wasm.
+# components (TypeScript, Python, and the Rust ones of apps/components for wasm32-wasip2)
+# come from scripts/build-components.sh.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 rustup target list --installed 2>/dev/null | grep -qx wasm32-unknown-unknown \
@@ -27,10 +27,3 @@ for folder in "$root"/examples/apps/*/ "$root"/apps/*/; do
   [ -f "$root/target/components/$name.wasm" ] && wasm=$root/target/components/$name.wasm
   cp "$wasm" "$out/$name.wasm"
 done
-
-# Test programs that are WebAssembly components (docs/components.md), at
-# target/wasm32-wasip2/release/<name>.wasm.
-rustup target list --installed 2>/dev/null | grep -qx wasm32-wasip2 \
-  || rustup target add wasm32-wasip2
-cargo build --quiet --locked --release --target wasm32-wasip2 \
-  --manifest-path "$root/apps/components/Cargo.toml" --target-dir "$root/target"

@@ -422,7 +422,7 @@ fn berm_new_scaffolds_a_component_in_each_language_that_builds_with_one_command(
         text(&node.stdout).trim(),
         std::env::var("PATH").unwrap_or_default()
     );
-    // The Rust component shares the build cache of the examples (apps/shapes: wit-bindgen).
+    // One build cache for the scaffolds, the core-module test's too.
     let target = root().join("target/berm-new-test");
     for (lang, name, build, image) in [
         (
