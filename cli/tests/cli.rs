@@ -468,7 +468,14 @@ fn berm_new_scaffolds_a_component_in_each_language_that_builds_with_one_command(
             text(&built.stdout),
             text(&built.stderr)
         );
-        let out = bermd.berm(&["deploy", name, image.to_str().unwrap()]);
+        // A Python program needs `random` (CPython reseeds itself at every call); `berm new`
+        // prints the deploy command with it.
+        let mut deploy = vec!["deploy", name, image.to_str().unwrap()];
+        if lang == "python" {
+            assert!(text(&out.stdout).contains("--grant random"));
+            deploy.extend(["--grant", "random"]);
+        }
+        let out = bermd.berm(&deploy);
         assert_eq!(out.status.code(), Some(0), "{lang}: {}", text(&out.stderr));
         let out = bermd.berm(&["call", &format!("{name}_hello"), r#"{"name":"berm"}"#]);
         assert_eq!(

@@ -50,8 +50,8 @@ before(async () => {
   }
   http = JSON.parse(berm("http", "--json"));
   berm("deploy", "--app", join(APPS, "notes-ts"));
-  // No net= grant: every host is refused.
-  berm("deploy", "fetch-py", join(APPS, "fetch-py/fetch-py.wasm"));
+  // No net= grant: every host is refused. `random`: CPython reseeds itself at every call.
+  berm("deploy", "fetch-py", join(APPS, "fetch-py/fetch-py.wasm"), "--grant", "random");
 });
 
 after(() => {

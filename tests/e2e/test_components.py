@@ -53,7 +53,7 @@ def served(tmp_path_factory):
     assert secret.returncode == 0, secret.stderr
     daemon.berm(
         "deploy", "fetch-py", str(APPS / "fetch-py" / "fetch-py.wasm"),
-        "--grant", f"net={granted}", "--secret", f"TOKEN=http://{granted}",
+        "--grant", "random", "--grant", f"net={granted}", "--secret", f"TOKEN=http://{granted}",
     )
     yield daemon, granted, ungranted
     daemon.stop()

@@ -78,14 +78,16 @@ pub fn run(args: Args) -> anyhow::Result<Exit> {
     };
     crate::outln!("created {}", dir.display());
     crate::outln!("  build:  cd {} && {}", dir.display(), build.command);
-    crate::outln!("  deploy: berm deploy {name} {}", build.output);
+    crate::outln!("  deploy: berm deploy {name} {}{}", build.output, build.grants);
     Ok(Exit::Ok)
 }
 
-/// How a scaffolded project is built: its one command, and the file it makes.
+/// How a scaffolded project is built: its one command, the file it makes, and the grants
+/// its program needs whatever it does.
 struct Build {
     command: &'static str,
     output: String,
+    grants: &'static str,
 }
 
 fn rust_core(args: &Args, dir: &Path, module: &str) -> anyhow::Result<Build> {
@@ -102,6 +104,7 @@ fn rust_core(args: &Args, dir: &Path, module: &str) -> anyhow::Result<Build> {
     Ok(Build {
         command: "cargo build --release --target wasm32-unknown-unknown",
         output: format!("target/wasm32-unknown-unknown/release/{module}.wasm"),
+        grants: "",
     })
 }
 
@@ -127,6 +130,7 @@ fn rust_component(args: &Args, dir: &Path, module: &str) -> anyhow::Result<Build
     Ok(Build {
         command: "cargo build --release --target wasm32-wasip2",
         output: format!("target/wasm32-wasip2/release/{module}.wasm"),
+        grants: "",
     })
 }
 
@@ -164,6 +168,7 @@ fn scripted(args: &Args, dir: &Path, module: &str) -> anyhow::Result<Build> {
         return Ok(Build {
             command: "npm run build",
             output: format!("{name}.wasm"),
+            grants: "",
         });
     }
     write(
@@ -182,6 +187,9 @@ fn scripted(args: &Args, dir: &Path, module: &str) -> anyhow::Result<Build> {
     Ok(Build {
         command: "./build",
         output: format!("{name}.wasm"),
+        // CPython reseeds itself from wasi:random at every call (componentize-py does, so
+        // that no seed is baked into the build).
+        grants: " --grant random",
     })
 }
 
