@@ -144,13 +144,7 @@ pub const SOCKETS: &str = "sockets";
 /// classifies its imports and finds its tools.
 pub(crate) fn read(bytes: &[u8]) -> Result<Manifest, ManifestError> {
     let sections = structure(bytes)?;
-    let decoded = wit_parser::decoding::decode(bytes)
-        .map_err(|e| ManifestError::NotWasm(format!("{e:#}")))?;
-    let DecodedWasm::Component(resolve, world) = decoded else {
-        return Err(ManifestError::Component(
-            "it is a WIT package, not a component".into(),
-        ));
-    };
+    let (resolve, world) = decode(bytes)?;
     let world = &resolve.worlds[world];
 
     let mut imports = Vec::new();
@@ -238,6 +232,92 @@ pub(crate) fn read(bytes: &[u8]) -> Result<Manifest, ManifestError> {
             skipped,
         }),
     })
+}
+
+/// The component's WIT, with the docs of its `package-docs` section where they fit.
+/// Toolchains write the docs of the package they started from, whose world is not the
+/// component's own (`root`) and whose interfaces live in packages of their own; the decoder
+/// would put them on the root package only, and refuse them there. So the section is set
+/// aside, the rest decoded, and the docs offered to every package, the world's to the
+/// component's world: docs never cost a deploy.
+fn decode(bytes: &[u8]) -> Result<(Resolve, wit_parser::WorldId), ManifestError> {
+    let (without, docs) = match without_docs(bytes) {
+        Some((without, docs)) => (Some(without), Some(docs)),
+        None => (None, None),
+    };
+    let decoded = wit_parser::decoding::decode(without.as_deref().unwrap_or(bytes))
+        .map_err(|e| ManifestError::NotWasm(format!("{e:#}")))?;
+    let (mut resolve, world) = match decoded {
+        DecodedWasm::Component(resolve, world) => (resolve, world),
+        DecodedWasm::WitPackage(..) => {
+            return Err(ManifestError::Component(
+                "it is a WIT package, not a component".into(),
+            ));
+        }
+    };
+    if let Some(docs) = docs {
+        apply_docs(&mut resolve, world, &docs);
+    }
+    Ok((resolve, world))
+}
+
+/// Puts the docs of a `package-docs` section on the packages and the world they fit.
+fn apply_docs(resolve: &mut Resolve, world: wit_parser::WorldId, data: &[u8]) {
+    use wit_parser::PackageMetadata;
+    let Ok(metadata) = PackageMetadata::decode(data) else {
+        return;
+    };
+    let Ok(serde_json::Value::Object(mut parts)) = serde_json::to_value(&metadata) else {
+        return;
+    };
+    let worlds = parts.remove("worlds");
+    if let Ok(interfaces) = serde_json::from_value::<PackageMetadata>(parts.into()) {
+        let packages: Vec<_> = resolve.packages.iter().map(|(id, _)| id).collect();
+        for package in packages {
+            // Fits one package, or none: the others refuse it, which is expected.
+            let _ = interfaces.inject(resolve, package);
+        }
+    }
+    if let Some(serde_json::Value::Object(worlds)) = worlds
+        && let (1, Some(package)) = (worlds.len(), resolve.worlds[world].package)
+    {
+        let name = resolve.worlds[world].name.clone();
+        let one = serde_json::json!({ "worlds": { name: worlds.values().next() } });
+        if let Ok(world_docs) = serde_json::from_value::<PackageMetadata>(one) {
+            let _ = world_docs.inject(resolve, package);
+        }
+    }
+}
+
+/// `bytes` without their top-level `package-docs` custom section, and that section's data;
+/// `None` when there is none.
+fn without_docs(bytes: &[u8]) -> Option<(Vec<u8>, Vec<u8>)> {
+    let mut depth = 0usize;
+    for payload in Parser::new(0).parse_all(bytes) {
+        let payload = payload.ok()?;
+        match &payload {
+            Payload::Version { .. } => depth += 1,
+            Payload::End(_) => depth = depth.saturating_sub(1),
+            Payload::CustomSection(reader)
+                if depth == 1 && reader.name() == wit_parser::PackageMetadata::SECTION_NAME =>
+            {
+                let (_, range) = payload.as_section()?;
+                // The section's id byte and its size, as LEB128, come before its contents.
+                let mut size_len = 1;
+                let mut size = range.len() >> 7;
+                while size > 0 {
+                    size_len += 1;
+                    size >>= 7;
+                }
+                let start = range.start.checked_sub(1 + size_len)?;
+                let mut without = bytes[..start].to_vec();
+                without.extend_from_slice(&bytes[range.end..]);
+                return Some((without, reader.data().to_vec()));
+            }
+            _ => {}
+        }
+    }
+    None
 }
 
 /// The manifest's syscall entry for `function` of an imported interface: ABI 1's own name
