@@ -56,9 +56,12 @@ def served(tmp_path_factory):
         "--grant", "random", "--grant", f"net={granted}", "--secret", f"TOKEN=http://{granted}",
     )
     yield daemon, granted, ungranted
-    daemon.stop()
     for server in pages:
         server.shutdown()
+    # Dropping three compiled components of 35-40 MB each takes a loaded machine a while.
+    daemon.proc.terminate()
+    daemon.proc.wait(timeout=60)
+    daemon.log.close()
 
 
 def subprocess_input(daemon, args, stdin):
