@@ -1,7 +1,7 @@
 //! shapes: plane geometry as a WebAssembly component with plain WIT exports
 //! (`wit/shapes.wit`), the way Wassette's examples are written. berm serves its three
-//! functions as tools with schemas derived from the WIT types and descriptions from the
-//! WIT doc comments: there is no berm manifest.
+//! functions as tools with schemas derived from the WIT types (a cargo build writes no
+//! `package-docs` section, so the doc comments do not reach berm yet): no berm manifest.
 
 wit_bindgen::generate!({ path: "wit", world: "shapes" });
 
