@@ -36,7 +36,11 @@ struct Subject {
 
 fn subjects() -> Vec<Subject> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let app = |name: &str| root.join("target/apps").join(name).join(format!("{name}.wasm"));
+    let app = |name: &str| {
+        root.join("target/apps")
+            .join(name)
+            .join(format!("{name}.wasm"))
+    };
     vec![
         Subject {
             label: "Rust core module (echo)",
@@ -125,7 +129,10 @@ fn main() {
         .into_iter()
         .map(|subject| {
             let image = std::fs::read(&subject.image).unwrap_or_else(|e| {
-                panic!("{}: {e}: run scripts/build-apps.sh first", subject.image.display())
+                panic!(
+                    "{}: {e}: run scripts/build-apps.sh first",
+                    subject.image.display()
+                )
             });
             let home = work.path().join(subject.program);
             let bermd = Bermd::start(&home, &[]);

@@ -78,7 +78,11 @@ pub fn run(args: Args) -> anyhow::Result<Exit> {
     };
     crate::outln!("created {}", dir.display());
     crate::outln!("  build:  cd {} && {}", dir.display(), build.command);
-    crate::outln!("  deploy: berm deploy {name} {}{}", build.output, build.grants);
+    crate::outln!(
+        "  deploy: berm deploy {name} {}{}",
+        build.output,
+        build.grants
+    );
     Ok(Exit::Ok)
 }
 
