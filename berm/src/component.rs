@@ -94,7 +94,7 @@ pub(crate) fn tools(
                 tools.insert(
                     tool.name.clone(),
                     Arc::new(ComponentTool {
-                        func: index.clone(),
+                        func: index,
                         kind: ToolKind::Dispatch,
                     }),
                 );
@@ -181,7 +181,7 @@ pub(crate) async fn run(
             Stop::Instantiate(format!("{e:#}"))
         }
     })?;
-    let Some(func) = instance.get_func(&mut *store, &tool.func) else {
+    let Some(func) = instance.get_func(&mut *store, tool.func) else {
         return Err(Stop::Instantiate("the tool's export is missing".into()));
     };
     match &tool.kind {

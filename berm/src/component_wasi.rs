@@ -25,6 +25,9 @@ use crate::syscall::{Kind, Reply, Syscall, SyscallContext, SyscallError};
 /// and the log says how much.
 pub(crate) const MAX_STDIO_BYTES: usize = 64 << 10;
 
+/// Largest body of a `wasi:http` request the host collects before handing it to the egress.
+const MAX_HTTP_BODY: usize = 4 << 20;
+
 /// One call's WASI state.
 pub(crate) struct ComponentCtx {
     pub wasi: WasiCtx,
@@ -171,7 +174,8 @@ impl WasiHttpHooks for Egress {
                 return Err(HttpError::HttpRequestDenied);
             };
             let (parts, body) = request.into_parts();
-            let body = body
+            // Bounded before the egress sees it: it refuses past its own (smaller) cap.
+            let body = http_body_util::Limited::new(body, MAX_HTTP_BODY)
                 .collect()
                 .await
                 .map_err(|_| HttpError::HttpRequestBodySize(None))?

@@ -50,7 +50,7 @@ fn call(bermd: &Bermd, tool: &str, args: Value) -> Result<String, String> {
 fn a_component_is_held_to_every_grant_rule() {
     let bermd = Bermd::start(&[]);
     let granted = TestServer::http(|seen| match seen.path.as_str() {
-        "/away" => Reply::redirect(302, &seen.header("x-to").unwrap_or_default().to_string()),
+        "/away" => Reply::redirect(302, seen.header("x-to").unwrap_or_default()),
         _ => Reply::ok(format!(
             "seen {}",
             seen.header("authorization").unwrap_or("nothing")
