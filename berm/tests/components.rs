@@ -104,7 +104,7 @@ fn a_component_with_a_manifest_runs_each_call_on_a_fresh_instance() {
         );
         // A flood of stdout is cut, the call goes on.
         assert_eq!(
-            text(&berm, "probe", "flood", json!({"lines": 20000}))
+            text(&berm, "probe", "flood", json!({"lines": 2000}))
                 .await
                 .unwrap(),
             "flooded"
