@@ -423,6 +423,14 @@ struct Found {
     skipped: Vec<String>,
 }
 
+/// Whether `function` of the export `interface` is the initializer componentize-py adds to
+/// every Python component (`exports#init(app-name, symbols, stub-wasi)`): it runs once at
+/// build time, when the interpreter is snapshotted, and is never a tool.
+fn is_componentize_py_init(interface: &str, function: &wit_parser::Function) -> bool {
+    let params: Vec<&str> = function.params.iter().map(|p| p.name.as_str()).collect();
+    interface == "exports" && function.name == "init" && params == ["app-name", "symbols", "stub-wasi"]
+}
+
 /// The tools of a component without a manifest: its exported functions.
 fn exported_tools(
     resolve: &Resolve,
@@ -484,6 +492,7 @@ fn exported_tools(
         });
         Ok(())
     };
+    let mut initializers = vec![];
     for (key, item) in exports {
         match item {
             WorldItem::Function(function) => add(None, function)?,
@@ -492,12 +501,20 @@ fn exported_tools(
                 let interface = &resolve.interfaces[*id];
                 let short = interface.name.clone().unwrap_or_else(|| name.clone());
                 for function in interface.functions.values() {
+                    if is_componentize_py_init(&name, function) {
+                        initializers.push(format!(
+                            "{name}#{}: componentize-py's build-time initializer, not a tool",
+                            function.name
+                        ));
+                        continue;
+                    }
                     add(Some((name.clone(), short.as_str())), function)?;
                 }
             }
             WorldItem::Type { .. } => {}
         }
     }
+    found.skipped.extend(initializers);
     if found.tools.is_empty() {
         return Err(ManifestError::Component(format!(
             "it carries no berm manifest and exports no function that can be a tool{}",

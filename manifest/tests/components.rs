@@ -185,3 +185,67 @@ fn a_component_without_a_manifest_takes_its_descriptions_from_package_docs() {
         shape.imports
     );
 }
+
+/// A component of world `w` of `wit`, with no manifest, from the core module `core` (WAT,
+/// exporting `memory`, `cabi_realloc` and each function under its legacy-mangled name).
+fn component_of(wit: &str, core: &str) -> Vec<u8> {
+    let mut resolve = Resolve::default();
+    let package = resolve.push_str("test.wit", wit).unwrap();
+    let world = resolve.select_world(&[package], Some("w")).unwrap();
+    let mut module = wat::parse_str(core).unwrap();
+    wit_component::embed_component_metadata(
+        &mut module,
+        &resolve,
+        world,
+        wit_component::StringEncoding::UTF8,
+    )
+    .unwrap();
+    wit_component::ComponentEncoder::default()
+        .module(&module)
+        .unwrap()
+        .encode()
+        .unwrap()
+}
+
+#[test]
+fn componentize_pys_initializer_is_skipped_and_a_namesake_is_a_tool() {
+    // Every componentize-py component exports `exports#init(app-name, symbols, stub-wasi)`,
+    // which runs once at build time.
+    let python = component_of(
+        "package local:py;
+         world w {
+           export exports: interface {
+             init: func(app-name: string, symbols: list<u8>, stub-wasi: bool);
+           }
+           export eval: func(expression: string) -> string;
+         }",
+        r#"(module
+             (memory (export "memory") 1)
+             (func (export "cabi_realloc") (param i32 i32 i32 i32) (result i32) i32.const 8)
+             (func (export "exports#init") (param i32 i32 i32 i32 i32))
+             (func (export "eval") (param i32 i32) (result i32) i32.const 16))"#,
+    );
+    let manifest = Manifest::from_image(&python).unwrap();
+    let tools: Vec<&str> = manifest.tools.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(tools, ["eval"]);
+    assert_eq!(
+        manifest.component.as_ref().unwrap().skipped,
+        ["exports#init: componentize-py's build-time initializer, not a tool"]
+    );
+    // An `init` of another shape is the author's own tool.
+    let own = component_of(
+        "package local:mine;
+         world w {
+           export exports: interface {
+             init: func(name: string);
+           }
+         }",
+        r#"(module
+             (memory (export "memory") 1)
+             (func (export "cabi_realloc") (param i32 i32 i32 i32) (result i32) i32.const 8)
+             (func (export "exports#init") (param i32 i32)))"#,
+    );
+    let manifest = Manifest::from_image(&own).unwrap();
+    let tools: Vec<&str> = manifest.tools.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(tools, ["exports_init"]);
+}
