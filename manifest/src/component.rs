@@ -428,7 +428,9 @@ struct Found {
 /// build time, when the interpreter is snapshotted, and is never a tool.
 fn is_componentize_py_init(interface: &str, function: &wit_parser::Function) -> bool {
     let params: Vec<&str> = function.params.iter().map(|p| p.name.as_str()).collect();
-    interface == "exports" && function.name == "init" && params == ["app-name", "symbols", "stub-wasi"]
+    interface == "exports"
+        && function.name == "init"
+        && params == ["app-name", "symbols", "stub-wasi"]
 }
 
 /// The tools of a component without a manifest: its exported functions.
