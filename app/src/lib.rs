@@ -345,7 +345,9 @@ pub enum AppError {
     },
     /// A `[program.secrets]` file that is one of berm's own or lies in one of its
     /// directories.
-    #[error("{}: program `{program}`: [program.secrets] {name}: {source}", file.display())]
+    // `refused` is in the message and not a `#[source]`: a chain printer (`{:#}`) would print
+    // it twice.
+    #[error("{}: program `{program}`: [program.secrets] {name}: {refused}", file.display())]
     SecretFile {
         /// The manifest.
         file: PathBuf,
@@ -354,7 +356,7 @@ pub enum AppError {
         /// The secret's name.
         name: String,
         /// Why the file is refused.
-        source: Box<secret_file::SecretFileError>,
+        refused: Box<secret_file::SecretFileError>,
     },
     /// An `fs` grant's directory is not a plain relative path.
     #[error(
@@ -575,13 +577,34 @@ struct RawProgram {
     serve_as: BTreeMap<String, String>,
 }
 
+/// Where the process reading an app folder finds its `[program.secrets]` value files.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SecretValues {
+    /// On this machine: each file is named by an absolute path or from `~/` (`$HOME`), and
+    /// is checked against berm's own directories when the folder is read.
+    Here,
+    /// On the host, not here: the microVM guest's bermd, whose requests carry placeholders
+    /// that the host's dialer fills in. The names are kept as written and not checked here
+    /// (the guest's `$HOME` is its workspace, not the user's); the host checked them.
+    OnHost,
+}
+
 /// Reads and checks the app folder `dir`: `berm.toml`, every value's range,
 /// every grant, and that each wasm file exists as a regular file inside the
-/// folder. Nothing is deployed or written.
+/// folder. Nothing is deployed or written. Secret value files are on this machine
+/// ([`SecretValues::Here`]).
 ///
 /// # Errors
 /// The first [`AppError`] found, naming the file, the field or the program at fault.
 pub fn load(dir: &Path) -> Result<App, AppError> {
+    load_with(dir, SecretValues::Here)
+}
+
+/// [`load`], with the secret value files where `secrets` says.
+///
+/// # Errors
+/// As [`load`].
+pub fn load_with(dir: &Path, secrets: SecretValues) -> Result<App, AppError> {
     let dir = fs::canonicalize(dir).map_err(|source| AppError::Dir {
         dir: dir.to_path_buf(),
         source,
@@ -712,7 +735,7 @@ pub fn load(dir: &Path) -> Result<App, AppError> {
             secret_files: BTreeMap::new(),
             serve_as: program.serve_as,
         };
-        checked.secret_files = secret_files(&file, &dir, &program.secrets, &checked)?;
+        checked.secret_files = secret_files(&file, &dir, &program.secrets, &checked, secrets)?;
         programs.push(checked);
     }
     if let Some(secrets) = raw.secrets {
@@ -765,6 +788,7 @@ fn secret_files(
     dir: &Path,
     raw: &BTreeMap<String, String>,
     program: &Program,
+    values: SecretValues,
 ) -> Result<BTreeMap<String, PathBuf>, AppError> {
     let mut files = BTreeMap::new();
     for (name, value) in raw {
@@ -784,14 +808,18 @@ fn secret_files(
                 "the program does not bind it: add `secret:{name}=HOST` to its grants"
             )));
         }
+        if values == SecretValues::OnHost {
+            files.insert(name.clone(), PathBuf::from(value));
+            continue;
+        }
         let path = match value.strip_prefix("~/") {
             Some(rest) => match std::env::var_os("HOME").map(PathBuf::from) {
                 Some(home) if home.is_absolute() => home.join(rest),
-                // Inside the microVM (no HOME), where the values are never
-                // read: the guest forwards requests to the host's dialer.
                 _ => {
-                    files.insert(name.clone(), PathBuf::from(value));
-                    continue;
+                    return Err(fail(format!(
+                        "{value:?} is named from ~/, but $HOME is not set to an absolute path: \
+                         set HOME, or name the file by its absolute path"
+                    )));
                 }
             },
             None => PathBuf::from(value),
@@ -810,11 +838,11 @@ fn secret_files(
                 path.display()
             )));
         }
-        secret_file::check_path(&path).map_err(|source| AppError::SecretFile {
+        secret_file::check_path(&path).map_err(|refused| AppError::SecretFile {
             file: file.to_path_buf(),
             program: program.name.clone(),
             name: name.clone(),
-            source: Box::new(source),
+            refused: Box::new(refused),
         })?;
         files.insert(name.clone(), path);
     }

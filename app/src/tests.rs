@@ -559,7 +559,7 @@ fn the_shipped_examples_and_the_documented_one_load() {
         assert_eq!(app.name, name);
         checked += 1;
     }
-    assert_eq!(checked, 7);
+    assert_eq!(checked, 10);
 
     let doc = fs::read_to_string(root.join("docs/apps.md")).unwrap();
     let start = doc.find("cat > /tmp/journal/berm.toml <<'EOF'\n").unwrap();
@@ -634,6 +634,30 @@ fn secret_files_are_named_per_program_outside_the_folder() {
     assert_eq!(
         files,
         [Path::new("/etc/berm/one"), Path::new("/etc/berm/two")]
+    );
+}
+
+#[test]
+fn a_guest_keeps_secret_file_names_for_the_host_and_checks_nothing_of_them() {
+    // Inside the microVM the guest's $HOME is berm's own workspace: a `~/` name read there
+    // would land in berm's state and be refused, though the host reads the value.
+    let dir = folder(
+        &with_secrets(r#"TOKEN = "~/.berm/secrets/x/TOKEN""#),
+        &["notes.wasm"],
+    );
+    assert!(load(dir.path()).is_err());
+    let app = load_with(dir.path(), SecretValues::OnHost).unwrap();
+    assert_eq!(
+        app.programs[0].secret_files["TOKEN"],
+        Path::new("~/.berm/secrets/x/TOKEN")
+    );
+    // Names and bindings are still checked.
+    let dir = folder(&with_secrets(r#"OTHER = "/etc/other""#), &["notes.wasm"]);
+    assert_has(
+        &load_with(dir.path(), SecretValues::OnHost)
+            .unwrap_err()
+            .to_string(),
+        &["the program does not bind it"],
     );
 }
 

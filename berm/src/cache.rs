@@ -15,6 +15,23 @@ use sha2::{Digest as _, Sha256};
 
 use crate::{DeployError, Digest};
 
+/// Compiled code of a program: a core module or a component.
+#[derive(Clone)]
+pub(crate) enum Compiled {
+    Module(wasmtime::Module),
+    Component(wasmtime::component::Component),
+}
+
+impl Compiled {
+    /// The bytes a `.cwasm` file holds.
+    pub fn serialize(&self) -> wasmtime::Result<Vec<u8>> {
+        match self {
+            Compiled::Module(module) => module.serialize(),
+            Compiled::Component(component) => component.serialize(),
+        }
+    }
+}
+
 /// One directory of compiled code.
 pub(crate) struct CodeCache {
     dir: PathBuf,
@@ -79,13 +96,22 @@ impl CodeCache {
     /// Wasmtime refuses is removed from a writable cache (a fresh compile
     /// replaces it) and left alone in a read-only directory; either way it
     /// is logged and the caller goes on to the next source.
-    pub fn load(&self, engine: &wasmtime::Engine, digest: &Digest) -> Option<wasmtime::Module> {
+    pub fn load(
+        &self,
+        engine: &wasmtime::Engine,
+        digest: &Digest,
+        component: bool,
+    ) -> Option<Compiled> {
         let path = self.path(digest);
         if !path.exists() {
             return None;
         }
-        match crate::sys::deserialize_file(engine, &path) {
-            Ok(module) => Some(module),
+        let loaded = match component {
+            false => crate::sys::deserialize_file(engine, &path).map(Compiled::Module),
+            true => crate::sys::deserialize_component_file(engine, &path).map(Compiled::Component),
+        };
+        match loaded {
+            Ok(code) => Some(code),
             Err(e) if self.writable => {
                 tracing::warn!(path = %path.display(), "discarding unusable compiled code: {e:#}");
                 let _ = fs::remove_file(&path);
@@ -102,7 +128,7 @@ impl CodeCache {
     ///
     /// # Errors
     /// [`DeployError::Cache`] when the code cannot be serialized or written.
-    pub fn store(&self, digest: &Digest, module: &wasmtime::Module) -> Result<(), DeployError> {
+    pub fn store(&self, digest: &Digest, module: &Compiled) -> Result<(), DeployError> {
         let err = |path: &Path, message: String| DeployError::Cache {
             path: path.to_path_buf(),
             message,

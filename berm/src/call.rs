@@ -12,9 +12,9 @@ use std::pin::Pin;
 
 use wasmtime::{Linker, Module};
 
-use crate::cache::CodeCache;
+use crate::cache::{CodeCache, Compiled};
 use crate::invocation::{
-    self, CallResult, CallState, CheckedArgs, Invocation, Program, Programs, Target,
+    self, CallResult, CallState, CheckedArgs, Code, Invocation, Program, Programs, Target,
 };
 use crate::linker::{self, SyscallTable};
 use crate::program::{CompileSource, DeployOptions, Deployed, ProgramInfo};
@@ -122,7 +122,7 @@ pub(crate) struct Inner {
     table: SyscallTable,
     base: Linker<CallState>,
     programs: RwLock<HashMap<String, Arc<Program>>>,
-    modules: Mutex<HashMap<Digest, Module>>,
+    modules: Mutex<HashMap<Digest, Compiled>>,
     precompiled: Option<CodeCache>,
     cache: Option<CodeCache>,
     gate: OnceLock<Arc<dyn CallGate>>,
@@ -216,7 +216,9 @@ impl Berm {
         }
         let manifest = Manifest::from_image(wasm)?;
         manifest.check()?;
-        crate::shape::check(wasm)?;
+        if !manifest.is_component() {
+            crate::shape::check(wasm)?;
+        }
         let limits = options
             .limits
             .unwrap_or_else(|| self.inner.engine.config().limits.clone());
@@ -229,19 +231,82 @@ impl Berm {
         }
         let digest = Digest::of(wasm);
         let started = Instant::now();
-        let (module, source) = self.inner.module(digest, wasm)?;
+        let (compiled, source) = self.inner.module(digest, wasm, manifest.is_component())?;
         let code_time = started.elapsed();
+        let code = match compiled {
+            Compiled::Module(module) => self.module_code(&module, &manifest, &options.grants)?,
+            Compiled::Component(component) => {
+                let engine = self.inner.engine.wasmtime();
+                let linker = crate::component_link::component_linker(
+                    engine,
+                    &component,
+                    &manifest,
+                    &self.inner.table,
+                    &options.grants,
+                )?;
+                let pre = linker
+                    .instantiate_pre(&component)
+                    .map_err(|e| DeployError::Compile(format!("{e:#}")))?;
+                let tools = crate::component::tools(engine, &component, &manifest)?;
+                Code::Component { pre, tools }
+            }
+        };
+        let (wasi_preopen, http_fetch) = self.component_reach(&code, &manifest, &options.grants);
+
+        let manifest = Arc::new(manifest);
+        let host_memory_bytes = options
+            .host_memory_bytes
+            .unwrap_or(crate::DEFAULT_HOST_MEMORY_BYTES);
+        let program = Arc::new(Program {
+            name: name.into(),
+            host_memory: crate::HostMemory::new(name, host_memory_bytes),
+            info: ProgramInfo {
+                name: name.into(),
+                digest,
+                manifest: manifest.clone(),
+                grants: options.grants,
+                limits,
+                source,
+                code_time,
+            },
+            code,
+            data: options.data,
+            wasi_preopen,
+            http_fetch,
+        });
+        let replaced = self
+            .inner
+            .programs
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .insert(name.to_string(), program)
+            .map(|old| old.info.digest);
+        Ok(Deployed {
+            digest,
+            manifest,
+            source,
+            code_time,
+            replaced,
+        })
+    }
+
+    /// A core module linked by its grants and pre-instantiated, with its tools' exports.
+    fn module_code(
+        &self,
+        module: &Module,
+        manifest: &Manifest,
+        grants: &crate::Grants,
+    ) -> Result<Code, DeployError> {
         let linker = linker::program_linker(
             &self.inner.base,
-            &module,
+            module,
             &self.inner.table,
-            &options.grants,
+            grants,
             &manifest.calls,
         )?;
         let pre = linker
-            .instantiate_pre(&module)
+            .instantiate_pre(module)
             .map_err(|e| DeployError::Compile(format!("{e:#}")))?;
-
         let memory = module
             .get_export_index(berm_abi::MEMORY_EXPORT)
             .ok_or(crate::ManifestError::NoMemory)?;
@@ -264,42 +329,39 @@ impl Berm {
                 .ok_or_else(|| crate::ManifestError::MissingExport(tool.name.clone()))?;
             tools.insert(tool.name.clone(), index);
         }
+        Ok(Code::Module { pre, tools, memory })
+    }
 
-        let manifest = Arc::new(manifest);
-        let host_memory_bytes = options
-            .host_memory_bytes
-            .unwrap_or(crate::DEFAULT_HOST_MEMORY_BYTES);
-        let program = Arc::new(Program {
-            name: name.into(),
-            host_memory: crate::HostMemory::new(name, host_memory_bytes),
-            info: ProgramInfo {
-                name: name.into(),
-                digest,
-                manifest: manifest.clone(),
-                grants: options.grants,
-                limits,
-                source,
-                code_time,
-            },
-            pre,
-            tools,
-            memory,
-            data: options.data,
-        });
-        let replaced = self
-            .inner
-            .programs
-            .write()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .insert(name.to_string(), program)
-            .map(|old| old.info.digest);
-        Ok(Deployed {
-            digest,
-            manifest,
-            source,
-            code_time,
-            replaced,
-        })
+    /// What a component's WASI reaches by its grants: the `fs=` directory as its preopen when
+    /// it imports `wasi:filesystem`, and the host's `http.fetch` when it is granted `net=`.
+    fn component_reach(
+        &self,
+        code: &Code,
+        manifest: &Manifest,
+        grants: &crate::Grants,
+    ) -> (Option<std::path::PathBuf>, Option<Syscall>) {
+        let (Code::Component { .. }, Some(shape)) = (code, &manifest.component) else {
+            return (None, None);
+        };
+        let imports = |prefix: &str| shape.imports.iter().any(|i| i.name.starts_with(prefix));
+        let preopen = match grants {
+            crate::Grants::Only(set) if imports("wasi:filesystem/") => {
+                set.iter().find_map(|g| match g {
+                    crate::Grant::Fs { dir, .. } => Some(dir.clone()),
+                    _ => None,
+                })
+            }
+            _ => None,
+        };
+        let fetch = match grants.allows("http") && imports("wasi:http/outgoing-handler") {
+            true => self
+                .inner
+                .table
+                .get(&("http".to_string(), "fetch".to_string()))
+                .cloned(),
+            false => None,
+        };
+        (preopen, fetch)
     }
 
     /// Removes a program; returns its digest if it was deployed. Calls in
@@ -337,7 +399,10 @@ impl Berm {
     pub fn code_sha256(&self, name: &str) -> Option<String> {
         use sha2::Digest as _;
         let program = self.inner.program(name)?;
-        let code = program.pre.module().serialize().ok()?;
+        let code = match &program.code {
+            Code::Module { pre, .. } => pre.module().serialize().ok()?,
+            Code::Component { pre, .. } => pre.component().serialize().ok()?,
+        };
         Some(hex::encode(sha2::Sha256::digest(&code)))
     }
 
@@ -472,7 +537,12 @@ impl Inner {
 
     /// The compiled module for `digest`: from memory, the disk cache, or a
     /// fresh compile (then stored in both).
-    fn module(&self, digest: Digest, wasm: &[u8]) -> Result<(Module, CompileSource), DeployError> {
+    fn module(
+        &self,
+        digest: Digest,
+        wasm: &[u8],
+        component: bool,
+    ) -> Result<(Compiled, CompileSource), DeployError> {
         let mut modules = self
             .modules
             .lock()
@@ -484,15 +554,27 @@ impl Inner {
         let precompiled = self
             .precompiled
             .as_ref()
-            .and_then(|c| c.load(engine, &digest));
-        let cached = || self.cache.as_ref().and_then(|c| c.load(engine, &digest));
+            .and_then(|c| c.load(engine, &digest, component));
+        let cached = || {
+            self.cache
+                .as_ref()
+                .and_then(|c| c.load(engine, &digest, component))
+        };
         let (module, source) = match precompiled {
             Some(module) => (module, CompileSource::Precompiled),
             None => match cached() {
                 Some(module) => (module, CompileSource::DiskCache),
                 None => {
-                    let module = Module::from_binary(engine, wasm)
-                        .map_err(|e| DeployError::Compile(format!("{e:#}")))?;
+                    let compile_error = |e: wasmtime::Error| DeployError::Compile(format!("{e:#}"));
+                    let module = match component {
+                        false => Compiled::Module(
+                            Module::from_binary(engine, wasm).map_err(compile_error)?,
+                        ),
+                        true => Compiled::Component(
+                            wasmtime::component::Component::from_binary(engine, wasm)
+                                .map_err(compile_error)?,
+                        ),
+                    };
                     if let Some(cache) = &self.cache {
                         cache.store(&digest, &module)?;
                     }

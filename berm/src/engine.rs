@@ -18,6 +18,13 @@ use crate::{DeployError, Digest, Manifest};
 /// place rather than released to the kernel.
 const KEEP_RESIDENT_BYTES: usize = 2 << 20;
 
+/// Most core instances one component may make (its core modules and the shims between
+/// them); componentize-py's components, the largest here, make about twenty.
+const COMPONENT_CORE_INSTANCES: u32 = 64;
+
+/// Most linear memories one component may have.
+const COMPONENT_MEMORIES: u32 = 4;
+
 /// Bounds on one call. Every bound is an outer error when hit, with a message
 /// naming it; the host never crashes and the next call is unaffected.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -297,10 +304,18 @@ impl Engine {
             });
         }
         let mut pool = PoolingAllocationConfig::default();
-        pool.total_core_instances(config.max_instances)
-            .total_memories(config.max_instances)
-            .total_tables(config.max_instances)
-            .total_stacks(config.max_instances)
+        // A component is several core modules (a language runtime, WASI adapters, shims):
+        // the pool holds, on top of one slot per call, room for components of up to
+        // COMPONENT_CORE_INSTANCES core instances, their tables and a few memories.
+        let instances = config.max_instances;
+        pool.total_component_instances(instances)
+            .total_core_instances(instances.saturating_mul(COMPONENT_CORE_INSTANCES / 4))
+            .total_memories(instances.saturating_mul(2))
+            .total_tables(instances.saturating_mul(COMPONENT_CORE_INSTANCES / 4))
+            .total_stacks(instances)
+            .max_core_instances_per_component(COMPONENT_CORE_INSTANCES)
+            .max_memories_per_component(COMPONENT_MEMORIES)
+            .max_tables_per_component(COMPONENT_CORE_INSTANCES)
             .max_memories_per_module(1)
             .max_tables_per_module(1)
             .max_memory_size(config.max_memory_bytes)
@@ -312,7 +327,8 @@ impl Engine {
             .table_keep_resident(64 << 10);
 
         let mut wasm = wasmtime::Config::new();
-        wasm.epoch_interruption(true)
+        wasm.wasm_component_model(true)
+            .epoch_interruption(true)
             .max_wasm_stack(config.max_wasm_stack)
             // The fiber stack must hold the wasm stack plus the host frames
             // of syscalls and nested calls made from it.
@@ -380,12 +396,14 @@ impl Engine {
     pub fn precompile(&self, wasm: &[u8]) -> Result<Precompiled, DeployError> {
         let manifest = Manifest::from_image(wasm)?;
         manifest.check()?;
-        crate::shape::check(wasm)?;
-        let bytes = self
-            .inner
-            .wasmtime
-            .precompile_module(wasm)
-            .map_err(|e| DeployError::Compile(format!("{e:#}")))?;
+        let engine = &self.inner.wasmtime;
+        let bytes = if manifest.is_component() {
+            engine.precompile_component(wasm)
+        } else {
+            crate::shape::check(wasm)?;
+            engine.precompile_module(wasm)
+        }
+        .map_err(|e| DeployError::Compile(format!("{e:#}")))?;
         let digest = Digest::of(wasm);
         Ok(Precompiled {
             file_name: crate::cache::file_name(&digest, self.fingerprint()),

@@ -26,12 +26,36 @@ pub(crate) type CallResult = Result<Result<Output, Failure>, Error>;
 pub(crate) struct Program {
     pub name: Arc<str>,
     pub info: ProgramInfo,
-    pub pre: InstancePre<CallState>,
-    pub tools: HashMap<String, ModuleExport>,
-    pub memory: ModuleExport,
+    pub code: Code,
     pub data: Option<Arc<dyn Any + Send + Sync>>,
     /// Its host memory budget, shared by all its calls.
     pub host_memory: Arc<HostMemory>,
+    /// For a component granted `fs=DIR` that imports `wasi:filesystem`: the directory, its
+    /// one preopen.
+    pub wasi_preopen: Option<std::path::PathBuf>,
+    /// For a component granted `net=`: the host's `http.fetch`, which sends its `wasi:http`
+    /// requests.
+    pub http_fetch: Option<crate::Syscall>,
+}
+
+/// A program's code, linked and pre-instantiated: a core module or a component.
+pub(crate) enum Code {
+    Module {
+        pre: InstancePre<CallState>,
+        tools: HashMap<String, ModuleExport>,
+        memory: ModuleExport,
+    },
+    Component {
+        pre: wasmtime::component::InstancePre<CallState>,
+        tools: HashMap<String, Arc<crate::component::ComponentTool>>,
+    },
+}
+
+/// How one tool is entered.
+#[derive(Clone)]
+pub(crate) enum Export {
+    Module(ModuleExport),
+    Component(Arc<crate::component::ComponentTool>),
 }
 
 /// One call to run: of `program`, `tool` with `args`.
@@ -60,14 +84,21 @@ pub(crate) struct Invocation {
 pub struct Target {
     pub(crate) program: Arc<Program>,
     pub(crate) tool: String,
-    pub(crate) export: ModuleExport,
+    pub(crate) export: Export,
 }
 
 impl Target {
     /// `tool` of `program`, or the error naming the tools it has.
     pub(crate) fn of(program: Arc<Program>, tool: &str) -> Result<Target, Error> {
-        let Some(export) = program.tools.get(tool).cloned() else {
-            let mut available: Vec<&str> = program.tools.keys().map(String::as_str).collect();
+        let export = match &program.code {
+            Code::Module { tools, .. } => tools.get(tool).cloned().map(Export::Module),
+            Code::Component { tools, .. } => tools.get(tool).cloned().map(Export::Component),
+        };
+        let Some(export) = export else {
+            let mut available: Vec<&str> = match &program.code {
+                Code::Module { tools, .. } => tools.keys().map(String::as_str).collect(),
+                Code::Component { tools, .. } => tools.keys().map(String::as_str).collect(),
+            };
             available.sort_unstable();
             return Err(Error::NoSuchTool {
                 program: program.name.to_string(),
@@ -208,6 +239,8 @@ pub(crate) struct CallState {
     pub memory: Option<Memory>,
     pub panic: Option<String>,
     pub programs: Arc<dyn Programs>,
+    /// A component's WASI state; `None` for a core module.
+    pub component: Option<Box<crate::component_wasi::ComponentCtx>>,
     fault: Option<Error>,
     timed_out: bool,
     limiter: MemoryLimiter,
@@ -240,6 +273,54 @@ impl CallState {
         wasmtime::Error::new(Faulted)
     }
 
+    /// Whether the host has recorded why the call stops.
+    pub fn faulted(&self) -> bool {
+        self.fault.is_some()
+    }
+
+    /// A component's WASI state, made at its first use: a call that uses no WASI pays
+    /// nothing for it.
+    fn wasi_state(&mut self) -> &mut crate::component_wasi::ComponentCtx {
+        let call = &self.call;
+        self.component.get_or_insert_with(|| {
+            Box::new(crate::component_wasi::ComponentCtx::new(
+                &call.program,
+                call.deadline,
+                call.trace.clone(),
+            ))
+        })
+    }
+
+    /// `wasi:clocks`, for the linker.
+    pub fn wasi_clocks(&mut self) -> wasmtime_wasi::clocks::WasiClocksCtxView<'_> {
+        wasmtime_wasi::clocks::WasiClocksView::clocks(self)
+    }
+
+    /// `wasi:random`, for the linker.
+    pub fn wasi_random(&mut self) -> &mut wasmtime_wasi::random::WasiRandomCtx {
+        self.wasi_state().wasi.random()
+    }
+
+    /// `wasi:filesystem`, for the linker.
+    pub fn wasi_filesystem(&mut self) -> wasmtime_wasi::filesystem::WasiFilesystemCtxView<'_> {
+        wasmtime_wasi::filesystem::WasiFilesystemView::filesystem(self)
+    }
+
+    /// `wasi:cli`, for the linker.
+    pub fn wasi_cli(&mut self) -> wasmtime_wasi::cli::WasiCliCtxView<'_> {
+        wasmtime_wasi::cli::WasiCliView::cli(self)
+    }
+
+    /// `wasi:http`, for the linker.
+    pub fn wasi_http(&mut self) -> wasmtime_wasi_http::WasiHttpCtxView<'_> {
+        let state = self.wasi_state();
+        wasmtime_wasi_http::WasiHttpCtxView {
+            ctx: &mut state.http,
+            table: &mut state.table,
+            hooks: &mut state.hooks,
+        }
+    }
+
     /// A calling-convention violation, as a trap.
     pub fn violation(&self, message: &str) -> wasmtime::Error {
         wasmtime::Error::new(Violation(message.to_string()))
@@ -260,6 +341,22 @@ impl CallState {
             progress: None,
             input: None,
         }
+    }
+}
+
+impl wasmtime_wasi::WasiView for CallState {
+    fn ctx(&mut self) -> wasmtime_wasi::WasiCtxView<'_> {
+        let state = self.wasi_state();
+        wasmtime_wasi::WasiCtxView {
+            ctx: &mut state.wasi,
+            table: &mut state.table,
+        }
+    }
+}
+
+impl wasmtime_wasi_io::IoView for CallState {
+    fn table(&mut self) -> &mut wasmtime::component::ResourceTable {
+        &mut self.wasi_state().table
     }
 }
 
@@ -317,19 +414,26 @@ impl CallState {
 
 /// Caps memory growth and remembers whether it refused, so the outer error
 /// can say "memory cap" rather than "unreachable".
+/// The cap covers all of an instance's memories together: a component's core modules each
+/// have their own.
 struct MemoryLimiter {
     cap: usize,
+    used: usize,
     denied: bool,
 }
 
 impl ResourceLimiter for MemoryLimiter {
     fn memory_growing(
         &mut self,
-        _current: usize,
+        current: usize,
         desired: usize,
         _maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
-        let allowed = desired <= self.cap;
+        let total = self.used.saturating_sub(current).saturating_add(desired);
+        let allowed = total <= self.cap;
+        if allowed {
+            self.used = total;
+        }
         self.denied |= !allowed;
         Ok(allowed)
     }
@@ -351,11 +455,40 @@ pub(crate) async fn invoke(
     engine: &Engine,
     programs: Arc<dyn Programs>,
     invocation: Invocation,
-    export: &ModuleExport,
+    export: &Export,
 ) -> CallResult {
     let program = invocation.program.clone();
     let mut store = store(engine, programs, invocation);
-    let result = run(&mut store, &program, export).await;
+    let result = match (export, &program.code) {
+        (Export::Module(export), Code::Module { pre, memory, .. }) => {
+            run(&mut store, pre, memory, export).await
+        }
+        (Export::Component(tool), Code::Component { pre, .. }) => {
+            match crate::component::run(&mut store, pre, tool).await {
+                Ok(()) => Ok(()),
+                Err(crate::component::Stop::Instantiate(message)) => {
+                    Err(Stop::Instantiate(message))
+                }
+                // `ask` ends the call with its outcome recorded: not a failure.
+                Err(crate::component::Stop::Trap(e))
+                    if e.is::<crate::component_link::Asked>()
+                        && matches!(store.data().outcome, Some(Outcome::Asked(_))) =>
+                {
+                    Ok(())
+                }
+                Err(crate::component::Stop::Trap(e)) => Err(Stop::Trap(e)),
+            }
+        }
+        _ => Err(Stop::Instantiate(
+            "the tool's export is not of its program's kind".into(),
+        )),
+    };
+    if let Some(component) = &store.data().component {
+        let state = store.data();
+        component
+            .output
+            .flush(&state.call.program.name, &state.call.tool);
+    }
     let mut state = store.into_data();
     // Names for an error are only built when there is one: the success
     // path is the hot one.
@@ -406,8 +539,10 @@ fn store(engine: &Engine, programs: Arc<dyn Programs>, invocation: Invocation) -
     let deadline = invocation.deadline;
     let limiter = MemoryLimiter {
         cap: invocation.program.info.limits.memory_bytes,
+        used: 0,
         denied: false,
     };
+
     let state = CallState {
         call: invocation,
         outcome: None,
@@ -419,6 +554,7 @@ fn store(engine: &Engine, programs: Arc<dyn Programs>, invocation: Invocation) -
         memory: None,
         panic: None,
         programs,
+        component: None,
         fault: None,
         timed_out: false,
         limiter,
@@ -447,23 +583,20 @@ enum Stop {
 
 async fn run(
     store: &mut Store<CallState>,
-    program: &Program,
+    pre: &InstancePre<CallState>,
+    memory: &ModuleExport,
     export: &wasmtime::ModuleExport,
 ) -> Result<(), Stop> {
-    let instance = program
-        .pre
-        .instantiate_async(&mut *store)
-        .await
-        .map_err(|e| {
-            // A start function that traps or breaks the convention fails
-            // instantiation; anything else (a full pool) is the host's.
-            if e.is::<wasmtime::Trap>() || e.is::<Violation>() || e.is::<Faulted>() {
-                Stop::Trap(e)
-            } else {
-                Stop::Instantiate(format!("{e:#}"))
-            }
-        })?;
-    let memory = match instance.get_module_export(&mut *store, &program.memory) {
+    let instance = pre.instantiate_async(&mut *store).await.map_err(|e| {
+        // A start function that traps or breaks the convention fails
+        // instantiation; anything else (a full pool) is the host's.
+        if e.is::<wasmtime::Trap>() || e.is::<Violation>() || e.is::<Faulted>() {
+            Stop::Trap(e)
+        } else {
+            Stop::Instantiate(format!("{e:#}"))
+        }
+    })?;
+    let memory = match instance.get_module_export(&mut *store, memory) {
         Some(Extern::Memory(memory)) => memory,
         // Deploy checked the export is a memory; an index from the same
         // module always resolves.

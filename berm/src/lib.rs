@@ -31,6 +31,10 @@
 
 mod cache;
 pub mod call;
+mod component;
+mod component_json;
+mod component_link;
+mod component_wasi;
 mod engine;
 mod error;
 mod host_memory;

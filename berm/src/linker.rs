@@ -28,7 +28,7 @@ use crate::syscall::{Kind, Reply, Syscall, SyscallContext, SyscallError};
 pub(crate) type SyscallTable = HashMap<(String, String), Syscall>;
 
 /// `berm.call`, as a budget refusal names it.
-const BERM_CALL: &str = "berm.call";
+pub(crate) const BERM_CALL: &str = "berm.call";
 
 /// Largest panic message kept; the rest is cut.
 const MAX_PANIC_MESSAGE: usize = 16 << 10;
@@ -137,7 +137,7 @@ fn define_convention(linker: &mut Linker<CallState>) -> wasmtime::Result<()> {
 
 /// Stops the call when its result (text and content blocks) would be `size` bytes, past the
 /// program's result cap.
-fn check_result_size(state: &mut CallState, size: usize) -> wasmtime::Result<()> {
+pub(crate) fn check_result_size(state: &mut CallState, size: usize) -> wasmtime::Result<()> {
     let cap = state.call.program.info.limits.max_result_bytes;
     if size > cap {
         return Err(state.fault(Error::ResultTooLarge {
@@ -152,7 +152,7 @@ fn check_result_size(state: &mut CallState, size: usize) -> wasmtime::Result<()>
 
 /// Reads a `berm.progress` request, frames `[progress, total, message]`, against the call's
 /// last report: the message is what the program gets back when it is refused.
-fn parse_progress(request: &[u8], last: Option<f64>) -> Result<Progress<'_>, String> {
+pub(crate) fn parse_progress(request: &[u8], last: Option<f64>) -> Result<Progress<'_>, String> {
     let [progress, total, message] = frame::decode_exact::<3>(request)
         .map_err(|e| format!("berm.progress: {e} (expected [progress, total, message])"))?;
     let number = |field: &str, text: &[u8]| {
@@ -223,7 +223,7 @@ fn define_ask(linker: &mut Linker<CallState>) -> wasmtime::Result<()> {
 /// [`berm_abi::ask::MAX_REQUESTS`] requests by valid keys, each an object with a `method`
 /// a program may ask and an object `params` (`{}` when left out), and a state of at most
 /// [`berm_abi::ask::MAX_STATE_BYTES`].
-fn parse_ask(request: &[u8]) -> Result<crate::Ask, String> {
+pub(crate) fn parse_ask(request: &[u8]) -> Result<crate::Ask, String> {
     use berm_abi::ask;
     let [requests, state] = frame::decode_exact::<2>(request)
         .map_err(|e| format!("{e} (expected [requests, state])"))?;
@@ -327,18 +327,7 @@ fn define_call(linker: &mut Linker<CallState>) -> wasmtime::Result<()> {
                     Ok(Ok(output)) => (word::STATUS_DONE, output.text),
                     Ok(Err(failure)) => (word::STATUS_FAILED, failure.message),
                     Err(error) => {
-                        let code = match &error {
-                            Error::NoSuchProgram(_) | Error::NoSuchTool { .. } => {
-                                ErrorCode::NotFound
-                            }
-                            Error::DepthExceeded { .. } => ErrorCode::Depth,
-                            Error::ArgsTooLarge { .. } => ErrorCode::TooLarge,
-                            Error::InvalidArguments { .. } => ErrorCode::Invalid,
-                            Error::CallNotGranted { .. }
-                            | Error::CallNotDeclared { .. }
-                            | Error::Busy { .. } => ErrorCode::Denied,
-                            _ => ErrorCode::Fault,
-                        };
+                        let code = call_error_code(&error);
                         state.staged = Staged::message(error.to_string());
                         return Ok(code.word());
                     }
@@ -350,13 +339,27 @@ fn define_call(linker: &mut Linker<CallState>) -> wasmtime::Result<()> {
     Ok(())
 }
 
+/// The code a caller gets for a call between programs that the host stopped.
+pub(crate) fn call_error_code(error: &Error) -> ErrorCode {
+    match error {
+        Error::NoSuchProgram(_) | Error::NoSuchTool { .. } => ErrorCode::NotFound,
+        Error::DepthExceeded { .. } => ErrorCode::Depth,
+        Error::ArgsTooLarge { .. } => ErrorCode::TooLarge,
+        Error::InvalidArguments { .. } => ErrorCode::Invalid,
+        Error::CallNotGranted { .. } | Error::CallNotDeclared { .. } | Error::Busy { .. } => {
+            ErrorCode::Denied
+        }
+        _ => ErrorCode::Fault,
+    }
+}
+
 /// Reads a `berm.call` request in place and copies only what the call
 /// keeps: two names (checked against the naming rule, so at most 64 bytes
 /// each) and the arguments, once they are known to fit the callee's cap. A
 /// region of any size costs the host no more than that. A callee outside the caller's
 /// manifest `calls` or `call=` grants is refused before it is looked up, so an ungranted
 /// program cannot even learn which programs exist.
-fn parse_call(
+pub(crate) fn parse_call(
     request: &[u8],
     call: &Invocation,
     programs: &dyn Programs,
@@ -649,7 +652,7 @@ fn define_syscall(linker: &mut Linker<CallState>, syscall: &Syscall) -> wasmtime
     Ok(())
 }
 
-fn context(state: &CallState) -> SyscallContext<'_> {
+pub(crate) fn context(state: &CallState) -> SyscallContext<'_> {
     SyscallContext {
         program: &state.call.program.name,
         tool: &state.call.tool,

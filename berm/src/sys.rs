@@ -26,6 +26,18 @@ pub(crate) fn deserialize_file(
     unsafe { wasmtime::Module::deserialize_file(engine, path) }
 }
 
+/// Loads a component that [`wasmtime::component::Component::serialize`] wrote: the same
+/// files, from the same places, as [`deserialize_file`].
+pub(crate) fn deserialize_component_file(
+    engine: &wasmtime::Engine,
+    path: &Path,
+) -> wasmtime::Result<wasmtime::component::Component> {
+    // SAFETY: as for `deserialize_file`: only code berm serialized itself (the cache) or the
+    // embedder placed from `Engine::precompile` (the precompiled directory) is loaded, and
+    // Wasmtime checks the header, version and engine settings.
+    unsafe { wasmtime::component::Component::deserialize_file(engine, path) }
+}
+
 /// Enables Cranelift ISA flags by name, instead of detecting this CPU's.
 pub(crate) fn enable_isa_flags(config: &mut wasmtime::Config, flags: &[&str]) {
     for flag in flags {

@@ -405,6 +405,93 @@ fn berm_new_scaffolds_a_program_that_builds_and_deploys_as_is() {
     assert_eq!(out.status.code(), Some(2));
 }
 
+/// `berm new --lang rust|ts|python`: each scaffold builds with its one command into a
+/// component that deploys as is, lists its tool and answers a call. The TypeScript and
+/// Python builds take their toolchains from scripts/setup-components (which
+/// scripts/build-apps.sh runs first) and are cached by content, so a second run copies them.
+#[test]
+fn berm_new_scaffolds_a_component_in_each_language_that_builds_with_one_command() {
+    let bermd = Bermd::start();
+    let work = tempfile::tempdir().unwrap();
+    let node = Command::new(root().join("scripts/setup-node"))
+        .output()
+        .unwrap();
+    assert!(node.status.success(), "{}", text(&node.stderr));
+    let path = format!(
+        "{}:{}",
+        text(&node.stdout).trim(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    // One build cache for the scaffolds, the core-module test's too.
+    let target = root().join("target/berm-new-test");
+    for (lang, name, build, image) in [
+        (
+            "rust",
+            "greet-rs",
+            &["cargo", "build", "--release", "--target", "wasm32-wasip2"][..],
+            target.join("wasm32-wasip2/release/greet_rs.wasm"),
+        ),
+        (
+            "ts",
+            "greet-ts",
+            &["npm", "run", "build"][..],
+            work.path().join("greet-ts/greet-ts.wasm"),
+        ),
+        (
+            "python",
+            "greet-py",
+            &["./build"][..],
+            work.path().join("greet-py/greet-py.wasm"),
+        ),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_berm"))
+            .args(["new", "--lang", lang, name])
+            .current_dir(work.path())
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        assert!(
+            text(&out.stdout).contains(&build.join(" ")),
+            "berm new prints the one build command: {}",
+            text(&out.stdout)
+        );
+        let built = Command::new(build[0])
+            .args(&build[1..])
+            .env("CARGO_TARGET_DIR", &target)
+            .env("PATH", &path)
+            .current_dir(work.path().join(name))
+            .output()
+            .unwrap();
+        assert!(
+            built.status.success(),
+            "{lang}: {}{}",
+            text(&built.stdout),
+            text(&built.stderr)
+        );
+        // A Python program needs `random` (CPython reseeds itself at every call); `berm new`
+        // prints the deploy command with it.
+        let mut deploy = vec!["deploy", name, image.to_str().unwrap()];
+        if lang == "python" {
+            assert!(text(&out.stdout).contains("--grant random"));
+            deploy.extend(["--grant", "random"]);
+        }
+        let out = bermd.berm(&deploy);
+        assert_eq!(out.status.code(), Some(0), "{lang}: {}", text(&out.stderr));
+        let out = bermd.berm(&["call", &format!("{name}_hello"), r#"{"name":"berm"}"#]);
+        assert_eq!(
+            text(&out.stdout).trim_end(),
+            if lang == "rust" {
+                // A plain WIT export's result travels as `{"result": …}` (docs/components.md).
+                r#"{"result":"hello, berm"}"#
+            } else {
+                "hello, berm"
+            },
+            "{lang}: {}",
+            text(&out.stderr)
+        );
+    }
+}
+
 /// A ready-made app folder assembled by scripts/build-apps.sh.
 fn app_folder(name: &str) -> PathBuf {
     let dir = root().join("target/apps").join(name);

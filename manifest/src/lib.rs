@@ -14,7 +14,9 @@
 //! app folder that changed between two starts the way `berm deploy` checks an
 //! upgrade.
 
+pub mod component;
 mod digest;
+pub mod schema;
 pub mod serves;
 pub mod upgrade;
 
@@ -29,6 +31,7 @@ use wasmparser::{ExternalKind, Parser, Payload, TypeRef};
 
 /// Re-exported from berm-abi, where it lives so that grants can use it too.
 pub use berm_abi::serde_as_text;
+pub use component::{ComponentImport, ComponentShape, ExportedTool, ToolsFrom};
 pub use digest::{Digest, DigestParseError};
 pub use serves::Serves;
 
@@ -102,6 +105,10 @@ pub enum ManifestError {
     /// The module does not export its memory.
     #[error("the module does not export its linear memory as `{MEMORY_EXPORT}`")]
     NoMemory,
+    /// A component berm does not run: an import it does not offer, a nested component, a
+    /// start function, no tools (docs/components.md).
+    #[error("the component cannot be a berm program: {0}")]
+    Component(String),
     /// A tool's `serves` does not fit the tool, or repeats another tool's URI.
     #[error("tool `{tool}` serves a resource or prompt that is not valid: {problem}")]
     Serves {
@@ -238,6 +245,10 @@ pub struct Manifest {
     /// a host hands what a client answered and declared only to a program that reads it.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub reads_input: bool,
+    /// For a program that is a WebAssembly component: its imported interfaces and how its
+    /// tools are reached. `None` for a core module.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub component: Option<ComponentShape>,
 }
 
 impl Manifest {
@@ -266,9 +277,7 @@ impl Manifest {
         for payload in Parser::new(0).parse_all(bytes) {
             match payload.map_err(not_wasm)? {
                 Payload::Version { encoding, .. } if encoding != wasmparser::Encoding::Module => {
-                    return Err(ManifestError::NotWasm(
-                        "it is a component; berm programs are core modules".into(),
-                    ));
+                    return component::read(bytes);
                 }
                 Payload::ImportSection(reader) => {
                     for import in reader.into_imports() {
@@ -342,6 +351,7 @@ impl Manifest {
             exports_memory,
             other_imports,
             reads_input,
+            component: None,
         })
     }
 
@@ -423,6 +433,11 @@ impl Manifest {
             return Err(ManifestError::NoMemory);
         }
         Ok(())
+    }
+
+    /// Whether the program is a WebAssembly component rather than a core module.
+    pub fn is_component(&self) -> bool {
+        self.component.is_some()
     }
 
     /// The tool named `name`, if declared.

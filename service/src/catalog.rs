@@ -710,6 +710,7 @@ mod tests {
             exports_memory: true,
             other_imports: vec![],
             reads_input: false,
+            component: None,
         }
     }
 

@@ -62,8 +62,10 @@ check "berm, bermd and berm-vmm are installed in ~/.local/bin and run"
 unit=$work/home/.config/systemd/user/bermd.service
 grep -qx "ExecStart=$work/home/.local/bin/bermd" "$unit" || fail "bermd's unit names the installed bermd"
 check "bermd's systemd user unit is written, naming the installed binary"
-HOME=$work/home "$work/home/.local/bin/berm" ls | grep -q '^notes' || fail "bermd serves the deployed program"
-check "bermd runs and serves what the block deployed"
+HOME=$work/home "$work/home/.local/bin/berm" ls | grep -q '^notes ' || fail "bermd serves the deployed program"
+HOME=$work/home "$work/home/.local/bin/berm" ls | grep -q '^notes-ts ' || fail "bermd serves the TypeScript program"
+grep -q '"title":"hello"' "$work/out.log" || fail "the TypeScript program answered its call"
+check "bermd runs and serves what the block deployed, the TypeScript component too"
 
 listed=$(cd "$work" && env -i HOME="$work/home" PATH="$work/home/.local/bin:$node_bin:$claude_dir/node_modules/.bin:/usr/bin:/bin" \
   DISABLE_AUTOUPDATER=1 CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 timeout 120 claude mcp list 2>&1) || true

@@ -125,6 +125,7 @@ pub async fn run(home: &Path, args: Args) -> anyhow::Result<Exit> {
             "calls": manifest.calls,
             "grants": grants,
             "signatures": signatures,
+            "component": manifest.component,
         });
         crate::outln!("{}", serde_json::to_string_pretty(&out)?);
         return Ok(Exit::Ok);
@@ -159,6 +160,26 @@ pub async fn run(home: &Path, args: Args) -> anyhow::Result<Exit> {
             syscalls.join(", ")
         }
     );
+    if let Some(component) = &manifest.component {
+        crate::outln!("a WebAssembly component (docs/components.md); it imports:");
+        if component.imports.is_empty() {
+            crate::outln!("  nothing");
+        }
+        for import in &component.imports {
+            let needs = match import.grant.as_deref() {
+                None => "always linked: reaches nothing outside the call".to_string(),
+                Some(berm_manifest::component::SOCKETS) => "never linked: no sockets".to_string(),
+                Some(module) => format!("needs `{}`", berm_abi::grant_for(module)),
+            };
+            crate::outln!("  {} ({needs})", import.name);
+        }
+        if component.tools_from == berm_manifest::ToolsFrom::Exports {
+            crate::outln!("tools: its exported functions (it carries no berm manifest)");
+        }
+        for skipped in &component.skipped {
+            crate::outln!("  not a tool: {skipped}");
+        }
+    }
     // The manifest's `calls` is enforced: a call to any other program is refused, whatever
     // the grants, so this is the most it can ever reach by `berm.call`.
     crate::outln!(

@@ -394,10 +394,17 @@ fn start(args: Args, started: Instant) -> Result<(), (Exit, anyhow::Error)> {
     register_own_paths(&args, &home);
     // Every folder is read and checked whole before anything is deployed.
     berm_app::secret_file::admit_pod_secret_volumes(args.pod_secret_volumes);
+    // Behind an egress broker (the microVM's guest) the host's dialer reads secret values;
+    // the guest's $HOME is its workspace, so `~/` names nothing here.
+    let secret_values = if egress_broker.is_some() {
+        berm_app::SecretValues::OnHost
+    } else {
+        berm_app::SecretValues::Here
+    };
     let mut apps = args
         .apps
         .iter()
-        .map(|dir| berm_app::load(dir))
+        .map(|dir| berm_app::load_with(dir, secret_values))
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| usage(e.into()))?;
     berm_service::app::check_distinct(&apps).map_err(|e| usage(e.into()))?;
