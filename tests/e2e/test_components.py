@@ -17,6 +17,8 @@ from mcp.client.streamable_http import create_mcp_http_client, streamable_http_c
 from conftest import BIN, ROOT, Bermd, free_port
 
 APPS = Path(os.environ.get("BERM_APPS_DIR", ROOT / "target" / "apps"))
+# A test program for sdk/ts's http module (apps/web-ts), built by scripts/build-components.sh.
+WEB_TS = ROOT / "target" / "components" / "web-ts.wasm"
 TOKEN = "s3cret-token-for-fetch-py"
 
 
@@ -40,7 +42,7 @@ class Recorder(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
-    """A bermd serving the three components, and two page servers: one granted, one not."""
+    """A bermd serving the three components and web-ts, and two page servers: one granted, one not."""
     pages = [http.server.ThreadingHTTPServer(("127.0.0.1", 0), Recorder) for _ in range(2)]
     for server in pages:
         threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -54,6 +56,12 @@ def served(tmp_path_factory):
     daemon.berm(
         "deploy", "fetch-py", str(APPS / "fetch-py" / "fetch-py.wasm"),
         "--grant", "random", "--grant", f"net={granted}", "--secret", f"TOKEN=http://{granted}",
+    )
+    secret = subprocess_input(daemon, ["secret", "set", "web-ts", "TOKEN"], TOKEN + "\n")
+    assert secret.returncode == 0, secret.stderr
+    daemon.berm(
+        "deploy", "web-ts", str(WEB_TS),
+        "--grant", f"net={granted}", "--secret", f"TOKEN=http://{granted}",
     )
     yield daemon, granted, ungranted
     for server in pages:
@@ -138,6 +146,22 @@ async def test_python_fetches_through_egress_with_the_bound_token(served):
         assert denied.is_error
         assert "(denied)" in denied.content[0].text and ungranted in denied.content[0].text
         assert not any(path == "/x" for path, _ in Recorder.seen), "an ungranted host was reached"
+
+
+@pytest.mark.anyio
+async def test_typescript_fetches_through_egress_with_the_bound_token(served):
+    daemon, granted, ungranted = served
+    Recorder.seen.clear()
+    async with client(daemon, "stdio") as c:
+        page = await c.call_tool("web-ts_get", {"url": f"http://{granted}/ts", "authorized": True})
+        assert not page.is_error, page.content
+        assert page.structured_content == {"status": 200, "body": "page /ts"}
+        assert Recorder.seen == [("/ts", f"Bearer {TOKEN}")]
+
+        denied = await c.call_tool("web-ts_get", {"url": f"http://{ungranted}/y", "authorized": True})
+        assert denied.is_error
+        assert "(denied)" in denied.content[0].text and ungranted in denied.content[0].text
+        assert not any(path == "/y" for path, _ in Recorder.seen), "an ungranted host was reached"
 
 
 @pytest.mark.anyio

@@ -686,18 +686,19 @@ fn echo_toml(name: &str) -> String {
 }
 
 /// Programs built as WebAssembly components boot from the same app folders as core modules:
-/// notes-ts (TypeScript) and fetch-py (Python), compiled on the host (a JS or Python component
-/// takes 10-20 s to compile natively, minutes under TCG) and loaded precompiled by the guest's
-/// bermd, each call in a fresh instance, fetch-py denied a host it holds no grant for.
+/// notes-ts (TypeScript), fetch-py (Python) and shapes (Rust, plain WIT exports), compiled on
+/// the host (a JS or Python component takes 10-20 s to compile natively, minutes under TCG)
+/// and loaded precompiled by the guest's bermd, each call in a fresh instance, fetch-py denied
+/// a host it holds no grant for.
 #[test]
-fn typescript_and_python_components_boot_and_answer_in_the_vm() {
+fn typescript_python_and_rust_components_boot_and_answer_in_the_vm() {
     let arch = GuestArch::HOST;
     let Some(tmp) = scratch_to_boot(arch) else {
         return;
     };
     let built = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/apps");
     let mut apps = Vec::new();
-    for name in ["notes-ts", "fetch-py"] {
+    for name in ["notes-ts", "fetch-py", "shapes"] {
         let folder = tmp.path().join(name);
         std::fs::create_dir_all(&folder).unwrap();
         for file in ["berm.toml", &format!("{name}.wasm")] {
@@ -714,7 +715,7 @@ fn typescript_and_python_components_boot_and_answer_in_the_vm() {
     }
     args.extend(arch_args(arch));
     let mut vmm = Vmm::start(&args, &[]);
-    for name in ["notes-ts", "fetch-py"] {
+    for name in ["notes-ts", "fetch-py", "shapes"] {
         let ready_line = ready(&mut vmm, name);
         assert_eq!(
             ready_line.programs[0].code,
@@ -745,5 +746,14 @@ fn typescript_and_python_components_boot_and_answer_in_the_vm() {
     let (out, is_error) = fetch.call("fetch-py_get", json!({"url": "http://10.0.0.1/"}));
     assert!(is_error, "{out}");
     assert!(out.contains("(denied)"), "{out}");
+    // A plain WIT export: its record in, its `result<f64, string>` out as `{"result": …}`.
+    let mut shapes = Mcp::connect(&vmm.run_dir.join("rpc-2.sock"));
+    let rect = json!({"origin": {"x": 0, "y": 0}, "width": 3, "height": 4, "unit": "cm"});
+    let (out, is_error) = shapes.call("shapes_area", json!({"rect": rect}));
+    assert!(!is_error, "{out}");
+    assert_eq!(
+        serde_json::from_str::<Value>(&out).unwrap(),
+        json!({"result": 12.0})
+    );
     vmm.shut_down();
 }
